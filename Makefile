@@ -1,0 +1,48 @@
+# dsync: PGXS build, install and test targets.
+
+EXTENSION = dsync
+MODULE_big = dsync
+OBJS = \
+	src/dsync.o \
+	src/shmem.o \
+	src/catalog.o \
+	src/args.o \
+	src/store.o \
+	src/fencing.o \
+	src/lease.o \
+	src/channel.o
+
+DATA = sql/dsync--1.0.sql
+PGFILEDESC = "dsync - leases, leader election and signals for PostgreSQL"
+
+# pg_regress inputs live in sql/ and expected/ (the install script in sql/
+# is not a test).  Every run needs dsync in shared_preload_libraries, which
+# the caller provides (see test/run_all.sh).
+REGRESS = args lease privileges channel
+REGRESS_OPTS = --load-extension=dsync
+
+ISOLATION = acquire_free acquire_expired acquire_release acquire_renew \
+	snapshot_rr snapshot_serializable assert_held_expiry uncommitted_nowait
+ISOLATION_OPTS = --inputdir=test/isolation --load-extension=dsync
+
+PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+# Perl TAP tests (PostgreSQL::Test::Cluster).  Debian's PGXS disables its own
+# prove targets, so this one runs them against the installed server.  They
+# start their own clusters, which initdb refuses to do as root: run as an
+# ordinary user (test/run_all.sh does).
+PROVE ?= prove
+PG_BINDIR := $(shell $(PG_CONFIG) --bindir)
+PG_PERL := $(shell $(PG_CONFIG) --pkglibdir)/pgxs/src/test/perl
+PG_REGRESS_BIN := $(shell $(PG_CONFIG) --pkglibdir)/pgxs/src/test/regress/pg_regress
+
+.PHONY: prove-installcheck
+prove-installcheck:
+	rm -rf $(CURDIR)/test/tap/tmp_check
+	mkdir -p $(CURDIR)/test/tap/tmp_check
+	cd test/tap && TESTDIR='$(CURDIR)/test/tap' TESTDATADIR='$(CURDIR)/test/tap/tmp_check' \
+		PATH="$(PG_BINDIR):$$PATH" PG_REGRESS='$(PG_REGRESS_BIN)' \
+		$(PROVE) -I '$(PG_PERL)' -I . $(PROVE_FLAGS) t/*.pl

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages dsync needs to build, run, test and benchmark.
+# Idempotent; run as root on Debian 12 (bookworm).
+set -euo pipefail
+
+packages=(
+	build-essential
+	postgresql-15
+	postgresql-server-dev-15
+	postgresql-common
+	postgresql-15-pgtap
+	libtap-parser-sourcehandler-pgtap-perl
+	libipc-run-perl
+	libpq-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "== installing: ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

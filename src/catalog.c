@@ -1,0 +1,99 @@
+/*-------------------------------------------------------------------------
+ *
+ * catalog.c
+ *		Find the extension's table, index and sequence in this database.
+ *
+ * The functions never resolve names through search_path: the objects are
+ * looked up in the schema of the SQL function being called, which is the
+ * schema the extension was created in.  The answer is cached per backend
+ * and forgotten when the relcache says any of those relations changed
+ * (DROP EXTENSION, ALTER ... RENAME), so the hot path costs no catalog
+ * lookups at all.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_proc.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+
+#include "dsync.h"
+
+static DsyncCatalog dsync_catalog;
+static bool dsync_catalog_valid = false;
+static bool dsync_callback_registered = false;
+
+/*
+ * DsyncCatalogInvalidate
+ *		Relcache callback: drop the cache if one of our relations changed.
+ */
+static void
+DsyncCatalogInvalidate(Datum arg, Oid relid)
+{
+	if (!dsync_catalog_valid)
+		return;
+	if (relid == InvalidOid ||
+		relid == dsync_catalog.lease_rel ||
+		relid == dsync_catalog.lease_pkey ||
+		relid == dsync_catalog.fencing_seq)
+		dsync_catalog_valid = false;
+}
+
+/*
+ * DsyncCatalogLookupRel
+ *		OID of one of the extension's relations, or an error saying the
+ *		installation is damaged.
+ */
+static Oid
+DsyncCatalogLookupRel(const char *relname, Oid namespace)
+{
+	Oid			relid = get_relname_relid(relname, namespace);
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("dsync relation \"%s.%s\" does not exist",
+						get_namespace_name(namespace), relname),
+				 errhint("The dsync extension's objects have been altered; "
+						 "reinstall it with DROP EXTENSION dsync; CREATE EXTENSION dsync.")));
+	return relid;
+}
+
+/*
+ * DsyncCatalogGet
+ *		The extension's objects, found from the function being called.
+ */
+const DsyncCatalog *
+DsyncCatalogGet(FunctionCallInfo fcinfo)
+{
+	HeapTuple	proctup;
+	Oid			namespace;
+
+	if (dsync_catalog_valid)
+		return &dsync_catalog;
+
+	if (!dsync_callback_registered)
+	{
+		CacheRegisterRelcacheCallback(DsyncCatalogInvalidate, (Datum) 0);
+		dsync_callback_registered = true;
+	}
+
+	proctup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid));
+	if (!HeapTupleIsValid(proctup))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg_internal("cache lookup failed for function %u",
+								 fcinfo->flinfo->fn_oid)));
+	namespace = ((Form_pg_proc) GETSTRUCT(proctup))->pronamespace;
+	ReleaseSysCache(proctup);
+
+	dsync_catalog.namespace = namespace;
+	dsync_catalog.lease_rel = DsyncCatalogLookupRel("dsync_lease", namespace);
+	dsync_catalog.lease_pkey = DsyncCatalogLookupRel("dsync_lease_pkey", namespace);
+	dsync_catalog.fencing_seq = DsyncCatalogLookupRel("dsync_fencing_seq", namespace);
+	dsync_catalog_valid = true;
+
+	return &dsync_catalog;
+}

@@ -1,0 +1,92 @@
+/*-------------------------------------------------------------------------
+ *
+ * dsync.h
+ *		Declarations shared by the dsync modules.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DSYNC_H
+#define DSYNC_H
+
+#include "postgres.h"
+
+#include "access/tableam.h"
+#include "fmgr.h"
+#include "utils/relcache.h"
+#include "utils/timestamp.h"
+
+/* Names (lease, holder, group, event) are at most this many bytes. */
+#define DSYNC_NAME_MAX_BYTES	255
+
+/* Columns of dsync_lease, in table order (1-based attribute numbers). */
+#define Anum_lease_name			1
+#define Anum_lease_slot			2
+#define Anum_lease_holder		3
+#define Anum_lease_fencing		4
+#define Anum_lease_acquired_at	5
+#define Anum_lease_renewed_at	6
+#define Anum_lease_expires_at	7
+#define Anum_lease_ttl			8
+#define Anum_lease_info			9
+#define Anum_lease_owner		10
+#define Natts_lease				10
+
+/* shmem.c */
+extern void DsyncShmemInit(void);
+
+/* catalog.c: where the extension's objects are in this database */
+typedef struct DsyncCatalog
+{
+	Oid			namespace;
+	Oid			lease_rel;
+	Oid			lease_pkey;
+	Oid			fencing_seq;
+} DsyncCatalog;
+
+extern const DsyncCatalog *DsyncCatalogGet(FunctionCallInfo fcinfo);
+
+/* args.c: argument checks shared by every SQL-callable function */
+extern text *DsyncArgName(FunctionCallInfo fcinfo, int argno, const char *argname);
+extern text *DsyncArgNameOrNull(FunctionCallInfo fcinfo, int argno, const char *argname);
+extern bool DsyncIntervalUsec(const Interval *iv, int64 *result);
+extern int64 DsyncArgTtl(FunctionCallInfo fcinfo, int argno, const char *argname,
+						 bool null_ok, Interval **ttl_out);
+extern void DsyncArgWait(FunctionCallInfo fcinfo, int argno, const char *argname,
+						 bool *forever, int64 *wait_usec);
+extern TimestampTz DsyncExpiry(TimestampTz now, int64 ttl_usec, const char *argname);
+extern void DsyncPreventWrite(const char *funcname);
+
+/* store.c: direct access to the dsync_lease table */
+typedef struct DsyncLeaseRow
+{
+	ItemPointerData tid;		/* the row version this was read from */
+	Datum		values[Natts_lease];
+	bool		nulls[Natts_lease];
+} DsyncLeaseRow;
+
+typedef struct DsyncStore
+{
+	const DsyncCatalog *catalog;
+	Relation	rel;
+	Relation	index;
+	LOCKMODE	lockmode;
+} DsyncStore;
+
+extern void DsyncStoreOpen(DsyncStore *store, FunctionCallInfo fcinfo, bool for_write);
+extern void DsyncStoreClose(DsyncStore *store);
+extern List *DsyncStoreScan(DsyncStore *store, text *name);
+extern TM_Result DsyncStoreLock(DsyncStore *store, DsyncLeaseRow *row,
+								LockTupleMode mode, LockWaitPolicy policy);
+extern void DsyncStoreUpdate(DsyncStore *store, DsyncLeaseRow *row);
+extern void DsyncStoreInsert(DsyncStore *store, DsyncLeaseRow *row);
+extern bool DsyncStoreTryInsertLock(text *name);
+
+/* Row helpers. */
+extern bool DsyncRowIsLive(const DsyncLeaseRow *row, TimestampTz now);
+extern bool DsyncRowHolderIs(const DsyncLeaseRow *row, text *holder);
+extern bool DsyncRowOwnerIsCaller(const DsyncLeaseRow *row);
+
+/* fencing.c */
+extern int64 DsyncNextFencingToken(const DsyncCatalog *catalog);
+
+#endif							/* DSYNC_H */

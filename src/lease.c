@@ -1,0 +1,492 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease.c
+ *		The lease functions: acquire, renew, release, leader, assert_held
+ *		and force_release.
+ *
+ * A lease is held when its row has a holder and expires_at is after the
+ * server clock's now; nothing else (no cleanup pass) decides it.  Every
+ * change locks the row first and re-checks it against a fresh clock
+ * reading, so decisions are made on the latest committed version:
+ *
+ *	- acquire locks with LockWaitSkip and treats a row it cannot lock as
+ *	  taken, so it never waits for another transaction;
+ *	- renew, release and force_release lock with LockWaitBlock: they act
+ *	  on the caller's own lease and may wait for a guard to finish;
+ *	- assert_held takes a share lock, which conflicts with the exclusive
+ *	  lock every grant needs, so until the guarding transaction ends nobody
+ *	  else can take the lease, even once it has expired.
+ *
+ * If a row changed between the scan and the lock (TM_Updated), the whole
+ * decision is made again from a new scan.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+
+#include "dsync.h"
+
+PG_FUNCTION_INFO_V1(dsync_acquire);
+PG_FUNCTION_INFO_V1(dsync_renew);
+PG_FUNCTION_INFO_V1(dsync_release);
+PG_FUNCTION_INFO_V1(dsync_leader);
+PG_FUNCTION_INFO_V1(dsync_assert_held);
+PG_FUNCTION_INFO_V1(dsync_force_release);
+
+/* What one grant writes into a row. */
+typedef struct LeaseGrant
+{
+	text	   *holder;
+	Interval   *ttl;
+	int64		ttl_usec;
+	Datum		info;
+	bool		info_null;
+} LeaseGrant;
+
+/*
+ * LeaseFindHeld
+ *		The row in which holder holds the lease live at now, if any.
+ */
+static DsyncLeaseRow *
+LeaseFindHeld(List *rows, text *holder, TimestampTz now)
+{
+	ListCell   *lc;
+
+	foreach(lc, rows)
+	{
+		DsyncLeaseRow *row = lfirst(lc);
+
+		if (DsyncRowIsLive(row, now) && DsyncRowHolderIs(row, holder))
+			return row;
+	}
+	return NULL;
+}
+
+/*
+ * LeaseHeldByCaller
+ *		Whether a locked row is still held live by this holder, as the
+ *		clock reads now, and owned by a role the caller acts for.
+ */
+static bool
+LeaseHeldByCaller(DsyncLeaseRow *row, text *holder)
+{
+	return DsyncRowIsLive(row, GetCurrentTimestamp()) &&
+		DsyncRowHolderIs(row, holder) &&
+		DsyncRowOwnerIsCaller(row);
+}
+
+/*
+ * LeaseSetGrant
+ *		Fill a row for a new grant: a new fencing token and a fresh expiry.
+ */
+static void
+LeaseSetGrant(DsyncStore *store, DsyncLeaseRow *row, const LeaseGrant *grant)
+{
+	int64		token = DsyncNextFencingToken(store->catalog);
+	TimestampTz now = GetCurrentTimestamp();
+
+	row->values[Anum_lease_holder - 1] = PointerGetDatum(grant->holder);
+	row->nulls[Anum_lease_holder - 1] = false;
+	row->values[Anum_lease_fencing - 1] = Int64GetDatum(token);
+	row->nulls[Anum_lease_fencing - 1] = false;
+	row->values[Anum_lease_acquired_at - 1] = TimestampTzGetDatum(now);
+	row->nulls[Anum_lease_acquired_at - 1] = false;
+	row->values[Anum_lease_renewed_at - 1] = TimestampTzGetDatum(now);
+	row->nulls[Anum_lease_renewed_at - 1] = false;
+	row->values[Anum_lease_expires_at - 1] =
+		TimestampTzGetDatum(DsyncExpiry(now, grant->ttl_usec, "ttl"));
+	row->nulls[Anum_lease_expires_at - 1] = false;
+	row->values[Anum_lease_ttl - 1] = IntervalPGetDatum(grant->ttl);
+	row->nulls[Anum_lease_ttl - 1] = false;
+	row->values[Anum_lease_info - 1] = grant->info;
+	row->nulls[Anum_lease_info - 1] = grant->info_null;
+	row->values[Anum_lease_owner - 1] = ObjectIdGetDatum(GetUserId());
+	row->nulls[Anum_lease_owner - 1] = false;
+}
+
+/*
+ * LeaseSetRenewal
+ *		Push a held row's expiry to now + ttl_usec; returns the new expiry.
+ */
+static TimestampTz
+LeaseSetRenewal(DsyncLeaseRow *row, int64 ttl_usec)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz expiry = DsyncExpiry(now, ttl_usec, "ttl");
+
+	row->values[Anum_lease_renewed_at - 1] = TimestampTzGetDatum(now);
+	row->values[Anum_lease_expires_at - 1] = TimestampTzGetDatum(expiry);
+	return expiry;
+}
+
+/*
+ * LeaseSetReleased
+ *		Clear a row's holder.  The row stays, so the next grant of this
+ *		name is a HOT update rather than an insert.
+ */
+static void
+LeaseSetReleased(DsyncLeaseRow *row)
+{
+	row->nulls[Anum_lease_holder - 1] = true;
+	row->nulls[Anum_lease_info - 1] = true;
+}
+
+/*
+ * LeaseTryAcquire
+ *		Grant one of the lease's permits to the holder if one is free now,
+ *		without waiting for any other transaction.  Returns true and the
+ *		fencing token on success.
+ */
+static bool
+LeaseTryAcquire(DsyncStore *store, text *lease, const LeaseGrant *grant,
+				int permits, int64 *token)
+{
+	for (;;)
+	{
+		List	   *rows;
+		ListCell   *lc;
+		DsyncLeaseRow *mine;
+		bool	   *slot_used;
+		bool		rescan = false;
+		int			free_slot;
+		DsyncLeaseRow *fresh;
+
+		CHECK_FOR_INTERRUPTS();
+
+		rows = DsyncStoreScan(store, lease);
+		mine = LeaseFindHeld(rows, grant->holder, GetCurrentTimestamp());
+
+		/* Reentrant: the holder already has it; extend and keep the token. */
+		if (mine)
+		{
+			TM_Result	result;
+
+			if (!DsyncRowOwnerIsCaller(mine))
+				return false;
+			result = DsyncStoreLock(store, mine, LockTupleNoKeyExclusive, LockWaitSkip);
+			if (result == TM_WouldBlock)
+				return false;
+			if (result != TM_Ok || !LeaseHeldByCaller(mine, grant->holder))
+				continue;
+			LeaseSetRenewal(mine, grant->ttl_usec);
+			mine->values[Anum_lease_ttl - 1] = IntervalPGetDatum(grant->ttl);
+			if (!grant->info_null)
+			{
+				mine->values[Anum_lease_info - 1] = grant->info;
+				mine->nulls[Anum_lease_info - 1] = false;
+			}
+			DsyncStoreUpdate(store, mine);
+			*token = DatumGetInt64(mine->values[Anum_lease_fencing - 1]);
+			return true;
+		}
+
+		/* Take the first existing permit that is free or expired. */
+		slot_used = palloc0(sizeof(bool) * permits);
+		foreach(lc, rows)
+		{
+			DsyncLeaseRow *row = lfirst(lc);
+			int32		slot = DatumGetInt32(row->values[Anum_lease_slot - 1]);
+			TM_Result	result;
+
+			if (slot < 0 || slot >= permits)
+				continue;
+			slot_used[slot] = true;
+			if (DsyncRowIsLive(row, GetCurrentTimestamp()))
+				continue;
+
+			result = DsyncStoreLock(store, row, LockTupleNoKeyExclusive, LockWaitSkip);
+			if (result == TM_WouldBlock)
+				continue;
+			if (result != TM_Ok || DsyncRowIsLive(row, GetCurrentTimestamp()))
+			{
+				rescan = true;
+				break;
+			}
+			LeaseSetGrant(store, row, grant);
+			DsyncStoreUpdate(store, row);
+			*token = DatumGetInt64(row->values[Anum_lease_fencing - 1]);
+			return true;
+		}
+		if (rescan)
+			continue;
+
+		/* No free row: make one for a permit that has never been used. */
+		for (free_slot = 0; free_slot < permits; free_slot++)
+			if (!slot_used[free_slot])
+				break;
+		if (free_slot == permits)
+			return false;
+		if (!DsyncStoreTryInsertLock(lease))
+			return false;
+
+		/* Someone may have inserted and committed since our scan. */
+		if (list_length(DsyncStoreScan(store, lease)) != list_length(rows))
+			continue;
+
+		fresh = palloc0(sizeof(DsyncLeaseRow));
+		for (int i = 0; i < Natts_lease; i++)
+			fresh->nulls[i] = true;
+		fresh->values[Anum_lease_name - 1] = PointerGetDatum(lease);
+		fresh->nulls[Anum_lease_name - 1] = false;
+		fresh->values[Anum_lease_slot - 1] = Int32GetDatum(free_slot);
+		fresh->nulls[Anum_lease_slot - 1] = false;
+		LeaseSetGrant(store, fresh, grant);
+		DsyncStoreInsert(store, fresh);
+		*token = DatumGetInt64(fresh->values[Anum_lease_fencing - 1]);
+		return true;
+	}
+}
+
+/*
+ * LeaseLockHeld
+ *		Find and lock the row in which holder holds the lease live, for a
+ *		change by that holder.  Returns NULL if it does not hold it (or the
+ *		caller's role does not own it).
+ */
+static DsyncLeaseRow *
+LeaseLockHeld(DsyncStore *store, text *lease, text *holder, LockTupleMode mode)
+{
+	for (;;)
+	{
+		List	   *rows;
+		DsyncLeaseRow *row;
+		TM_Result	result;
+
+		CHECK_FOR_INTERRUPTS();
+
+		rows = DsyncStoreScan(store, lease);
+		row = LeaseFindHeld(rows, holder, GetCurrentTimestamp());
+		if (row == NULL || !DsyncRowOwnerIsCaller(row))
+			return NULL;
+
+		result = DsyncStoreLock(store, row, mode, LockWaitBlock);
+		if (result != TM_Ok)
+			continue;
+		return LeaseHeldByCaller(row, holder) ? row : NULL;
+	}
+}
+
+/*
+ * dsync_acquire
+ *		SQL: dsync_acquire(lease, holder, ttl, wait, info) RETURNS bigint
+ */
+Datum
+dsync_acquire(PG_FUNCTION_ARGS)
+{
+	text	   *lease = DsyncArgName(fcinfo, 0, "lease");
+	LeaseGrant	grant;
+	bool		wait_forever;
+	int64		wait_usec;
+	DsyncStore	store;
+	int64		token;
+	bool		granted;
+
+	grant.holder = DsyncArgName(fcinfo, 1, "holder");
+	grant.ttl_usec = DsyncArgTtl(fcinfo, 2, "ttl", false, &grant.ttl);
+	DsyncArgWait(fcinfo, 3, "wait", &wait_forever, &wait_usec);
+	grant.info_null = PG_ARGISNULL(4);
+	grant.info = grant.info_null ? (Datum) 0 : JsonbPGetDatum(PG_GETARG_JSONB_P(4));
+
+	if (wait_forever || wait_usec > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("blocking waits are not supported yet"),
+				 errdetail("dsync_acquire() was called with wait => %s.",
+						   wait_forever ? "NULL" : "a positive interval"),
+				 errhint("Pass wait => '0' and retry from the client.")));
+
+	DsyncPreventWrite("dsync_acquire()");
+
+	DsyncStoreOpen(&store, fcinfo, true);
+	granted = LeaseTryAcquire(&store, lease, &grant, 1, &token);
+	DsyncStoreClose(&store);
+
+	if (!granted)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(token);
+}
+
+/*
+ * dsync_renew
+ *		SQL: dsync_renew(lease, holder, ttl) RETURNS timestamptz
+ *
+ * A NULL ttl renews for the ttl the lease was last acquired with; an
+ * explicit ttl applies to this renewal only.
+ */
+Datum
+dsync_renew(PG_FUNCTION_ARGS)
+{
+	text	   *lease = DsyncArgName(fcinfo, 0, "lease");
+	text	   *holder = DsyncArgName(fcinfo, 1, "holder");
+	Interval   *ttl;
+	int64		ttl_usec = DsyncArgTtl(fcinfo, 2, "ttl", true, &ttl);
+	DsyncStore	store;
+	DsyncLeaseRow *row;
+	TimestampTz expiry = 0;
+
+	DsyncPreventWrite("dsync_renew()");
+
+	DsyncStoreOpen(&store, fcinfo, true);
+	row = LeaseLockHeld(&store, lease, holder, LockTupleNoKeyExclusive);
+	if (row)
+	{
+		if (ttl == NULL &&
+			!DsyncIntervalUsec(DatumGetIntervalP(row->values[Anum_lease_ttl - 1]), &ttl_usec))
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERVAL_FIELD_OVERFLOW),
+					 errmsg("stored ttl of lease \"%s\" is out of range",
+							text_to_cstring(lease))));
+		expiry = LeaseSetRenewal(row, ttl_usec);
+		DsyncStoreUpdate(&store, row);
+	}
+	DsyncStoreClose(&store);
+
+	if (row == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_TIMESTAMPTZ(expiry);
+}
+
+/*
+ * dsync_release
+ *		SQL: dsync_release(lease, holder) RETURNS boolean
+ */
+Datum
+dsync_release(PG_FUNCTION_ARGS)
+{
+	text	   *lease = DsyncArgName(fcinfo, 0, "lease");
+	text	   *holder = DsyncArgName(fcinfo, 1, "holder");
+	DsyncStore	store;
+	DsyncLeaseRow *row;
+
+	DsyncPreventWrite("dsync_release()");
+
+	DsyncStoreOpen(&store, fcinfo, true);
+	row = LeaseLockHeld(&store, lease, holder, LockTupleNoKeyExclusive);
+	if (row)
+	{
+		LeaseSetReleased(row);
+		DsyncStoreUpdate(&store, row);
+	}
+	DsyncStoreClose(&store);
+
+	PG_RETURN_BOOL(row != NULL);
+}
+
+/*
+ * dsync_leader
+ *		SQL: dsync_leader(lease) RETURNS text
+ *
+ * Read-only, so it also works on a hot standby.
+ */
+Datum
+dsync_leader(PG_FUNCTION_ARGS)
+{
+	text	   *lease = DsyncArgName(fcinfo, 0, "lease");
+	DsyncStore	store;
+	List	   *rows;
+	ListCell   *lc;
+	text	   *leader = NULL;
+	TimestampTz now;
+
+	DsyncStoreOpen(&store, fcinfo, false);
+	rows = DsyncStoreScan(&store, lease);
+	now = GetCurrentTimestamp();
+	foreach(lc, rows)
+	{
+		DsyncLeaseRow *row = lfirst(lc);
+
+		if (DatumGetInt32(row->values[Anum_lease_slot - 1]) == 0 &&
+			DsyncRowIsLive(row, now))
+			leader = DatumGetTextPP(row->values[Anum_lease_holder - 1]);
+	}
+	DsyncStoreClose(&store);
+
+	if (leader == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(leader);
+}
+
+/*
+ * dsync_assert_held
+ *		SQL: dsync_assert_held(lease, holder) RETURNS bigint
+ *
+ * The share lock taken here lasts until the caller's transaction ends.
+ */
+Datum
+dsync_assert_held(PG_FUNCTION_ARGS)
+{
+	text	   *lease = DsyncArgName(fcinfo, 0, "lease");
+	text	   *holder = DsyncArgName(fcinfo, 1, "holder");
+	DsyncStore	store;
+	DsyncLeaseRow *row;
+
+	DsyncPreventWrite("dsync_assert_held()");
+
+	DsyncStoreOpen(&store, fcinfo, true);
+	row = LeaseLockHeld(&store, lease, holder, LockTupleShare);
+	DsyncStoreClose(&store);
+
+	if (row == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("lease \"%s\" is not held by \"%s\"",
+						text_to_cstring(lease), text_to_cstring(holder)),
+				 errdetail("It has expired, was released or taken over, or was acquired by a role you are not a member of.")));
+	PG_RETURN_INT64(DatumGetInt64(row->values[Anum_lease_fencing - 1]));
+}
+
+/*
+ * dsync_force_release
+ *		SQL: dsync_force_release(lease, holder DEFAULT NULL) RETURNS int
+ *
+ * Releases every live holder of the lease (or only the one given),
+ * whichever role owns it.  Execution is not granted to PUBLIC.
+ */
+Datum
+dsync_force_release(PG_FUNCTION_ARGS)
+{
+	text	   *lease = DsyncArgName(fcinfo, 0, "lease");
+	text	   *holder = DsyncArgNameOrNull(fcinfo, 1, "holder");
+	DsyncStore	store;
+	int32		released = 0;
+	bool		rescan;
+
+	DsyncPreventWrite("dsync_force_release()");
+
+	DsyncStoreOpen(&store, fcinfo, true);
+	do
+	{
+		List	   *rows = DsyncStoreScan(&store, lease);
+		ListCell   *lc;
+
+		CHECK_FOR_INTERRUPTS();
+		rescan = false;
+		foreach(lc, rows)
+		{
+			DsyncLeaseRow *row = lfirst(lc);
+
+			if (!DsyncRowIsLive(row, GetCurrentTimestamp()) ||
+				(holder && !DsyncRowHolderIs(row, holder)))
+				continue;
+			if (DsyncStoreLock(&store, row, LockTupleNoKeyExclusive, LockWaitBlock) != TM_Ok)
+			{
+				rescan = true;
+				break;
+			}
+			if (!DsyncRowIsLive(row, GetCurrentTimestamp()) ||
+				(holder && !DsyncRowHolderIs(row, holder)))
+				continue;
+			LeaseSetReleased(row);
+			DsyncStoreUpdate(&store, row);
+			released++;
+		}
+	} while (rescan);
+	DsyncStoreClose(&store);
+
+	PG_RETURN_INT32(released);
+}

@@ -1,0 +1,303 @@
+/*-------------------------------------------------------------------------
+ *
+ * store.c
+ *		Direct access to the dsync_lease table.
+ *
+ * The lease functions read and write their table below the executor, for
+ * three reasons:
+ *
+ *	- Latest committed state at every isolation level.  Rows are found with
+ *	  an index scan under SnapshotAny and filtered with a fresh snapshot
+ *	  (GetLatestSnapshot), so a REPEATABLE READ or SERIALIZABLE caller acts
+ *	  on what has been committed now, not on its old snapshot.  Checking
+ *	  visibility ourselves also keeps SSI out of it: no SIREAD locks are
+ *	  taken and no serialization failure can come from dsync's own reads.
+ *
+ *	- Control over waiting.  A row is locked with heap_lock_tuple and an
+ *	  explicit wait policy before it is changed: acquire uses
+ *	  LockWaitSkip, so it never blocks on another transaction's uncommitted
+ *	  grant or guard, while release and renew of one's own lease wait.
+ *
+ *	- Speed.  No parsing, planning or executor start-up on the hot path.
+ *
+ * Every change is followed by CommandCounterIncrement so that a later call
+ * in the same statement sees it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/index.h"
+#include "common/hashfn.h"
+#include "executor/tuptable.h"
+#include "miscadmin.h"
+#include "nodes/execnodes.h"
+#include "storage/bufmgr.h"
+#include "storage/lmgr.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "dsync.h"
+
+/*
+ * Lock class for the per-name insert lock (the fourth field of an advisory
+ * lock tag; PostgreSQL's own advisory locks use 1 and 2).
+ */
+#define DSYNC_INSERT_LOCK_CLASS 0x6473
+
+/*
+ * DsyncStoreOpen
+ *		Open the lease table and its primary key.
+ */
+void
+DsyncStoreOpen(DsyncStore *store, FunctionCallInfo fcinfo, bool for_write)
+{
+	store->catalog = DsyncCatalogGet(fcinfo);
+	store->lockmode = for_write ? RowExclusiveLock : AccessShareLock;
+	store->rel = table_open(store->catalog->lease_rel, store->lockmode);
+	store->index = index_open(store->catalog->lease_pkey, store->lockmode);
+}
+
+/*
+ * DsyncStoreClose
+ *		Close what DsyncStoreOpen opened; locks stay until transaction end.
+ */
+void
+DsyncStoreClose(DsyncStore *store)
+{
+	index_close(store->index, NoLock);
+	table_close(store->rel, NoLock);
+}
+
+/*
+ * DsyncStoreLoadRow
+ *		Copy a heap tuple's columns into a row, so it outlives the buffer.
+ */
+static void
+DsyncStoreLoadRow(DsyncStore *store, HeapTuple tuple, DsyncLeaseRow *row)
+{
+	TupleDesc	desc = RelationGetDescr(store->rel);
+
+	heap_deform_tuple(tuple, desc, row->values, row->nulls);
+	for (int i = 0; i < Natts_lease; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (!row->nulls[i] && !att->attbyval)
+			row->values[i] = datumCopy(row->values[i], att->attbyval, att->attlen);
+	}
+	row->tid = tuple->t_self;
+}
+
+/*
+ * DsyncStoreScan
+ *		All rows of one lease name as of the latest committed state (plus
+ *		this transaction's own changes), as a List of DsyncLeaseRow.
+ */
+List *
+DsyncStoreScan(DsyncStore *store, text *name)
+{
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	ScanKeyData key;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	List	   *rows = NIL;
+
+	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
+	scan = index_beginscan(store->rel, store->index, SnapshotAny, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	slot = table_slot_create(store->rel, NULL);
+
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		BufferHeapTupleTableSlot *bslot = (BufferHeapTupleTableSlot *) slot;
+		HeapTuple	tuple = bslot->base.tuple;
+		bool		visible;
+		DsyncLeaseRow *row;
+
+		LockBuffer(bslot->buffer, BUFFER_LOCK_SHARE);
+		visible = HeapTupleSatisfiesVisibility(tuple, snapshot, bslot->buffer);
+		LockBuffer(bslot->buffer, BUFFER_LOCK_UNLOCK);
+		if (!visible)
+			continue;
+
+		row = palloc(sizeof(DsyncLeaseRow));
+		DsyncStoreLoadRow(store, tuple, row);
+		rows = lappend(rows, row);
+	}
+
+	ExecDropSingleTupleTableSlot(slot);
+	index_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	return rows;
+}
+
+/*
+ * DsyncStoreLock
+ *		Lock the row version a scan returned, with the given wait policy.
+ *
+ * On TM_Ok the row is reloaded from the locked version, which is then the
+ * latest one: nobody can change it until this transaction ends.  Any other
+ * result means the caller must decide again (TM_Updated, TM_Deleted: a
+ * change was committed since the scan, so scan again; TM_WouldBlock:
+ * another transaction is changing or guarding it right now).
+ */
+TM_Result
+DsyncStoreLock(DsyncStore *store, DsyncLeaseRow *row, LockTupleMode mode,
+			   LockWaitPolicy policy)
+{
+	HeapTupleData tuple;
+	Buffer		buffer;
+	TM_FailureData tmfd;
+	TM_Result	result;
+
+	tuple.t_self = row->tid;
+	result = heap_lock_tuple(store->rel, &tuple, GetCurrentCommandId(true),
+							 mode, policy, false, &buffer, &tmfd);
+	if (result == TM_Ok)
+		DsyncStoreLoadRow(store, &tuple, row);
+	ReleaseBuffer(buffer);
+
+	if (result == TM_Invisible || result == TM_SelfModified)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg_internal("dsync lease row (%u,%u) changed unexpectedly within this transaction",
+								 ItemPointerGetBlockNumber(&row->tid),
+								 ItemPointerGetOffsetNumber(&row->tid))));
+	return result;
+}
+
+/*
+ * DsyncStoreIndexInsert
+ *		Add a primary key entry for a new (or non-HOT) row version.
+ */
+static void
+DsyncStoreIndexInsert(DsyncStore *store, HeapTuple tuple, DsyncLeaseRow *row,
+					  bool unchanged)
+{
+	Datum		values[2];
+	bool		nulls[2] = {false, false};
+	IndexInfo  *info = BuildIndexInfo(store->index);
+
+	values[0] = row->values[Anum_lease_name - 1];
+	values[1] = row->values[Anum_lease_slot - 1];
+	index_insert(store->index, values, nulls, &tuple->t_self, store->rel,
+				 UNIQUE_CHECK_YES, unchanged, info);
+}
+
+/*
+ * DsyncStoreUpdate
+ *		Write a locked row back with its new values.
+ *
+ * Only the primary key is indexed and its columns never change, so this
+ * is a HOT update whenever the page has room, which the table's fillfactor
+ * sees to; otherwise the index gets the new version too.
+ */
+void
+DsyncStoreUpdate(DsyncStore *store, DsyncLeaseRow *row)
+{
+	HeapTuple	tuple;
+
+	tuple = heap_form_tuple(RelationGetDescr(store->rel), row->values, row->nulls);
+	simple_heap_update(store->rel, &row->tid, tuple);
+	if (!HeapTupleIsHeapOnly(tuple))
+		DsyncStoreIndexInsert(store, tuple, row, true);
+	row->tid = tuple->t_self;
+	heap_freetuple(tuple);
+	CommandCounterIncrement();
+}
+
+/*
+ * DsyncStoreInsert
+ *		Add a row for a (name, slot) that has none.  The caller holds the
+ *		name's insert lock, so no other transaction can be inserting the
+ *		same key and the unique check never has to wait.
+ */
+void
+DsyncStoreInsert(DsyncStore *store, DsyncLeaseRow *row)
+{
+	HeapTuple	tuple;
+
+	tuple = heap_form_tuple(RelationGetDescr(store->rel), row->values, row->nulls);
+	simple_heap_insert(store->rel, tuple);
+	DsyncStoreIndexInsert(store, tuple, row, false);
+	row->tid = tuple->t_self;
+	heap_freetuple(tuple);
+	CommandCounterIncrement();
+}
+
+/*
+ * DsyncStoreTryInsertLock
+ *		Take the transaction-long lock that guards inserting rows for this
+ *		name, without waiting; false if another transaction has it.
+ *
+ * Two first-time acquirers of one name would otherwise meet in the
+ * primary key's unique check, where the second waits for the first to
+ * commit; that would break "wait = 0 never blocks".  The lock shows in
+ * pg_locks as an advisory lock with objsubid 25715.
+ */
+bool
+DsyncStoreTryInsertLock(text *name)
+{
+	LOCKTAG		tag;
+	uint64		hash;
+
+	hash = hash_bytes_extended((const unsigned char *) VARDATA_ANY(name),
+							   VARSIZE_ANY_EXHDR(name), 0);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
+						 DSYNC_INSERT_LOCK_CLASS);
+	return LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+/*
+ * DsyncRowIsLive
+ *		Whether a row holds a lease that has not expired at now.
+ */
+bool
+DsyncRowIsLive(const DsyncLeaseRow *row, TimestampTz now)
+{
+	if (row->nulls[Anum_lease_holder - 1] || row->nulls[Anum_lease_expires_at - 1])
+		return false;
+	return DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]) > now;
+}
+
+/*
+ * DsyncRowHolderIs
+ *		Whether a row's holder is exactly the given one (byte for byte).
+ */
+bool
+DsyncRowHolderIs(const DsyncLeaseRow *row, text *holder)
+{
+	text	   *current;
+
+	if (row->nulls[Anum_lease_holder - 1])
+		return false;
+	current = DatumGetTextPP(row->values[Anum_lease_holder - 1]);
+	return VARSIZE_ANY_EXHDR(current) == VARSIZE_ANY_EXHDR(holder) &&
+		memcmp(VARDATA_ANY(current), VARDATA_ANY(holder),
+			   VARSIZE_ANY_EXHDR(holder)) == 0;
+}
+
+/*
+ * DsyncRowOwnerIsCaller
+ *		Whether the current role may act on a lease acquired by the row's
+ *		owner: it must have the owner's privileges.
+ */
+bool
+DsyncRowOwnerIsCaller(const DsyncLeaseRow *row)
+{
+	if (row->nulls[Anum_lease_owner - 1])
+		return false;
+	return has_privs_of_role(GetUserId(), DatumGetObjectId(row->values[Anum_lease_owner - 1]));
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs every dsync test on a Debian machine, as root:
+#   pg_regress and isolation specs (make installcheck), pgTAP (pg_prove),
+#   and the Perl TAP tests (PostgreSQL::Test::Cluster, run as postgres).
+# Each suite gets a throwaway server with dsync preloaded.  Prints one
+# "N passed, N failed" line at the end and exits non-zero on any failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+top=$(pwd)
+
+bash scripts/install-deps.sh || exit 1
+export PATH="/usr/lib/postgresql/15/bin:$PATH"
+
+echo "== build (warnings are errors)"
+make -s clean >/dev/null
+make -s >/dev/null || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
+make -s install >/dev/null || { echo "install failed"; echo "0 passed, 1 failed"; exit 1; }
+
+passed=0
+failed=0
+run_suite() {
+	local name=$1; shift
+	echo "== $name"
+	if "$@"; then
+		echo "-- $name: ok"
+		passed=$((passed + 1))
+	else
+		echo "-- $name: FAILED"
+		failed=$((failed + 1))
+		[ -f regression.diffs ] && head -200 regression.diffs
+		[ -f output_iso/regression.diffs ] && head -200 output_iso/regression.diffs
+	fi
+}
+
+# pg_virtualenv makes a throwaway cluster (owned by postgres) and points
+# libpq at it; the server settings are the ones the tests rely on.
+virtualenv() {
+	pg_virtualenv -o "shared_preload_libraries=dsync" -o "max_prepared_transactions=10" \
+		-o "log_min_messages=warning" "$@"
+}
+
+run_suite "pg_regress + isolation" virtualenv make -s installcheck
+run_suite "pgTAP" virtualenv bash -c \
+	'psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" && pg_prove -q --ext .sql test/pgtap/'
+
+# Perl TAP tests run as an ordinary user on a copy of the tree.
+tapdir=$(mktemp -d /tmp/dsync-tap.XXXXXX)
+cp -a "$top/." "$tapdir/"
+chown -R postgres "$tapdir"
+run_suite "Perl TAP" runuser -u postgres -- make -s -C "$tapdir" prove-installcheck
+rm -rf "$tapdir"
+
+echo
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
