@@ -1,0 +1,97 @@
+-- pgTAP: the shape of the SQL interface (API.md is the contract).
+SET client_min_messages = warning;
+BEGIN;
+CREATE EXTENSION IF NOT EXISTS dsync;
+SELECT plan(53);
+
+-- functions, argument types and return types
+SELECT has_function('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb']);
+SELECT function_returns('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb'], 'bigint');
+SELECT has_function('dsync_renew', ARRAY['text', 'text', 'interval']);
+SELECT function_returns('dsync_renew', ARRAY['text', 'text', 'interval'], 'timestamp with time zone');
+SELECT has_function('dsync_release', ARRAY['text', 'text']);
+SELECT function_returns('dsync_release', ARRAY['text', 'text'], 'boolean');
+SELECT has_function('dsync_leader', ARRAY['text']);
+SELECT function_returns('dsync_leader', ARRAY['text'], 'text');
+SELECT has_function('dsync_assert_held', ARRAY['text', 'text']);
+SELECT function_returns('dsync_assert_held', ARRAY['text', 'text'], 'bigint');
+SELECT has_function('dsync_force_release', ARRAY['text', 'text']);
+SELECT function_returns('dsync_force_release', ARRAY['text', 'text'], 'integer');
+SELECT has_function('dsync_channel', ARRAY['text']);
+SELECT function_returns('dsync_channel', ARRAY['text'], 'text');
+
+-- argument names, order and defaults
+SELECT is(pg_get_function_arguments('dsync_acquire(text,text,interval,interval,jsonb)'::regprocedure),
+	'lease text, holder text, ttl interval DEFAULT ''00:00:30''::interval, wait interval DEFAULT ''00:00:00''::interval, info jsonb DEFAULT NULL::jsonb',
+	'dsync_acquire arguments and defaults');
+SELECT is(pg_get_function_arguments('dsync_renew(text,text,interval)'::regprocedure),
+	'lease text, holder text, ttl interval DEFAULT NULL::interval',
+	'dsync_renew arguments and defaults');
+SELECT is(pg_get_function_arguments('dsync_release(text,text)'::regprocedure),
+	'lease text, holder text', 'dsync_release arguments');
+SELECT is(pg_get_function_arguments('dsync_leader(text)'::regprocedure),
+	'lease text', 'dsync_leader arguments');
+SELECT is(pg_get_function_arguments('dsync_assert_held(text,text)'::regprocedure),
+	'lease text, holder text', 'dsync_assert_held arguments');
+SELECT is(pg_get_function_arguments('dsync_force_release(text,text)'::regprocedure),
+	'lease text, holder text DEFAULT NULL::text', 'dsync_force_release arguments and defaults');
+SELECT is(pg_get_function_arguments('dsync_channel(text)'::regprocedure),
+	'name text', 'dsync_channel arguments');
+
+-- the defaults behave as documented: 30 s ttl, no wait
+SELECT ok(dsync_acquire('api-defaults', 'h') IS NOT NULL, 'acquire with defaults grants');
+SELECT ok((SELECT ttl = interval '30 seconds' FROM dsync_leases WHERE lease = 'api-defaults'),
+	'default ttl is 30 seconds');
+SELECT ok(dsync_force_release('api-defaults') = 1, 'force_release holder defaults to everybody');
+
+-- state-changing functions are volatile and parallel unsafe
+SELECT volatility_is('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb'], 'volatile');
+SELECT volatility_is('dsync_renew', ARRAY['text', 'text', 'interval'], 'volatile');
+SELECT volatility_is('dsync_release', ARRAY['text', 'text'], 'volatile');
+SELECT volatility_is('dsync_assert_held', ARRAY['text', 'text'], 'volatile');
+SELECT volatility_is('dsync_force_release', ARRAY['text', 'text'], 'volatile');
+SELECT is((SELECT array_agg(DISTINCT proparallel) FROM pg_proc
+			WHERE proname IN ('dsync_acquire', 'dsync_renew', 'dsync_release',
+							  'dsync_assert_held', 'dsync_force_release')),
+	ARRAY['u']::"char"[], 'state-changing functions are PARALLEL UNSAFE');
+SELECT volatility_is('dsync_channel', ARRAY['text'], 'immutable');
+-- none is STRICT: NULL arguments are errors that name the argument
+SELECT is((SELECT count(*) FROM pg_proc WHERE proname LIKE 'dsync\_%' AND proisstrict), 0::bigint,
+	'no dsync function is STRICT');
+SELECT is((SELECT count(*) FROM pg_proc WHERE proname LIKE 'dsync\_%' AND prosecdef), 0::bigint,
+	'no dsync function is SECURITY DEFINER');
+
+-- privileges: everything for PUBLIC but force_release
+SELECT function_privs_are('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_renew', ARRAY['text', 'text', 'interval'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_release', ARRAY['text', 'text'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_leader', ARRAY['text'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_assert_held', ARRAY['text', 'text'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_channel', ARRAY['text'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_force_release', ARRAY['text', 'text'], 'public', ARRAY[]::text[]);
+SELECT table_privs_are('dsync_lease', 'public', ARRAY[]::text[]);
+SELECT sequence_privs_are('dsync_fencing_seq', 'public', ARRAY[]::text[]);
+SELECT table_privs_are('dsync_leases', 'public', ARRAY['SELECT']);
+
+-- the view
+SELECT has_view('dsync_leases');
+SELECT columns_are('dsync_leases', ARRAY['lease', 'holder', 'fencing', 'permits', 'acquired_at',
+	'renewed_at', 'expires_at', 'ttl', 'info', 'owner']);
+SELECT col_type_is('dsync_leases', 'fencing', 'bigint');
+SELECT col_type_is('dsync_leases', 'expires_at', 'timestamp with time zone');
+SELECT col_type_is('dsync_leases', 'ttl', 'interval');
+SELECT col_type_is('dsync_leases', 'info', 'jsonb');
+
+-- renewals stay HOT: the primary key is the table's only index
+SELECT indexes_are('dsync_lease', ARRAY['dsync_lease_pkey']);
+SELECT col_is_pk('dsync_lease', ARRAY['name', 'slot']);
+SELECT ok((SELECT reloptions @> ARRAY['fillfactor=50'] FROM pg_class WHERE oid = 'dsync_lease'::regclass),
+	'dsync_lease leaves room for HOT updates');
+
+-- every object belongs to the extension
+SELECT is((SELECT count(*) FROM pg_depend d JOIN pg_extension e ON d.refobjid = e.oid
+			WHERE e.extname = 'dsync' AND d.deptype = 'e'), 10::bigint,
+	'the extension owns its table, sequence, view and seven functions');
+
+SELECT * FROM finish();
+ROLLBACK;
