@@ -10,7 +10,8 @@ OBJS = \
 	src/store.o \
 	src/fencing.o \
 	src/lease.o \
-	src/channel.o
+	src/channel.o \
+	src/views.o
 
 DATA = sql/dsync--1.0.sql
 PGFILEDESC = "dsync - leases, leader election and signals for PostgreSQL"
@@ -22,7 +23,8 @@ REGRESS = args lease privileges channel
 REGRESS_OPTS = --load-extension=dsync
 
 ISOLATION = acquire_free acquire_expired acquire_release acquire_renew \
-	snapshot_rr snapshot_serializable assert_held_expiry uncommitted_nowait
+	snapshot_rr snapshot_serializable serializable_view assert_held_expiry \
+	uncommitted_nowait
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=dsync
 
 PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror

@@ -123,23 +123,42 @@ COMMENT ON FUNCTION @extschema@.dsync_channel(text) IS
 
 /*
  * Live leases only: a row whose expiry has passed is hidden at once, even
- * before anything has cleaned it up.  The view runs with its owner's
- * rights, so ordinary roles can read it without any right on the table.
+ * before anything has cleaned it up.  The rows come from a C function that
+ * reads the latest committed state without SIREAD locks (see views.c), so
+ * reading the view in a SERIALIZABLE transaction never makes a concurrent
+ * dsync call fail serialization.  Ordinary roles need no right on the
+ * table to read it.
  */
+CREATE FUNCTION @extschema@.dsync_lease_rows(
+	OUT lease text,
+	OUT holder text,
+	OUT fencing bigint,
+	OUT permits integer,
+	OUT acquired_at timestamptz,
+	OUT renewed_at timestamptz,
+	OUT expires_at timestamptz,
+	OUT ttl interval,
+	OUT info jsonb,
+	OUT owner oid)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'dsync_lease_rows'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.dsync_lease_rows() IS
+'rows of the view dsync_leases: every live holder, as last committed';
+
 CREATE VIEW @extschema@.dsync_leases AS
-SELECT l.name AS lease,
-	   l.holder,
-	   l.fencing,
-	   1 AS permits,
-	   l.acquired_at,
-	   l.renewed_at,
-	   l.expires_at,
-	   l.ttl,
-	   l.info,
-	   pg_catalog.pg_get_userbyid(l.owner) AS owner
-  FROM @extschema@.dsync_lease AS l
- WHERE l.holder IS NOT NULL
-   AND l.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
+SELECT r.lease,
+	   r.holder,
+	   r.fencing,
+	   r.permits,
+	   r.acquired_at,
+	   r.renewed_at,
+	   r.expires_at,
+	   r.ttl,
+	   r.info,
+	   pg_catalog.pg_get_userbyid(r.owner) AS owner
+  FROM @extschema@.dsync_lease_rows() AS r;
 
 COMMENT ON VIEW @extschema@.dsync_leases IS
 'live leases, one row per holder';

@@ -75,6 +75,7 @@ typedef struct DsyncStore
 extern void DsyncStoreOpen(DsyncStore *store, FunctionCallInfo fcinfo, bool for_write);
 extern void DsyncStoreClose(DsyncStore *store);
 extern List *DsyncStoreScan(DsyncStore *store, text *name);
+extern List *DsyncStoreScanAll(DsyncStore *store);
 extern TM_Result DsyncStoreLock(DsyncStore *store, DsyncLeaseRow *row,
 								LockTupleMode mode, LockWaitPolicy policy);
 extern void DsyncStoreUpdate(DsyncStore *store, DsyncLeaseRow *row);

@@ -101,6 +101,30 @@ DsyncStoreLoadRow(DsyncStore *store, HeapTuple tuple, DsyncLeaseRow *row)
 }
 
 /*
+ * DsyncStoreVisibleRow
+ *		A copy of the tuple if it is visible to snapshot, else NULL.  The
+ *		buffer must be pinned; it is share-locked here for the check, which
+ *		may set hint bits.
+ */
+static DsyncLeaseRow *
+DsyncStoreVisibleRow(DsyncStore *store, HeapTuple tuple, Buffer buffer,
+					 Snapshot snapshot)
+{
+	bool		visible;
+	DsyncLeaseRow *row;
+
+	LockBuffer(buffer, BUFFER_LOCK_SHARE);
+	visible = HeapTupleSatisfiesVisibility(tuple, snapshot, buffer);
+	LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
+	if (!visible)
+		return NULL;
+
+	row = palloc(sizeof(DsyncLeaseRow));
+	DsyncStoreLoadRow(store, tuple, row);
+	return row;
+}
+
+/*
  * DsyncStoreScan
  *		All rows of one lease name as of the latest committed state (plus
  *		this transaction's own changes), as a List of DsyncLeaseRow.
@@ -122,23 +146,45 @@ DsyncStoreScan(DsyncStore *store, text *name)
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
 		BufferHeapTupleTableSlot *bslot = (BufferHeapTupleTableSlot *) slot;
-		HeapTuple	tuple = bslot->base.tuple;
-		bool		visible;
 		DsyncLeaseRow *row;
 
-		LockBuffer(bslot->buffer, BUFFER_LOCK_SHARE);
-		visible = HeapTupleSatisfiesVisibility(tuple, snapshot, bslot->buffer);
-		LockBuffer(bslot->buffer, BUFFER_LOCK_UNLOCK);
-		if (!visible)
-			continue;
-
-		row = palloc(sizeof(DsyncLeaseRow));
-		DsyncStoreLoadRow(store, tuple, row);
-		rows = lappend(rows, row);
+		row = DsyncStoreVisibleRow(store, bslot->base.tuple, bslot->buffer, snapshot);
+		if (row)
+			rows = lappend(rows, row);
 	}
 
 	ExecDropSingleTupleTableSlot(slot);
 	index_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	return rows;
+}
+
+/*
+ * DsyncStoreScanAll
+ *		Every row of the table as of the latest committed state, for the
+ *		views.  Like DsyncStoreScan it takes no SIREAD locks, so reading
+ *		the views in a SERIALIZABLE transaction cannot make a concurrent
+ *		dsync call fail serialization.
+ */
+List *
+DsyncStoreScanAll(DsyncStore *store)
+{
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	TableScanDesc scan = table_beginscan(store->rel, SnapshotAny, 0, NULL);
+	HeapTuple	tuple;
+	List	   *rows = NIL;
+
+	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		DsyncLeaseRow *row;
+
+		CHECK_FOR_INTERRUPTS();
+		row = DsyncStoreVisibleRow(store, tuple, ((HeapScanDesc) scan)->rs_cbuf, snapshot);
+		if (row)
+			rows = lappend(rows, row);
+	}
+
+	table_endscan(scan);
 	UnregisterSnapshot(snapshot);
 	return rows;
 }

@@ -2,7 +2,7 @@
 SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS dsync;
-SELECT plan(53);
+SELECT plan(55);
 
 -- functions, argument types and return types
 SELECT has_function('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb']);
@@ -68,6 +68,7 @@ SELECT function_privs_are('dsync_release', ARRAY['text', 'text'], 'public', ARRA
 SELECT function_privs_are('dsync_leader', ARRAY['text'], 'public', ARRAY['EXECUTE']);
 SELECT function_privs_are('dsync_assert_held', ARRAY['text', 'text'], 'public', ARRAY['EXECUTE']);
 SELECT function_privs_are('dsync_channel', ARRAY['text'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_lease_rows', ARRAY[]::text[], 'public', ARRAY['EXECUTE']);
 SELECT function_privs_are('dsync_force_release', ARRAY['text', 'text'], 'public', ARRAY[]::text[]);
 SELECT table_privs_are('dsync_lease', 'public', ARRAY[]::text[]);
 SELECT sequence_privs_are('dsync_fencing_seq', 'public', ARRAY[]::text[]);
@@ -75,6 +76,8 @@ SELECT table_privs_are('dsync_leases', 'public', ARRAY['SELECT']);
 
 -- the view
 SELECT has_view('dsync_leases');
+SELECT is((SELECT count(*) FROM pg_proc WHERE proname = 'dsync_lease_rows' AND provolatile = 'v' AND NOT proisstrict), 1::bigint,
+	'the view reads a volatile function (latest committed state, no SIREAD locks)');
 SELECT columns_are('dsync_leases', ARRAY['lease', 'holder', 'fencing', 'permits', 'acquired_at',
 	'renewed_at', 'expires_at', 'ttl', 'info', 'owner']);
 SELECT col_type_is('dsync_leases', 'fencing', 'bigint');
@@ -90,8 +93,8 @@ SELECT ok((SELECT reloptions @> ARRAY['fillfactor=50'] FROM pg_class WHERE oid =
 
 -- every object belongs to the extension
 SELECT is((SELECT count(*) FROM pg_depend d JOIN pg_extension e ON d.refobjid = e.oid
-			WHERE e.extname = 'dsync' AND d.deptype = 'e'), 10::bigint,
-	'the extension owns its table, sequence, view and seven functions');
+			WHERE e.extname = 'dsync' AND d.deptype = 'e'), 11::bigint,
+	'the extension owns its table, sequence, view and eight functions');
 
 SELECT * FROM finish();
 ROLLBACK;

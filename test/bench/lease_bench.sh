@@ -1,0 +1,341 @@
+#!/usr/bin/env bash
+#
+# lease_bench.sh: throughput of dsync leases against the baselines of
+# NOTES.md section 8, and the HOT behaviour of renewals.
+#
+# Run as root, after `make install`, from the top of the source tree:
+#
+#     bash test/bench/lease_bench.sh
+#
+# It starts one throwaway PostgreSQL 15 server of its own (initdb into a
+# mktemp directory owned by postgres, Unix socket only, dsync preloaded),
+# and stops and removes it on exit.  Every figure is measured in the same
+# run on the same server, and the variants are interleaved (their order
+# rotates from one configuration to the next) so that noise on a shared
+# machine hits all of them alike.  Timings are printed, never asserted.
+#
+# 1. Acquire+release cycles per second on random lease names (1..100000),
+#    each cycle being two autocommit transactions (one to acquire, one to
+#    release), for three variants:
+#      dsync     dsync_acquire(name, holder, '30 seconds'); dsync_release(name, holder)
+#      table     the hand-written lease table: INSERT ... ON CONFLICT DO UPDATE
+#                ... WHERE; DELETE (cycle_table.sql)
+#      advisory  pg_try_advisory_lock(key); pg_advisory_unlock(key)
+#    with 4 and 16 clients (pgbench -j 2), synchronous_commit off and on.
+#    Each variant is one pgbench script file (cycle_*.sql) holding both
+#    statements; pgbench counts one run of a script file as one
+#    "transaction", so its tps is cycles/s.  The script checks this at the
+#    start by comparing pgbench's count with the server's commit counter.
+#    Before measuring, dsync_lease is filled with one (released) row per
+#    name, the state a long-running system reaches, so the figures are
+#    steady-state ones (BENCH_PREFILL=0 measures from an empty table).
+#
+# 2. Renewals: 1,000 leases held by dsync (ttl 1 hour) in a database of
+#    their own, then 4 pgbench clients renew random ones of them for the
+#    duration.  Reports the share of HOT updates on dsync_lease during the
+#    run (pg_stat_user_tables deltas) and the table's size before and
+#    after.  Done twice, to show that the size settles.
+#
+# Settings (environment):
+#   BENCH_SECONDS    seconds per measured pgbench run (default 15)
+#   BENCH_WARMUP     seconds of unmeasured warm-up per variant (default 3)
+#   BENCH_ROUNDS     repetitions of the whole cycle matrix; the median is
+#                    reported (default 1)
+#   BENCH_PROTOCOL   pgbench query mode: prepared (default), simple, extended
+#   BENCH_PREFILL    1 (default) or 0, see above
+#   BENCH_RENEW_COMMIT  synchronous_commit for the renew runs (default off)
+#   BENCH_FLOOR      1: also run cycle_floor.sql, two transactions that
+#                    each write one small WAL record and commit, touching no
+#                    table: a lower bound on the cost of any transactional
+#                    acquire+release, so floor/table bounds the dsync/table
+#                    ratio this setup can show (default 0)
+#   BENCH_KEEP_LOG   1: print the server log path and keep the directory
+#
+# Targets (from the issue): dsync >= 1.5x the table with asynchronous
+# commit and >= 1.0x with synchronous commit; renewals >= 90% HOT and the
+# table not growing without bound.
+#
+set -euo pipefail
+
+SECONDS_PER_RUN=${BENCH_SECONDS:-15}
+WARMUP=${BENCH_WARMUP:-3}
+ROUNDS=${BENCH_ROUNDS:-1}
+PROTOCOL=${BENCH_PROTOCOL:-prepared}
+PREFILL=${BENCH_PREFILL:-1}
+RENEW_COMMIT=${BENCH_RENEW_COMMIT:-off}
+KEEP=${BENCH_KEEP_LOG:-0}
+FLOOR=${BENCH_FLOOR:-0}
+
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+HERE=$(cd "$(dirname "$0")" && pwd)
+VARIANTS=(dsync table advisory)
+[ "$FLOOR" = 1 ] && VARIANTS+=(floor)
+CLIENT_COUNTS=(4 16)
+COMMIT_MODES=(off on)
+NAMES=100000
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "run this as root (the server itself runs as postgres)" >&2
+	exit 1
+fi
+
+# ---------------------------------------------------------------------------
+# The throwaway server
+# ---------------------------------------------------------------------------
+
+WORKDIR=$(mktemp -d /tmp/dsync-bench.XXXXXX)
+chown postgres: "$WORKDIR"
+chmod 700 "$WORKDIR"
+PGDATA_DIR=$WORKDIR/data
+SERVER_LOG=$WORKDIR/server.log
+RUN_LOG=$WORKDIR/pgbench.log
+
+cleanup() {
+	if [ -f "$PGDATA_DIR/postmaster.pid" ]; then
+		runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -m fast -w stop >/dev/null 2>&1 ||
+			runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -m immediate -w stop >/dev/null 2>&1 || true
+	fi
+	if [ "$KEEP" = 1 ]; then
+		echo "kept $WORKDIR (server log: $SERVER_LOG, pgbench output: $RUN_LOG)"
+	else
+		rm -rf "$WORKDIR"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A TCP port nobody listens on (the server itself listens on no TCP
+# address; the port only names the socket file in our own directory).
+PORT=
+for try in $(seq 1 200); do
+	p=$((20000 + RANDOM % 40000))
+	if [ -z "$(ss -Hltn "sport = :$p" 2>/dev/null)" ]; then
+		PORT=$p
+		break
+	fi
+done
+[ -n "$PORT" ] || { echo "no free port found" >&2; exit 1; }
+
+runuser -u postgres -- "$PGBIN/initdb" -D "$PGDATA_DIR" -U postgres -A trust \
+	-E UTF8 --locale=C --no-sync >/dev/null
+
+cat >>"$PGDATA_DIR/postgresql.conf" <<EOF
+
+# lease_bench.sh
+listen_addresses = ''
+unix_socket_directories = '$WORKDIR'
+port = $PORT
+shared_preload_libraries = 'dsync'
+max_connections = 40
+shared_buffers = 256MB
+wal_buffers = 16MB
+max_wal_size = 8GB
+min_wal_size = 1GB
+checkpoint_timeout = 30min
+log_min_messages = warning
+log_checkpoints = off
+EOF
+
+runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -l "$SERVER_LOG" -w start >/dev/null
+
+export PGHOST=$WORKDIR PGPORT=$PORT PGUSER=postgres
+unset PGOPTIONS PGDATABASE
+
+# q DB SQL: run SQL, print the unaligned result (one value per line).
+q() {
+	"$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$1" -c "$2"
+}
+
+# wait_idle DB: wait until no other client session is connected to DB,
+# so that every pgbench backend has exited and flushed its statistics.
+wait_idle() {
+	local n
+	for _ in $(seq 1 100); do
+		n=$(q "$1" "SELECT count(*) FROM pg_stat_activity
+		             WHERE datname = current_database() AND pid <> pg_backend_pid()
+		               AND backend_type = 'client backend'")
+		[ "$n" = 0 ] && { sleep 0.2; return 0; }
+		sleep 0.1
+	done
+	echo "warning: sessions still connected to $1" >&2
+}
+
+# bench DB SCRIPT CLIENTS COMMIT SECONDS: run pgbench, print its tps.
+bench() {
+	local db=$1 script=$2 clients=$3 commit=$4 secs=$5 out tps
+	out=$(PGOPTIONS="-c synchronous_commit=$commit" \
+		"$PGBIN/pgbench" -n -M "$PROTOCOL" -c "$clients" -j 2 -T "$secs" \
+		-f "$HERE/$script" "$db" 2>>"$RUN_LOG") || {
+		echo "pgbench failed: $script, $clients clients, synchronous_commit=$commit" >&2
+		echo "$out" >&2
+		tail -n 20 "$RUN_LOG" >&2
+		exit 1
+	}
+	printf '== %s clients=%s commit=%s\n%s\n' "$script" "$clients" "$commit" "$out" >>"$RUN_LOG"
+	if ! grep -q '^number of failed transactions: 0 ' <<<"$out"; then
+		echo "pgbench reported failed transactions for $script:" >&2
+		echo "$out" >&2
+		exit 1
+	fi
+	tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out")
+	[ -n "$tps" ] || { echo "no tps in pgbench output:" >&2; echo "$out" >&2; exit 1; }
+	wait_idle "$db"
+	echo "$tps"
+}
+
+# median of the numbers given as arguments
+median() {
+	printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 }
+		END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+echo "dsync lease benchmark"
+echo "  server:   $("$PGBIN/postgres" --version), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "  settings: shared_buffers=256MB, fsync on, pgbench -M $PROTOCOL -j 2,"
+echo "            ${SECONDS_PER_RUN}s per run, ${WARMUP}s warm-up per variant, $ROUNDS round(s), median reported"
+
+# ---------------------------------------------------------------------------
+# Part 1: acquire+release cycles
+# ---------------------------------------------------------------------------
+
+q postgres "CREATE DATABASE bench"
+q bench "CREATE EXTENSION dsync"
+q bench "CREATE TABLE lease (name text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL)"
+DSYNC_SCHEMA=$(q bench "SELECT quote_ident(extnamespace::regnamespace::text) FROM pg_extension WHERE extname = 'dsync'")
+DSYNC_TABLE="$DSYNC_SCHEMA.dsync_lease"
+
+# pgbench counts one run of a script file as one "transaction"; with
+# autocommit, each of its two statements is a transaction of its own on
+# the server.  Check that, so that cycles/s = pgbench tps is not a guess.
+wait_idle bench
+commits_before=$(q bench "SELECT pg_stat_force_next_flush(); SELECT xact_commit FROM pg_stat_database WHERE datname = 'bench'" | tail -n 1)
+check_out=$("$PGBIN/pgbench" -n -M "$PROTOCOL" -c 1 -t 1000 -f "$HERE/cycle_dsync.sql" bench 2>>"$RUN_LOG")
+wait_idle bench
+commits_after=$(q bench "SELECT pg_stat_force_next_flush(); SELECT xact_commit FROM pg_stat_database WHERE datname = 'bench'" | tail -n 1)
+check_counted=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$check_out")
+echo
+echo "Counting check: pgbench ran cycle_dsync.sql $check_counted times (its \"transactions\");"
+echo "  the server committed $((commits_after - commits_before)) transactions meanwhile (2 per run expected, plus this check's own queries)."
+echo "  So one pgbench \"transaction\" = one cycle = two server transactions, and cycles/s = pgbench tps."
+
+if [ "$PREFILL" = 1 ]; then
+	# In batches of 1000 per transaction: each first acquire of a name
+	# holds a lock (dsync's insert lock) until its transaction ends, and
+	# 100,000 of them would not fit in the lock table.
+	q bench "DO \$\$ BEGIN
+	           FOR b IN 0 .. $NAMES / 1000 - 1 LOOP
+	             PERFORM dsync_acquire(i::text, 'prefill', '30 seconds')
+	                FROM generate_series(b * 1000 + 1, b * 1000 + 1000) i;
+	             COMMIT;
+	           END LOOP;
+	         END \$\$" >/dev/null
+	q bench "SELECT count(dsync_release(i::text, 'prefill')) FROM generate_series(1, $NAMES) i" >/dev/null
+fi
+q bench "VACUUM ANALYZE lease" >/dev/null
+q bench "VACUUM ANALYZE $DSYNC_TABLE" >/dev/null
+
+# Warm-up: one unmeasured run of each variant.
+if [ "$WARMUP" -gt 0 ]; then
+	for v in "${VARIANTS[@]}"; do
+		bench bench "cycle_$v.sql" 16 off "$WARMUP" >/dev/null
+	done
+fi
+
+declare -A RESULTS=()
+rotation=0
+for round in $(seq 1 "$ROUNDS"); do
+	for commit in "${COMMIT_MODES[@]}"; do
+		for clients in "${CLIENT_COUNTS[@]}"; do
+			# Rotate the order of the variants from one configuration to the next.
+			order=()
+			for i in "${!VARIANTS[@]}"; do
+				order+=("${VARIANTS[$(((i + rotation) % ${#VARIANTS[@]}))]}")
+			done
+			rotation=$((rotation + 1))
+			for v in "${order[@]}"; do
+				# Every run starts right after a checkpoint, so none of them
+				# pays for one that happens to fall inside it.
+				q bench "CHECKPOINT"
+				tps=$(bench bench "cycle_$v.sql" "$clients" "$commit" "$SECONDS_PER_RUN")
+				RESULTS[$v,$clients,$commit]="${RESULTS[$v,$clients,$commit]:-} $tps"
+			done
+		done
+	done
+done
+
+declare -A CYCLES=()
+echo
+echo "Acquire+release cycles per second (random names 1..$NAMES, two transactions per cycle)"
+printf '%-9s %8s %12s %10s   %s\n' variant clients sync_commit cycles/s "each round"
+for commit in "${COMMIT_MODES[@]}"; do
+	for clients in "${CLIENT_COUNTS[@]}"; do
+		for v in "${VARIANTS[@]}"; do
+			# shellcheck disable=SC2086
+			CYCLES[$v,$clients,$commit]=$(median ${RESULTS[$v,$clients,$commit]})
+			printf '%-9s %8s %12s %10.0f   %s\n' "$v" "$clients" "$commit" \
+				"${CYCLES[$v,$clients,$commit]}" "$(printf '%.0f ' ${RESULTS[$v,$clients,$commit]})"
+		done
+	done
+done
+
+echo
+echo "Ratios (same run, same server)"
+printf '%8s %12s %12s %15s %10s  %-7s %s\n' clients sync_commit dsync/table dsync/advisory target result \
+	"$([ "$FLOOR" = 1 ] && echo floor/table)"
+for commit in "${COMMIT_MODES[@]}"; do
+	if [ "$commit" = off ]; then target=1.5; else target=1.0; fi
+	for clients in "${CLIENT_COUNTS[@]}"; do
+		awk -v d="${CYCLES[dsync,$clients,$commit]}" -v t="${CYCLES[table,$clients,$commit]}" \
+			-v a="${CYCLES[advisory,$clients,$commit]}" -v c="$clients" -v m="$commit" \
+			-v target="$target" -v f="${CYCLES[floor,$clients,$commit]:-}" 'BEGIN {
+				r = d / t;
+				printf "%8s %12s %12.2f %15.2f %10s  %-7s %s\n", c, m, r, d / a, ">= " target,
+					(r >= target ? "met" : "MISSED"), (f == "" ? "" : sprintf("%11.2f", f / t));
+			}'
+	done
+done
+
+echo
+echo "dsync_lease after the cycle runs: $(q bench "SELECT count(*) || ' rows, ' || pg_size_pretty(pg_relation_size('$DSYNC_TABLE')) || ' heap, ' || pg_size_pretty(pg_total_relation_size('$DSYNC_TABLE')) || ' with index' FROM $DSYNC_TABLE")"
+echo "lease table after the cycle runs: $(q bench "SELECT count(*) || ' rows, ' || pg_size_pretty(pg_relation_size('lease')) || ' heap, ' || pg_size_pretty(pg_total_relation_size('lease')) || ' with index' FROM lease")"
+
+# ---------------------------------------------------------------------------
+# Part 2: renewals
+# ---------------------------------------------------------------------------
+
+# A database of its own, so that dsync_lease holds exactly the 1,000
+# renewed leases and its size and counters are theirs alone.
+q postgres "CREATE DATABASE bench_renew"
+q bench_renew "CREATE EXTENSION dsync"
+RSCHEMA=$(q bench_renew "SELECT quote_ident(extnamespace::regnamespace::text) FROM pg_extension WHERE extname = 'dsync'")
+RTABLE="$RSCHEMA.dsync_lease"
+held=$(q bench_renew "SELECT count(dsync_acquire('r' || i, 'renewer', '1 hour')) FROM generate_series(1, 1000) i")
+[ "$held" = 1000 ] || { echo "could acquire only $held of the 1000 renew leases" >&2; exit 1; }
+
+# renew_state: "updates hot_updates heap_bytes total_bytes live_leases"
+renew_state() {
+	wait_idle bench_renew
+	q bench_renew "SELECT pg_stat_force_next_flush()" >/dev/null
+	q bench_renew "SELECT n_tup_upd, n_tup_hot_upd, pg_relation_size(relid), pg_total_relation_size(relid),
+	                      (SELECT count(*) FROM $RSCHEMA.dsync_leases WHERE holder = 'renewer')
+	                 FROM pg_stat_user_tables WHERE relid = '$RTABLE'::regclass" | tr '|' ' '
+}
+
+echo
+echo "Renewals: 1000 held leases, dsync_renew on random ones, 4 clients, synchronous_commit=$RENEW_COMMIT"
+printf '%-6s %11s %9s %9s %6s %24s %24s %6s\n' run renewals/s updates HOT HOT% "heap before -> after" "total before -> after" held
+read -r upd0 hot0 heap0 total0 live0 <<<"$(renew_state)"
+for run in 1 2; do
+	q bench_renew "CHECKPOINT"
+	tps=$(bench bench_renew renew_dsync.sql 4 "$RENEW_COMMIT" "$SECONDS_PER_RUN")
+	read -r upd1 hot1 heap1 total1 live1 <<<"$(renew_state)"
+	awk -v run="$run" -v tps="$tps" -v du=$((upd1 - upd0)) -v dh=$((hot1 - hot0)) \
+		-v h0="$heap0" -v h1="$heap1" -v t0="$total0" -v t1="$total1" -v live="$live1" 'BEGIN {
+			printf "%-6s %11.0f %9d %9d %5.1f%% %24s %24s %6d\n", run, tps, du, dh,
+				(du > 0 ? 100 * dh / du : 0),
+				sprintf("%d kB -> %d kB", h0 / 1024, h1 / 1024),
+				sprintf("%d kB -> %d kB", t0 / 1024, t1 / 1024), live;
+		}'
+	upd0=$upd1 hot0=$hot1 heap0=$heap1 total0=$total1
+done
+echo "(target: >= 90% HOT, and run 2 should not grow the table the way run 1 may have)"
