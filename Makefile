@@ -11,7 +11,8 @@ OBJS = \
 	src/fencing.o \
 	src/lease.o \
 	src/channel.o \
-	src/views.o
+	src/views.o \
+	src/wait.o
 
 DATA = sql/dsync--1.0.sql
 PGFILEDESC = "dsync - leases, leader election and signals for PostgreSQL"

@@ -61,10 +61,14 @@ SELECT pg_temp.err($$SELECT dsync_acquire('l', 'h', '106750000 days')$$);
 SELECT pg_temp.err($$SELECT dsync_renew('l', 'h', '0')$$);
 SELECT pg_temp.err($$SELECT dsync_renew('l', 'h', '-1 ms')$$);
 
--- wait must not be negative; blocking waits are not available yet
+-- wait must not be negative nor end beyond the range of timestamptz
 SELECT pg_temp.err($$SELECT dsync_acquire('l', 'h', '1 minute', '-1 second')$$);
-SELECT pg_temp.err($$SELECT dsync_acquire('l', 'h', '1 minute', '1 second')$$);
-SELECT pg_temp.err($$SELECT dsync_acquire('l', 'h', '1 minute', NULL)$$);
+SELECT pg_temp.err($$SELECT dsync_acquire('l', 'h', '1 minute', '300000 years')$$);
+SELECT pg_temp.err($$SELECT dsync_acquire('l', 'h', '1 minute', '106750000 days')$$);
+-- a positive or NULL wait on a free lease is granted at once
+SELECT dsync_acquire('l', 'h', '1 minute', '1 second') IS NOT NULL AS granted_wait;
+SELECT dsync_acquire('l', 'h', '1 minute', NULL) IS NOT NULL AS granted_wait_null;
+SELECT dsync_release('l', 'h') AS released;
 
 -- malformed arguments are rejected by the types themselves (class 22)
 SELECT pg_temp.err($$SELECT dsync_acquire('l', 'h', 'soon')$$);
@@ -76,5 +80,5 @@ SELECT count(*) AS leases_left FROM dsync_leases;
 -- the messages people see, with their hints
 \set VERBOSITY default
 SELECT dsync_acquire('l', 'h', '0');
-SELECT dsync_acquire('l', 'h', '1 minute', NULL);
+SELECT dsync_acquire('l', 'h', '1 minute', '-1 second');
 SELECT dsync_acquire(repeat('n', 256), 'h');

@@ -164,3 +164,29 @@ COMMENT ON VIEW @extschema@.dsync_leases IS
 'live leases, one row per holder';
 
 GRANT SELECT ON @extschema@.dsync_leases TO PUBLIC;
+
+/*
+ * Who is blocked in a dsync wait in this database right now, from the
+ * queue in shared memory.
+ */
+CREATE FUNCTION @extschema@.dsync_waiter_rows(
+	OUT pid integer,
+	OUT kind text,
+	OUT name text,
+	OUT holder text,
+	OUT since timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'dsync_waiter_rows'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.dsync_waiter_rows() IS
+'rows of the view dsync_waiters';
+
+CREATE VIEW @extschema@.dsync_waiters AS
+SELECT w.pid, w.kind, w.name, w.holder, w.since
+  FROM @extschema@.dsync_waiter_rows() AS w;
+
+COMMENT ON VIEW @extschema@.dsync_waiters IS
+'backends blocked in a dsync wait in this database, in the order they started waiting';
+
+GRANT SELECT ON @extschema@.dsync_waiters TO PUBLIC;

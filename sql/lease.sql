@@ -141,6 +141,22 @@ SELECT lease, holder, permits, ttl, info,
 	   owner = current_user AS owner_is_me
   FROM dsync_leases ORDER BY lease;
 
+-- waiting: a wait that runs out returns NULL; a free lease is granted at once
+SELECT dsync_acquire('busy', 'w1', '1 minute') IS NOT NULL AS busy_granted;
+SELECT dsync_acquire('busy', 'w2', '1 minute', '50 milliseconds') IS NULL AS wait_ran_out;
+SELECT count(*) AS waiters_left FROM dsync_waiters;
+SELECT dsync_acquire('busy', 'w1', '1 minute', '1 second') IS NOT NULL AS reentrant_with_wait;
+-- a waiter gets an expiring lease by itself, with nobody releasing it
+SELECT dsync_acquire('soon', 'w1', '200 milliseconds') IS NOT NULL AS soon_granted;
+SELECT dsync_acquire('soon', 'w2', '1 minute', '5 seconds') IS NOT NULL AS granted_at_expiry;
+SELECT dsync_leader('soon');
+
+-- a transaction that changed a lease cannot be prepared
+BEGIN;
+SELECT dsync_acquire('prep', 'w1') IS NOT NULL AS granted;
+PREPARE TRANSACTION 'dsync_prep';
+SELECT dsync_leader('prep') IS NULL AS prepare_rolled_back;
+
 -- clean up
 SELECT dsync_force_release(lease) FROM (SELECT DISTINCT lease FROM dsync_leases) l ORDER BY 1;
 SELECT count(*) AS leases_left FROM dsync_leases;

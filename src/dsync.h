@@ -12,6 +12,9 @@
 
 #include "access/tableam.h"
 #include "fmgr.h"
+#include "port/atomics.h"
+#include "storage/condition_variable.h"
+#include "storage/lwlock.h"
 #include "utils/relcache.h"
 #include "utils/timestamp.h"
 
@@ -31,8 +34,53 @@
 #define Anum_lease_owner		10
 #define Natts_lease				10
 
+/*
+ * Wake-up channels: lease names hash onto them, so two names may share one;
+ * wakers broadcast and sleepers re-check.  A sleeper never sleeps longer
+ * than DSYNC_WAIT_CAP_MS at a time.
+ */
+#define DSYNC_WAKE_CHANNELS		1024
+#define DSYNC_WAIT_CAP_MS		5000
+
+/* A backend blocked in a dsync wait (one slot per PGPROC). */
+typedef struct DsyncWaiterSlot
+{
+	bool		in_use;
+	int			pid;
+	Oid			dbid;
+	uint64		key;			/* DsyncWaitKey of the name */
+	uint64		ticket;			/* queue position: lower goes first */
+	TimestampTz since;
+	char		kind[16];
+	char		name[DSYNC_NAME_MAX_BYTES + 1];
+	char		holder[DSYNC_NAME_MAX_BYTES + 1];
+} DsyncWaiterSlot;
+
+typedef struct DsyncShared
+{
+	LWLock	   *lock;			/* protects slots */
+	int			nslots;
+	pg_atomic_uint64 next_ticket;
+	pg_atomic_uint32 waiting[DSYNC_WAKE_CHANNELS];	/* waiters per channel */
+	pg_atomic_uint64 wakes[DSYNC_WAKE_CHANNELS];	/* broadcasts so far */
+	ConditionVariableMinimallyPadded wake[DSYNC_WAKE_CHANNELS];
+	DsyncWaiterSlot slots[FLEXIBLE_ARRAY_MEMBER];
+} DsyncShared;
+
 /* shmem.c */
+extern PGDLLIMPORT DsyncShared *dsync_shared;
 extern void DsyncShmemInit(void);
+
+/* wait.c */
+extern uint64 DsyncWaitKey(text *name);
+extern ConditionVariable *DsyncWaitChannel(uint64 key);
+extern void DsyncWakeAtEnd(uint64 key, bool on_abort);
+extern void DsyncWaitInternalAttempt(bool starting);
+extern bool DsyncWaitMayTake(uint64 key);
+extern void DsyncWaitEnqueue(uint64 key, const char *kind, text *name, text *holder);
+extern void DsyncWaitDequeue(void);
+extern uint64 DsyncWaitGeneration(uint64 key);
+extern void DsyncWaitSleep(uint64 key, TimestampTz wake_at, uint64 generation);
 
 /* catalog.c: where the extension's objects are in this database */
 typedef struct DsyncCatalog

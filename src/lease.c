@@ -26,6 +26,8 @@
 
 #include "access/xact.h"
 #include "miscadmin.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 
@@ -137,14 +139,45 @@ LeaseSetReleased(DsyncLeaseRow *row)
 }
 
 /*
+ * LeaseEarliestExpiry
+ *		The earliest expiry among the live rows, or 0 if none is live: the
+ *		instant a blocked acquirer should look again by itself.
+ */
+static TimestampTz
+LeaseEarliestExpiry(List *rows)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz earliest = 0;
+	ListCell   *lc;
+
+	foreach(lc, rows)
+	{
+		DsyncLeaseRow *row = lfirst(lc);
+		TimestampTz expiry;
+
+		if (!DsyncRowIsLive(row, now))
+			continue;
+		expiry = DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]);
+		if (earliest == 0 || expiry < earliest)
+			earliest = expiry;
+	}
+	return earliest;
+}
+
+/*
  * LeaseTryAcquire
  *		Grant one of the lease's permits to the holder if one is free now,
  *		without waiting for any other transaction.  Returns true and the
- *		fencing token on success.
+ *		fencing token on success; otherwise sets *next_expiry to the
+ *		earliest expiry of a current holder (0 if unknown).
+ *
+ * A holder that already has the lease always gets its extension.  Anybody
+ * else takes a free permit only if may_take: queued waiters go first.
  */
 static bool
 LeaseTryAcquire(DsyncStore *store, text *lease, const LeaseGrant *grant,
-				int permits, int64 *token)
+				int permits, bool may_take, int64 *token,
+				TimestampTz *next_expiry)
 {
 	for (;;)
 	{
@@ -160,6 +193,7 @@ LeaseTryAcquire(DsyncStore *store, text *lease, const LeaseGrant *grant,
 
 		rows = DsyncStoreScan(store, lease);
 		mine = LeaseFindHeld(rows, grant->holder, GetCurrentTimestamp());
+		*next_expiry = LeaseEarliestExpiry(rows);
 
 		/* Reentrant: the holder already has it; extend and keep the token. */
 		if (mine)
@@ -184,6 +218,9 @@ LeaseTryAcquire(DsyncStore *store, text *lease, const LeaseGrant *grant,
 			*token = DatumGetInt64(mine->values[Anum_lease_fencing - 1]);
 			return true;
 		}
+
+		if (!may_take)
+			return false;
 
 		/* Take the first existing permit that is free or expired. */
 		slot_used = palloc0(sizeof(bool) * permits);
@@ -272,6 +309,132 @@ LeaseLockHeld(DsyncStore *store, text *lease, text *holder, LockTupleMode mode)
 }
 
 /*
+ * LeaseAttempt
+ *		One try of a blocked acquirer, in an internal subtransaction.
+ *
+ * If the try fails, the subtransaction is rolled back, so that the waiter
+ * sleeps holding nothing a holder or releaser needs: no row lock, no
+ * insert lock.  A successful grant is kept by merging the subtransaction
+ * into the caller's transaction.
+ */
+static bool
+LeaseAttempt(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
+			 bool may_take, int64 *token, TimestampTz *next_expiry)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	bool		granted = false;
+
+	DsyncWaitInternalAttempt(true);
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcontext);
+
+	PG_TRY();
+	{
+		DsyncStore	store;
+
+		DsyncStoreOpen(&store, fcinfo, true);
+		granted = LeaseTryAcquire(&store, lease, grant, 1, may_take, token, next_expiry);
+		DsyncStoreClose(&store);
+
+		if (granted)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+		DsyncWaitInternalAttempt(false);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+		DsyncWaitInternalAttempt(false);
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+
+	return granted;
+}
+
+/*
+ * LeaseAcquireWaiting
+ *		Acquire, blocking until granted or until the wait runs out.
+ *
+ * The waiter queues behind earlier waiters and sleeps on its name's
+ * channel until woken by a commit or rollback that may have freed the
+ * lease, or until the current holder's expiry, whichever is first.  The
+ * channel's wake count is read before each try, so a wake-up that comes
+ * between the try and the sleep is not lost.  Each
+ * try runs in its own memory context, reset between tries, so that a
+ * long wait does not grow.
+ */
+static bool
+LeaseAcquireWaiting(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
+					bool forever, int64 wait_usec, int64 *token)
+{
+	uint64		key = DsyncWaitKey(lease);
+	TimestampTz deadline = forever ? 0 : DsyncExpiry(GetCurrentTimestamp(), wait_usec, "wait");
+	MemoryContext attempt_cxt;
+	MemoryContext oldcontext = CurrentMemoryContext;
+	bool		queued = false;
+	bool		granted = false;
+
+	attempt_cxt = AllocSetContextCreate(CurrentMemoryContext, "dsync wait",
+										ALLOCSET_SMALL_SIZES);
+	PG_TRY();
+	{
+		for (;;)
+		{
+			TimestampTz next_expiry = 0;
+			TimestampTz wake_at;
+			uint64		generation = DsyncWaitGeneration(key);
+
+			MemoryContextReset(attempt_cxt);
+			MemoryContextSwitchTo(attempt_cxt);
+			granted = LeaseAttempt(fcinfo, lease, grant, DsyncWaitMayTake(key),
+								   token, &next_expiry);
+			MemoryContextSwitchTo(oldcontext);
+			if (granted)
+				break;
+
+			if (!queued)
+			{
+				/* Get in line, then look once more before sleeping. */
+				DsyncWaitEnqueue(key, "lease", lease, grant->holder);
+				queued = true;
+				continue;
+			}
+
+			if (!forever && GetCurrentTimestamp() >= deadline)
+				break;
+			wake_at = forever ? next_expiry :
+				(next_expiry != 0 && next_expiry < deadline ? next_expiry : deadline);
+			DsyncWaitSleep(key, wake_at, generation);
+		}
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(oldcontext);
+		if (queued)
+			DsyncWaitDequeue();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	if (queued)
+		DsyncWaitDequeue();
+	MemoryContextDelete(attempt_cxt);
+	return granted;
+}
+
+/*
  * dsync_acquire
  *		SQL: dsync_acquire(lease, holder, ttl, wait, info) RETURNS bigint
  */
@@ -282,7 +445,6 @@ dsync_acquire(PG_FUNCTION_ARGS)
 	LeaseGrant	grant;
 	bool		wait_forever;
 	int64		wait_usec;
-	DsyncStore	store;
 	int64		token;
 	bool		granted;
 
@@ -292,22 +454,25 @@ dsync_acquire(PG_FUNCTION_ARGS)
 	grant.info_null = PG_ARGISNULL(4);
 	grant.info = grant.info_null ? (Datum) 0 : JsonbPGetDatum(PG_GETARG_JSONB_P(4));
 
-	if (wait_forever || wait_usec > 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("blocking waits are not supported yet"),
-				 errdetail("dsync_acquire() was called with wait => %s.",
-						   wait_forever ? "NULL" : "a positive interval"),
-				 errhint("Pass wait => '0' and retry from the client.")));
-
 	DsyncPreventWrite("dsync_acquire()");
 
-	DsyncStoreOpen(&store, fcinfo, true);
-	granted = LeaseTryAcquire(&store, lease, &grant, 1, &token);
-	DsyncStoreClose(&store);
+	if (wait_forever || wait_usec > 0)
+		granted = LeaseAcquireWaiting(fcinfo, lease, &grant, wait_forever, wait_usec, &token);
+	else
+	{
+		DsyncStore	store;
+		TimestampTz next_expiry;
+
+		DsyncStoreOpen(&store, fcinfo, true);
+		granted = LeaseTryAcquire(&store, lease, &grant, 1,
+								  DsyncWaitMayTake(DsyncWaitKey(lease)),
+								  &token, &next_expiry);
+		DsyncStoreClose(&store);
+	}
 
 	if (!granted)
 		PG_RETURN_NULL();
+	DsyncWakeAtEnd(DsyncWaitKey(lease), true);
 	PG_RETURN_INT64(token);
 }
 
@@ -343,6 +508,7 @@ dsync_renew(PG_FUNCTION_ARGS)
 							text_to_cstring(lease))));
 		expiry = LeaseSetRenewal(row, ttl_usec);
 		DsyncStoreUpdate(&store, row);
+		DsyncWakeAtEnd(DsyncWaitKey(lease), true);
 	}
 	DsyncStoreClose(&store);
 
@@ -371,6 +537,7 @@ dsync_release(PG_FUNCTION_ARGS)
 	{
 		LeaseSetReleased(row);
 		DsyncStoreUpdate(&store, row);
+		DsyncWakeAtEnd(DsyncWaitKey(lease), false);
 	}
 	DsyncStoreClose(&store);
 
@@ -430,6 +597,8 @@ dsync_assert_held(PG_FUNCTION_ARGS)
 	DsyncStoreOpen(&store, fcinfo, true);
 	row = LeaseLockHeld(&store, lease, holder, LockTupleShare);
 	DsyncStoreClose(&store);
+	if (row)
+		DsyncWakeAtEnd(DsyncWaitKey(lease), true);
 
 	if (row == NULL)
 		ereport(ERROR,
@@ -487,6 +656,8 @@ dsync_force_release(PG_FUNCTION_ARGS)
 		}
 	} while (rescan);
 	DsyncStoreClose(&store);
+	if (released > 0)
+		DsyncWakeAtEnd(DsyncWaitKey(lease), false);
 
 	PG_RETURN_INT32(released);
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every dsync test on a Debian machine, as root:
 #   pg_regress and isolation specs (make installcheck), pgTAP (pg_prove),
-#   and the Perl TAP tests (PostgreSQL::Test::Cluster, run as postgres).
+#   a concurrency stress test (libpq, test/stress), and the Perl TAP tests
+#   (PostgreSQL::Test::Cluster, run as postgres).
 # Each suite gets a throwaway server with dsync preloaded.  Prints one
 # "N passed, N failed" line at the end and exits non-zero on any failure.
 set -uo pipefail
@@ -42,6 +43,11 @@ virtualenv() {
 run_suite "pg_regress + isolation" virtualenv make -s installcheck
 run_suite "pgTAP" virtualenv bash -c \
 	'psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" && pg_prove -q --ext .sql test/pgtap/'
+
+# Concurrency stress: 16 clients at mixed isolation levels with blocking
+# waits while backends are terminated (checks overlap and token order),
+# then 8 clients looping on one lease (checks that turns go round-robin).
+run_suite "stress (16 clients with kills; fairness)" virtualenv bash test/stress/run.sh
 
 # Perl TAP tests run as an ordinary user on a copy of the tree.
 tapdir=$(mktemp -d /tmp/dsync-tap.XXXXXX)

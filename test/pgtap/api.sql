@@ -2,7 +2,7 @@
 SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS dsync;
-SELECT plan(55);
+SELECT plan(59);
 
 -- functions, argument types and return types
 SELECT has_function('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb']);
@@ -85,6 +85,11 @@ SELECT col_type_is('dsync_leases', 'expires_at', 'timestamp with time zone');
 SELECT col_type_is('dsync_leases', 'ttl', 'interval');
 SELECT col_type_is('dsync_leases', 'info', 'jsonb');
 
+SELECT has_view('dsync_waiters');
+SELECT columns_are('dsync_waiters', ARRAY['pid', 'kind', 'name', 'holder', 'since']);
+SELECT table_privs_are('dsync_waiters', 'public', ARRAY['SELECT']);
+SELECT function_privs_are('dsync_waiter_rows', ARRAY[]::text[], 'public', ARRAY['EXECUTE']);
+
 -- renewals stay HOT: the primary key is the table's only index
 SELECT indexes_are('dsync_lease', ARRAY['dsync_lease_pkey']);
 SELECT col_is_pk('dsync_lease', ARRAY['name', 'slot']);
@@ -93,8 +98,8 @@ SELECT ok((SELECT reloptions @> ARRAY['fillfactor=50'] FROM pg_class WHERE oid =
 
 -- every object belongs to the extension
 SELECT is((SELECT count(*) FROM pg_depend d JOIN pg_extension e ON d.refobjid = e.oid
-			WHERE e.extname = 'dsync' AND d.deptype = 'e'), 11::bigint,
-	'the extension owns its table, sequence, view and eight functions');
+			WHERE e.extname = 'dsync' AND d.deptype = 'e'), 13::bigint,
+	'the extension owns its table, sequence, two views and nine functions');
 
 SELECT * FROM finish();
 ROLLBACK;

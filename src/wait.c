@@ -1,0 +1,391 @@
+/*-------------------------------------------------------------------------
+ *
+ * wait.c
+ *		Waiting for a lease without polling, and waking waiters after
+ *		commit.
+ *
+ * Sleeping.  A blocked acquirer sleeps on one of DSYNC_WAKE_CHANNELS
+ * condition variables, chosen by a hash of (database, lease name).  Two
+ * names may share a channel, so wakers broadcast and sleepers re-check.
+ * Each try runs in a subtransaction whose abort cancels any prepared
+ * condition variable sleep, so a waiter cannot prepare before its try as
+ * usual; instead every broadcast first bumps the channel's wake count, a
+ * waiter reads the count before its try, and after preparing to sleep it
+ * goes back to try again if the count has moved: no wake-up is lost.
+ * The sleeper also sets its own timeout to the current holder's expiry, so
+ * it wakes at that instant without help from anybody else, and never
+ * sleeps longer than DSYNC_WAIT_CAP_MS in one go (a safety net for a wall
+ * clock that jumps and for changes made behind dsync's back).
+ *
+ * Order.  Waiters queue in shared memory with a ticket taken when they
+ * start waiting.  Only the waiter with the lowest ticket for a name may
+ * take it; anybody else who is not in the queue, including a wait = 0
+ * caller, is refused while the queue is not empty, as PostgreSQL's lock
+ * manager refuses a lock that a queued waiter asked for first.  So waiters
+ * are served in the order they started waiting and nobody starves.
+ *
+ * Waking.  A function that changes a lease notes its channel in backend
+ * memory; the channels are broadcast once the transaction's outcome is
+ * visible and its locks are gone (the AFTER_LOCKS phase of releasing the
+ * top-level resource owner), never before.  After a commit every noted
+ * channel is woken; after a rollback only those where an uncommitted
+ * grant, renewal or guard was blocking others (a rolled-back release
+ * frees nothing and wakes nobody).  Broadcasting needs no catalog access
+ * and cannot fail, which is what code running after commit requires.
+ *
+ * PREPARE TRANSACTION never runs those callbacks at COMMIT PREPARED, so a
+ * transaction that changed a lease cannot be prepared.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "common/hashfn.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "port/pg_bitutils.h"
+#include "storage/ipc.h"
+#include "storage/proc.h"
+#include "utils/builtins.h"
+#include "utils/resowner.h"
+#include "utils/tuplestore.h"
+
+#include "dsync.h"
+
+PG_FUNCTION_INFO_V1(dsync_waiter_rows);
+
+#define WAKE_WORDS (DSYNC_WAKE_CHANNELS / 64)
+
+/* Channels to broadcast when the current transaction ends. */
+static uint64 wake_on_commit[WAKE_WORDS];
+static uint64 wake_on_abort[WAKE_WORDS];
+static bool wake_pending = false;
+
+/* Set while a blocked acquirer's internal subtransaction runs. */
+static bool in_internal_attempt = false;
+
+static bool callbacks_registered = false;
+static bool exit_callback_registered = false;
+
+static void DsyncWaitXactCallback(XactEvent event, void *arg);
+static void DsyncWaitSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
+									 SubTransactionId parentSubid, void *arg);
+static void DsyncWaitReleaseCallback(ResourceReleasePhase phase, bool isCommit,
+									 bool isTopLevel, void *arg);
+
+/*
+ * DsyncWaitKey
+ *		The wait key of a lease name in this database.
+ */
+uint64
+DsyncWaitKey(text *name)
+{
+	return hash_bytes_extended((const unsigned char *) VARDATA_ANY(name),
+							   VARSIZE_ANY_EXHDR(name), (uint64) MyDatabaseId);
+}
+
+/*
+ * DsyncWaitChannel
+ *		The condition variable that waiters on this key sleep on.
+ */
+ConditionVariable *
+DsyncWaitChannel(uint64 key)
+{
+	return &dsync_shared->wake[key % DSYNC_WAKE_CHANNELS].cv;
+}
+
+/*
+ * DsyncWaitRegisterCallbacks
+ *		Hook transaction end in this backend, once.
+ */
+static void
+DsyncWaitRegisterCallbacks(void)
+{
+	if (callbacks_registered)
+		return;
+	RegisterXactCallback(DsyncWaitXactCallback, NULL);
+	RegisterSubXactCallback(DsyncWaitSubXactCallback, NULL);
+	RegisterResourceReleaseCallback(DsyncWaitReleaseCallback, NULL);
+	callbacks_registered = true;
+}
+
+/*
+ * DsyncWakeAtEnd
+ *		Note that waiters on key must be woken when this transaction
+ *		commits, and also when it rolls back if on_abort (the change was a
+ *		grant, renewal or guard that others may be blocked behind).
+ */
+void
+DsyncWakeAtEnd(uint64 key, bool on_abort)
+{
+	int			channel = key % DSYNC_WAKE_CHANNELS;
+
+	DsyncWaitRegisterCallbacks();
+	wake_on_commit[channel / 64] |= UINT64CONST(1) << (channel % 64);
+	if (on_abort)
+		wake_on_abort[channel / 64] |= UINT64CONST(1) << (channel % 64);
+	wake_pending = true;
+}
+
+/*
+ * DsyncWakeChannel
+ *		Wake every sleeper on one channel.
+ */
+static void
+DsyncWakeChannel(int channel)
+{
+	pg_atomic_fetch_add_u64(&dsync_shared->wakes[channel], 1);
+	ConditionVariableBroadcast(&dsync_shared->wake[channel].cv);
+}
+
+/*
+ * DsyncWaitGeneration
+ *		How many broadcasts key's channel has had; read before a try.
+ */
+uint64
+DsyncWaitGeneration(uint64 key)
+{
+	return pg_atomic_read_u64(&dsync_shared->wakes[key % DSYNC_WAKE_CHANNELS]);
+}
+
+/*
+ * DsyncWakeBroadcast
+ *		Wake every sleeper on the channels set in bits.
+ */
+static void
+DsyncWakeBroadcast(const uint64 *bits)
+{
+	for (int word = 0; word < WAKE_WORDS; word++)
+	{
+		uint64		w = bits[word];
+
+		while (w != 0)
+		{
+			int			bit = pg_rightmost_one_pos64(w);
+
+			DsyncWakeChannel(word * 64 + bit);
+			w &= w - 1;
+		}
+	}
+}
+
+/*
+ * DsyncWaitReleaseCallback
+ *		Broadcast the noted channels once the top-level transaction's
+ *		outcome is visible and its locks (row locks and the insert lock)
+ *		are released.
+ */
+static void
+DsyncWaitReleaseCallback(ResourceReleasePhase phase, bool isCommit,
+						 bool isTopLevel, void *arg)
+{
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel || !wake_pending)
+		return;
+	DsyncWakeBroadcast(isCommit ? wake_on_commit : wake_on_abort);
+	memset(wake_on_commit, 0, sizeof(wake_on_commit));
+	memset(wake_on_abort, 0, sizeof(wake_on_abort));
+	wake_pending = false;
+}
+
+/*
+ * DsyncWaitSubXactCallback
+ *		A rolled-back savepoint may have undone a grant or guard that
+ *		others wait behind: wake them so they look again.  The failed
+ *		attempts of our own blocked acquirers change nothing and wake
+ *		nobody (otherwise two waiters could keep waking each other).
+ */
+static void
+DsyncWaitSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
+						 SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB && wake_pending && !in_internal_attempt)
+		DsyncWakeBroadcast(wake_on_abort);
+}
+
+/*
+ * DsyncWaitXactCallback
+ *		Refuse PREPARE TRANSACTION after a dsync change: COMMIT PREPARED
+ *		runs no callbacks, so nobody would be woken.
+ */
+static void
+DsyncWaitXactCallback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_PRE_PREPARE && wake_pending)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot PREPARE a transaction that has changed dsync leases"),
+				 errhint("Commit it directly instead.")));
+}
+
+/*
+ * DsyncWaitInternalAttempt
+ *		Mark the start and end of a blocked acquirer's attempt.
+ */
+void
+DsyncWaitInternalAttempt(bool starting)
+{
+	in_internal_attempt = starting;
+}
+
+/*
+ * DsyncWaitMySlot
+ *		This backend's waiter slot.
+ */
+static DsyncWaiterSlot *
+DsyncWaitMySlot(void)
+{
+	return &dsync_shared->slots[MyProc->pgprocno];
+}
+
+/*
+ * DsyncWaitMayTake
+ *		Whether this backend may take the lease now, as far as the queue
+ *		goes: nobody who started waiting earlier is waiting for it.
+ */
+bool
+DsyncWaitMayTake(uint64 key)
+{
+	DsyncWaiterSlot *me = DsyncWaitMySlot();
+	uint64		my_ticket;
+	bool		ahead = false;
+
+	if (pg_atomic_read_u32(&dsync_shared->waiting[key % DSYNC_WAKE_CHANNELS]) == 0)
+		return true;
+
+	LWLockAcquire(dsync_shared->lock, LW_SHARED);
+	my_ticket = me->in_use ? me->ticket : PG_UINT64_MAX;
+	for (int i = 0; i < dsync_shared->nslots && !ahead; i++)
+	{
+		DsyncWaiterSlot *slot = &dsync_shared->slots[i];
+
+		ahead = slot->in_use && slot->key == key && slot->dbid == MyDatabaseId &&
+			slot->ticket < my_ticket;
+	}
+	LWLockRelease(dsync_shared->lock);
+	return !ahead;
+}
+
+/*
+ * DsyncWaitExit
+ *		Leave the queue when the backend exits in the middle of a wait
+ *		(pg_terminate_backend, shutdown): FATAL does not unwind PG_TRY.
+ */
+static void
+DsyncWaitExit(int code, Datum arg)
+{
+	if (dsync_shared != NULL && MyProc != NULL && DsyncWaitMySlot()->in_use)
+		DsyncWaitDequeue();
+}
+
+/*
+ * DsyncWaitEnqueue
+ *		Join the queue for a name, behind everybody already in it.
+ */
+void
+DsyncWaitEnqueue(uint64 key, const char *kind, text *name, text *holder)
+{
+	DsyncWaiterSlot *me = DsyncWaitMySlot();
+
+	if (!exit_callback_registered)
+	{
+		before_shmem_exit(DsyncWaitExit, (Datum) 0);
+		exit_callback_registered = true;
+	}
+
+	LWLockAcquire(dsync_shared->lock, LW_EXCLUSIVE);
+	me->pid = MyProcPid;
+	me->dbid = MyDatabaseId;
+	me->key = key;
+	me->ticket = pg_atomic_fetch_add_u64(&dsync_shared->next_ticket, 1);
+	me->since = GetCurrentTimestamp();
+	strlcpy(me->kind, kind, sizeof(me->kind));
+	text_to_cstring_buffer(name, me->name, sizeof(me->name));
+	text_to_cstring_buffer(holder, me->holder, sizeof(me->holder));
+	me->in_use = true;
+	pg_atomic_fetch_add_u32(&dsync_shared->waiting[key % DSYNC_WAKE_CHANNELS], 1);
+	LWLockRelease(dsync_shared->lock);
+}
+
+/*
+ * DsyncWaitDequeue
+ *		Leave the queue, and wake the others on the channel: whoever is
+ *		next in line must look again now.
+ */
+void
+DsyncWaitDequeue(void)
+{
+	DsyncWaiterSlot *me = DsyncWaitMySlot();
+	uint64		key;
+
+	LWLockAcquire(dsync_shared->lock, LW_EXCLUSIVE);
+	key = me->key;
+	if (me->in_use)
+	{
+		me->in_use = false;
+		pg_atomic_fetch_sub_u32(&dsync_shared->waiting[key % DSYNC_WAKE_CHANNELS], 1);
+	}
+	LWLockRelease(dsync_shared->lock);
+	DsyncWakeChannel(key % DSYNC_WAKE_CHANNELS);
+}
+
+/*
+ * DsyncWaitSleep
+ *		Sleep on key's channel until woken or until wake_at (0: no limit),
+ *		whichever comes first, but never longer than DSYNC_WAIT_CAP_MS.
+ *		Returns at once if the channel was woken since generation was read.
+ *		Cancellation and statement_timeout raise their errors from here.
+ */
+void
+DsyncWaitSleep(uint64 key, TimestampTz wake_at, uint64 generation)
+{
+	ConditionVariable *cv = DsyncWaitChannel(key);
+	long		ms = DSYNC_WAIT_CAP_MS;
+
+	if (wake_at != 0)
+	{
+		/* Round up, so that the retry comes at or after the instant. */
+		int64		until = wake_at - GetCurrentTimestamp();
+
+		ms = Max(Min((until + 999) / 1000, (int64) DSYNC_WAIT_CAP_MS), 1);
+	}
+
+	ConditionVariablePrepareToSleep(cv);
+	if (DsyncWaitGeneration(key) == generation)
+		(void) ConditionVariableTimedSleep(cv, ms, PG_WAIT_EXTENSION);
+	ConditionVariableCancelSleep();
+}
+
+/*
+ * dsync_waiter_rows
+ *		SQL: dsync_waiter_rows() RETURNS TABLE(pid, kind, name, holder,
+ *		since): who is blocked in a dsync wait in this database now.
+ */
+Datum
+dsync_waiter_rows(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	InitMaterializedSRF(fcinfo, 0);
+
+	LWLockAcquire(dsync_shared->lock, LW_SHARED);
+	for (int i = 0; i < dsync_shared->nslots; i++)
+	{
+		DsyncWaiterSlot *slot = &dsync_shared->slots[i];
+		Datum		values[5];
+		bool		nulls[5] = {false, false, false, false, false};
+
+		if (!slot->in_use || slot->dbid != MyDatabaseId)
+			continue;
+		values[0] = Int32GetDatum(slot->pid);
+		values[1] = CStringGetTextDatum(slot->kind);
+		values[2] = CStringGetTextDatum(slot->name);
+		values[3] = CStringGetTextDatum(slot->holder);
+		values[4] = TimestampTzGetDatum(slot->since);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	LWLockRelease(dsync_shared->lock);
+
+	return (Datum) 0;
+}

@@ -1,0 +1,484 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease_stress.c
+ *		Concurrency stress test for dsync leases: many clients at mixed
+ *		isolation levels hammer a few leases with blocking waits while a
+ *		killer terminates random clients' backends; afterwards the log of
+ *		guarded work, timed by the server clock, must show that no two
+ *		holders of a lease ever overlapped and that fencing tokens rose in
+ *		grant order.
+ *
+ * Each client loops:
+ *	1. BEGIN at its isolation level; token := dsync_acquire(lease, me,
+ *	   ttl, wait); COMMIT.  NULL (wait ran out): try again.
+ *	2. BEGIN at its isolation level; dsync_assert_held(lease, me) must
+ *	   return the same token; t_start := clock_timestamp(); a short sleep;
+ *	   INSERT a log row (lease, me, token, t_start, clock_timestamp());
+ *	   COMMIT.  While that transaction is open nobody else can hold the
+ *	   lease, so logged intervals of different holders must not overlap.
+ *	3. Usually dsync_release; sometimes walk away and let the ttl expire.
+ * A killer process calls pg_terminate_backend on a random client every
+ * so often; killed clients reconnect under a new holder name, and the
+ * lease they held comes back when its ttl passes.
+ *
+ * Usage: lease_stress [clients] [seconds] [leases]   (libpq environment)
+ *        lease_stress fair [clients] [rounds]
+ * The second form checks fairness: clients contend for one lease in a loop
+ * (acquire with a wait, log, release, acquire again at once), and since
+ * waiters are served in the order they started waiting, the log must go
+ * round-robin: no client gets the lease twice while another waits.
+ * Exit status 0 if every check passed.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "libpq-fe.h"
+
+static const char *const isolation_levels[] = {
+	"READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"
+};
+
+/*
+ * die
+ *		Print a message and exit with failure.
+ */
+static void
+die(const char *fmt,...)
+{
+	va_list		ap;
+
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(2);
+}
+
+/*
+ * connect_db
+ *		A connection tagged with application_name, or NULL on failure.
+ */
+static PGconn *
+connect_db(const char *appname)
+{
+	const char *keys[] = {"application_name", "dbname", NULL};
+	const char *vals[] = {appname, getenv("PGDATABASE") ? getenv("PGDATABASE") : "postgres", NULL};
+	PGconn	   *conn = PQconnectdbParams(keys, vals, 0);
+
+	if (PQstatus(conn) != CONNECTION_OK)
+	{
+		PQfinish(conn);
+		return NULL;
+	}
+	return conn;
+}
+
+/*
+ * exec_ok
+ *		Run a command; true if it succeeded.
+ */
+static bool
+exec_ok(PGconn *conn, const char *sql)
+{
+	PGresult   *res = PQexec(conn, sql);
+	bool		ok = PQresultStatus(res) == PGRES_COMMAND_OK ||
+		PQresultStatus(res) == PGRES_TUPLES_OK;
+
+	PQclear(res);
+	return ok;
+}
+
+/*
+ * query_value
+ *		First value of a query with text parameters, copied into buf;
+ *		returns 1 if a non-NULL value came back, 0 for NULL, -1 on error.
+ */
+static int
+query_value(PGconn *conn, const char *sql, int nparams, const char *const *params,
+			char *buf, size_t buflen)
+{
+	PGresult   *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+	int			rc;
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		rc = -1;
+	else if (PQgetisnull(res, 0, 0))
+		rc = 0;
+	else
+	{
+		snprintf(buf, buflen, "%s", PQgetvalue(res, 0, 0));
+		rc = 1;
+	}
+	PQclear(res);
+	return rc;
+}
+
+/*
+ * client_main
+ *		One client's loop until the deadline.  Counts go to stdout as one
+ *		line at exit.
+ */
+static void
+client_main(int id, int nleases, time_t deadline)
+{
+	const char *iso = isolation_levels[id % 3];
+	unsigned int seed = (unsigned int) (time(NULL) ^ (id * 7919));
+	PGconn	   *conn = NULL;
+	int			incarnation = 0;
+	long		grants = 0,
+				timeouts = 0,
+				errors = 0,
+				reconnects = 0;
+	char		holder[64];
+	char		begin[96];
+
+	snprintf(begin, sizeof(begin), "BEGIN ISOLATION LEVEL %s", iso);
+	while (time(NULL) < deadline)
+	{
+		char		lease[32];
+		char		token[32];
+		char		guard[32];
+		char		t_start[64];
+		const char *p[3];
+		int			rc;
+
+		if (conn == NULL || PQstatus(conn) != CONNECTION_OK)
+		{
+			if (conn)
+			{
+				PQfinish(conn);
+				reconnects++;
+			}
+			conn = connect_db("dsync_stress_client");
+			if (conn == NULL)
+			{
+				usleep(100000);
+				continue;
+			}
+			snprintf(holder, sizeof(holder), "client-%d.%d", id, ++incarnation);
+		}
+
+		snprintf(lease, sizeof(lease), "stress-%d", (int) (rand_r(&seed) % nleases));
+		p[0] = lease;
+		p[1] = holder;
+
+		/* 1. Acquire, blocking up to a second, at this client's level. */
+		if (!exec_ok(conn, begin))
+			continue;
+		rc = query_value(conn, "SELECT dsync_acquire($1, $2, '2 seconds', '1 second')",
+						 2, p, token, sizeof(token));
+		if (rc < 0 || !exec_ok(conn, "COMMIT"))
+		{
+			errors++;
+			exec_ok(conn, "ROLLBACK");
+			continue;
+		}
+		if (rc == 0)
+		{
+			timeouts++;
+			continue;
+		}
+		grants++;
+
+		/* 2. Guarded work, logged with server-clock times. */
+		if (exec_ok(conn, begin) &&
+			query_value(conn, "SELECT dsync_assert_held($1, $2)", 2, p, guard, sizeof(guard)) == 1 &&
+			query_value(conn, "SELECT clock_timestamp()", 0, NULL, t_start, sizeof(t_start)) == 1)
+		{
+			const char *q[6] = {lease, holder, token, guard, t_start, iso};
+			char		sleep_sql[64];
+
+			snprintf(sleep_sql, sizeof(sleep_sql), "SELECT pg_sleep(%.3f)",
+					 (rand_r(&seed) % 20) / 1000.0);
+			if (!exec_ok(conn, sleep_sql) ||
+				query_value(conn,
+							"INSERT INTO stress_log (lease, holder, token, guard_token, t_start, t_end, iso) "
+							"VALUES ($1, $2, $3, $4, $5, clock_timestamp(), $6) RETURNING 1",
+							6, q, guard, sizeof(guard)) != 1 ||
+				!exec_ok(conn, "COMMIT"))
+			{
+				errors++;
+				exec_ok(conn, "ROLLBACK");
+			}
+		}
+		else
+		{
+			/* The lease can have expired already if the backend was slow. */
+			errors++;
+			exec_ok(conn, "ROLLBACK");
+		}
+
+		/* 3. Usually release; one time in eight, let the ttl expire. */
+		if (rand_r(&seed) % 8 != 0)
+		{
+			char		released[8];
+
+			if (query_value(conn, "SELECT dsync_release($1, $2)", 2, p,
+							released, sizeof(released)) < 0)
+				errors++;
+		}
+	}
+	if (conn)
+		PQfinish(conn);
+	printf("client %2d (%s): grants %ld, timeouts %ld, errors %ld, reconnects %ld\n",
+		   id, iso, grants, timeouts, errors, reconnects);
+	exit(grants > 0 ? 0 : 1);
+}
+
+/*
+ * killer_main
+ *		Terminate a random client backend every 700 ms until the deadline.
+ */
+static void
+killer_main(time_t deadline)
+{
+	PGconn	   *conn = connect_db("dsync_stress_killer");
+	long		kills = 0;
+
+	if (conn == NULL)
+		die("killer: cannot connect");
+	while (time(NULL) < deadline - 2)
+	{
+		char		killed[8];
+
+		usleep(700000);
+		if (query_value(conn,
+						"SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+						"WHERE application_name = 'dsync_stress_client' "
+						"ORDER BY random() LIMIT 1",
+						0, NULL, killed, sizeof(killed)) == 1 &&
+			strcmp(killed, "t") == 0)
+			kills++;
+	}
+	PQfinish(conn);
+	printf("killer: terminated %ld client backends\n", kills);
+	exit(0);
+}
+
+/*
+ * check
+ *		Run a verification query returning one count; report it and return
+ *		true if it equals expected (or, if at_least, is at least expected).
+ */
+static bool
+check(PGconn *conn, const char *what, const char *sql, long expected, bool at_least)
+{
+	char		buf[64];
+	long		value;
+	bool		ok;
+
+	if (query_value(conn, sql, 0, NULL, buf, sizeof(buf)) != 1)
+		die("check \"%s\" failed: %s", what, PQerrorMessage(conn));
+	value = atol(buf);
+	ok = at_least ? value >= expected : value == expected;
+	printf("%s %s: %ld\n", ok ? "ok    " : "FAILED", what, value);
+	return ok;
+}
+
+/*
+ * fair_client_main
+ *		One client of the fairness run: rounds of acquire, log, release.
+ */
+static void
+fair_client_main(int id, int rounds)
+{
+	PGconn	   *conn = connect_db("dsync_fair_client");
+	char		holder[32];
+	const char *p[2] = {"fair", holder};
+	int			granted = 0;
+
+	if (conn == NULL)
+		die("fair client %d: cannot connect", id);
+	snprintf(holder, sizeof(holder), "fair-%d", id);
+	for (int round = 0; round < rounds; round++)
+	{
+		char		buf[32];
+
+		if (query_value(conn, "SELECT dsync_acquire($1, $2, '1 minute', '30 seconds')",
+						2, p, buf, sizeof(buf)) != 1)
+			break;
+		granted++;
+		if (query_value(conn, "INSERT INTO fair_log (holder) VALUES ($2) RETURNING $1",
+						2, p, buf, sizeof(buf)) != 1 ||
+			query_value(conn, "SELECT dsync_release($1, $2)", 2, p, buf, sizeof(buf)) != 1)
+			break;
+	}
+	PQfinish(conn);
+	exit(granted == rounds ? 0 : 1);
+}
+
+/*
+ * fair_main
+ *		The fairness run and its checks.
+ */
+static int
+fair_main(int clients, int rounds)
+{
+	PGconn	   *conn = connect_db("dsync_fair_main");
+	int			status;
+	int			failed_children = 0;
+	int			passed = 0,
+				failed = 0;
+	char		sql[512];
+
+	if (conn == NULL)
+		die("cannot connect to the server");
+	if (!exec_ok(conn, "SET client_min_messages = warning") ||
+		!exec_ok(conn, "CREATE EXTENSION IF NOT EXISTS dsync") ||
+		!exec_ok(conn, "DROP TABLE IF EXISTS fair_log") ||
+		!exec_ok(conn, "CREATE TABLE fair_log (id bigserial PRIMARY KEY, holder text)") ||
+		!exec_ok(conn, "SELECT dsync_force_release('fair')"))
+		die("setup failed: %s", PQerrorMessage(conn));
+	PQfinish(conn);
+
+	printf("lease_stress fair: %d clients, %d rounds each, one lease\n", clients, rounds);
+	fflush(stdout);
+	for (int i = 0; i < clients; i++)
+		if (fork() == 0)
+			fair_client_main(i, rounds);
+	while (wait(&status) > 0)
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+			failed_children++;
+
+	conn = connect_db("dsync_fair_main");
+	if (conn == NULL)
+		die("cannot reconnect to the server");
+	printf("%s clients that did not get all their rounds: %d\n",
+		   failed_children == 0 ? "ok    " : "FAILED", failed_children);
+	if (failed_children == 0)
+		passed++;
+	else
+		failed++;
+
+	/*
+	 * Once every client is in the loop, each grant goes to the client that
+	 * has waited longest, so between two grants of one client every other
+	 * client gets exactly one: the gap between a client's consecutive
+	 * grants is the number of clients.  A smaller gap means a client got
+	 * the lease again while another was still waiting.  Each client's first
+	 * two and last two rounds are left out: clients start and finish at
+	 * different times.
+	 */
+	snprintf(sql, sizeof(sql),
+			 "SELECT count(*) FROM (SELECT pos - lag(pos) OVER (PARTITION BY holder ORDER BY pos) AS gap, "
+			 "row_number() OVER (PARTITION BY holder ORDER BY pos) AS nth "
+			 "FROM (SELECT holder, row_number() OVER (ORDER BY id) AS pos FROM fair_log) l) s "
+			 "WHERE nth > 2 AND nth < %d AND gap < %d",
+			 rounds - 1, clients);
+	if (check(conn, "grants that went to a client again while another waited", sql, 0, false))
+		passed++;
+	else
+		failed++;
+	snprintf(sql, sizeof(sql),
+			 "SELECT count(*) FROM (SELECT holder FROM fair_log GROUP BY holder "
+			 "HAVING count(*) = %d) s", rounds);
+	if (check(conn, "clients with every round granted", sql, clients, false))
+		passed++;
+	else
+		failed++;
+	PQfinish(conn);
+	printf("\n%d passed, %d failed\n", passed, failed);
+	return failed == 0 ? 0 : 1;
+}
+
+int
+main(int argc, char **argv)
+{
+	int			clients = argc > 1 ? atoi(argv[1]) : 16;
+	int			seconds = argc > 2 ? atoi(argv[2]) : 20;
+	int			nleases = argc > 3 ? atoi(argv[3]) : 3;
+	time_t		deadline;
+	PGconn	   *conn;
+	int			failed_children = 0;
+	int			status;
+	int			passed = 0,
+				failed = 0;
+
+	if (argc > 1 && strcmp(argv[1], "fair") == 0)
+		return fair_main(argc > 2 ? atoi(argv[2]) : 8, argc > 3 ? atoi(argv[3]) : 20);
+	if (clients < 2 || seconds < 5 || nleases < 1)
+		die("usage: lease_stress [clients >= 2] [seconds >= 5] [leases >= 1]");
+
+	conn = connect_db("dsync_stress_main");
+	if (conn == NULL)
+		die("cannot connect to the server");
+	if (!exec_ok(conn, "SET client_min_messages = warning") ||
+		!exec_ok(conn, "CREATE EXTENSION IF NOT EXISTS dsync") ||
+		!exec_ok(conn, "DROP TABLE IF EXISTS stress_log") ||
+		!exec_ok(conn,
+				 "CREATE TABLE stress_log (id bigserial PRIMARY KEY, lease text, holder text, "
+				 "token bigint, guard_token bigint, t_start timestamptz, t_end timestamptz, iso text)") ||
+		!exec_ok(conn, "SELECT dsync_force_release('stress-' || i) FROM generate_series(0, 99) i"))
+		die("setup failed: %s", PQerrorMessage(conn));
+
+	printf("lease_stress: %d clients, %d s, %d leases, ttl 2 s, wait 1 s, kills every 0.7 s\n",
+		   clients, seconds, nleases);
+	fflush(stdout);
+
+	/* Children must not share this connection's socket. */
+	PQfinish(conn);
+
+	deadline = time(NULL) + seconds;
+	for (int i = 0; i < clients; i++)
+		if (fork() == 0)
+			client_main(i, nleases, deadline);
+	if (fork() == 0)
+		killer_main(deadline);
+	while (wait(&status) > 0)
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+			failed_children++;
+
+	conn = connect_db("dsync_stress_main");
+	if (conn == NULL)
+		die("cannot reconnect to the server");
+
+	printf("\n");
+#define CHECK(what, sql, expected, at_least) \
+	(check(conn, what, sql, expected, at_least) ? passed++ : failed++)
+
+	/* A client exits non-zero if it never got a grant: starvation. */
+	printf("%s clients that never got a grant or exited abnormally: %d\n",
+		   failed_children == 0 ? "ok    " : "FAILED", failed_children);
+	if (failed_children == 0)
+		passed++;
+	else
+		failed++;
+	CHECK("guarded intervals logged", "SELECT count(*) FROM stress_log", 50, true);
+	CHECK("leases with more than one holder",
+		  "SELECT count(*) FROM (SELECT lease FROM stress_log GROUP BY lease "
+		  "HAVING count(DISTINCT holder) > 1) s", 1, true);
+	CHECK("overlapping intervals of different holders of one lease",
+		  "SELECT count(*) FROM stress_log a JOIN stress_log b ON a.lease = b.lease "
+		  "AND a.id < b.id AND a.holder <> b.holder "
+		  "AND tstzrange(a.t_start, a.t_end, '[]') && tstzrange(b.t_start, b.t_end, '[]')",
+		  0, false);
+	CHECK("grants whose token did not rise in grant order",
+		  "SELECT count(*) FROM (SELECT holder, token, "
+		  "lag(holder) OVER w AS prev_holder, lag(token) OVER w AS prev_token "
+		  "FROM stress_log WINDOW w AS (PARTITION BY lease ORDER BY t_start)) s "
+		  "WHERE prev_token IS NOT NULL AND NOT (token > prev_token OR "
+		  "(token = prev_token AND holder = prev_holder))",
+		  0, false);
+	CHECK("guards that returned another token than the grant",
+		  "SELECT count(*) FROM stress_log WHERE guard_token <> token", 0, false);
+	CHECK("tokens shared by two holders",
+		  "SELECT count(*) FROM (SELECT token FROM stress_log GROUP BY token "
+		  "HAVING count(DISTINCT holder) > 1) s", 0, false);
+	CHECK("isolation levels seen in guarded work",
+		  "SELECT count(DISTINCT iso) FROM stress_log", 3, false);
+	CHECK("waiters left behind",
+		  "SELECT count(*) FROM dsync_waiters", 0, false);
+
+	PQfinish(conn);
+	printf("\n%d passed, %d failed\n", passed, failed);
+	return failed == 0 ? 0 : 1;
+}
