@@ -25,7 +25,8 @@ REGRESS_OPTS = --load-extension=dsync
 
 ISOLATION = acquire_free acquire_expired acquire_release acquire_renew \
 	snapshot_rr snapshot_serializable serializable_view assert_held_expiry \
-	uncommitted_nowait
+	uncommitted_nowait wait_release wait_rollback wait_expiry wait_timeout \
+	wait_fifo wait_renew
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=dsync
 
 PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror

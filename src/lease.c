@@ -383,8 +383,10 @@ LeaseAcquireWaiting(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *gran
 	TimestampTz deadline = forever ? 0 : DsyncExpiry(GetCurrentTimestamp(), wait_usec, "wait");
 	MemoryContext attempt_cxt;
 	MemoryContext oldcontext = CurrentMemoryContext;
-	bool		queued = false;
-	bool		granted = false;
+
+	/* Set inside PG_TRY and read in PG_CATCH, so they must be volatile. */
+	volatile bool queued = false;
+	volatile bool granted = false;
 
 	attempt_cxt = AllocSetContextCreate(CurrentMemoryContext, "dsync wait",
 										ALLOCSET_SMALL_SIZES);

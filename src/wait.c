@@ -295,6 +295,12 @@ DsyncWaitEnqueue(uint64 key, const char *kind, text *name, text *holder)
 	}
 
 	LWLockAcquire(dsync_shared->lock, LW_EXCLUSIVE);
+	if (me->in_use)
+	{
+		/* A wait is never nested; never count this backend twice. */
+		pg_atomic_fetch_sub_u32(&dsync_shared->waiting[me->key % DSYNC_WAKE_CHANNELS], 1);
+		me->in_use = false;
+	}
 	me->pid = MyProcPid;
 	me->dbid = MyDatabaseId;
 	me->key = key;
@@ -358,34 +364,58 @@ DsyncWaitSleep(uint64 key, TimestampTz wake_at, uint64 generation)
 }
 
 /*
+ * DsyncWaiterOrder
+ *		qsort comparator: queue order (ticket).
+ */
+static int
+DsyncWaiterOrder(const void *a, const void *b)
+{
+	uint64		ta = ((const DsyncWaiterSlot *) a)->ticket;
+	uint64		tb = ((const DsyncWaiterSlot *) b)->ticket;
+
+	return (ta > tb) - (ta < tb);
+}
+
+/*
  * dsync_waiter_rows
  *		SQL: dsync_waiter_rows() RETURNS TABLE(pid, kind, name, holder,
- *		since): who is blocked in a dsync wait in this database now.
+ *		since): who is blocked in a dsync wait in this database now, in
+ *		queue order.  The slots are copied under the lock and formatted
+ *		after it is released.
  */
 Datum
 dsync_waiter_rows(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	DsyncWaiterSlot *copy;
+	int			n = 0;
 
 	InitMaterializedSRF(fcinfo, 0);
 
+	copy = palloc(sizeof(DsyncWaiterSlot) * dsync_shared->nslots);
 	LWLockAcquire(dsync_shared->lock, LW_SHARED);
 	for (int i = 0; i < dsync_shared->nslots; i++)
 	{
 		DsyncWaiterSlot *slot = &dsync_shared->slots[i];
+
+		if (slot->in_use && slot->dbid == MyDatabaseId)
+			copy[n++] = *slot;
+	}
+	LWLockRelease(dsync_shared->lock);
+
+	qsort(copy, n, sizeof(DsyncWaiterSlot), DsyncWaiterOrder);
+	for (int i = 0; i < n; i++)
+	{
 		Datum		values[5];
 		bool		nulls[5] = {false, false, false, false, false};
 
-		if (!slot->in_use || slot->dbid != MyDatabaseId)
-			continue;
-		values[0] = Int32GetDatum(slot->pid);
-		values[1] = CStringGetTextDatum(slot->kind);
-		values[2] = CStringGetTextDatum(slot->name);
-		values[3] = CStringGetTextDatum(slot->holder);
-		values[4] = TimestampTzGetDatum(slot->since);
+		values[0] = Int32GetDatum(copy[i].pid);
+		values[1] = CStringGetTextDatum(copy[i].kind);
+		values[2] = CStringGetTextDatum(copy[i].name);
+		values[3] = CStringGetTextDatum(copy[i].holder);
+		values[4] = TimestampTzGetDatum(copy[i].since);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
-	LWLockRelease(dsync_shared->lock);
 
 	return (Datum) 0;
 }

@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+#
+# handoff_bench.sh: how fast a blocked dsync_acquire gets a lease once it is
+# free, against the baselines of NOTES.md section 8.
+#
+# Run as root, after `make install`, from the top of the source tree:
+#
+#     bash test/bench/handoff_bench.sh
+#
+# It starts one throwaway PostgreSQL 15 server of its own (initdb into a
+# mktemp directory owned by postgres, Unix socket in that directory only,
+# dsync preloaded), builds the libpq driver handoff.c into that directory,
+# runs it, and stops and removes everything on exit.  All variants run in
+# the same run on the same server, interleaved (their order rotates from one
+# iteration to the next) so that noise on a shared machine hits them alike.
+# Every latency is the difference of two clock_timestamp() values taken
+# inside the server.  Timings are printed, never asserted.
+#
+# Measured, per iteration (default 200 iterations):
+#   1. dsync hand-off: session A holds lease L; session B blocks in
+#      SELECT dsync_acquire(L, 'B', '30 s', '10 s'), clock_timestamp()
+#      (a third session confirms B is asleep: wait_event_type 'Extension'
+#      and a row in dsync_waiters); A runs, in autocommit,
+#      SELECT dsync_release(L, 'A'), clock_timestamp().
+#      latency = B's timestamp - A's.  A's timestamp precedes A's commit,
+#      which is when the release takes effect, so the commit is included:
+#      measured once with synchronous_commit=off for A (commit cost small)
+#      and once with synchronous_commit=on (includes A's WAL flush).
+#   2. pg_advisory_lock hand-off, the same way: B blocks in
+#      pg_advisory_lock(k); A runs pg_advisory_unlock(k).
+#   3. the hand-written lease table (INSERT ... ON CONFLICT DO UPDATE ...
+#      WHERE to acquire, DELETE to release) with a client polling every
+#      50 ms; A deletes at a random moment of B's poll period; latency =
+#      B's successful upsert timestamp - A's DELETE timestamp.
+#   4. dsync expiry-to-grant: A takes L with a 200 ms ttl and never
+#      releases; B blocks (confirmed asleep before the expiry); latency =
+#      B's timestamp at grant - the lease's expires_at from dsync_leases.
+# Then one waiter is watched through /proc while it sleeps, idle and while
+# another session commits acquire+release cycles on other names: its CPU
+# time and wake-ups (voluntary context switches) show whether waiting
+# backends stay asleep.
+#
+# Prints min, median, p90, p99 and max per variant, the ratio of the dsync
+# median to the pg_advisory_lock median, and whether the targets are met:
+# dsync hand-off median < 2 ms and within 10x of pg_advisory_lock's;
+# expiry-to-grant median < 10 ms.  About 1 to 1.5 minutes at the defaults.
+#
+# Settings (environment):
+#   BENCH_HANDOFFS     measured iterations, each one sample of every variant
+#                      (default 200)
+#   BENCH_WARMUP       unmeasured iterations first (default 10)
+#   BENCH_POLL_MS      poll period of the table baseline (default 50)
+#   BENCH_EXPIRY_TTL_MS  ttl of the expiring lease (default 200)
+#   BENCH_IDLE_SECONDS how long to watch the idle waiter (default 3; 0 skips)
+#   BENCH_TRAFFIC      acquire+release cycles on other names while watching
+#                      it (default 1000)
+#   BENCH_SEED         random seed of the table baseline (default: random)
+#   BENCH_KEEP         1: keep the directory (server log, raw samples in
+#                      samples.csv)
+#
+set -euo pipefail
+
+HANDOFFS=${BENCH_HANDOFFS:-200}
+WARMUP=${BENCH_WARMUP:-10}
+POLL_MS=${BENCH_POLL_MS:-50}
+EXPIRY_TTL_MS=${BENCH_EXPIRY_TTL_MS:-200}
+IDLE_SECONDS=${BENCH_IDLE_SECONDS:-3}
+TRAFFIC=${BENCH_TRAFFIC:-1000}
+SEED=${BENCH_SEED:-0}
+KEEP=${BENCH_KEEP:-0}
+
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PG_CONFIG=${PG_CONFIG:-pg_config}
+HERE=$(cd "$(dirname "$0")" && pwd)
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "run this as root (the server itself runs as postgres)" >&2
+	exit 1
+fi
+
+# ---------------------------------------------------------------------------
+# The throwaway server
+# ---------------------------------------------------------------------------
+
+WORKDIR=$(mktemp -d /tmp/dsync-handoff.XXXXXX)
+chown postgres: "$WORKDIR"
+chmod 700 "$WORKDIR"
+PGDATA_DIR=$WORKDIR/data
+SERVER_LOG=$WORKDIR/server.log
+
+cleanup() {
+	if [ -f "$PGDATA_DIR/postmaster.pid" ]; then
+		runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -m fast -w stop >/dev/null 2>&1 ||
+			runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -m immediate -w stop >/dev/null 2>&1 || true
+	fi
+	if [ "$KEEP" = 1 ]; then
+		echo "kept $WORKDIR (server log: $SERVER_LOG, raw samples: $WORKDIR/samples.csv)"
+	else
+		rm -rf "$WORKDIR"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A TCP port nobody listens on (the server listens on no TCP address; the
+# port only names the socket file in our own directory).
+PORT=
+for _ in $(seq 1 200); do
+	p=$((20000 + RANDOM % 40000))
+	if [ -z "$(ss -Hltn "sport = :$p" 2>/dev/null)" ]; then
+		PORT=$p
+		break
+	fi
+done
+[ -n "$PORT" ] || { echo "no free port found" >&2; exit 1; }
+
+runuser -u postgres -- "$PGBIN/initdb" -D "$PGDATA_DIR" -U postgres -A trust \
+	-E UTF8 --locale=C --no-sync >/dev/null
+
+cat >>"$PGDATA_DIR/postgresql.conf" <<EOF
+
+# handoff_bench.sh
+listen_addresses = ''
+unix_socket_directories = '$WORKDIR'
+port = $PORT
+shared_preload_libraries = 'dsync'
+max_connections = 20
+log_min_messages = warning
+EOF
+
+if ! runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -l "$SERVER_LOG" -w start >/dev/null; then
+	echo "server did not start:" >&2
+	cat "$SERVER_LOG" >&2
+	exit 1
+fi
+
+export PGHOST=$WORKDIR PGPORT=$PORT PGUSER=postgres
+unset PGOPTIONS PGDATABASE PGSERVICE
+
+q() {
+	"$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$1" -c "$2"
+}
+
+q postgres "CREATE DATABASE bench"
+q bench "CREATE EXTENSION dsync"
+q bench "CREATE TABLE lease (name text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL)"
+
+# ---------------------------------------------------------------------------
+# The driver
+# ---------------------------------------------------------------------------
+
+BUILD=$WORKDIR/build
+mkdir "$BUILD"
+(
+	cd "$HERE"
+	cc -O2 -Wall -Wextra -Werror -I"$("$PG_CONFIG" --includedir)" handoff.c \
+		-L"$("$PG_CONFIG" --libdir)" -lpq -o "$BUILD/handoff"
+)
+
+echo "dsync hand-off latency benchmark"
+echo "  server:   $("$PGBIN/postgres" --version), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "  data:     $(df -T "$WORKDIR" | awk 'NR == 2 { print $2 " on " $1 }'), fsync on, defaults otherwise"
+echo "  settings: $HANDOFFS iterations (+$WARMUP warm-up), poll ${POLL_MS} ms, expiry ttl ${EXPIRY_TTL_MS} ms"
+echo
+
+status=0
+"$BUILD/handoff" -n "$HANDOFFS" -w "$WARMUP" -p "$POLL_MS" -e "$EXPIRY_TTL_MS" \
+	-i "$IDLE_SECONDS" -c "$TRAFFIC" -s "$SEED" -r "$WORKDIR/samples.csv" bench || status=$?
+
+if [ "$status" -ne 0 ]; then
+	echo "the driver failed (exit $status); last lines of the server log:" >&2
+	tail -n 30 "$SERVER_LOG" >&2
+	exit "$status"
+fi
+if grep -Eq 'PANIC|FATAL|TRAP|terminated by signal' "$SERVER_LOG"; then
+	echo
+	echo "server log has errors:"
+	grep -E 'PANIC|FATAL|TRAP|terminated by signal' "$SERVER_LOG" | head -n 20
+fi
