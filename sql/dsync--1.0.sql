@@ -32,12 +32,15 @@ CREATE TABLE @extschema@.dsync_lease (
 REVOKE ALL ON TABLE @extschema@.dsync_lease FROM PUBLIC;
 
 /*
- * Fencing tokens.  dsync reads it with nextval() semantics and forces the
- * sequence's WAL to disk whenever it logs a new batch of values, so tokens
- * never repeat after a crash, even with synchronous_commit = off.  It is
- * dumped by pg_dump so that a restored database keeps counting upwards.
+ * Fencing tokens.  Each nextval() reserves a block of 1024 tokens, which
+ * dsync hands out in order from shared memory; the sequence's WAL is made
+ * durable (and confirmed by synchronous standbys) before a block is used,
+ * so tokens never repeat after a crash or failover, even with
+ * synchronous_commit = off (see fencing.c).  It is dumped by pg_dump so
+ * that a restored database keeps counting upwards.
  */
-CREATE SEQUENCE @extschema@.dsync_fencing_seq AS bigint MINVALUE 1 NO CYCLE;
+CREATE SEQUENCE @extschema@.dsync_fencing_seq AS bigint
+	INCREMENT BY 1024 MINVALUE 1 NO CYCLE;
 REVOKE ALL ON SEQUENCE @extschema@.dsync_fencing_seq FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.dsync_fencing_seq', '');
 

@@ -15,6 +15,7 @@
 #include "port/atomics.h"
 #include "storage/condition_variable.h"
 #include "storage/lwlock.h"
+#include "storage/spin.h"
 #include "utils/relcache.h"
 #include "utils/timestamp.h"
 
@@ -56,6 +57,20 @@ typedef struct DsyncWaiterSlot
 	char		holder[DSYNC_NAME_MAX_BYTES + 1];
 } DsyncWaiterSlot;
 
+/*
+ * A block of fencing tokens reserved from one database's sequence and
+ * handed out in order from shared memory (fencing.c).
+ */
+#define DSYNC_FENCING_SLOTS		64
+
+typedef struct DsyncFencingBlock
+{
+	Oid			dbid;
+	Oid			seqrelid;
+	int64		next;			/* next token to hand out */
+	int64		limit;			/* first token past the block */
+} DsyncFencingBlock;
+
 typedef struct DsyncShared
 {
 	LWLock	   *lock;			/* protects slots */
@@ -64,6 +79,9 @@ typedef struct DsyncShared
 	pg_atomic_uint32 waiting[DSYNC_WAKE_CHANNELS];	/* waiters per channel */
 	pg_atomic_uint64 wakes[DSYNC_WAKE_CHANNELS];	/* broadcasts so far */
 	ConditionVariableMinimallyPadded wake[DSYNC_WAKE_CHANNELS];
+	slock_t		fencing_lock;	/* protects fencing[] */
+	int			fencing_victim; /* next slot to reuse when all are taken */
+	DsyncFencingBlock fencing[DSYNC_FENCING_SLOTS];
 	DsyncWaiterSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } DsyncShared;
 

@@ -3,28 +3,35 @@
  * fencing.c
  *		Fencing tokens that never repeat, across crashes and failover.
  *
- * Tokens come from the sequence dsync_fencing_seq.  A sequence WAL-logs a
- * value some way ahead (32 values) of what it hands out and, after a crash,
- * resumes from the logged value, so it never goes backwards provided that
- * WAL survived.  Nothing guarantees that by itself:
+ * Tokens come from the sequence dsync_fencing_seq, whose increment (1024)
+ * makes each nextval() a block of tokens.  Blocks are handed out token by
+ * token from shared memory, under a spinlock, so the tokens of a database
+ * rise in the order they are handed out across all backends; a grant takes
+ * its token only once it holds the row lock that serialises grants of its
+ * lease, so each lease's tokens also rise in grant order.  Shared memory
+ * is lost in a crash, but the next block then comes from the sequence,
+ * above every block used before.
  *
- *	- With synchronous_commit = off, a crash can lose the WAL of a batch
- *	  together with acknowledged grants whose tokens clients already use.
- *	  So before a token is handed out, WAL is flushed up to the sequence
- *	  page's LSN.  That must be the page's LSN, not only what this backend
- *	  wrote: another backend may have logged the batch and not flushed it
- *	  yet.  When the batch is already on disk, which is the common case,
- *	  the flush is a comparison.
+ * That relies on the sequence never going backwards, which needs care:
+ *
+ *	- A sequence WAL-logs a value some way ahead (32 calls) of what it hands
+ *	  out and, after a crash, resumes from the logged value, so it never goes
+ *	  backwards provided that WAL survived.  With synchronous_commit = off
+ *	  nothing forces it to disk.  So before a block is used, WAL is flushed
+ *	  up to the sequence page's LSN: the page's, not only what this backend
+ *	  wrote, as another backend may have logged the batch and not flushed it
+ *	  yet.  That is one flush per 32 blocks (32,768 tokens), and a
+ *	  comparison otherwise.
  *
  *	- With a synchronous standby, a commit waits for the standby only if
  *	  the session's synchronous_commit asks for it, and any role can turn
  *	  that off for itself.  So when a synchronous standby is configured and
  *	  the session would not wait at commit, dsync waits for the standby to
- *	  confirm the batch, once per batch.  If that wait is cancelled the
- *	  token is not handed out.
+ *	  confirm the block's WAL before using it.  If that wait is cancelled,
+ *	  no token is handed out.
  *
- * Tokens are taken only after the row lock that serialises grants of a
- * lease is held, so the tokens of one lease also rise in grant order.
+ * Blocks left unused (a crash, a failover, an evicted slot) are skipped:
+ * tokens are increasing, not dense.
  *
  *-------------------------------------------------------------------------
  */
@@ -32,13 +39,17 @@
 
 #include "access/relation.h"
 #include "access/xact.h"
+#include "catalog/pg_sequence.h"
 #include "access/xlog.h"
 #include "commands/sequence.h"
+#include "miscadmin.h"
 #include "replication/syncrep.h"
 #include "replication/walsender.h"
 #include "replication/walsender_private.h"
 #include "storage/bufmgr.h"
 #include "storage/lwlock.h"
+#include "storage/spin.h"
+#include "utils/syscache.h"
 #include "utils/guc.h"
 #include "utils/rel.h"
 
@@ -112,23 +123,122 @@ FencingWaitForStandby(XLogRecPtr lsn)
 }
 
 /*
+ * FencingSequenceIncrement
+ *		The sequence's increment: the size of the block one nextval()
+ *		reserves.  Read from the catalog rather than assumed, so that an
+ *		altered sequence can never make two blocks overlap.
+ */
+static int64
+FencingSequenceIncrement(Oid seqoid)
+{
+	HeapTuple	tuple = SearchSysCache1(SEQRELID, ObjectIdGetDatum(seqoid));
+	int64		increment;
+
+	if (!HeapTupleIsValid(tuple))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg_internal("cache lookup failed for sequence %u", seqoid)));
+	increment = ((Form_pg_sequence) GETSTRUCT(tuple))->seqincrement;
+	ReleaseSysCache(tuple);
+	if (increment < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("sequence \"dsync_fencing_seq\" must have a positive increment"),
+				 errhint("Do not alter the dsync extension's objects; reinstall it.")));
+	return increment;
+}
+
+/*
+ * FencingTakeFromSlot
+ *		Under the spinlock: the next token of this database's block, or
+ *		false if there is none left (or no slot yet).
+ */
+static bool
+FencingTakeFromSlot(Oid seqoid, int64 *token)
+{
+	for (int i = 0; i < DSYNC_FENCING_SLOTS; i++)
+	{
+		DsyncFencingBlock *block = &dsync_shared->fencing[i];
+
+		if (block->dbid == MyDatabaseId && block->seqrelid == seqoid)
+		{
+			if (block->next >= block->limit)
+				return false;
+			*token = block->next++;
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
+ * FencingInstallBlock
+ *		Under the spinlock: make [start, start + size) this database's block
+ *		and take its first token, unless another backend has installed a
+ *		fresh block meanwhile, in which case that one is used and ours is
+ *		dropped.  Either way tokens handed out keep rising.
+ */
+static int64
+FencingInstallBlock(Oid seqoid, int64 start, int64 size)
+{
+	DsyncFencingBlock *block = NULL;
+	int64		token;
+
+	if (FencingTakeFromSlot(seqoid, &token))
+		return token;
+
+	for (int i = 0; i < DSYNC_FENCING_SLOTS && block == NULL; i++)
+		if (dsync_shared->fencing[i].dbid == MyDatabaseId &&
+			dsync_shared->fencing[i].seqrelid == seqoid)
+			block = &dsync_shared->fencing[i];
+	for (int i = 0; i < DSYNC_FENCING_SLOTS && block == NULL; i++)
+		if (dsync_shared->fencing[i].dbid == InvalidOid)
+			block = &dsync_shared->fencing[i];
+	if (block == NULL)
+	{
+		/* All slots taken: reuse one; its database just starts a new block. */
+		block = &dsync_shared->fencing[dsync_shared->fencing_victim];
+		dsync_shared->fencing_victim = (dsync_shared->fencing_victim + 1) % DSYNC_FENCING_SLOTS;
+	}
+	block->dbid = MyDatabaseId;
+	block->seqrelid = seqoid;
+	block->next = start + 1;
+	block->limit = start + size;
+	return start;
+}
+
+/*
  * DsyncNextFencingToken
  *		A new token, greater than every token handed out before in this
- *		database, and durable (locally and on synchronous standbys) before
- *		the caller can see it.
+ *		database, from a block made durable (locally and on synchronous
+ *		standbys) before any of its tokens was handed out.
  */
 int64
 DsyncNextFencingToken(const DsyncCatalog *catalog)
 {
+	Oid			seqoid = catalog->fencing_seq;
 	int64		token;
+	int64		start;
+	int64		size;
 	XLogRecPtr	lsn;
+	bool		found;
+
+	SpinLockAcquire(&dsync_shared->fencing_lock);
+	found = FencingTakeFromSlot(seqoid, &token);
+	SpinLockRelease(&dsync_shared->fencing_lock);
+	if (found)
+		return token;
 
 	/* The caller has no rights on the sequence; the SQL function is the gate. */
-	token = nextval_internal(catalog->fencing_seq, false);
-
-	lsn = FencingSequenceLsn(catalog->fencing_seq);
+	size = FencingSequenceIncrement(seqoid);
+	start = nextval_internal(seqoid, false);
+	lsn = FencingSequenceLsn(seqoid);
 	XLogFlush(lsn);
 	if (synchronous_commit <= SYNCHRONOUS_COMMIT_LOCAL_FLUSH)
 		FencingWaitForStandby(lsn);
+
+	SpinLockAcquire(&dsync_shared->fencing_lock);
+	token = FencingInstallBlock(seqoid, start, size);
+	SpinLockRelease(&dsync_shared->fencing_lock);
 	return token;
 }

@@ -89,6 +89,7 @@ DsyncShmemStartup(void)
 			pg_atomic_init_u32(&dsync_shared->waiting[i], 0);
 			pg_atomic_init_u64(&dsync_shared->wakes[i], 0);
 		}
+		SpinLockInit(&dsync_shared->fencing_lock);
 		dsync_shared->nslots = DsyncShmemSlots();
 	}
 	LWLockRelease(AddinShmemInitLock);

@@ -137,6 +137,8 @@ log_checkpoints = off
 EOF
 
 runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -l "$SERVER_LOG" -w start >/dev/null
+DSYNC_SO="$("$PGBIN/pg_config" --pkglibdir)/dsync.so"
+DSYNC_SO_STAMP=$(stat -c '%y' "$DSYNC_SO")
 
 export PGHOST=$WORKDIR PGPORT=$PORT PGUSER=postgres
 unset PGOPTIONS PGDATABASE
@@ -198,8 +200,13 @@ echo "            ${SECONDS_PER_RUN}s per run, ${WARMUP}s warm-up per variant, $
 # Part 1: acquire+release cycles
 # ---------------------------------------------------------------------------
 
+# Both databases get the extension now, right after the server has
+# loaded the library, so that its SQL script and the loaded library match
+# even if someone re-installs dsync while this runs.
 q postgres "CREATE DATABASE bench"
 q bench "CREATE EXTENSION dsync"
+q postgres "CREATE DATABASE bench_renew"
+q bench_renew "CREATE EXTENSION dsync"
 q bench "CREATE TABLE lease (name text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL)"
 DSYNC_SCHEMA=$(q bench "SELECT quote_ident(extnamespace::regnamespace::text) FROM pg_extension WHERE extname = 'dsync'")
 DSYNC_TABLE="$DSYNC_SCHEMA.dsync_lease"
@@ -295,6 +302,7 @@ for commit in "${COMMIT_MODES[@]}"; do
 	done
 done
 
+echo "(result compares the unrounded ratio with the target)"
 echo
 echo "dsync_lease after the cycle runs: $(q bench "SELECT count(*) || ' rows, ' || pg_size_pretty(pg_relation_size('$DSYNC_TABLE')) || ' heap, ' || pg_size_pretty(pg_total_relation_size('$DSYNC_TABLE')) || ' with index' FROM $DSYNC_TABLE")"
 echo "lease table after the cycle runs: $(q bench "SELECT count(*) || ' rows, ' || pg_size_pretty(pg_relation_size('lease')) || ' heap, ' || pg_size_pretty(pg_total_relation_size('lease')) || ' with index' FROM lease")"
@@ -305,8 +313,6 @@ echo "lease table after the cycle runs: $(q bench "SELECT count(*) || ' rows, ' 
 
 # A database of its own, so that dsync_lease holds exactly the 1,000
 # renewed leases and its size and counters are theirs alone.
-q postgres "CREATE DATABASE bench_renew"
-q bench_renew "CREATE EXTENSION dsync"
 RSCHEMA=$(q bench_renew "SELECT quote_ident(extnamespace::regnamespace::text) FROM pg_extension WHERE extname = 'dsync'")
 RTABLE="$RSCHEMA.dsync_lease"
 held=$(q bench_renew "SELECT count(dsync_acquire('r' || i, 'renewer', '1 hour')) FROM generate_series(1, 1000) i")
@@ -339,3 +345,10 @@ for run in 1 2; do
 	upd0=$upd1 hot0=$hot1 heap0=$heap1 total0=$total1
 done
 echo "(target: >= 90% HOT, and run 2 should not grow the table the way run 1 may have)"
+
+echo
+echo "dsync.so measured: the one installed at $DSYNC_SO_STAMP"
+if [ "$(stat -c '%y' "$DSYNC_SO")" != "$DSYNC_SO_STAMP" ]; then
+	echo "note: $DSYNC_SO was re-installed during this run; the figures are for the"
+	echo "      library the server loaded at start, not for the one installed now."
+fi
