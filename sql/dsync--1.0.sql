@@ -84,7 +84,7 @@ CREATE FUNCTION @extschema@.dsync_leader(
 	lease text)
 RETURNS text
 AS 'MODULE_PATHNAME', 'dsync_leader'
-LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.dsync_leader(text) IS
 'the holder of a live one-permit lease, or NULL';
@@ -145,7 +145,7 @@ CREATE FUNCTION @extschema@.dsync_lease_rows(
 	OUT owner oid)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'dsync_lease_rows'
-LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.dsync_lease_rows() IS
 'rows of the view dsync_leases: every live holder, as last committed';

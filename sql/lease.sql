@@ -157,6 +157,19 @@ SELECT dsync_acquire('prep', 'w1') IS NOT NULL AS granted;
 PREPARE TRANSACTION 'dsync_prep';
 SELECT dsync_leader('prep') IS NULL AS prepare_rolled_back;
 
+-- the read functions work in parallel mode (they take a fresh snapshot,
+-- so they are PARALLEL UNSAFE and run in the leader only)
+SET force_parallel_mode = on;
+SELECT dsync_leader('busy') AS leader_in_parallel_mode;
+SELECT count(*) > 0 AS leases_in_parallel_mode FROM dsync_leases;
+RESET force_parallel_mode;
+
+-- a lease table altered behind the extension's back is refused, not corrupted
+CREATE INDEX dsync_lease_holder_idx ON dsync_lease (holder);
+SELECT pg_temp.err($$SELECT dsync_acquire('altered', 'w1')$$);
+DROP INDEX dsync_lease_holder_idx;
+SELECT dsync_acquire('altered', 'w1') IS NOT NULL AS works_again;
+
 -- clean up
 SELECT dsync_force_release(lease) FROM (SELECT DISTINCT lease FROM dsync_leases) l ORDER BY 1;
 SELECT count(*) AS leases_left FROM dsync_leases;

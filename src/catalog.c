@@ -14,9 +14,12 @@
  */
 #include "postgres.h"
 
+#include "access/table.h"
 #include "catalog/pg_proc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
 #include "utils/syscache.h"
 
 #include "dsync.h"
@@ -62,6 +65,32 @@ DsyncCatalogLookupRel(const char *relname, Oid namespace)
 }
 
 /*
+ * DsyncCatalogCheckShape
+ *		Refuse to work on a lease table whose shape was changed behind the
+ *		extension's back: the C code writes rows with exactly its own
+ *		columns and maintains only the primary key, so an added column or
+ *		index would be corrupted or overrun.  Checked when the cache is
+ *		filled, which any ALTER TABLE or CREATE INDEX forces again.
+ */
+static void
+DsyncCatalogCheckShape(Oid relid)
+{
+	Relation	rel = table_open(relid, AccessShareLock);
+	List	   *indexes = RelationGetIndexList(rel);
+	bool		ok = RelationGetDescr(rel)->natts == Natts_lease &&
+		list_length(indexes) == 1;
+
+	list_free(indexes);
+	table_close(rel, AccessShareLock);
+	if (!ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("dsync table \"dsync_lease\" has been altered"),
+				 errdetail("It must have exactly its original columns and only its primary key index."),
+				 errhint("Drop what was added, or reinstall the extension with DROP EXTENSION dsync; CREATE EXTENSION dsync.")));
+}
+
+/*
  * DsyncCatalogGet
  *		The extension's objects, found from the function being called.
  */
@@ -93,6 +122,7 @@ DsyncCatalogGet(FunctionCallInfo fcinfo)
 	dsync_catalog.lease_rel = DsyncCatalogLookupRel("dsync_lease", namespace);
 	dsync_catalog.lease_pkey = DsyncCatalogLookupRel("dsync_lease_pkey", namespace);
 	dsync_catalog.fencing_seq = DsyncCatalogLookupRel("dsync_fencing_seq", namespace);
+	DsyncCatalogCheckShape(dsync_catalog.lease_rel);
 	dsync_catalog_valid = true;
 
 	return &dsync_catalog;

@@ -67,6 +67,7 @@ typedef struct DsyncFencingBlock
 {
 	Oid			dbid;
 	Oid			seqrelid;
+	uint64		generation;		/* bumped whenever the slot changes hands */
 	int64		next;			/* next token to hand out */
 	int64		limit;			/* first token past the block */
 } DsyncFencingBlock;

@@ -25,10 +25,19 @@
  *
  *	- With a synchronous standby, a commit waits for the standby only if
  *	  the session's synchronous_commit asks for it, and any role can turn
- *	  that off for itself.  So when a synchronous standby is configured and
- *	  the session would not wait at commit, dsync waits for the standby to
- *	  confirm the block's WAL before using it.  If that wait is cancelled,
- *	  no token is handed out.
+ *	  that off for itself, even after the grant (SET LOCAL).  And a block
+ *	  installed by one session is used by others.  So whenever a
+ *	  synchronous standby is configured, a block is installed only once
+ *	  the standby has confirmed its WAL, whoever installs it.  If that wait
+ *	  is cancelled, no token is handed out.  Like a synchronous commit, the
+ *	  wait lasts as long as no synchronous standby answers.
+ *
+ *	- Fetching a block (nextval, flush, standby) happens outside the
+ *	  spinlock, so a slow fetcher can come back with a block older than one
+ *	  another backend has installed and used meanwhile.  Blocks are
+ *	  installed only in increasing order, and a slot records a generation
+ *	  that changes when it is given to another database, so a block that
+ *	  went stale in flight is dropped and the fetch repeated.
  *
  * Blocks left unused (a crash, a failover, an evicted slot) are skipped:
  * tokens are increasing, not dense.
@@ -149,62 +158,49 @@ FencingSequenceIncrement(Oid seqoid)
 }
 
 /*
- * FencingTakeFromSlot
- *		Under the spinlock: the next token of this database's block, or
- *		false if there is none left (or no slot yet).
+ * FencingFindSlot
+ *		Under the spinlock: this database's slot, or NULL.
  */
-static bool
-FencingTakeFromSlot(Oid seqoid, int64 *token)
+static DsyncFencingBlock *
+FencingFindSlot(Oid seqoid)
 {
 	for (int i = 0; i < DSYNC_FENCING_SLOTS; i++)
 	{
 		DsyncFencingBlock *block = &dsync_shared->fencing[i];
 
 		if (block->dbid == MyDatabaseId && block->seqrelid == seqoid)
-		{
-			if (block->next >= block->limit)
-				return false;
-			*token = block->next++;
-			return true;
-		}
+			return block;
 	}
-	return false;
+	return NULL;
 }
 
 /*
- * FencingInstallBlock
- *		Under the spinlock: make [start, start + size) this database's block
- *		and take its first token, unless another backend has installed a
- *		fresh block meanwhile, in which case that one is used and ours is
- *		dropped.  Either way tokens handed out keep rising.
+ * FencingClaimSlot
+ *		Under the spinlock: this database's slot, creating it (empty) if
+ *		need be, in a free slot or, when all are taken, in another
+ *		database's, whose next block then simply starts afresh.
  */
-static int64
-FencingInstallBlock(Oid seqoid, int64 start, int64 size)
+static DsyncFencingBlock *
+FencingClaimSlot(Oid seqoid)
 {
-	DsyncFencingBlock *block = NULL;
-	int64		token;
+	DsyncFencingBlock *block = FencingFindSlot(seqoid);
 
-	if (FencingTakeFromSlot(seqoid, &token))
-		return token;
-
-	for (int i = 0; i < DSYNC_FENCING_SLOTS && block == NULL; i++)
-		if (dsync_shared->fencing[i].dbid == MyDatabaseId &&
-			dsync_shared->fencing[i].seqrelid == seqoid)
-			block = &dsync_shared->fencing[i];
+	if (block != NULL)
+		return block;
 	for (int i = 0; i < DSYNC_FENCING_SLOTS && block == NULL; i++)
 		if (dsync_shared->fencing[i].dbid == InvalidOid)
 			block = &dsync_shared->fencing[i];
 	if (block == NULL)
 	{
-		/* All slots taken: reuse one; its database just starts a new block. */
 		block = &dsync_shared->fencing[dsync_shared->fencing_victim];
 		dsync_shared->fencing_victim = (dsync_shared->fencing_victim + 1) % DSYNC_FENCING_SLOTS;
 	}
 	block->dbid = MyDatabaseId;
 	block->seqrelid = seqoid;
-	block->next = start + 1;
-	block->limit = start + size;
-	return start;
+	block->generation++;
+	block->next = 0;
+	block->limit = 0;
+	return block;
 }
 
 /*
@@ -217,28 +213,60 @@ int64
 DsyncNextFencingToken(const DsyncCatalog *catalog)
 {
 	Oid			seqoid = catalog->fencing_seq;
-	int64		token;
-	int64		start;
-	int64		size;
-	XLogRecPtr	lsn;
-	bool		found;
 
-	SpinLockAcquire(&dsync_shared->fencing_lock);
-	found = FencingTakeFromSlot(seqoid, &token);
-	SpinLockRelease(&dsync_shared->fencing_lock);
-	if (found)
-		return token;
+	for (;;)
+	{
+		DsyncFencingBlock *block;
+		uint64		generation;
+		int64		start;
+		int64		size;
+		XLogRecPtr	lsn;
 
-	/* The caller has no rights on the sequence; the SQL function is the gate. */
-	size = FencingSequenceIncrement(seqoid);
-	start = nextval_internal(seqoid, false);
-	lsn = FencingSequenceLsn(seqoid);
-	XLogFlush(lsn);
-	if (synchronous_commit <= SYNCHRONOUS_COMMIT_LOCAL_FLUSH)
+		CHECK_FOR_INTERRUPTS();
+
+		SpinLockAcquire(&dsync_shared->fencing_lock);
+		block = FencingClaimSlot(seqoid);
+		if (block->next < block->limit)
+		{
+			int64		token = block->next++;
+
+			SpinLockRelease(&dsync_shared->fencing_lock);
+			return token;
+		}
+		generation = block->generation;
+		SpinLockRelease(&dsync_shared->fencing_lock);
+
+		/* The caller has no rights on the sequence; the SQL function is the gate. */
+		size = FencingSequenceIncrement(seqoid);
+		start = nextval_internal(seqoid, false);
+		lsn = FencingSequenceLsn(seqoid);
+		XLogFlush(lsn);
 		FencingWaitForStandby(lsn);
 
-	SpinLockAcquire(&dsync_shared->fencing_lock);
-	token = FencingInstallBlock(seqoid, start, size);
-	SpinLockRelease(&dsync_shared->fencing_lock);
-	return token;
+		SpinLockAcquire(&dsync_shared->fencing_lock);
+		if (block->generation == generation && block->dbid == MyDatabaseId &&
+			block->seqrelid == seqoid)
+		{
+			int64		token;
+
+			if (block->next < block->limit)
+				token = block->next++;	/* another backend refilled it */
+			else if (start >= block->limit)
+			{
+				block->next = start + 1;
+				block->limit = start + size;
+				token = start;
+			}
+			else
+			{
+				/* Older than a block used meanwhile: drop it, fetch again. */
+				SpinLockRelease(&dsync_shared->fencing_lock);
+				continue;
+			}
+			SpinLockRelease(&dsync_shared->fencing_lock);
+			return token;
+		}
+		/* The slot went to another database meanwhile: start over. */
+		SpinLockRelease(&dsync_shared->fencing_lock);
+	}
 }

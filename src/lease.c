@@ -304,7 +304,16 @@ LeaseLockHeld(DsyncStore *store, text *lease, text *holder, LockTupleMode mode)
 		result = DsyncStoreLock(store, row, mode, LockWaitBlock);
 		if (result != TM_Ok)
 			continue;
-		return LeaseHeldByCaller(row, holder) ? row : NULL;
+		if (LeaseHeldByCaller(row, holder))
+			return row;
+
+		/*
+		 * It expired while we waited for the lock.  The lock stays until
+		 * this transaction ends, and anybody it blocks meanwhile must then
+		 * be woken, whether it commits or not.
+		 */
+		DsyncWakeAtEnd(DsyncWaitKey(lease), true);
+		return NULL;
 	}
 }
 
@@ -325,8 +334,8 @@ LeaseAttempt(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
 	ResourceOwner oldowner = CurrentResourceOwner;
 	bool		granted = false;
 
-	DsyncWaitInternalAttempt(true);
 	BeginInternalSubTransaction(NULL);
+	DsyncWaitInternalAttempt(true);
 	MemoryContextSwitchTo(oldcontext);
 
 	PG_TRY();
@@ -452,6 +461,7 @@ dsync_acquire(PG_FUNCTION_ARGS)
 
 	grant.holder = DsyncArgName(fcinfo, 1, "holder");
 	grant.ttl_usec = DsyncArgTtl(fcinfo, 2, "ttl", false, &grant.ttl);
+	(void) DsyncExpiry(GetCurrentTimestamp(), grant.ttl_usec, "ttl");
 	DsyncArgWait(fcinfo, 3, "wait", &wait_forever, &wait_usec);
 	grant.info_null = PG_ARGISNULL(4);
 	grant.info = grant.info_null ? (Datum) 0 : JsonbPGetDatum(PG_GETARG_JSONB_P(4));
@@ -625,6 +635,7 @@ dsync_force_release(PG_FUNCTION_ARGS)
 	text	   *holder = DsyncArgNameOrNull(fcinfo, 1, "holder");
 	DsyncStore	store;
 	int32		released = 0;
+	bool		locked = false;
 	bool		rescan;
 
 	DsyncPreventWrite("dsync_force_release()");
@@ -649,6 +660,7 @@ dsync_force_release(PG_FUNCTION_ARGS)
 				rescan = true;
 				break;
 			}
+			locked = true;
 			if (!DsyncRowIsLive(row, GetCurrentTimestamp()) ||
 				(holder && !DsyncRowHolderIs(row, holder)))
 				continue;
@@ -658,8 +670,8 @@ dsync_force_release(PG_FUNCTION_ARGS)
 		}
 	} while (rescan);
 	DsyncStoreClose(&store);
-	if (released > 0)
-		DsyncWakeAtEnd(DsyncWaitKey(lease), false);
+	if (locked)
+		DsyncWakeAtEnd(DsyncWaitKey(lease), released == 0);
 
 	PG_RETURN_INT32(released);
 }

@@ -148,6 +148,7 @@ DsyncStoreScan(DsyncStore *store, text *name)
 		BufferHeapTupleTableSlot *bslot = (BufferHeapTupleTableSlot *) slot;
 		DsyncLeaseRow *row;
 
+		CHECK_FOR_INTERRUPTS();
 		row = DsyncStoreVisibleRow(store, bslot->base.tuple, bslot->buffer, snapshot);
 		if (row)
 			rows = lappend(rows, row);

@@ -63,6 +63,9 @@ static uint64 wake_on_commit[WAKE_WORDS];
 static uint64 wake_on_abort[WAKE_WORDS];
 static bool wake_pending = false;
 
+/* A savepoint is being rolled back: broadcast once its locks are gone. */
+static bool wake_after_subabort = false;
+
 /* Set while a blocked acquirer's internal subtransaction runs. */
 static bool in_internal_attempt = false;
 
@@ -181,27 +184,40 @@ static void
 DsyncWaitReleaseCallback(ResourceReleasePhase phase, bool isCommit,
 						 bool isTopLevel, void *arg)
 {
-	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel || !wake_pending)
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !wake_pending)
 		return;
+	if (!isTopLevel)
+	{
+		/* The rolled-back savepoint's locks (insert lock too) are gone. */
+		if (wake_after_subabort)
+		{
+			wake_after_subabort = false;
+			DsyncWakeBroadcast(wake_on_abort);
+		}
+		return;
+	}
 	DsyncWakeBroadcast(isCommit ? wake_on_commit : wake_on_abort);
 	memset(wake_on_commit, 0, sizeof(wake_on_commit));
 	memset(wake_on_abort, 0, sizeof(wake_on_abort));
 	wake_pending = false;
+	wake_after_subabort = false;
 }
 
 /*
  * DsyncWaitSubXactCallback
  *		A rolled-back savepoint may have undone a grant or guard that
- *		others wait behind: wake them so they look again.  The failed
- *		attempts of our own blocked acquirers change nothing and wake
- *		nobody (otherwise two waiters could keep waking each other).
+ *		others wait behind: wake them so they look again, once its locks
+ *		are released (this callback runs before that; the resource release
+ *		callback does the broadcast).  The failed attempts of our own
+ *		blocked acquirers change nothing and wake nobody (otherwise two
+ *		waiters could keep waking each other).
  */
 static void
 DsyncWaitSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 						 SubTransactionId parentSubid, void *arg)
 {
 	if (event == SUBXACT_EVENT_ABORT_SUB && wake_pending && !in_internal_attempt)
-		DsyncWakeBroadcast(wake_on_abort);
+		wake_after_subabort = true;
 }
 
 /*
