@@ -79,60 +79,12 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # ---------------------------------------------------------------------------
-# The throwaway server
+# The throwaway server (test/bench/server.sh)
 # ---------------------------------------------------------------------------
 
-WORKDIR=$(mktemp -d /tmp/dsync-handoff.XXXXXX)
-chown postgres: "$WORKDIR"
-chmod 700 "$WORKDIR"
-PGDATA_DIR=$WORKDIR/data
-SERVER_LOG=$WORKDIR/server.log
-
-cleanup() {
-	if [ -f "$PGDATA_DIR/postmaster.pid" ]; then
-		runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -m fast -w stop >/dev/null 2>&1 ||
-			runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -m immediate -w stop >/dev/null 2>&1 || true
-	fi
-	if [ "$KEEP" = 1 ]; then
-		echo "kept $WORKDIR (server log: $SERVER_LOG, raw samples: $WORKDIR/samples.csv)"
-	else
-		rm -rf "$WORKDIR"
-	fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# A TCP port nobody listens on (the server listens on no TCP address; the
-# port only names the socket file in our own directory).
-PORT=
-for _ in $(seq 1 200); do
-	p=$((20000 + RANDOM % 40000))
-	if [ -z "$(ss -Hltn "sport = :$p" 2>/dev/null)" ]; then
-		PORT=$p
-		break
-	fi
-done
-[ -n "$PORT" ] || { echo "no free port found" >&2; exit 1; }
-
-runuser -u postgres -- "$PGBIN/initdb" -D "$PGDATA_DIR" -U postgres -A trust \
-	-E UTF8 --locale=C --no-sync >/dev/null
-
-cat >>"$PGDATA_DIR/postgresql.conf" <<EOF
-
-# handoff_bench.sh
-listen_addresses = ''
-unix_socket_directories = '$WORKDIR'
-port = $PORT
-shared_preload_libraries = 'dsync'
-max_connections = 20
-log_min_messages = warning
-EOF
-
-if ! runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -l "$SERVER_LOG" -w start >/dev/null; then
-	echo "server did not start:" >&2
-	cat "$SERVER_LOG" >&2
-	exit 1
-fi
+. "$HERE/server.sh"
+bench_server_start handoff "max_connections = 20"
+KEEP_NOTE="raw samples: $WORKDIR/samples.csv"
 
 export PGHOST=$WORKDIR PGPORT=$PORT PGUSER=postgres
 unset PGOPTIONS PGDATABASE PGSERVICE

@@ -80,63 +80,19 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # ---------------------------------------------------------------------------
-# The throwaway server
+# The throwaway server (test/bench/server.sh)
 # ---------------------------------------------------------------------------
 
-WORKDIR=$(mktemp -d /tmp/dsync-bench.XXXXXX)
-chown postgres: "$WORKDIR"
-chmod 700 "$WORKDIR"
-PGDATA_DIR=$WORKDIR/data
-SERVER_LOG=$WORKDIR/server.log
-RUN_LOG=$WORKDIR/pgbench.log
-
-cleanup() {
-	if [ -f "$PGDATA_DIR/postmaster.pid" ]; then
-		runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -m fast -w stop >/dev/null 2>&1 ||
-			runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -m immediate -w stop >/dev/null 2>&1 || true
-	fi
-	if [ "$KEEP" = 1 ]; then
-		echo "kept $WORKDIR (server log: $SERVER_LOG, pgbench output: $RUN_LOG)"
-	else
-		rm -rf "$WORKDIR"
-	fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# A TCP port nobody listens on (the server itself listens on no TCP
-# address; the port only names the socket file in our own directory).
-PORT=
-for try in $(seq 1 200); do
-	p=$((20000 + RANDOM % 40000))
-	if [ -z "$(ss -Hltn "sport = :$p" 2>/dev/null)" ]; then
-		PORT=$p
-		break
-	fi
-done
-[ -n "$PORT" ] || { echo "no free port found" >&2; exit 1; }
-
-runuser -u postgres -- "$PGBIN/initdb" -D "$PGDATA_DIR" -U postgres -A trust \
-	-E UTF8 --locale=C --no-sync >/dev/null
-
-cat >>"$PGDATA_DIR/postgresql.conf" <<EOF
-
-# lease_bench.sh
-listen_addresses = ''
-unix_socket_directories = '$WORKDIR'
-port = $PORT
-shared_preload_libraries = 'dsync'
-max_connections = 40
+. "$HERE/server.sh"
+bench_server_start bench "max_connections = 40
 shared_buffers = 256MB
 wal_buffers = 16MB
 max_wal_size = 8GB
 min_wal_size = 1GB
 checkpoint_timeout = 30min
-log_min_messages = warning
-log_checkpoints = off
-EOF
-
-runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -l "$SERVER_LOG" -w start >/dev/null
+log_checkpoints = off"
+RUN_LOG=$WORKDIR/pgbench.log
+KEEP_NOTE="pgbench output: $RUN_LOG"
 DSYNC_SO="$("$PGBIN/pg_config" --pkglibdir)/dsync.so"
 DSYNC_SO_STAMP=$(stat -c '%y' "$DSYNC_SO")
 
