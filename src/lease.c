@@ -205,8 +205,18 @@ LeaseTryAcquire(DsyncStore *store, text *lease, const LeaseGrant *grant,
 			result = DsyncStoreLock(store, mine, LockTupleNoKeyExclusive, LockWaitSkip);
 			if (result == TM_WouldBlock)
 				return false;
-			if (result != TM_Ok || !LeaseHeldByCaller(mine, grant->holder))
+			if (result != TM_Ok)
 				continue;
+			if (!LeaseHeldByCaller(mine, grant->holder))
+			{
+				/*
+				 * It expired as we locked it.  Look again; should we end
+				 * without a grant, the lock stays until this transaction
+				 * ends, and whoever it blocked must be woken then.
+				 */
+				DsyncWakeAtEnd(DsyncWaitKey(lease), true);
+				continue;
+			}
 			LeaseSetRenewal(mine, grant->ttl_usec);
 			mine->values[Anum_lease_ttl - 1] = IntervalPGetDatum(grant->ttl);
 			if (!grant->info_null)
@@ -241,6 +251,8 @@ LeaseTryAcquire(DsyncStore *store, text *lease, const LeaseGrant *grant,
 				continue;
 			if (result != TM_Ok || DsyncRowIsLive(row, GetCurrentTimestamp()))
 			{
+				if (result == TM_Ok)
+					DsyncWakeAtEnd(DsyncWaitKey(lease), true);
 				rescan = true;
 				break;
 			}
