@@ -29,8 +29,11 @@
  *	  installed by one session is used by others.  So whenever a
  *	  synchronous standby is configured, a block is installed only once
  *	  the standby has confirmed its WAL, whoever installs it.  If that wait
- *	  is cancelled, no token is handed out.  Like a synchronous commit, the
- *	  wait lasts as long as no synchronous standby answers.
+ *	  is cancelled, no token is handed out (the client sees PostgreSQL's
+ *	  usual warning that the "transaction has already committed locally",
+ *	  which here is not so: only the sequence moved on).  Like a
+ *	  synchronous commit, the wait lasts as long as no synchronous standby
+ *	  answers.
  *
  *	- Fetching a block (nextval, flush, standby) happens outside the
  *	  spinlock, so a slow fetcher can come back with a block older than one
@@ -91,11 +94,18 @@ FencingSequenceLsn(Oid seqoid)
 static bool
 FencingStandbyHas(XLogRecPtr lsn)
 {
+	bool		defined;
 	bool		confirmed;
 
 	LWLockAcquire(SyncRepLock, LW_SHARED);
-	confirmed = (WalSndCtl->sync_standbys_status & SYNC_STANDBY_DEFINED) == 0 ||
-		WalSndCtl->lsn[SYNC_REP_WAIT_FLUSH] >= lsn;
+	if (WalSndCtl->sync_standbys_status & SYNC_STANDBY_INIT)
+		defined = (WalSndCtl->sync_standbys_status & SYNC_STANDBY_DEFINED) != 0;
+	else
+	{
+		/* Until the checkpointer has looked, go by the setting, as core does. */
+		defined = SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0';
+	}
+	confirmed = !defined || WalSndCtl->lsn[SYNC_REP_WAIT_FLUSH] >= lsn;
 	LWLockRelease(SyncRepLock);
 	return confirmed;
 }
@@ -118,12 +128,20 @@ FencingWaitForStandby(XLogRecPtr lsn)
 	if (max_wal_senders == 0 || FencingStandbyHas(lsn))
 		return;
 
+	/*
+	 * SyncRepWaitForLSN must run with interrupts held, as at commit: it
+	 * handles cancel and termination itself, and an error thrown from
+	 * inside it would leave this backend in the shared wait queue.
+	 */
 	save_nestlevel = NewGUCNestLevel();
 	(void) set_config_option("synchronous_commit", "on", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
+	HOLD_INTERRUPTS();
 	SyncRepWaitForLSN(lsn, false);
+	RESUME_INTERRUPTS();
 	AtEOXact_GUC(true, save_nestlevel);
 
+	CHECK_FOR_INTERRUPTS();
 	if (!FencingStandbyHas(lsn))
 		ereport(ERROR,
 				(errcode(ERRCODE_QUERY_CANCELED),

@@ -347,7 +347,7 @@ LeaseAttempt(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
 	bool		granted = false;
 
 	BeginInternalSubTransaction(NULL);
-	DsyncWaitInternalAttempt(true);
+	DsyncWaitAttemptStart();
 	MemoryContextSwitchTo(oldcontext);
 
 	PG_TRY();
@@ -364,7 +364,7 @@ LeaseAttempt(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
 			RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcontext);
 		CurrentResourceOwner = oldowner;
-		DsyncWaitInternalAttempt(false);
+		DsyncWaitAttemptEnd(DsyncWaitKey(lease), granted);
 	}
 	PG_CATCH();
 	{
@@ -376,7 +376,7 @@ LeaseAttempt(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcontext);
 		CurrentResourceOwner = oldowner;
-		DsyncWaitInternalAttempt(false);
+		DsyncWaitAttemptEnd(DsyncWaitKey(lease), false);
 		ReThrowError(edata);
 	}
 	PG_END_TRY();
@@ -561,7 +561,12 @@ dsync_release(PG_FUNCTION_ARGS)
 	{
 		LeaseSetReleased(row);
 		DsyncStoreUpdate(&store, row);
-		DsyncWakeAtEnd(DsyncWaitKey(lease), false);
+
+		/*
+		 * Also on rollback: the row stays locked until then, and a waiter
+		 * that found it locked after its expiry must look again.
+		 */
+		DsyncWakeAtEnd(DsyncWaitKey(lease), true);
 	}
 	DsyncStoreClose(&store);
 
@@ -683,7 +688,7 @@ dsync_force_release(PG_FUNCTION_ARGS)
 	} while (rescan);
 	DsyncStoreClose(&store);
 	if (locked)
-		DsyncWakeAtEnd(DsyncWaitKey(lease), released == 0);
+		DsyncWakeAtEnd(DsyncWaitKey(lease), true);
 
 	PG_RETURN_INT32(released);
 }

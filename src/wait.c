@@ -28,9 +28,10 @@
  * memory; the channels are broadcast once the transaction's outcome is
  * visible and its locks are gone (the AFTER_LOCKS phase of releasing the
  * top-level resource owner), never before.  After a commit every noted
- * channel is woken; after a rollback only those where an uncommitted
- * grant, renewal or guard was blocking others (a rolled-back release
- * frees nothing and wakes nobody).  Broadcasting needs no catalog access
+ * channel is woken; after a rollback those where the transaction held a
+ * row lock others may have met (a grant, renewal, guard or release, which
+ * keeps its row locked until then).  A rolled-back release grants nothing:
+ * its waiters only look again.  Broadcasting needs no catalog access
  * and cannot fail, which is what code running after commit requires.
  *
  * PREPARE TRANSACTION never runs those callbacks at COMMIT PREPARED, so a
@@ -68,6 +69,9 @@ static bool wake_after_subabort = false;
 
 /* Set while a blocked acquirer's internal subtransaction runs. */
 static bool in_internal_attempt = false;
+
+/* The current try noted a wake-up (it locked a row). */
+static bool attempt_noted = false;
 
 static bool callbacks_registered = false;
 static bool exit_callback_registered = false;
@@ -126,6 +130,8 @@ DsyncWakeAtEnd(uint64 key, bool on_abort)
 	int			channel = key % DSYNC_WAKE_CHANNELS;
 
 	DsyncWaitRegisterCallbacks();
+	if (in_internal_attempt)
+		attempt_noted = true;
 	wake_on_commit[channel / 64] |= UINT64CONST(1) << (channel % 64);
 	if (on_abort)
 		wake_on_abort[channel / 64] |= UINT64CONST(1) << (channel % 64);
@@ -236,13 +242,30 @@ DsyncWaitXactCallback(XactEvent event, void *arg)
 }
 
 /*
- * DsyncWaitInternalAttempt
- *		Mark the start and end of a blocked acquirer's attempt.
+ * DsyncWaitAttemptStart
+ *		A blocked acquirer's try begins, in its own subtransaction.
  */
 void
-DsyncWaitInternalAttempt(bool starting)
+DsyncWaitAttemptStart(void)
 {
-	in_internal_attempt = starting;
+	in_internal_attempt = true;
+	attempt_noted = false;
+}
+
+/*
+ * DsyncWaitAttemptEnd
+ *		A blocked acquirer's try is over.  If it locked a row without
+ *		granting anything (the lease expired under it), that lock went with
+ *		the rolled-back subtransaction just now, and whoever it blocked
+ *		must look again now, not when our transaction ends.
+ */
+void
+DsyncWaitAttemptEnd(uint64 key, bool granted)
+{
+	in_internal_attempt = false;
+	if (attempt_noted && !granted)
+		DsyncWakeChannel(key % DSYNC_WAKE_CHANNELS);
+	attempt_noted = false;
 }
 
 /*
