@@ -20,7 +20,7 @@ PGFILEDESC = "dsync - leases, leader election and signals for PostgreSQL"
 # pg_regress inputs live in sql/ and expected/ (the install script in sql/
 # is not a test).  Every run needs dsync in shared_preload_libraries, which
 # the caller provides (see test/run_all.sh).
-REGRESS = args lease privileges channel
+REGRESS = setup args lease privileges channel
 REGRESS_OPTS = --load-extension=dsync
 
 ISOLATION = acquire_free acquire_expired acquire_release acquire_renew \

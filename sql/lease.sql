@@ -1,14 +1,6 @@
 -- Leases: every function and every return path.
 CREATE EXTENSION IF NOT EXISTS dsync;
 
-CREATE FUNCTION pg_temp.err(q text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-	EXECUTE q;
-	RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-	RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
-
 -- Tokens seen by this test, to compare without printing raw values.
 CREATE TEMP TABLE tok (step text PRIMARY KEY, token bigint);
 
@@ -46,8 +38,8 @@ SELECT dsync_renew('nosuch', 'w1') IS NULL AS renew_missing_null;
 
 -- assert_held: the token for the holder, an error for anyone else
 SELECT dsync_assert_held('job', 'w1') = (SELECT token FROM tok WHERE step = 'first') AS guard_token;
-SELECT pg_temp.err($$SELECT dsync_assert_held('job', 'w2')$$);
-SELECT pg_temp.err($$SELECT dsync_assert_held('nosuch', 'w1')$$);
+SELECT regress_err($$SELECT dsync_assert_held('job', 'w2')$$);
+SELECT regress_err($$SELECT dsync_assert_held('nosuch', 'w1')$$);
 
 -- release: false for others, true for the holder, then false again
 SELECT dsync_release('job', 'w2') AS release_other;
@@ -71,7 +63,7 @@ SELECT dsync_leader('short') IS NULL AS expired_no_leader;
 SELECT count(*) AS live_after_expiry FROM dsync_leases WHERE lease = 'short';
 SELECT dsync_renew('short', 'w1') IS NULL AS renew_expired_null;
 SELECT dsync_release('short', 'w1') AS release_expired;
-SELECT pg_temp.err($$SELECT dsync_assert_held('short', 'w1')$$);
+SELECT regress_err($$SELECT dsync_assert_held('short', 'w1')$$);
 -- the former holder re-acquiring after expiry gets a new token
 INSERT INTO tok SELECT 'short-again', dsync_acquire('short', 'w1', '100 milliseconds');
 SELECT (SELECT token FROM tok WHERE step = 'short-again') > (SELECT token FROM tok WHERE step = 'short') AS new_token_after_expiry;
@@ -115,11 +107,11 @@ COMMIT;
 
 -- read-only transactions and hot standby refuse changes with 25006
 BEGIN READ ONLY;
-SELECT pg_temp.err($$SELECT dsync_acquire('ro', 'w1')$$);
-SELECT pg_temp.err($$SELECT dsync_renew('tx', 'w1')$$);
-SELECT pg_temp.err($$SELECT dsync_release('tx', 'w1')$$);
-SELECT pg_temp.err($$SELECT dsync_assert_held('tx', 'w1')$$);
-SELECT pg_temp.err($$SELECT dsync_force_release('tx')$$);
+SELECT regress_err($$SELECT dsync_acquire('ro', 'w1')$$);
+SELECT regress_err($$SELECT dsync_renew('tx', 'w1')$$);
+SELECT regress_err($$SELECT dsync_release('tx', 'w1')$$);
+SELECT regress_err($$SELECT dsync_assert_held('tx', 'w1')$$);
+SELECT regress_err($$SELECT dsync_force_release('tx')$$);
 -- reads still work
 SELECT dsync_leader('tx') AS read_only_leader;
 COMMIT;
@@ -166,7 +158,7 @@ RESET force_parallel_mode;
 
 -- a lease table altered behind the extension's back is refused, not corrupted
 CREATE INDEX dsync_lease_holder_idx ON dsync_lease (holder);
-SELECT pg_temp.err($$SELECT dsync_acquire('altered', 'w1')$$);
+SELECT regress_err($$SELECT dsync_acquire('altered', 'w1')$$);
 DROP INDEX dsync_lease_holder_idx;
 SELECT dsync_acquire('altered', 'w1') IS NOT NULL AS works_again;
 

@@ -1,14 +1,6 @@
 -- Ownership, table privileges and search_path safety.
 CREATE EXTENSION IF NOT EXISTS dsync;
 
-CREATE FUNCTION pg_temp.err(q text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-	EXECUTE q;
-	RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-	RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
-GRANT EXECUTE ON FUNCTION pg_temp.err(text) TO PUBLIC;
 
 CREATE ROLE regress_dsync_alice;
 CREATE ROLE regress_dsync_bob;
@@ -27,19 +19,19 @@ SET ROLE regress_dsync_bob;
 SELECT dsync_acquire('owned', 'h') IS NULL AS bob_acquire_refused;
 SELECT dsync_renew('owned', 'h') IS NULL AS bob_renew_null;
 SELECT dsync_release('owned', 'h') AS bob_release;
-SELECT pg_temp.err($$SELECT dsync_assert_held('owned', 'h')$$);
+SELECT regress_err($$SELECT dsync_assert_held('owned', 'h')$$);
 -- bob can read the view and the leader
 SELECT dsync_leader('owned') AS leader_seen_by_bob;
 -- but cannot touch the tables or the sequence directly
-SELECT pg_temp.err($$SELECT * FROM dsync_lease$$);
-SELECT pg_temp.err($$INSERT INTO dsync_lease (name, slot, holder) VALUES ('owned', 1, 'h')$$);
-SELECT pg_temp.err($$UPDATE dsync_lease SET holder = 'bob'$$);
-SELECT pg_temp.err($$DELETE FROM dsync_lease$$);
-SELECT pg_temp.err($$TRUNCATE dsync_lease$$);
-SELECT pg_temp.err($$SELECT nextval('dsync_fencing_seq')$$);
-SELECT pg_temp.err($$SELECT setval('dsync_fencing_seq', 1)$$);
+SELECT regress_err($$SELECT * FROM dsync_lease$$);
+SELECT regress_err($$INSERT INTO dsync_lease (name, slot, holder) VALUES ('owned', 1, 'h')$$);
+SELECT regress_err($$UPDATE dsync_lease SET holder = 'bob'$$);
+SELECT regress_err($$DELETE FROM dsync_lease$$);
+SELECT regress_err($$TRUNCATE dsync_lease$$);
+SELECT regress_err($$SELECT nextval('dsync_fencing_seq')$$);
+SELECT regress_err($$SELECT setval('dsync_fencing_seq', 1)$$);
 -- nor force a release
-SELECT pg_temp.err($$SELECT dsync_force_release('owned')$$);
+SELECT regress_err($$SELECT dsync_force_release('owned')$$);
 
 -- dave is a NOINHERIT member: he must SET ROLE alice to act for her
 SET ROLE regress_dsync_dave;

@@ -93,7 +93,7 @@ extern void DsyncShmemInit(void);
 /* wait.c */
 extern uint64 DsyncWaitKey(text *name);
 extern ConditionVariable *DsyncWaitChannel(uint64 key);
-extern void DsyncWakeAtEnd(uint64 key, bool on_abort);
+extern void DsyncWakeAtEnd(uint64 key);
 extern void DsyncWaitAttemptStart(void);
 extern void DsyncWaitAttemptEnd(uint64 key, bool granted);
 extern bool DsyncWaitMayTake(uint64 key);

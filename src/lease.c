@@ -208,15 +208,7 @@ LeaseTryAcquire(DsyncStore *store, text *lease, const LeaseGrant *grant,
 			if (result != TM_Ok)
 				continue;
 			if (!LeaseHeldByCaller(mine, grant->holder))
-			{
-				/*
-				 * It expired as we locked it.  Look again; should we end
-				 * without a grant, the lock stays until this transaction
-				 * ends, and whoever it blocked must be woken then.
-				 */
-				DsyncWakeAtEnd(DsyncWaitKey(lease), true);
-				continue;
-			}
+				continue;		/* it expired as we locked it: look again */
 			LeaseSetRenewal(mine, grant->ttl_usec);
 			mine->values[Anum_lease_ttl - 1] = IntervalPGetDatum(grant->ttl);
 			if (!grant->info_null)
@@ -251,8 +243,6 @@ LeaseTryAcquire(DsyncStore *store, text *lease, const LeaseGrant *grant,
 				continue;
 			if (result != TM_Ok || DsyncRowIsLive(row, GetCurrentTimestamp()))
 			{
-				if (result == TM_Ok)
-					DsyncWakeAtEnd(DsyncWaitKey(lease), true);
 				rescan = true;
 				break;
 			}
@@ -316,16 +306,8 @@ LeaseLockHeld(DsyncStore *store, text *lease, text *holder, LockTupleMode mode)
 		result = DsyncStoreLock(store, row, mode, LockWaitBlock);
 		if (result != TM_Ok)
 			continue;
-		if (LeaseHeldByCaller(row, holder))
-			return row;
-
-		/*
-		 * It expired while we waited for the lock.  The lock stays until
-		 * this transaction ends, and anybody it blocks meanwhile must then
-		 * be woken, whether it commits or not.
-		 */
-		DsyncWakeAtEnd(DsyncWaitKey(lease), true);
-		return NULL;
+		/* If it expired while we waited for the lock, it is not held. */
+		return LeaseHeldByCaller(row, holder) ? row : NULL;
 	}
 }
 
@@ -496,7 +478,6 @@ dsync_acquire(PG_FUNCTION_ARGS)
 
 	if (!granted)
 		PG_RETURN_NULL();
-	DsyncWakeAtEnd(DsyncWaitKey(lease), true);
 	PG_RETURN_INT64(token);
 }
 
@@ -532,7 +513,6 @@ dsync_renew(PG_FUNCTION_ARGS)
 							text_to_cstring(lease))));
 		expiry = LeaseSetRenewal(row, ttl_usec);
 		DsyncStoreUpdate(&store, row);
-		DsyncWakeAtEnd(DsyncWaitKey(lease), true);
 	}
 	DsyncStoreClose(&store);
 
@@ -561,12 +541,6 @@ dsync_release(PG_FUNCTION_ARGS)
 	{
 		LeaseSetReleased(row);
 		DsyncStoreUpdate(&store, row);
-
-		/*
-		 * Also on rollback: the row stays locked until then, and a waiter
-		 * that found it locked after its expiry must look again.
-		 */
-		DsyncWakeAtEnd(DsyncWaitKey(lease), true);
 	}
 	DsyncStoreClose(&store);
 
@@ -626,8 +600,6 @@ dsync_assert_held(PG_FUNCTION_ARGS)
 	DsyncStoreOpen(&store, fcinfo, true);
 	row = LeaseLockHeld(&store, lease, holder, LockTupleShare);
 	DsyncStoreClose(&store);
-	if (row)
-		DsyncWakeAtEnd(DsyncWaitKey(lease), true);
 
 	if (row == NULL)
 		ereport(ERROR,
@@ -652,7 +624,6 @@ dsync_force_release(PG_FUNCTION_ARGS)
 	text	   *holder = DsyncArgNameOrNull(fcinfo, 1, "holder");
 	DsyncStore	store;
 	int32		released = 0;
-	bool		locked = false;
 	bool		rescan;
 
 	DsyncPreventWrite("dsync_force_release()");
@@ -677,7 +648,6 @@ dsync_force_release(PG_FUNCTION_ARGS)
 				rescan = true;
 				break;
 			}
-			locked = true;
 			if (!DsyncRowIsLive(row, GetCurrentTimestamp()) ||
 				(holder && !DsyncRowHolderIs(row, holder)))
 				continue;
@@ -687,8 +657,6 @@ dsync_force_release(PG_FUNCTION_ARGS)
 		}
 	} while (rescan);
 	DsyncStoreClose(&store);
-	if (locked)
-		DsyncWakeAtEnd(DsyncWaitKey(lease), true);
 
 	PG_RETURN_INT32(released);
 }

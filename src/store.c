@@ -21,7 +21,9 @@
  *	- Speed.  No parsing, planning or executor start-up on the hot path.
  *
  * Every change is followed by CommandCounterIncrement so that a later call
- * in the same statement sees it.
+ * in the same statement sees it.  Every lock taken here is held until the
+ * transaction (or the savepoint) ends, so each one also schedules a wake-up
+ * of the lease's waiters for that moment (wait.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -213,7 +215,11 @@ DsyncStoreLock(DsyncStore *store, DsyncLeaseRow *row, LockTupleMode mode,
 	result = heap_lock_tuple(store->rel, &tuple, GetCurrentCommandId(true),
 							 mode, policy, false, &buffer, &tmfd);
 	if (result == TM_Ok)
+	{
 		DsyncStoreLoadRow(store, &tuple, row);
+		/* Whoever meets this lock must look again once it is gone. */
+		DsyncWakeAtEnd(DsyncWaitKey(DatumGetTextPP(row->values[Anum_lease_name - 1])));
+	}
 	ReleaseBuffer(buffer);
 
 	if (result == TM_Invisible || result == TM_SelfModified)
@@ -304,7 +310,10 @@ DsyncStoreTryInsertLock(text *name)
 							   VARSIZE_ANY_EXHDR(name), 0);
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
 						 DSYNC_INSERT_LOCK_CLASS);
-	return LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
+	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		return false;
+	DsyncWakeAtEnd(DsyncWaitKey(name));
+	return true;
 }
 
 /*

@@ -24,15 +24,17 @@
  * manager refuses a lock that a queued waiter asked for first.  So waiters
  * are served in the order they started waiting and nobody starves.
  *
- * Waking.  A function that changes a lease notes its channel in backend
- * memory; the channels are broadcast once the transaction's outcome is
- * visible and its locks are gone (the AFTER_LOCKS phase of releasing the
- * top-level resource owner), never before.  After a commit every noted
- * channel is woken; after a rollback those where the transaction held a
- * row lock others may have met (a grant, renewal, guard or release, which
- * keeps its row locked until then).  A rolled-back release grants nothing:
- * its waiters only look again.  Broadcasting needs no catalog access
- * and cannot fail, which is what code running after commit requires.
+ * Waking.  Every row lock or insert lock dsync takes on a lease (store.c)
+ * notes the lease's channel in backend memory, because whoever meets that
+ * lock must look again once it is gone; the channels are broadcast when
+ * the transaction ends, once its outcome is visible and its locks are
+ * released (the AFTER_LOCKS phase of releasing the top-level resource
+ * owner), never before.  A commit may have freed the lease or changed its
+ * expiry; a rollback undoes a grant, renewal or guard, while a rolled-back
+ * release grants nothing and its waiters only look again.  A rolled-back
+ * savepoint wakes them once its own locks are gone.  Broadcasting needs no
+ * catalog access and cannot fail, which is what code running after commit
+ * requires.
  *
  * PREPARE TRANSACTION never runs those callbacks at COMMIT PREPARED, so a
  * transaction that changed a lease cannot be prepared.
@@ -60,8 +62,7 @@ PG_FUNCTION_INFO_V1(dsync_waiter_rows);
 #define WAKE_WORDS (DSYNC_WAKE_CHANNELS / 64)
 
 /* Channels to broadcast when the current transaction ends. */
-static uint64 wake_on_commit[WAKE_WORDS];
-static uint64 wake_on_abort[WAKE_WORDS];
+static uint64 wake_at_end[WAKE_WORDS];
 static bool wake_pending = false;
 
 /* A savepoint is being rolled back: broadcast once its locks are gone. */
@@ -120,21 +121,18 @@ DsyncWaitRegisterCallbacks(void)
 
 /*
  * DsyncWakeAtEnd
- *		Note that waiters on key must be woken when this transaction
- *		commits, and also when it rolls back if on_abort (the change was a
- *		grant, renewal or guard that others may be blocked behind).
+ *		Note that waiters on key must be woken when this transaction ends,
+ *		committed or not: it holds a lock on that lease until then.
  */
 void
-DsyncWakeAtEnd(uint64 key, bool on_abort)
+DsyncWakeAtEnd(uint64 key)
 {
 	int			channel = key % DSYNC_WAKE_CHANNELS;
 
 	DsyncWaitRegisterCallbacks();
 	if (in_internal_attempt)
 		attempt_noted = true;
-	wake_on_commit[channel / 64] |= UINT64CONST(1) << (channel % 64);
-	if (on_abort)
-		wake_on_abort[channel / 64] |= UINT64CONST(1) << (channel % 64);
+	wake_at_end[channel / 64] |= UINT64CONST(1) << (channel % 64);
 	wake_pending = true;
 }
 
@@ -198,21 +196,20 @@ DsyncWaitReleaseCallback(ResourceReleasePhase phase, bool isCommit,
 		if (wake_after_subabort)
 		{
 			wake_after_subabort = false;
-			DsyncWakeBroadcast(wake_on_abort);
+			DsyncWakeBroadcast(wake_at_end);
 		}
 		return;
 	}
-	DsyncWakeBroadcast(isCommit ? wake_on_commit : wake_on_abort);
-	memset(wake_on_commit, 0, sizeof(wake_on_commit));
-	memset(wake_on_abort, 0, sizeof(wake_on_abort));
+	DsyncWakeBroadcast(wake_at_end);
+	memset(wake_at_end, 0, sizeof(wake_at_end));
 	wake_pending = false;
 	wake_after_subabort = false;
 }
 
 /*
  * DsyncWaitSubXactCallback
- *		A rolled-back savepoint may have undone a grant or guard that
- *		others wait behind: wake them so they look again, once its locks
+ *		A rolled-back savepoint may have undone a grant, or dropped a lock
+ *		that others met: wake them so they look again, once its locks
  *		are released (this callback runs before that; the resource release
  *		callback does the broadcast).  The failed attempts of our own
  *		blocked acquirers change nothing and wake nobody (otherwise two
