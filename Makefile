@@ -12,9 +12,12 @@ OBJS = \
 	src/lease.o \
 	src/channel.o \
 	src/views.o \
-	src/wait.o
+	src/wait.o \
+	src/events.o \
+	src/launcher.o \
+	src/reaper.o
 
-DATA = sql/dsync--1.0.sql
+DATA = sql/dsync--1.0.sql sql/dsync--1.0--1.1.sql
 PGFILEDESC = "dsync - leases, leader election and signals for PostgreSQL"
 
 # pg_regress inputs live in sql/ and expected/ (the install script in sql/

@@ -14,8 +14,13 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/table.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_proc.h"
+#include "commands/extension.h"
+#include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -91,6 +96,28 @@ DsyncCatalogCheckShape(Oid relid)
 }
 
 /*
+ * DsyncCatalogFill
+ *		Look up the extension's objects in its schema and cache them.
+ */
+static const DsyncCatalog *
+DsyncCatalogFill(Oid namespace)
+{
+	if (!dsync_callback_registered)
+	{
+		CacheRegisterRelcacheCallback(DsyncCatalogInvalidate, (Datum) 0);
+		dsync_callback_registered = true;
+	}
+	dsync_catalog.namespace = namespace;
+	dsync_catalog.lease_rel = DsyncCatalogLookupRel("dsync_lease", namespace);
+	dsync_catalog.lease_pkey = DsyncCatalogLookupRel("dsync_lease_pkey", namespace);
+	dsync_catalog.fencing_seq = DsyncCatalogLookupRel("dsync_fencing_seq", namespace);
+	DsyncCatalogCheckShape(dsync_catalog.lease_rel);
+	dsync_catalog_valid = true;
+
+	return &dsync_catalog;
+}
+
+/*
  * DsyncCatalogGet
  *		The extension's objects, found from the function being called.
  */
@@ -103,12 +130,6 @@ DsyncCatalogGet(FunctionCallInfo fcinfo)
 	if (dsync_catalog_valid)
 		return &dsync_catalog;
 
-	if (!dsync_callback_registered)
-	{
-		CacheRegisterRelcacheCallback(DsyncCatalogInvalidate, (Datum) 0);
-		dsync_callback_registered = true;
-	}
-
 	proctup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid));
 	if (!HeapTupleIsValid(proctup))
 		ereport(ERROR,
@@ -118,12 +139,51 @@ DsyncCatalogGet(FunctionCallInfo fcinfo)
 	namespace = ((Form_pg_proc) GETSTRUCT(proctup))->pronamespace;
 	ReleaseSysCache(proctup);
 
-	dsync_catalog.namespace = namespace;
-	dsync_catalog.lease_rel = DsyncCatalogLookupRel("dsync_lease", namespace);
-	dsync_catalog.lease_pkey = DsyncCatalogLookupRel("dsync_lease_pkey", namespace);
-	dsync_catalog.fencing_seq = DsyncCatalogLookupRel("dsync_fencing_seq", namespace);
-	DsyncCatalogCheckShape(dsync_catalog.lease_rel);
-	dsync_catalog_valid = true;
+	return DsyncCatalogFill(namespace);
+}
 
-	return &dsync_catalog;
+/*
+ * DsyncCatalogExtensionSchema
+ *		The schema an extension was created in (PostgreSQL 15 does not
+ *		export get_extension_schema).
+ */
+static Oid
+DsyncCatalogExtensionSchema(Oid extension)
+{
+	Relation	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	Oid			namespace = InvalidOid;
+
+	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(extension));
+	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+		namespace = ((Form_pg_extension) GETSTRUCT(tuple))->extnamespace;
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+
+	if (!OidIsValid(namespace))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("extension \"dsync\" does not exist")));
+	return namespace;
+}
+
+/*
+ * DsyncCatalogFromExtension
+ *		The extension's objects, found from pg_extension, for the reaper,
+ *		which calls no SQL function to find them through.
+ */
+const DsyncCatalog *
+DsyncCatalogFromExtension(void)
+{
+	Oid			extension;
+
+	if (dsync_catalog_valid)
+		return &dsync_catalog;
+	extension = get_extension_oid("dsync", false);
+	return DsyncCatalogFill(DsyncCatalogExtensionSchema(extension));
 }

@@ -27,28 +27,29 @@ PG_FUNCTION_INFO_V1(dsync_channel);
 #define DSYNC_HASH_HEX_LEN		56
 
 /*
- * dsync_channel
- *		SQL: dsync_channel(name) RETURNS text
+ * DsyncEventChannel
+ *		The LISTEN channel of a name, as a palloc'd string: readable when it
+ *		fits PostgreSQL's channel length, a SHA-256 based name otherwise
+ *		(so that long names sharing a prefix do not share a channel).
  */
-Datum
-dsync_channel(PG_FUNCTION_ARGS)
+const char *
+DsyncEventChannel(const char *name)
 {
-	text	   *name = DsyncArgName(fcinfo, 0, "name");
-	int			len = VARSIZE_ANY_EXHDR(name);
+	int			len = strlen(name);
 	pg_cryptohash_ctx *ctx;
 	uint8		digest[PG_SHA256_DIGEST_LENGTH];
-	char		channel[NAMEDATALEN];
+	char	   *channel = palloc(NAMEDATALEN);
 
 	if (DSYNC_PREFIX_LEN + len < NAMEDATALEN)
 	{
 		memcpy(channel, DSYNC_CHANNEL_PREFIX, DSYNC_PREFIX_LEN);
-		memcpy(channel + DSYNC_PREFIX_LEN, VARDATA_ANY(name), len);
-		PG_RETURN_TEXT_P(cstring_to_text_with_len(channel, DSYNC_PREFIX_LEN + len));
+		memcpy(channel + DSYNC_PREFIX_LEN, name, len + 1);
+		return channel;
 	}
 
 	ctx = pg_cryptohash_create(PG_SHA256);
 	if (pg_cryptohash_init(ctx) < 0 ||
-		pg_cryptohash_update(ctx, (const uint8 *) VARDATA_ANY(name), len) < 0 ||
+		pg_cryptohash_update(ctx, (const uint8 *) name, len) < 0 ||
 		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
@@ -58,5 +59,18 @@ dsync_channel(PG_FUNCTION_ARGS)
 
 	memcpy(channel, DSYNC_HASHED_PREFIX, DSYNC_PREFIX_LEN);
 	hex_encode((const char *) digest, DSYNC_HASH_HEX_LEN / 2, channel + DSYNC_PREFIX_LEN);
-	PG_RETURN_TEXT_P(cstring_to_text_with_len(channel, DSYNC_PREFIX_LEN + DSYNC_HASH_HEX_LEN));
+	channel[DSYNC_PREFIX_LEN + DSYNC_HASH_HEX_LEN] = '\0';
+	return channel;
+}
+
+/*
+ * dsync_channel
+ *		SQL: dsync_channel(name) RETURNS text
+ */
+Datum
+dsync_channel(PG_FUNCTION_ARGS)
+{
+	text	   *name = DsyncArgName(fcinfo, 0, "name");
+
+	PG_RETURN_TEXT_P(cstring_to_text(DsyncEventChannel(text_to_cstring(name))));
 }

@@ -9,6 +9,7 @@
 
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "utils/guc.h"
 
 #include "dsync.h"
 
@@ -16,14 +17,64 @@ PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
+/* Settings; see DsyncDefineSettings for what each one is for. */
+int			dsync_max_databases = 16;
+int			dsync_event_queue_size = 256;
+int			dsync_reap_batch_size = 5000;
+int			dsync_restart_delay = 1000;
+bool		dsync_events = true;
+
+/*
+ * DsyncDefineSettings
+ *		The dsync.* settings.  Those that size shared memory can only be
+ *		set at server start; the rest take effect on reload.
+ */
+static void
+DsyncDefineSettings(void)
+{
+	DefineCustomIntVariable("dsync.max_databases",
+							"Maximum number of databases with a dsync reaper.",
+							"Each database that has the extension needs one slot and one "
+							"background worker (see max_worker_processes).",
+							&dsync_max_databases, 16, 1, 1024,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("dsync.event_queue_size",
+							"Shared memory for each database's queue of lease events.",
+							"Committing transactions queue their events here and the reaper "
+							"sends them as notifications; if it is full, events are dropped "
+							"(never the changes themselves) and a warning is logged.",
+							&dsync_event_queue_size, 256, 16, 1024 * 1024,
+							PGC_POSTMASTER, GUC_UNIT_KB, NULL, NULL, NULL);
+	DefineCustomIntVariable("dsync.reap_batch_size",
+							"Maximum number of expired leases cleared in one reaper transaction.",
+							NULL,
+							&dsync_reap_batch_size, 5000, 1, 1000000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("dsync.restart_delay",
+							"Time before a stopped dsync reaper is started again.",
+							NULL,
+							&dsync_restart_delay, 1000, 0, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomBoolVariable("dsync.events",
+							 "Whether lease changes are announced with NOTIFY.",
+							 "When off, the reaper still clears expired leases but sends "
+							 "no notifications.",
+							 &dsync_events, true,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	MarkGUCPrefixReserved("dsync");
+}
+
 /*
  * _PG_init
- *		Refuse to load unless preloaded, then set up shared memory.
+ *		Refuse to load unless preloaded, then set up settings, shared
+ *		memory, utility hooks and the launcher.
  *
  * dsync keeps its wait queues and worker state in shared memory and runs a
  * background worker, both of which can only be set up by the postmaster.
  * Loading it any other way (CREATE EXTENSION loads the library to check the
- * C functions) must fail with instructions rather than half-work.
+ * C functions) must fail with instructions rather than half-work.  The
+ * launcher is registered here so that it starts with the server (and on
+ * promotion); it starts the per-database reapers.
  */
 void
 _PG_init(void)
@@ -36,5 +87,8 @@ _PG_init(void)
 						 "(for example: shared_preload_libraries = 'dsync') "
 						 "and restart the server.")));
 
+	DsyncDefineSettings();
 	DsyncShmemInit();
+	DsyncLifecycleInit();
+	DsyncLauncherRegister();
 }

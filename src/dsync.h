@@ -86,9 +86,74 @@ typedef struct DsyncShared
 	DsyncWaiterSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } DsyncShared;
 
+/*
+ * Background workers (launcher.c, reaper.c).  One slot per database that
+ * has, or may have, the extension; each slot also carries that database's
+ * event queue, which committing backends append to and its reaper drains.
+ */
+typedef enum DsyncDbState
+{
+	DSYNC_DB_FREE = 0,			/* slot unused */
+	DSYNC_DB_PROBE,				/* may have the extension: start a reaper to see */
+	DSYNC_DB_ACTIVE,			/* has the extension: keep a reaper running */
+	DSYNC_DB_ABSENT				/* has no extension: no reaper */
+} DsyncDbState;
+
+typedef struct DsyncDbSlot
+{
+	/* Protected by DsyncWorkerShared.lock. */
+	Oid			dbid;
+	DsyncDbState state;
+	int			pid;			/* its reaper, 0 if none */
+	int			pgprocno;		/* the reaper's PGPROC, for its latch */
+	int			held_by;		/* pid of a backend that needs the database alone */
+	TimestampTz restart_after;	/* no reaper before this time */
+	bool		recheck;		/* the extension may have been dropped */
+
+	/* The next lease deadline the reaper knows of (0: none). */
+	pg_atomic_uint64 next_deadline;
+
+	/* Event queue, protected by queue_lock; offsets grow forever. */
+	LWLock	   *queue_lock;
+	uint64		queue_head;		/* where the next event is written */
+	uint64		queue_tail;		/* the oldest event not yet read */
+	uint64		queue_dropped;	/* events lost because the queue was full */
+	char	   *queue;			/* dsync_event_queue_size bytes */
+} DsyncDbSlot;
+
+typedef struct DsyncWorkerShared
+{
+	LWLock	   *lock;			/* protects the slots (not their queues) */
+	int			launcher_pid;
+	int			launcher_pgprocno;
+	bool		rescan;			/* launcher: look for new databases */
+	int			nslots;
+	DsyncDbSlot slots[FLEXIBLE_ARRAY_MEMBER];
+} DsyncWorkerShared;
+
+/* dsync.c: settings */
+extern int	dsync_max_databases;
+extern int	dsync_event_queue_size;
+extern int	dsync_reap_batch_size;
+extern int	dsync_restart_delay;
+extern bool dsync_events;
+
 /* shmem.c */
 extern PGDLLIMPORT DsyncShared *dsync_shared;
+extern PGDLLIMPORT DsyncWorkerShared *dsync_workers;
 extern void DsyncShmemInit(void);
+
+/* launcher.c */
+extern void DsyncLauncherRegister(void);
+extern void DsyncLifecycleInit(void);
+extern DsyncDbSlot *DsyncDbSlotFind(Oid dbid);
+extern void DsyncLauncherWake(void);
+extern void DsyncLauncherRequestProbe(Oid dbid);
+extern PGDLLEXPORT void dsync_launcher_main(Datum arg);
+
+/* reaper.c */
+extern PGDLLEXPORT void dsync_reaper_main(Datum arg);
+
 
 /* wait.c */
 extern uint64 DsyncWaitKey(text *name);
@@ -112,6 +177,7 @@ typedef struct DsyncCatalog
 } DsyncCatalog;
 
 extern const DsyncCatalog *DsyncCatalogGet(FunctionCallInfo fcinfo);
+extern const DsyncCatalog *DsyncCatalogFromExtension(void);
 
 /* args.c: argument checks shared by every SQL-callable function */
 extern text *DsyncArgName(FunctionCallInfo fcinfo, int argno, const char *argname);
@@ -148,6 +214,9 @@ extern TM_Result DsyncStoreLock(DsyncStore *store, DsyncLeaseRow *row,
 								LockTupleMode mode, LockWaitPolicy policy);
 extern void DsyncStoreUpdate(DsyncStore *store, DsyncLeaseRow *row);
 extern void DsyncStoreInsert(DsyncStore *store, DsyncLeaseRow *row);
+extern void DsyncStoreDelete(DsyncStore *store, DsyncLeaseRow *row);
+extern void DsyncStoreOpenCatalog(DsyncStore *store, const DsyncCatalog *catalog,
+								  bool for_write);
 extern bool DsyncStoreTryInsertLock(text *name);
 
 /* Row helpers. */
@@ -157,5 +226,30 @@ extern bool DsyncRowOwnerIsCaller(const DsyncLeaseRow *row);
 
 /* fencing.c */
 extern int64 DsyncNextFencingToken(const DsyncCatalog *catalog);
+
+/* events.c: lease events recorded during a transaction, queued at commit */
+typedef enum DsyncEventKind
+{
+	DSYNC_EVENT_ACQUIRED = 1,
+	DSYNC_EVENT_RELEASED,
+	DSYNC_EVENT_EXPIRED,
+	DSYNC_EVENT_DEADLINE		/* not announced: a renewal shortened a lease */
+} DsyncEventKind;
+
+typedef struct DsyncEvent
+{
+	DsyncEventKind kind;
+	int32		slot;
+	int64		fencing;
+	TimestampTz expires_at;
+	char	   *name;
+	char	   *holder;
+} DsyncEvent;
+
+extern void DsyncEventRecord(DsyncEventKind kind, const DsyncLeaseRow *row);
+extern int	DsyncEventDrain(DsyncDbSlot *slot, List **events, uint64 *dropped);
+extern char *DsyncEventPayload(const DsyncEvent *event);
+extern const char *DsyncEventChannel(const char *name);
+extern void DsyncDeadlineLower(DsyncDbSlot *slot, TimestampTz deadline);
 
 #endif							/* DSYNC_H */

@@ -199,6 +199,7 @@ LeaseTryAcquire(DsyncStore *store, text *lease, const LeaseGrant *grant,
 		if (mine)
 		{
 			TM_Result	result;
+			TimestampTz previous;
 
 			if (!DsyncRowOwnerIsCaller(mine))
 				return false;
@@ -209,7 +210,9 @@ LeaseTryAcquire(DsyncStore *store, text *lease, const LeaseGrant *grant,
 				continue;
 			if (!LeaseHeldByCaller(mine, grant->holder))
 				continue;		/* it expired as we locked it: look again */
-			LeaseSetRenewal(mine, grant->ttl_usec);
+			previous = DatumGetTimestampTz(mine->values[Anum_lease_expires_at - 1]);
+			if (LeaseSetRenewal(mine, grant->ttl_usec) < previous)
+				DsyncEventRecord(DSYNC_EVENT_DEADLINE, mine);
 			mine->values[Anum_lease_ttl - 1] = IntervalPGetDatum(grant->ttl);
 			if (!grant->info_null)
 			{
@@ -246,8 +249,12 @@ LeaseTryAcquire(DsyncStore *store, text *lease, const LeaseGrant *grant,
 				rescan = true;
 				break;
 			}
+			/* Taking over an expired lease announces its expiry first. */
+			if (!row->nulls[Anum_lease_holder - 1])
+				DsyncEventRecord(DSYNC_EVENT_EXPIRED, row);
 			LeaseSetGrant(store, row, grant);
 			DsyncStoreUpdate(store, row);
+			DsyncEventRecord(DSYNC_EVENT_ACQUIRED, row);
 			*token = DatumGetInt64(row->values[Anum_lease_fencing - 1]);
 			return true;
 		}
@@ -276,6 +283,7 @@ LeaseTryAcquire(DsyncStore *store, text *lease, const LeaseGrant *grant,
 		fresh->nulls[Anum_lease_slot - 1] = false;
 		LeaseSetGrant(store, fresh, grant);
 		DsyncStoreInsert(store, fresh);
+		DsyncEventRecord(DSYNC_EVENT_ACQUIRED, fresh);
 		*token = DatumGetInt64(fresh->values[Anum_lease_fencing - 1]);
 		return true;
 	}
@@ -498,6 +506,7 @@ dsync_renew(PG_FUNCTION_ARGS)
 	DsyncStore	store;
 	DsyncLeaseRow *row;
 	TimestampTz expiry = 0;
+	TimestampTz previous;
 
 	DsyncPreventWrite("dsync_renew()");
 
@@ -511,8 +520,12 @@ dsync_renew(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_INTERVAL_FIELD_OVERFLOW),
 					 errmsg("stored ttl of lease \"%s\" is out of range",
 							text_to_cstring(lease))));
+		previous = DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]);
 		expiry = LeaseSetRenewal(row, ttl_usec);
 		DsyncStoreUpdate(&store, row);
+		/* Later deadlines the reaper finds by itself; earlier ones it must be told. */
+		if (expiry < previous)
+			DsyncEventRecord(DSYNC_EVENT_DEADLINE, row);
 	}
 	DsyncStoreClose(&store);
 
@@ -539,6 +552,7 @@ dsync_release(PG_FUNCTION_ARGS)
 	row = LeaseLockHeld(&store, lease, holder, LockTupleNoKeyExclusive);
 	if (row)
 	{
+		DsyncEventRecord(DSYNC_EVENT_RELEASED, row);
 		LeaseSetReleased(row);
 		DsyncStoreUpdate(&store, row);
 	}
@@ -651,6 +665,7 @@ dsync_force_release(PG_FUNCTION_ARGS)
 			if (!DsyncRowIsLive(row, GetCurrentTimestamp()) ||
 				(holder && !DsyncRowHolderIs(row, holder)))
 				continue;
+			DsyncEventRecord(DSYNC_EVENT_RELEASED, row);
 			LeaseSetReleased(row);
 			DsyncStoreUpdate(&store, row);
 			released++;

@@ -24,6 +24,7 @@
 #include "dsync.h"
 
 DsyncShared *dsync_shared = NULL;
+DsyncWorkerShared *dsync_workers = NULL;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -51,6 +52,52 @@ DsyncShmemSize(void)
 }
 
 /*
+ * DsyncWorkerShmemSize
+ *		Bytes for the worker slots and their event queues.
+ */
+static Size
+DsyncWorkerShmemSize(void)
+{
+	Size		size;
+
+	size = add_size(offsetof(DsyncWorkerShared, slots),
+					mul_size(dsync_max_databases, sizeof(DsyncDbSlot)));
+	size = MAXALIGN(size);
+	return add_size(size, mul_size(dsync_max_databases,
+								   (Size) dsync_event_queue_size * 1024));
+}
+
+/*
+ * DsyncWorkerShmemInit
+ *		Lay out the worker slots, each with its queue and queue lock.  The
+ *		named tranche holds dsync's main lock, the worker lock, then one
+ *		lock per queue.
+ */
+static void
+DsyncWorkerShmemInit(void)
+{
+	LWLockPadded *locks = GetNamedLWLockTranche("dsync");
+	char	   *queues;
+
+	memset(dsync_workers, 0, DsyncWorkerShmemSize());
+	dsync_workers->lock = &locks[1].lock;
+	dsync_workers->nslots = dsync_max_databases;
+	dsync_workers->launcher_pgprocno = -1;
+	queues = (char *) dsync_workers +
+		MAXALIGN(offsetof(DsyncWorkerShared, slots) +
+				 dsync_max_databases * sizeof(DsyncDbSlot));
+	for (int i = 0; i < dsync_max_databases; i++)
+	{
+		DsyncDbSlot *slot = &dsync_workers->slots[i];
+
+		slot->queue_lock = &locks[2 + i].lock;
+		slot->queue = queues + (Size) i * dsync_event_queue_size * 1024;
+		slot->pgprocno = -1;
+		pg_atomic_init_u64(&slot->next_deadline, 0);
+	}
+}
+
+/*
  * DsyncShmemRequest
  *		Reserve dsync's shared memory and its lock before the segment is
  *		sized.
@@ -61,7 +108,8 @@ DsyncShmemRequest(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(DsyncShmemSize());
-	RequestNamedLWLockTranche("dsync", 1);
+	RequestAddinShmemSpace(DsyncWorkerShmemSize());
+	RequestNamedLWLockTranche("dsync", 2 + dsync_max_databases);
 }
 
 /*
@@ -92,6 +140,9 @@ DsyncShmemStartup(void)
 		SpinLockInit(&dsync_shared->fencing_lock);
 		dsync_shared->nslots = DsyncShmemSlots();
 	}
+	dsync_workers = ShmemInitStruct("dsync workers", DsyncWorkerShmemSize(), &found);
+	if (!found)
+		DsyncWorkerShmemInit();
 	LWLockRelease(AddinShmemInitLock);
 }
 

@@ -65,10 +65,20 @@
 void
 DsyncStoreOpen(DsyncStore *store, FunctionCallInfo fcinfo, bool for_write)
 {
-	store->catalog = DsyncCatalogGet(fcinfo);
+	DsyncStoreOpenCatalog(store, DsyncCatalogGet(fcinfo), for_write);
+}
+
+/*
+ * DsyncStoreOpenCatalog
+ *		Open the lease table and its primary key, given where they are.
+ */
+void
+DsyncStoreOpenCatalog(DsyncStore *store, const DsyncCatalog *catalog, bool for_write)
+{
+	store->catalog = catalog;
 	store->lockmode = for_write ? RowExclusiveLock : AccessShareLock;
-	store->rel = table_open(store->catalog->lease_rel, store->lockmode);
-	store->index = index_open(store->catalog->lease_pkey, store->lockmode);
+	store->rel = table_open(catalog->lease_rel, store->lockmode);
+	store->index = index_open(catalog->lease_pkey, store->lockmode);
 }
 
 /*
@@ -287,6 +297,18 @@ DsyncStoreInsert(DsyncStore *store, DsyncLeaseRow *row)
 	DsyncStoreIndexInsert(store, tuple, row, false);
 	row->tid = tuple->t_self;
 	heap_freetuple(tuple);
+	CommandCounterIncrement();
+}
+
+/*
+ * DsyncStoreDelete
+ *		Delete a row this transaction has locked (an expired lease).  The
+ *		next acquirer of the name inserts a fresh row under the insert lock.
+ */
+void
+DsyncStoreDelete(DsyncStore *store, DsyncLeaseRow *row)
+{
+	simple_heap_delete(store->rel, &row->tid);
 	CommandCounterIncrement();
 }
 

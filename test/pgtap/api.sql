@@ -2,7 +2,7 @@
 SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS dsync;
-SELECT plan(59);
+SELECT plan(63);
 
 -- functions, argument types and return types
 SELECT has_function('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb']);
@@ -18,6 +18,10 @@ SELECT function_returns('dsync_assert_held', ARRAY['text', 'text'], 'bigint');
 SELECT has_function('dsync_force_release', ARRAY['text', 'text']);
 SELECT function_returns('dsync_force_release', ARRAY['text', 'text'], 'integer');
 SELECT has_function('dsync_channel', ARRAY['text']);
+SELECT has_function('dsync_reap', ARRAY[]::text[]);
+SELECT function_returns('dsync_reap', ARRAY[]::text[], 'bigint');
+SELECT function_privs_are('dsync_reap', ARRAY[]::text[], 'public', ARRAY[]::text[]);
+SELECT ok(dsync_reap() >= 0, 'dsync_reap runs a pass for a superuser');
 SELECT function_returns('dsync_channel', ARRAY['text'], 'text');
 
 -- argument names, order and defaults
@@ -98,8 +102,8 @@ SELECT ok((SELECT reloptions @> ARRAY['fillfactor=50'] FROM pg_class WHERE oid =
 
 -- every object belongs to the extension
 SELECT is((SELECT count(*) FROM pg_depend d JOIN pg_extension e ON d.refobjid = e.oid
-			WHERE e.extname = 'dsync' AND d.deptype = 'e'), 13::bigint,
-	'the extension owns its table, sequence, two views and nine functions');
+			WHERE e.extname = 'dsync' AND d.deptype = 'e'), 14::bigint,
+	'the extension owns its table, sequence, two views and ten functions');
 
 SELECT * FROM finish();
 ROLLBACK;

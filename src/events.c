@@ -1,0 +1,393 @@
+/*-------------------------------------------------------------------------
+ *
+ * events.c
+ *		Lease events: recorded during a transaction, queued at commit in
+ *		shared memory, announced by the database's reaper with NOTIFY.
+ *
+ * A NOTIFY in every acquiring or releasing transaction would serialise
+ * their commits on the cluster-wide notify lock (async.c, PreCommit_Notify).
+ * Instead each backend keeps the events of its transaction in local memory
+ * (dropping those of rolled-back savepoints), and its commit callback
+ * appends them to its database's queue in shared memory, then sets the
+ * reaper's latch.  The reaper sends whatever has accumulated in one
+ * transaction of its own, so listeners get every committed change while
+ * committers pay only for a short copy under an LWLock.
+ *
+ * The commit callback runs after the commit record is written but before
+ * the transaction's row locks are released, so the next change to the same
+ * lease (which needs that row lock) is always queued after this one:
+ * events of one lease are queued, and sent, in commit order.
+ *
+ * The queue also tells the reaper about every new deadline, so that it
+ * never has to scan the table to know when to wake up next.  If the queue
+ * is full, events are dropped rather than making commits wait; the reaper
+ * notices, logs a warning and rebuilds its deadlines from the table, so
+ * that expired leases are still cleared and announced.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "utils/builtins.h"
+#include "utils/datetime.h"
+#include "utils/json.h"
+#include "utils/memutils.h"
+
+#include "dsync.h"
+
+/* An event as stored in a queue; name and holder bytes follow. */
+typedef struct DsyncQueueEntry
+{
+	uint32		len;			/* whole entry, MAXALIGN'd; 0: wrap to start */
+	uint16		kind;
+	uint16		namelen;
+	uint16		holderlen;
+	int32		slot;
+	int64		fencing;
+	TimestampTz expires_at;
+	char		data[FLEXIBLE_ARRAY_MEMBER];
+} DsyncQueueEntry;
+
+/* An event of the current transaction, with the nesting level it belongs to. */
+typedef struct DsyncPendingEvent
+{
+	int			nest_level;
+	DsyncEvent	event;
+} DsyncPendingEvent;
+
+static List *pending_events = NIL;	/* in TopTransactionContext */
+static bool callbacks_registered = false;
+static bool probe_requested = false;	/* once per backend */
+
+static void DsyncEventXactCallback(XactEvent event, void *arg);
+static void DsyncEventSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
+									  SubTransactionId parentSubid, void *arg);
+
+/*
+ * DsyncEventRecord
+ *		Note an event about a row that this transaction has just changed.
+ */
+void
+DsyncEventRecord(DsyncEventKind kind, const DsyncLeaseRow *row)
+{
+	MemoryContext oldcontext;
+	DsyncPendingEvent *pe;
+
+	if (!callbacks_registered)
+	{
+		RegisterXactCallback(DsyncEventXactCallback, NULL);
+		RegisterSubXactCallback(DsyncEventSubXactCallback, NULL);
+		callbacks_registered = true;
+	}
+
+	oldcontext = MemoryContextSwitchTo(TopTransactionContext);
+	pe = palloc0(sizeof(DsyncPendingEvent));
+	pe->nest_level = GetCurrentTransactionNestLevel();
+	pe->event.kind = kind;
+	pe->event.slot = DatumGetInt32(row->values[Anum_lease_slot - 1]);
+	pe->event.name = TextDatumGetCString(row->values[Anum_lease_name - 1]);
+	pe->event.holder = row->nulls[Anum_lease_holder - 1] ? pstrdup("") :
+		TextDatumGetCString(row->values[Anum_lease_holder - 1]);
+	pe->event.fencing = row->nulls[Anum_lease_fencing - 1] ? 0 :
+		DatumGetInt64(row->values[Anum_lease_fencing - 1]);
+	pe->event.expires_at = row->nulls[Anum_lease_expires_at - 1] ? 0 :
+		DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]);
+	pending_events = lappend(pending_events, pe);
+	MemoryContextSwitchTo(oldcontext);
+}
+
+/*
+ * DsyncEventSubXactCallback
+ *		A rolled-back savepoint's events never happened; a released one's
+ *		belong to its parent from now on.
+ */
+static void
+DsyncEventSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
+						  SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+	ListCell   *lc;
+
+	if (pending_events == NIL)
+		return;
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
+		foreach(lc, pending_events)
+		{
+			DsyncPendingEvent *pe = lfirst(lc);
+
+			if (pe->nest_level >= level)
+				pending_events = foreach_delete_current(pending_events, lc);
+		}
+	}
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
+		foreach(lc, pending_events)
+		{
+			DsyncPendingEvent *pe = lfirst(lc);
+
+			if (pe->nest_level >= level)
+				pe->nest_level = level - 1;
+		}
+	}
+}
+
+/*
+ * DsyncDeadlineLower
+ *		Make the reaper wake up by deadline if that is earlier than what it
+ *		sleeps until.  Safe in a commit callback: no locks, no errors.
+ */
+void
+DsyncDeadlineLower(DsyncDbSlot *slot, TimestampTz deadline)
+{
+	uint64		current = pg_atomic_read_u64(&slot->next_deadline);
+
+	while (current == 0 || (TimestampTz) current > deadline)
+	{
+		if (pg_atomic_compare_exchange_u64(&slot->next_deadline, &current,
+										   (uint64) deadline))
+			break;
+	}
+}
+
+/*
+ * DsyncQueueAppend
+ *		Copy one event into a queue; false if it does not fit.  The caller
+ *		holds the queue lock.
+ */
+static bool
+DsyncQueueAppend(DsyncDbSlot *slot, const DsyncEvent *event)
+{
+	Size		size = (Size) dsync_event_queue_size * 1024;
+	int			namelen = strlen(event->name);
+	int			holderlen = strlen(event->holder);
+	uint32		len = MAXALIGN(offsetof(DsyncQueueEntry, data) + namelen + holderlen);
+	Size		pos = slot->queue_head % size;
+	Size		skip = (pos + len > size) ? size - pos : 0;
+	DsyncQueueEntry *entry;
+
+	if (slot->queue_head - slot->queue_tail + skip + len > size)
+		return false;
+	if (skip > 0)
+	{
+		/* Entries never wrap: mark the rest of the buffer as unused. */
+		((DsyncQueueEntry *) (slot->queue + pos))->len = 0;
+		slot->queue_head += skip;
+		pos = 0;
+	}
+	entry = (DsyncQueueEntry *) (slot->queue + pos);
+	entry->len = len;
+	entry->kind = (uint16) event->kind;
+	entry->namelen = namelen;
+	entry->holderlen = holderlen;
+	entry->slot = event->slot;
+	entry->fencing = event->fencing;
+	entry->expires_at = event->expires_at;
+	memcpy(entry->data, event->name, namelen);
+	memcpy(entry->data + namelen, event->holder, holderlen);
+	slot->queue_head += len;
+	return true;
+}
+
+/*
+ * DsyncEventPublish
+ *		Queue the committed transaction's events and wake the reaper.
+ *
+ * Runs in the commit callback, where an error would be a PANIC: nothing
+ * here can fail.  Without a reaper slot for this database (it has not been
+ * started yet, or dsync.max_databases is too small) the events are
+ * dropped, and the launcher is asked, once per backend, to look at this
+ * database: a starting reaper reads its deadlines from the table.
+ */
+static void
+DsyncEventPublish(void)
+{
+	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+	ListCell   *lc;
+	bool		wake = false;
+	int			procno;
+	uint64		dropped = 0;
+	Size		size = (Size) dsync_event_queue_size * 1024;
+
+	if (slot == NULL)
+	{
+		if (!probe_requested)
+		{
+			probe_requested = true;
+			DsyncLauncherRequestProbe(MyDatabaseId);
+		}
+		return;
+	}
+
+	LWLockAcquire(slot->queue_lock, LW_EXCLUSIVE);
+	foreach(lc, pending_events)
+	{
+		DsyncPendingEvent *pe = lfirst(lc);
+
+		if (!DsyncQueueAppend(slot, &pe->event))
+		{
+			dropped++;
+			continue;
+		}
+		if (pe->event.kind == DSYNC_EVENT_ACQUIRED ||
+			pe->event.kind == DSYNC_EVENT_DEADLINE)
+		{
+			uint64		before = pg_atomic_read_u64(&slot->next_deadline);
+
+			DsyncDeadlineLower(slot, pe->event.expires_at);
+			if (before == 0 || (TimestampTz) before > pe->event.expires_at)
+				wake = true;
+		}
+		if (pe->event.kind != DSYNC_EVENT_DEADLINE && dsync_events)
+			wake = true;
+	}
+	slot->queue_dropped += dropped;
+	if (slot->queue_head - slot->queue_tail > size / 2 || dropped > 0)
+		wake = true;
+	LWLockRelease(slot->queue_lock);
+
+	procno = slot->pgprocno;
+	if (wake && procno >= 0)
+		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+}
+
+/*
+ * DsyncEventXactCallback
+ *		Publish at commit; forget at abort.
+ */
+static void
+DsyncEventXactCallback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+			if (pending_events != NIL)
+				DsyncEventPublish();
+			pending_events = NIL;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+			pending_events = NIL;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * DsyncEventDrain
+ *		Take every queued event of a database, for its reaper.  Returns how
+ *		many; *dropped gets (and resets) the count of events lost since the
+ *		last call because the queue was full.
+ */
+int
+DsyncEventDrain(DsyncDbSlot *slot, List **events, uint64 *dropped)
+{
+	Size		size = (Size) dsync_event_queue_size * 1024;
+	int			n = 0;
+
+	LWLockAcquire(slot->queue_lock, LW_EXCLUSIVE);
+	while (slot->queue_tail < slot->queue_head)
+	{
+		Size		pos = slot->queue_tail % size;
+		DsyncQueueEntry *entry = (DsyncQueueEntry *) (slot->queue + pos);
+		DsyncEvent *event;
+
+		if (size - pos < offsetof(DsyncQueueEntry, data) || entry->len == 0)
+		{
+			slot->queue_tail += size - pos;
+			continue;
+		}
+		event = palloc(sizeof(DsyncEvent));
+		event->kind = (DsyncEventKind) entry->kind;
+		event->slot = entry->slot;
+		event->fencing = entry->fencing;
+		event->expires_at = entry->expires_at;
+		event->name = pnstrdup(entry->data, entry->namelen);
+		event->holder = pnstrdup(entry->data + entry->namelen, entry->holderlen);
+		*events = lappend(*events, event);
+		slot->queue_tail += entry->len;
+		n++;
+	}
+	*dropped = slot->queue_dropped;
+	slot->queue_dropped = 0;
+	LWLockRelease(slot->queue_lock);
+	return n;
+}
+
+/*
+ * DsyncEventTimestamp
+ *		A timestamp in ISO 8601 in UTC, as in API.md's payload example:
+ *		2026-11-21T10:00:30.5+00 (trailing zeros of the fraction dropped).
+ */
+static void
+DsyncEventTimestamp(StringInfo buf, TimestampTz ts)
+{
+	struct pg_tm tm;
+	fsec_t		fsec;
+
+	if (timestamp2tm(ts, NULL, &tm, &fsec, NULL, NULL) != 0)
+	{
+		appendStringInfoString(buf, "null");
+		return;
+	}
+	appendStringInfo(buf, "\"%04d-%02d-%02dT%02d:%02d:%02d",
+					 tm.tm_year, tm.tm_mon, tm.tm_mday,
+					 tm.tm_hour, tm.tm_min, tm.tm_sec);
+	if (fsec != 0)
+	{
+		char		frac[8];
+		int			len;
+
+		snprintf(frac, sizeof(frac), "%06d", (int) fsec);
+		for (len = 6; len > 0 && frac[len - 1] == '0'; len--)
+			;
+		frac[len] = '\0';
+		appendStringInfo(buf, ".%s", frac);
+	}
+	appendStringInfoString(buf, "+00\"");
+}
+
+/*
+ * DsyncEventPayload
+ *		The NOTIFY payload of an event: one JSON object.
+ */
+char *
+DsyncEventPayload(const DsyncEvent *event)
+{
+	StringInfoData buf;
+	const char *kind;
+
+	switch (event->kind)
+	{
+		case DSYNC_EVENT_ACQUIRED:
+			kind = "acquired";
+			break;
+		case DSYNC_EVENT_RELEASED:
+			kind = "released";
+			break;
+		case DSYNC_EVENT_EXPIRED:
+			kind = "expired";
+			break;
+		default:
+			return NULL;
+	}
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "{\"event\":\"%s\",\"lease\":", kind);
+	escape_json(&buf, event->name);
+	appendStringInfoString(&buf, ",\"holder\":");
+	escape_json(&buf, event->holder);
+	appendStringInfo(&buf, ",\"fencing\":" INT64_FORMAT, event->fencing);
+	if (event->kind != DSYNC_EVENT_RELEASED)
+	{
+		appendStringInfoString(&buf, ",\"expires_at\":");
+		DsyncEventTimestamp(&buf, event->expires_at);
+	}
+	appendStringInfoChar(&buf, '}');
+	return buf.data;
+}
