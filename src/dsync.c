@@ -20,7 +20,7 @@ void		_PG_init(void);
 /* Settings; see DsyncDefineSettings for what each one is for. */
 int			dsync_max_databases = 16;
 int			dsync_event_queue_size = 256;
-int			dsync_reap_batch_size = 5000;
+int			dsync_reap_batch_size = 1000;
 int			dsync_restart_delay = 1000;
 bool		dsync_events = true;
 
@@ -48,7 +48,7 @@ DsyncDefineSettings(void)
 	DefineCustomIntVariable("dsync.reap_batch_size",
 							"Maximum number of expired leases cleared in one reaper transaction.",
 							NULL,
-							&dsync_reap_batch_size, 5000, 1, 1000000,
+							&dsync_reap_batch_size, 1000, 1, 1000000,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("dsync.restart_delay",
 							"Time before a stopped dsync reaper is started again.",

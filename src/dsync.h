@@ -109,6 +109,7 @@ typedef struct DsyncDbSlot
 	int			held_by;		/* pid of a backend that needs the database alone */
 	TimestampTz restart_after;	/* no reaper before this time */
 	bool		recheck;		/* the extension may have been dropped */
+	TransactionId reaper_xid;	/* the reaper's clearing transaction, if any */
 
 	/* The next lease deadline the reaper knows of (0: none). */
 	pg_atomic_uint64 next_deadline;

@@ -298,6 +298,9 @@ ReaperReapDue(bool *more)
 	}
 	DsyncStoreOpenCatalog(&store, DsyncCatalogFromExtension(), true);
 
+	/* Acquirers that meet our row locks wait for us (see DsyncStoreLock). */
+	reaper_slot->reaper_xid = GetCurrentTransactionId();
+
 	while (!pairingheap_is_empty(reaper_heap))
 	{
 		ReaperEntry *entry = pairingheap_container(ReaperEntry, node,
@@ -385,6 +388,7 @@ ReaperReapDue(bool *more)
 	DsyncStoreClose(&store);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	reaper_slot->reaper_xid = InvalidTransactionId;
 
 	if (expired != NIL && dsync_events)
 		ReaperKeepUnsent(expired);
@@ -453,6 +457,7 @@ ReaperExit(int code, Datum arg)
 	{
 		slot->pid = 0;
 		slot->pgprocno = -1;
+		slot->reaper_xid = InvalidTransactionId;
 		slot->restart_after = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														  dsync_restart_delay);
 	}

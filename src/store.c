@@ -203,6 +203,21 @@ DsyncStoreScanAll(DsyncStore *store)
 }
 
 /*
+ * DsyncStoreLockedByReaper
+ *		Whether xid is this database's reaper clearing expired leases.
+ */
+static bool
+DsyncStoreLockedByReaper(TransactionId xid)
+{
+	DsyncDbSlot *slot;
+
+	if (!TransactionIdIsValid(xid))
+		return false;
+	slot = DsyncDbSlotFind(MyDatabaseId);
+	return slot != NULL && TransactionIdEquals(slot->reaper_xid, xid);
+}
+
+/*
  * DsyncStoreLock
  *		Lock the row version a scan returned, with the given wait policy.
  *
@@ -224,6 +239,17 @@ DsyncStoreLock(DsyncStore *store, DsyncLeaseRow *row, LockTupleMode mode,
 	tuple.t_self = row->tid;
 	result = heap_lock_tuple(store->rel, &tuple, GetCurrentCommandId(true),
 							 mode, policy, false, &buffer, &tmfd);
+	if (result == TM_WouldBlock && DsyncStoreLockedByReaper(tmfd.xmax))
+	{
+		/*
+		 * The reaper is clearing this expired row: that is not a holder
+		 * or a guard, and its short transaction never waits for anyone.
+		 * Wait for it rather than report a free lease as busy.
+		 */
+		ReleaseBuffer(buffer);
+		result = heap_lock_tuple(store->rel, &tuple, GetCurrentCommandId(true),
+								 mode, LockWaitBlock, false, &buffer, &tmfd);
+	}
 	if (result == TM_Ok)
 	{
 		DsyncStoreLoadRow(store, &tuple, row);
