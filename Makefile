@@ -15,7 +15,10 @@ OBJS = \
 	src/wait.o \
 	src/events.o \
 	src/launcher.o \
-	src/reaper.o
+	src/reaper.o \
+	src/semaphore.o \
+	src/signal.o \
+	src/member.o
 
 DATA = sql/dsync--1.0.sql sql/dsync--1.0--1.1.sql
 PGFILEDESC = "dsync - leases, leader election and signals for PostgreSQL"
@@ -23,13 +26,14 @@ PGFILEDESC = "dsync - leases, leader election and signals for PostgreSQL"
 # pg_regress inputs live in sql/ and expected/ (the install script in sql/
 # is not a test).  Every run needs dsync in shared_preload_libraries, which
 # the caller provides (see test/run_all.sh).
-REGRESS = setup args lease privileges channel
+REGRESS = setup args lease privileges channel semaphore signal member
 REGRESS_OPTS = --load-extension=dsync
 
 ISOLATION = acquire_free acquire_expired acquire_release acquire_renew \
 	snapshot_rr snapshot_serializable serializable_view assert_held_expiry \
 	uncommitted_nowait wait_release wait_rollback wait_expiry wait_timeout \
-	wait_fifo wait_renew
+	wait_fifo wait_renew sem_last_permit sem_release_vs_acquire \
+	sem_create_race event_one_set_two_waiters event_set_rollback
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=dsync
 
 PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
@@ -53,3 +57,6 @@ prove-installcheck:
 	cd test/tap && TESTDIR='$(CURDIR)/test/tap' TESTDATADIR='$(CURDIR)/test/tap/tmp_check' \
 		PATH="$(PG_BINDIR):$$PATH" PG_REGRESS='$(PG_REGRESS_BIN)' \
 		$(PROVE) -I '$(PG_PERL)' -I . $(PROVE_FLAGS) t/*.pl
+
+# Every module includes the shared header: rebuild them all when it changes.
+$(OBJS): src/dsync.h

@@ -42,11 +42,12 @@ DsyncCatalogInvalidate(Datum arg, Oid relid)
 {
 	if (!dsync_catalog_valid)
 		return;
-	if (relid == InvalidOid ||
-		relid == dsync_catalog.lease_rel ||
-		relid == dsync_catalog.lease_pkey ||
-		relid == dsync_catalog.fencing_seq)
+	if (relid == InvalidOid || relid == dsync_catalog.fencing_seq ||
+		relid == dsync_catalog.signal_seq)
 		dsync_catalog_valid = false;
+	for (int i = 0; i < DSYNC_NUM_TABLES; i++)
+		if (relid == dsync_catalog.rels[i] || relid == dsync_catalog.pkeys[i])
+			dsync_catalog_valid = false;
 }
 
 /*
@@ -71,18 +72,18 @@ DsyncCatalogLookupRel(const char *relname, Oid namespace)
 
 /*
  * DsyncCatalogCheckShape
- *		Refuse to work on a lease table whose shape was changed behind the
+ *		Refuse to work on a table whose shape was changed behind the
  *		extension's back: the C code writes rows with exactly its own
  *		columns and maintains only the primary key, so an added column or
  *		index would be corrupted or overrun.  Checked when the cache is
  *		filled, which any ALTER TABLE or CREATE INDEX forces again.
  */
 static void
-DsyncCatalogCheckShape(Oid relid)
+DsyncCatalogCheckShape(Oid relid, const char *relname, int natts)
 {
 	Relation	rel = table_open(relid, AccessShareLock);
 	List	   *indexes = RelationGetIndexList(rel);
-	bool		ok = RelationGetDescr(rel)->natts == Natts_lease &&
+	bool		ok = RelationGetDescr(rel)->natts == natts &&
 		list_length(indexes) == 1;
 
 	list_free(indexes);
@@ -90,9 +91,32 @@ DsyncCatalogCheckShape(Oid relid)
 	if (!ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("dsync table \"dsync_lease\" has been altered"),
+				 errmsg("dsync table \"%s\" has been altered", relname),
 				 errdetail("It must have exactly its original columns and only its primary key index."),
 				 errhint("Drop what was added, or reinstall the extension with DROP EXTENSION dsync; CREATE EXTENSION dsync.")));
+}
+
+/*
+ * DsyncCatalogFillTable
+ *		Find one table and its primary key.  The tables added in 1.1 may be
+ *		missing (an installation not yet updated): then they stay invalid
+ *		and the functions that need them say so.
+ */
+static void
+DsyncCatalogFillTable(DsyncTable table, const char *relname, const char *pkeyname,
+					  int natts, bool required)
+{
+	Oid			namespace = dsync_catalog.namespace;
+
+	if (!required && !OidIsValid(get_relname_relid(relname, namespace)))
+	{
+		dsync_catalog.rels[table] = InvalidOid;
+		dsync_catalog.pkeys[table] = InvalidOid;
+		return;
+	}
+	dsync_catalog.rels[table] = DsyncCatalogLookupRel(relname, namespace);
+	dsync_catalog.pkeys[table] = DsyncCatalogLookupRel(pkeyname, namespace);
+	DsyncCatalogCheckShape(dsync_catalog.rels[table], relname, natts);
 }
 
 /*
@@ -108,11 +132,24 @@ DsyncCatalogFill(Oid namespace)
 		dsync_callback_registered = true;
 	}
 	dsync_catalog.namespace = namespace;
-	dsync_catalog.lease_rel = DsyncCatalogLookupRel("dsync_lease", namespace);
-	dsync_catalog.lease_pkey = DsyncCatalogLookupRel("dsync_lease_pkey", namespace);
+	DsyncCatalogFillTable(DSYNC_TABLE_LEASE, "dsync_lease", "dsync_lease_pkey",
+						  Natts_lease, true);
+	DsyncCatalogFillTable(DSYNC_TABLE_SEMAPHORE, "dsync_semaphore", "dsync_semaphore_pkey",
+						  Natts_semaphore, false);
+	DsyncCatalogFillTable(DSYNC_TABLE_SIGNAL, "dsync_signal", "dsync_signal_pkey",
+						  Natts_signal, false);
+	DsyncCatalogFillTable(DSYNC_TABLE_MEMBER, "dsync_member", "dsync_member_pkey",
+						  Natts_member, false);
 	dsync_catalog.fencing_seq = DsyncCatalogLookupRel("dsync_fencing_seq", namespace);
-	DsyncCatalogCheckShape(dsync_catalog.lease_rel);
-	dsync_catalog_valid = true;
+	dsync_catalog.signal_seq = get_relname_relid("dsync_signal_seq", namespace);
+
+	/*
+	 * A 1.0 installation is looked up again on every call, so that the
+	 * tables ALTER EXTENSION UPDATE creates are found without a reconnect
+	 * (no invalidation names relations we have not seen).
+	 */
+	dsync_catalog_valid = OidIsValid(dsync_catalog.rels[DSYNC_TABLE_MEMBER]) &&
+		OidIsValid(dsync_catalog.signal_seq);
 
 	return &dsync_catalog;
 }

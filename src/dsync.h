@@ -35,6 +35,37 @@
 #define Anum_lease_owner		10
 #define Natts_lease				10
 
+/* dsync_semaphore (1.1): one row per semaphore definition. */
+#define Anum_semaphore_name		1
+#define Anum_semaphore_permits	2
+#define Anum_semaphore_created_at 3
+#define Anum_semaphore_owner	4
+#define Natts_semaphore			4
+
+/* dsync_signal (1.1): one row per pending one-to-one signal. */
+#define Anum_signal_name		1
+#define Anum_signal_seq			2
+#define Anum_signal_set_at		3
+#define Anum_signal_owner		4
+#define Natts_signal			4
+
+/* dsync_member (1.1): one row per live group member. */
+#define Anum_member_grp			1
+#define Anum_member_member		2
+#define Anum_member_info		3
+#define Anum_member_joined_at	4
+#define Anum_member_renewed_at	5
+#define Anum_member_expires_at	6
+#define Anum_member_ttl			7
+#define Anum_member_owner		8
+#define Natts_member			8
+
+/* The widest dsync table; a DsyncLeaseRow can hold a row of any of them. */
+#define DSYNC_MAX_ATTS			Natts_lease
+
+/* Most permits a semaphore may have. */
+#define DSYNC_MAX_PERMITS		65535
+
 /*
  * Wake-up channels: lease names hash onto them, so two names may share one;
  * wakers broadcast and sleepers re-check.  A sleeper never sleeps longer
@@ -158,6 +189,7 @@ extern PGDLLEXPORT void dsync_reaper_main(Datum arg);
 
 /* wait.c */
 extern uint64 DsyncWaitKey(text *name);
+extern uint64 DsyncWaitKeyEvent(text *name);
 extern ConditionVariable *DsyncWaitChannel(uint64 key);
 extern void DsyncWakeAtEnd(uint64 key);
 extern void DsyncWaitAttemptStart(void);
@@ -169,12 +201,22 @@ extern uint64 DsyncWaitGeneration(uint64 key);
 extern void DsyncWaitSleep(uint64 key, TimestampTz wake_at, uint64 generation);
 
 /* catalog.c: where the extension's objects are in this database */
+typedef enum DsyncTable
+{
+	DSYNC_TABLE_LEASE = 0,
+	DSYNC_TABLE_SEMAPHORE,
+	DSYNC_TABLE_SIGNAL,
+	DSYNC_TABLE_MEMBER,
+	DSYNC_NUM_TABLES
+} DsyncTable;
+
 typedef struct DsyncCatalog
 {
 	Oid			namespace;
-	Oid			lease_rel;
-	Oid			lease_pkey;
+	Oid			rels[DSYNC_NUM_TABLES];		/* InvalidOid: not installed (1.0) */
+	Oid			pkeys[DSYNC_NUM_TABLES];
 	Oid			fencing_seq;
+	Oid			signal_seq;
 } DsyncCatalog;
 
 extern const DsyncCatalog *DsyncCatalogGet(FunctionCallInfo fcinfo);
@@ -195,19 +237,24 @@ extern void DsyncPreventWrite(const char *funcname);
 typedef struct DsyncLeaseRow
 {
 	ItemPointerData tid;		/* the row version this was read from */
-	Datum		values[Natts_lease];
-	bool		nulls[Natts_lease];
+	Datum		values[DSYNC_MAX_ATTS];
+	bool		nulls[DSYNC_MAX_ATTS];
 } DsyncLeaseRow;
 
 typedef struct DsyncStore
 {
 	const DsyncCatalog *catalog;
+	DsyncTable	table;
 	Relation	rel;
 	Relation	index;
 	LOCKMODE	lockmode;
 } DsyncStore;
 
 extern void DsyncStoreOpen(DsyncStore *store, FunctionCallInfo fcinfo, bool for_write);
+extern void DsyncStoreOpenTable(DsyncStore *store, FunctionCallInfo fcinfo,
+								DsyncTable table, bool for_write);
+extern DsyncLeaseRow *DsyncStoreNewRow(void);
+extern bool DsyncStoreInsertLock(DsyncTable table, text *name, int32 slot, bool wait);
 extern void DsyncStoreClose(DsyncStore *store);
 extern List *DsyncStoreScan(DsyncStore *store, text *name);
 extern List *DsyncStoreScanAll(DsyncStore *store);
@@ -217,13 +264,19 @@ extern void DsyncStoreUpdate(DsyncStore *store, DsyncLeaseRow *row);
 extern void DsyncStoreInsert(DsyncStore *store, DsyncLeaseRow *row);
 extern void DsyncStoreDelete(DsyncStore *store, DsyncLeaseRow *row);
 extern void DsyncStoreOpenCatalog(DsyncStore *store, const DsyncCatalog *catalog,
-								  bool for_write);
-extern bool DsyncStoreTryInsertLock(text *name);
+								  DsyncTable table, bool for_write);
+
 
 /* Row helpers. */
 extern bool DsyncRowIsLive(const DsyncLeaseRow *row, TimestampTz now);
 extern bool DsyncRowHolderIs(const DsyncLeaseRow *row, text *holder);
 extern bool DsyncRowOwnerIsCaller(const DsyncLeaseRow *row);
+
+/* semaphore.c */
+extern int	DsyncSemaphorePermits(FunctionCallInfo fcinfo, text *name);
+
+/* lease.c: shared with the other kinds of waits */
+extern TimestampTz DsyncWaitDeadline(bool forever, int64 wait_usec);
 
 /* fencing.c */
 extern int64 DsyncNextFencingToken(const DsyncCatalog *catalog);
@@ -234,7 +287,12 @@ typedef enum DsyncEventKind
 	DSYNC_EVENT_ACQUIRED = 1,
 	DSYNC_EVENT_RELEASED,
 	DSYNC_EVENT_EXPIRED,
-	DSYNC_EVENT_DEADLINE		/* not announced: a renewal shortened a lease */
+	DSYNC_EVENT_DEADLINE,		/* not announced: a renewal shortened a lease */
+	DSYNC_EVENT_JOINED,			/* name: group, holder: member */
+	DSYNC_EVENT_LEFT,
+	DSYNC_EVENT_MEMBER_EXPIRED, /* announced as "left" */
+	DSYNC_EVENT_MEMBER_DEADLINE,	/* not announced: a refresh shortened it */
+	DSYNC_EVENT_SET				/* a one-to-one signal was stored */
 } DsyncEventKind;
 
 typedef struct DsyncEvent
@@ -248,8 +306,12 @@ typedef struct DsyncEvent
 } DsyncEvent;
 
 extern void DsyncEventRecord(DsyncEventKind kind, const DsyncLeaseRow *row);
+extern void DsyncEventRecordRaw(DsyncEventKind kind, text *name, text *holder,
+								TimestampTz expires_at);
 extern int	DsyncEventDrain(DsyncDbSlot *slot, List **events, uint64 *dropped);
 extern char *DsyncEventPayload(const DsyncEvent *event);
+extern bool DsyncEventHasDeadline(DsyncEventKind kind);
+extern bool DsyncEventIsAnnounced(DsyncEventKind kind);
 extern const char *DsyncEventChannel(const char *name);
 extern void DsyncDeadlineLower(DsyncDbSlot *slot, TimestampTz deadline);
 

@@ -101,6 +101,37 @@ DsyncEventRecord(DsyncEventKind kind, const DsyncLeaseRow *row)
 }
 
 /*
+ * DsyncEventRecordRaw
+ *		Note an event that is not about a lease row: group membership
+ *		(name is the group, holder the member) and signals (no holder).
+ */
+void
+DsyncEventRecordRaw(DsyncEventKind kind, text *name, text *holder,
+					TimestampTz expires_at)
+{
+	DsyncLeaseRow row;
+
+	memset(&row, 0, sizeof(row));
+	for (int i = 0; i < DSYNC_MAX_ATTS; i++)
+		row.nulls[i] = true;
+	row.values[Anum_lease_name - 1] = PointerGetDatum(name);
+	row.nulls[Anum_lease_name - 1] = false;
+	row.values[Anum_lease_slot - 1] = Int32GetDatum(0);
+	row.nulls[Anum_lease_slot - 1] = false;
+	if (holder)
+	{
+		row.values[Anum_lease_holder - 1] = PointerGetDatum(holder);
+		row.nulls[Anum_lease_holder - 1] = false;
+	}
+	if (expires_at != 0)
+	{
+		row.values[Anum_lease_expires_at - 1] = TimestampTzGetDatum(expires_at);
+		row.nulls[Anum_lease_expires_at - 1] = false;
+	}
+	DsyncEventRecord(kind, &row);
+}
+
+/*
  * DsyncEventSubXactCallback
  *		A rolled-back savepoint's events never happened; a released one's
  *		belong to its parent from now on.
@@ -134,6 +165,27 @@ DsyncEventSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 				pe->nest_level = level - 1;
 		}
 	}
+}
+
+/*
+ * DsyncEventHasDeadline
+ *		Whether an event gives the reaper a deadline to watch.
+ */
+bool
+DsyncEventHasDeadline(DsyncEventKind kind)
+{
+	return kind == DSYNC_EVENT_ACQUIRED || kind == DSYNC_EVENT_DEADLINE ||
+		kind == DSYNC_EVENT_JOINED || kind == DSYNC_EVENT_MEMBER_DEADLINE;
+}
+
+/*
+ * DsyncEventIsAnnounced
+ *		Whether an event is sent to listeners.
+ */
+bool
+DsyncEventIsAnnounced(DsyncEventKind kind)
+{
+	return kind != DSYNC_EVENT_DEADLINE && kind != DSYNC_EVENT_MEMBER_DEADLINE;
 }
 
 /*
@@ -233,8 +285,7 @@ DsyncEventPublish(void)
 			dropped++;
 			continue;
 		}
-		if (pe->event.kind == DSYNC_EVENT_ACQUIRED ||
-			pe->event.kind == DSYNC_EVENT_DEADLINE)
+		if (DsyncEventHasDeadline(pe->event.kind))
 		{
 			uint64		before = pg_atomic_read_u64(&slot->next_deadline);
 
@@ -242,7 +293,7 @@ DsyncEventPublish(void)
 			if (before == 0 || (TimestampTz) before > pe->event.expires_at)
 				wake = true;
 		}
-		if (pe->event.kind != DSYNC_EVENT_DEADLINE && dsync_events)
+		if (DsyncEventIsAnnounced(pe->event.kind) && dsync_events)
 			wake = true;
 	}
 	slot->queue_dropped += dropped;
@@ -360,33 +411,51 @@ char *
 DsyncEventPayload(const DsyncEvent *event)
 {
 	StringInfoData buf;
-	const char *kind;
 
+	initStringInfo(&buf);
 	switch (event->kind)
 	{
 		case DSYNC_EVENT_ACQUIRED:
-			kind = "acquired";
-			break;
 		case DSYNC_EVENT_RELEASED:
-			kind = "released";
-			break;
 		case DSYNC_EVENT_EXPIRED:
-			kind = "expired";
+			appendStringInfo(&buf, "{\"event\":\"%s\",\"lease\":",
+							 event->kind == DSYNC_EVENT_ACQUIRED ? "acquired" :
+							 event->kind == DSYNC_EVENT_RELEASED ? "released" : "expired");
+			escape_json(&buf, event->name);
+			appendStringInfoString(&buf, ",\"holder\":");
+			escape_json(&buf, event->holder);
+			appendStringInfo(&buf, ",\"fencing\":" INT64_FORMAT, event->fencing);
+			if (event->kind != DSYNC_EVENT_RELEASED)
+			{
+				appendStringInfoString(&buf, ",\"expires_at\":");
+				DsyncEventTimestamp(&buf, event->expires_at);
+			}
+			break;
+		case DSYNC_EVENT_JOINED:
+		case DSYNC_EVENT_LEFT:
+		case DSYNC_EVENT_MEMBER_EXPIRED:
+			appendStringInfo(&buf, "{\"event\":\"%s\",\"group\":",
+							 event->kind == DSYNC_EVENT_JOINED ? "joined" : "left");
+			escape_json(&buf, event->name);
+			appendStringInfoString(&buf, ",\"member\":");
+			escape_json(&buf, event->holder);
+			if (event->kind == DSYNC_EVENT_LEFT)
+				appendStringInfoString(&buf, ",\"reason\":\"left\"");
+			else if (event->kind == DSYNC_EVENT_MEMBER_EXPIRED)
+				appendStringInfoString(&buf, ",\"reason\":\"expired\"");
+			if (event->kind != DSYNC_EVENT_LEFT)
+			{
+				appendStringInfoString(&buf, ",\"expires_at\":");
+				DsyncEventTimestamp(&buf, event->expires_at);
+			}
+			break;
+		case DSYNC_EVENT_SET:
+			appendStringInfoString(&buf, "{\"event\":\"set\",\"name\":");
+			escape_json(&buf, event->name);
 			break;
 		default:
+			pfree(buf.data);
 			return NULL;
-	}
-
-	initStringInfo(&buf);
-	appendStringInfo(&buf, "{\"event\":\"%s\",\"lease\":", kind);
-	escape_json(&buf, event->name);
-	appendStringInfoString(&buf, ",\"holder\":");
-	escape_json(&buf, event->holder);
-	appendStringInfo(&buf, ",\"fencing\":" INT64_FORMAT, event->fencing);
-	if (event->kind != DSYNC_EVENT_RELEASED)
-	{
-		appendStringInfoString(&buf, ",\"expires_at\":");
-		DsyncEventTimestamp(&buf, event->expires_at);
 	}
 	appendStringInfoChar(&buf, '}');
 	return buf.data;

@@ -165,6 +165,23 @@ LeaseEarliestExpiry(List *rows)
 }
 
 /*
+ * LeaseSlotExists
+ *		Whether a permit slot has a row.
+ */
+static bool
+LeaseSlotExists(List *rows, int32 slot)
+{
+	ListCell   *lc;
+
+	foreach(lc, rows)
+	{
+		if (DatumGetInt32(((DsyncLeaseRow *) lfirst(lc))->values[Anum_lease_slot - 1]) == slot)
+			return true;
+	}
+	return false;
+}
+
+/*
  * LeaseTryAcquire
  *		Grant one of the lease's permits to the holder if one is free now,
  *		without waiting for any other transaction.  Returns true and the
@@ -261,22 +278,28 @@ LeaseTryAcquire(DsyncStore *store, text *lease, const LeaseGrant *grant,
 		if (rescan)
 			continue;
 
-		/* No free row: make one for a permit that has never been used. */
-		for (free_slot = 0; free_slot < permits; free_slot++)
-			if (!slot_used[free_slot])
-				break;
-		if (free_slot == permits)
-			return false;
-		if (!DsyncStoreTryInsertLock(lease))
+		/*
+		 * No free row: make one for a permit that has no row (never used,
+		 * or cleared by the reaper).  Each (name, slot) has its own insert
+		 * lock, so that acquirers of different permits do not stand in
+		 * each other's way.
+		 */
+		free_slot = -1;
+		for (int slot = 0; slot < permits && free_slot < 0; slot++)
+		{
+			if (slot_used[slot] ||
+				!DsyncStoreInsertLock(DSYNC_TABLE_LEASE, lease, slot, false))
+				continue;
+			free_slot = slot;
+		}
+		if (free_slot < 0)
 			return false;
 
-		/* Someone may have inserted and committed since our scan. */
-		if (list_length(DsyncStoreScan(store, lease)) != list_length(rows))
+		/* Someone may have inserted that permit and committed since our scan. */
+		if (LeaseSlotExists(DsyncStoreScan(store, lease), free_slot))
 			continue;
 
-		fresh = palloc0(sizeof(DsyncLeaseRow));
-		for (int i = 0; i < Natts_lease; i++)
-			fresh->nulls[i] = true;
+		fresh = DsyncStoreNewRow();
 		fresh->values[Anum_lease_name - 1] = PointerGetDatum(lease);
 		fresh->nulls[Anum_lease_name - 1] = false;
 		fresh->values[Anum_lease_slot - 1] = Int32GetDatum(free_slot);
@@ -345,7 +368,9 @@ LeaseAttempt(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
 		DsyncStore	store;
 
 		DsyncStoreOpen(&store, fcinfo, true);
-		granted = LeaseTryAcquire(&store, lease, grant, 1, may_take, token, next_expiry);
+		granted = LeaseTryAcquire(&store, lease, grant,
+								  DsyncSemaphorePermits(fcinfo, lease),
+								  may_take, token, next_expiry);
 		DsyncStoreClose(&store);
 
 		if (granted)
@@ -420,7 +445,9 @@ LeaseAcquireWaiting(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *gran
 			if (!queued)
 			{
 				/* Get in line, then look once more before sleeping. */
-				DsyncWaitEnqueue(key, "lease", lease, grant->holder);
+				DsyncWaitEnqueue(key,
+								 DsyncSemaphorePermits(fcinfo, lease) > 1 ? "semaphore" : "lease",
+								 lease, grant->holder);
 				queued = true;
 				continue;
 			}
@@ -478,7 +505,8 @@ dsync_acquire(PG_FUNCTION_ARGS)
 		TimestampTz next_expiry;
 
 		DsyncStoreOpen(&store, fcinfo, true);
-		granted = LeaseTryAcquire(&store, lease, &grant, 1,
+		granted = LeaseTryAcquire(&store, lease, &grant,
+								  DsyncSemaphorePermits(fcinfo, lease),
 								  DsyncWaitMayTake(DsyncWaitKey(lease)),
 								  &token, &next_expiry);
 		DsyncStoreClose(&store);
@@ -576,6 +604,10 @@ dsync_leader(PG_FUNCTION_ARGS)
 	ListCell   *lc;
 	text	   *leader = NULL;
 	TimestampTz now;
+
+	/* A semaphore has holders, not a leader. */
+	if (DsyncSemaphorePermits(fcinfo, lease) > 1)
+		PG_RETURN_NULL();
 
 	DsyncStoreOpen(&store, fcinfo, false);
 	rows = DsyncStoreScan(&store, lease);

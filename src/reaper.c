@@ -58,11 +58,19 @@ PG_FUNCTION_INFO_V1(dsync_reap);
 /* How long to wait before sending again after NOTIFY failed. */
 #define DSYNC_NOTIFY_RETRY_MS	1000
 
-/* A lease permit the reaper watches. */
+/* What the reaper watches: a lease permit, or a group member. */
+typedef enum ReaperKind
+{
+	REAPER_LEASE,
+	REAPER_MEMBER
+} ReaperKind;
+
 typedef struct ReaperKey
 {
-	char		name[DSYNC_NAME_MAX_BYTES + 1];
-	int32		slot;
+	int32		kind;			/* ReaperKind */
+	int32		slot;			/* permit slot of a lease */
+	char		name[DSYNC_NAME_MAX_BYTES + 1]; /* lease or group */
+	char		member[DSYNC_NAME_MAX_BYTES + 1];	/* member of a group */
 } ReaperKey;
 
 typedef struct ReaperEntry
@@ -126,19 +134,36 @@ ReaperReset(void)
 }
 
 /*
+ * ReaperKindOf
+ *		What an event with a deadline is about.
+ */
+static ReaperKind
+ReaperKindOf(DsyncEventKind kind)
+{
+	return (kind == DSYNC_EVENT_JOINED || kind == DSYNC_EVENT_MEMBER_DEADLINE) ?
+		REAPER_MEMBER : REAPER_LEASE;
+}
+
+/*
  * ReaperSchedule
- *		Make sure the permit is looked at no later than deadline.
+ *		Make sure a lease permit or member is looked at no later than
+ *		deadline.
  */
 static void
-ReaperSchedule(const char *name, int32 slot, TimestampTz deadline)
+ReaperSchedule(ReaperKind kind, const char *name, const char *member, int32 slot,
+			   TimestampTz deadline)
 {
 	ReaperKey	key;
 	ReaperEntry *entry;
 	bool		found;
 
 	memset(&key, 0, sizeof(key));
+	key.kind = kind;
 	strlcpy(key.name, name, sizeof(key.name));
-	key.slot = slot;
+	if (kind == REAPER_MEMBER)
+		strlcpy(key.member, member, sizeof(key.member));
+	else
+		key.slot = slot;
 	entry = hash_search(reaper_deadlines, &key, HASH_ENTER, &found);
 	if (found)
 	{
@@ -180,12 +205,13 @@ ReaperExtensionPresent(void)
 static void
 ReaperRebuild(void)
 {
+	const DsyncCatalog *catalog = DsyncCatalogFromExtension();
 	DsyncStore	store;
 	List	   *rows;
 	ListCell   *lc;
 
 	ReaperReset();
-	DsyncStoreOpenCatalog(&store, DsyncCatalogFromExtension(), false);
+	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_LEASE, false);
 	rows = DsyncStoreScanAll(&store);
 	foreach(lc, rows)
 	{
@@ -193,9 +219,23 @@ ReaperRebuild(void)
 
 		if (row->nulls[Anum_lease_holder - 1] || row->nulls[Anum_lease_expires_at - 1])
 			continue;
-		ReaperSchedule(TextDatumGetCString(row->values[Anum_lease_name - 1]),
-					   DatumGetInt32(row->values[Anum_lease_slot - 1]),
+		ReaperSchedule(REAPER_LEASE, TextDatumGetCString(row->values[Anum_lease_name - 1]),
+					   NULL, DatumGetInt32(row->values[Anum_lease_slot - 1]),
 					   DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]));
+	}
+	DsyncStoreClose(&store);
+
+	if (!OidIsValid(catalog->rels[DSYNC_TABLE_MEMBER]))
+		return;
+	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_MEMBER, false);
+	rows = DsyncStoreScanAll(&store);
+	foreach(lc, rows)
+	{
+		DsyncLeaseRow *row = lfirst(lc);
+
+		ReaperSchedule(REAPER_MEMBER, TextDatumGetCString(row->values[Anum_member_grp - 1]),
+					   TextDatumGetCString(row->values[Anum_member_member - 1]), 0,
+					   DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]));
 	}
 	DsyncStoreClose(&store);
 }
@@ -250,9 +290,10 @@ ReaperDrainQueue(void)
 	{
 		DsyncEvent *event = lfirst(lc);
 
-		if (event->kind == DSYNC_EVENT_ACQUIRED || event->kind == DSYNC_EVENT_DEADLINE)
-			ReaperSchedule(event->name, event->slot, event->expires_at);
-		if (event->kind != DSYNC_EVENT_DEADLINE && dsync_events)
+		if (DsyncEventHasDeadline(event->kind))
+			ReaperSchedule(ReaperKindOf(event->kind), event->name, event->holder,
+						   event->slot, event->expires_at);
+		if (DsyncEventIsAnnounced(event->kind) && dsync_events)
 			announce = lappend(announce, event);
 	}
 	if (announce != NIL)
@@ -274,16 +315,133 @@ ReaperDrainQueue(void)
 }
 
 /*
+ * ReaperNewEvent
+ *		An event to announce once the reap transaction has committed.
+ */
+static DsyncEvent *
+ReaperNewEvent(DsyncEventKind kind, const ReaperKey *key, Datum holder,
+			   int64 fencing, TimestampTz expires_at)
+{
+	MemoryContext oldcontext = MemoryContextSwitchTo(reaper_loop_cxt);
+	DsyncEvent *event = palloc(sizeof(DsyncEvent));
+
+	event->kind = kind;
+	event->slot = key->slot;
+	event->name = pstrdup(key->name);
+	event->holder = TextDatumGetCString(holder);
+	event->fencing = fencing;
+	event->expires_at = expires_at;
+	MemoryContextSwitchTo(oldcontext);
+	return event;
+}
+
+/*
+ * ReaperLookAtLease
+ *		A lease permit's deadline has come: clear it if it has expired.
+ *		Returns when to look at it again (0: never) and sets *event to the
+ *		"expired" event of a cleared lease.
+ */
+static TimestampTz
+ReaperLookAtLease(DsyncStore *store, const ReaperKey *key, TimestampTz now,
+				  DsyncEvent **event)
+{
+	List	   *rows = DsyncStoreScan(store, cstring_to_text(key->name));
+	ListCell   *lc;
+	DsyncLeaseRow *row = NULL;
+
+	foreach(lc, rows)
+	{
+		DsyncLeaseRow *candidate = lfirst(lc);
+
+		if (DatumGetInt32(candidate->values[Anum_lease_slot - 1]) == key->slot)
+			row = candidate;
+	}
+	if (row == NULL || row->nulls[Anum_lease_holder - 1])
+		return 0;
+	if (DsyncRowIsLive(row, now))
+		return DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]);
+
+	switch (DsyncStoreLock(store, row, LockTupleExclusive, LockWaitSkip))
+	{
+		case TM_Ok:
+			if (row->nulls[Anum_lease_holder - 1])
+				return 0;
+			if (DsyncRowIsLive(row, GetCurrentTimestamp()))
+				return DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]);
+			*event = ReaperNewEvent(DSYNC_EVENT_EXPIRED, key,
+									row->values[Anum_lease_holder - 1],
+									DatumGetInt64(row->values[Anum_lease_fencing - 1]),
+									DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]));
+			DsyncStoreDelete(store, row);
+			return 0;
+		case TM_WouldBlock:
+			/* Being taken over or guarded: look again soon. */
+			return TimestampTzPlusMilliseconds(now, DSYNC_BUSY_RETRY_MS);
+		default:
+			/* Changed since we read it: look again now. */
+			return now;
+	}
+}
+
+/*
+ * ReaperLookAtMember
+ *		A group member's deadline has come: remove it if it has expired.
+ *		Like ReaperLookAtLease.
+ */
+static TimestampTz
+ReaperLookAtMember(DsyncStore *store, const ReaperKey *key, TimestampTz now,
+				   DsyncEvent **event)
+{
+	List	   *rows = DsyncStoreScan(store, cstring_to_text(key->name));
+	ListCell   *lc;
+	DsyncLeaseRow *row = NULL;
+	TimestampTz expiry;
+
+	foreach(lc, rows)
+	{
+		DsyncLeaseRow *candidate = lfirst(lc);
+
+		if (strcmp(TextDatumGetCString(candidate->values[Anum_member_member - 1]),
+				   key->member) == 0)
+			row = candidate;
+	}
+	if (row == NULL)
+		return 0;
+	expiry = DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]);
+	if (expiry > now)
+		return expiry;
+
+	switch (DsyncStoreLock(store, row, LockTupleExclusive, LockWaitSkip))
+	{
+		case TM_Ok:
+			expiry = DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]);
+			if (expiry > GetCurrentTimestamp())
+				return expiry;
+			*event = ReaperNewEvent(DSYNC_EVENT_MEMBER_EXPIRED, key,
+									row->values[Anum_member_member - 1], 0, expiry);
+			DsyncStoreDelete(store, row);
+			return 0;
+		case TM_WouldBlock:
+			return TimestampTzPlusMilliseconds(now, DSYNC_BUSY_RETRY_MS);
+		default:
+			return now;
+	}
+}
+
+/*
  * ReaperReapDue
- *		Clear up to dsync.reap_batch_size due leases in one transaction,
- *		then queue their "expired" events.  Returns how many it cleared.
+ *		Clear up to dsync.reap_batch_size due leases and members in one
+ *		transaction, then keep their events for sending.  Returns how many
+ *		it cleared, or -1 if the extension is gone.
  */
 static int
 ReaperReapDue(bool *more)
 {
-	DsyncStore	store;
+	const DsyncCatalog *catalog;
+	DsyncStore	leases;
+	DsyncStore	members;
+	bool		has_members;
 	List	   *expired = NIL;
-	MemoryContext oldcontext;
 	int			cleared = 0;
 	int			looked = 0;
 
@@ -296,7 +454,11 @@ ReaperReapDue(bool *more)
 		CommitTransactionCommand();
 		return -1;
 	}
-	DsyncStoreOpenCatalog(&store, DsyncCatalogFromExtension(), true);
+	catalog = DsyncCatalogFromExtension();
+	DsyncStoreOpenCatalog(&leases, catalog, DSYNC_TABLE_LEASE, true);
+	has_members = OidIsValid(catalog->rels[DSYNC_TABLE_MEMBER]);
+	if (has_members)
+		DsyncStoreOpenCatalog(&members, catalog, DSYNC_TABLE_MEMBER, true);
 
 	/* Acquirers that meet our row locks wait for us (see DsyncStoreLock). */
 	reaper_slot->reaper_xid = GetCurrentTransactionId();
@@ -306,11 +468,8 @@ ReaperReapDue(bool *more)
 		ReaperEntry *entry = pairingheap_container(ReaperEntry, node,
 												   pairingheap_first(reaper_heap));
 		TimestampTz now = GetCurrentTimestamp();
-		text	   *name;
-		List	   *rows;
-		ListCell   *lc;
-		DsyncLeaseRow *row = NULL;
 		TimestampTz next = 0;
+		DsyncEvent *event = NULL;
 
 		if (entry->deadline > now)
 			break;
@@ -322,58 +481,17 @@ ReaperReapDue(bool *more)
 		CHECK_FOR_INTERRUPTS();
 		(void) pairingheap_remove_first(reaper_heap);
 
-		name = cstring_to_text(entry->key.name);
-		rows = DsyncStoreScan(&store, name);
-		foreach(lc, rows)
+		if (entry->key.kind == REAPER_LEASE)
+			next = ReaperLookAtLease(&leases, &entry->key, now, &event);
+		else if (has_members)
+			next = ReaperLookAtMember(&members, &entry->key, now, &event);
+		if (event)
 		{
-			DsyncLeaseRow *candidate = lfirst(lc);
+			MemoryContext oldcontext = MemoryContextSwitchTo(reaper_loop_cxt);
 
-			if (DatumGetInt32(candidate->values[Anum_lease_slot - 1]) == entry->key.slot)
-				row = candidate;
-		}
-
-		if (row && !row->nulls[Anum_lease_holder - 1])
-		{
-			if (DsyncRowIsLive(row, now))
-				next = DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]);
-			else
-			{
-				switch (DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitSkip))
-				{
-					case TM_Ok:
-						if (row->nulls[Anum_lease_holder - 1])
-							break;
-						if (DsyncRowIsLive(row, GetCurrentTimestamp()))
-						{
-							next = DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]);
-							break;
-						}
-						oldcontext = MemoryContextSwitchTo(reaper_loop_cxt);
-						{
-							DsyncEvent *event = palloc(sizeof(DsyncEvent));
-
-							event->kind = DSYNC_EVENT_EXPIRED;
-							event->slot = entry->key.slot;
-							event->name = pstrdup(entry->key.name);
-							event->holder = TextDatumGetCString(row->values[Anum_lease_holder - 1]);
-							event->fencing = DatumGetInt64(row->values[Anum_lease_fencing - 1]);
-							event->expires_at = DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]);
-							expired = lappend(expired, event);
-						}
-						MemoryContextSwitchTo(oldcontext);
-						DsyncStoreDelete(&store, row);
-						cleared++;
-						break;
-					case TM_WouldBlock:
-						/* Being taken over or guarded: look again soon. */
-						next = TimestampTzPlusMilliseconds(now, DSYNC_BUSY_RETRY_MS);
-						break;
-					default:
-						/* Changed since we read it: look again now. */
-						next = now;
-						break;
-				}
-			}
+			expired = lappend(expired, event);
+			MemoryContextSwitchTo(oldcontext);
+			cleared++;
 		}
 
 		if (next != 0)
@@ -385,7 +503,9 @@ ReaperReapDue(bool *more)
 			hash_search(reaper_deadlines, &entry->key, HASH_REMOVE, NULL);
 	}
 
-	DsyncStoreClose(&store);
+	if (has_members)
+		DsyncStoreClose(&members);
+	DsyncStoreClose(&leases);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	reaper_slot->reaper_xid = InvalidTransactionId;
@@ -616,10 +736,10 @@ dsync_reaper_main(Datum arg)
  * dsync_reap
  *		SQL: dsync_reap() RETURNS bigint
  *
- * A reap pass in the caller's transaction, over the whole table: deletes
- * every expired lease it can lock without waiting and queues its
- * "expired" event, which the reaper sends once this commits.  Not granted
- * to PUBLIC.
+ * A reap pass in the caller's transaction, over the whole tables: deletes
+ * every expired lease and group member it can lock without waiting and
+ * queues its event, which the reaper sends once this commits.  Not
+ * granted to PUBLIC.
  */
 Datum
 dsync_reap(PG_FUNCTION_ARGS)
@@ -646,6 +766,30 @@ dsync_reap(PG_FUNCTION_ARGS)
 			DsyncRowIsLive(row, GetCurrentTimestamp()))
 			continue;
 		DsyncEventRecord(DSYNC_EVENT_EXPIRED, row);
+		DsyncStoreDelete(&store, row);
+		cleared++;
+	}
+	DsyncStoreClose(&store);
+
+	if (!OidIsValid(DsyncCatalogGet(fcinfo)->rels[DSYNC_TABLE_MEMBER]))
+		PG_RETURN_INT64(cleared);
+
+	DsyncStoreOpenTable(&store, fcinfo, DSYNC_TABLE_MEMBER, true);
+	rows = DsyncStoreScanAll(&store);
+	foreach(lc, rows)
+	{
+		DsyncLeaseRow *row = lfirst(lc);
+
+		CHECK_FOR_INTERRUPTS();
+		if (DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]) > GetCurrentTimestamp())
+			continue;
+		if (DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitSkip) != TM_Ok ||
+			DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]) > GetCurrentTimestamp())
+			continue;
+		DsyncEventRecordRaw(DSYNC_EVENT_MEMBER_EXPIRED,
+							DatumGetTextPP(row->values[Anum_member_grp - 1]),
+							DatumGetTextPP(row->values[Anum_member_member - 1]),
+							DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]));
 		DsyncStoreDelete(&store, row);
 		cleared++;
 	}

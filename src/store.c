@@ -65,7 +65,7 @@
 void
 DsyncStoreOpen(DsyncStore *store, FunctionCallInfo fcinfo, bool for_write)
 {
-	DsyncStoreOpenCatalog(store, DsyncCatalogGet(fcinfo), for_write);
+	DsyncStoreOpenCatalog(store, DsyncCatalogGet(fcinfo), DSYNC_TABLE_LEASE, for_write);
 }
 
 /*
@@ -73,12 +73,44 @@ DsyncStoreOpen(DsyncStore *store, FunctionCallInfo fcinfo, bool for_write)
  *		Open the lease table and its primary key, given where they are.
  */
 void
-DsyncStoreOpenCatalog(DsyncStore *store, const DsyncCatalog *catalog, bool for_write)
+DsyncStoreOpenCatalog(DsyncStore *store, const DsyncCatalog *catalog,
+					  DsyncTable table, bool for_write)
 {
+	if (!OidIsValid(catalog->rels[table]))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the installed version of extension \"dsync\" lacks this function's table"),
+				 errhint("Run ALTER EXTENSION dsync UPDATE.")));
 	store->catalog = catalog;
+	store->table = table;
 	store->lockmode = for_write ? RowExclusiveLock : AccessShareLock;
-	store->rel = table_open(catalog->lease_rel, store->lockmode);
-	store->index = index_open(catalog->lease_pkey, store->lockmode);
+	store->rel = table_open(catalog->rels[table], store->lockmode);
+	store->index = index_open(catalog->pkeys[table], store->lockmode);
+}
+
+/*
+ * DsyncStoreOpenTable
+ *		Open one of the extension's tables and its primary key.
+ */
+void
+DsyncStoreOpenTable(DsyncStore *store, FunctionCallInfo fcinfo, DsyncTable table,
+					bool for_write)
+{
+	DsyncStoreOpenCatalog(store, DsyncCatalogGet(fcinfo), table, for_write);
+}
+
+/*
+ * DsyncStoreNewRow
+ *		A row with every column NULL, to fill in and insert.
+ */
+DsyncLeaseRow *
+DsyncStoreNewRow(void)
+{
+	DsyncLeaseRow *row = palloc0(sizeof(DsyncLeaseRow));
+
+	for (int i = 0; i < DSYNC_MAX_ATTS; i++)
+		row->nulls[i] = true;
+	return row;
 }
 
 /*
@@ -102,7 +134,7 @@ DsyncStoreLoadRow(DsyncStore *store, HeapTuple tuple, DsyncLeaseRow *row)
 	TupleDesc	desc = RelationGetDescr(store->rel);
 
 	heap_deform_tuple(tuple, desc, row->values, row->nulls);
-	for (int i = 0; i < Natts_lease; i++)
+	for (int i = 0; i < desc->natts; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
 
@@ -203,6 +235,20 @@ DsyncStoreScanAll(DsyncStore *store)
 }
 
 /*
+ * DsyncStoreWakeAtEnd
+ *		Wake the waiters of a name when this transaction ends: lease and
+ *		semaphore waiters for lease rows, event waiters for signals.
+ */
+static void
+DsyncStoreWakeAtEnd(DsyncStore *store, text *name)
+{
+	if (store->table == DSYNC_TABLE_LEASE)
+		DsyncWakeAtEnd(DsyncWaitKey(name));
+	else if (store->table == DSYNC_TABLE_SIGNAL)
+		DsyncWakeAtEnd(DsyncWaitKeyEvent(name));
+}
+
+/*
  * DsyncStoreLockedByReaper
  *		Whether xid is this database's reaper clearing expired leases.
  */
@@ -254,7 +300,7 @@ DsyncStoreLock(DsyncStore *store, DsyncLeaseRow *row, LockTupleMode mode,
 	{
 		DsyncStoreLoadRow(store, &tuple, row);
 		/* Whoever meets this lock must look again once it is gone. */
-		DsyncWakeAtEnd(DsyncWaitKey(DatumGetTextPP(row->values[Anum_lease_name - 1])));
+		DsyncStoreWakeAtEnd(store, DatumGetTextPP(row->values[0]));
 	}
 	ReleaseBuffer(buffer);
 
@@ -275,12 +321,17 @@ static void
 DsyncStoreIndexInsert(DsyncStore *store, HeapTuple tuple, DsyncLeaseRow *row,
 					  bool unchanged)
 {
-	Datum		values[2];
-	bool		nulls[2] = {false, false};
+	Datum		values[INDEX_MAX_KEYS];
+	bool		nulls[INDEX_MAX_KEYS];
 	IndexInfo  *info = BuildIndexInfo(store->index);
 
-	values[0] = row->values[Anum_lease_name - 1];
-	values[1] = row->values[Anum_lease_slot - 1];
+	for (int i = 0; i < info->ii_NumIndexKeyAttrs; i++)
+	{
+		AttrNumber	attnum = info->ii_IndexAttrNumbers[i];
+
+		values[i] = row->values[attnum - 1];
+		nulls[i] = row->nulls[attnum - 1];
+	}
 	index_insert(store->index, values, nulls, &tuple->t_self, store->rel,
 				 UNIQUE_CHECK_YES, unchanged, info);
 }
@@ -339,28 +390,31 @@ DsyncStoreDelete(DsyncStore *store, DsyncLeaseRow *row)
 }
 
 /*
- * DsyncStoreTryInsertLock
- *		Take the transaction-long lock that guards inserting rows for this
- *		name, without waiting; false if another transaction has it.
+ * DsyncStoreInsertLock
+ *		Take the transaction-long lock that guards inserting the row of a
+ *		name (and permit slot) in a table; without waiting unless wait, then
+ *		false if another transaction has it.
  *
  * Two first-time acquirers of one name would otherwise meet in the
  * primary key's unique check, where the second waits for the first to
  * commit; that would break "wait = 0 never blocks".  The lock shows in
- * pg_locks as an advisory lock with objsubid 25715.
+ * pg_locks as an advisory lock with objsubid 25715 (leases) or 25716 and
+ * up (the other tables).
  */
 bool
-DsyncStoreTryInsertLock(text *name)
+DsyncStoreInsertLock(DsyncTable table, text *name, int32 slot, bool wait)
 {
 	LOCKTAG		tag;
 	uint64		hash;
 
 	hash = hash_bytes_extended((const unsigned char *) VARDATA_ANY(name),
-							   VARSIZE_ANY_EXHDR(name), 0);
+							   VARSIZE_ANY_EXHDR(name), (uint64) slot);
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
-						 DSYNC_INSERT_LOCK_CLASS);
-	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+						 DSYNC_INSERT_LOCK_CLASS + table);
+	if (LockAcquire(&tag, ExclusiveLock, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
 		return false;
-	DsyncWakeAtEnd(DsyncWaitKey(name));
+	if (table == DSYNC_TABLE_LEASE)
+		DsyncWakeAtEnd(DsyncWaitKey(name));
 	return true;
 }
 

@@ -60,7 +60,8 @@ dsync_lease_rows(PG_FUNCTION_ARGS)
 		nulls[1] = false;
 		values[2] = row->values[Anum_lease_fencing - 1];
 		nulls[2] = row->nulls[Anum_lease_fencing - 1];
-		values[3] = Int32GetDatum(1);
+		values[3] = Int32GetDatum(DsyncSemaphorePermits(fcinfo,
+														DatumGetTextPP(row->values[Anum_lease_name - 1])));
 		nulls[3] = false;
 		for (int i = 0; i < 6; i++)
 		{

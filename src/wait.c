@@ -95,6 +95,19 @@ DsyncWaitKey(text *name)
 }
 
 /*
+ * DsyncWaitKeyEvent
+ *		The wait key of an event name: not the same as a lease of that name,
+ *		so that the two queues never mix.
+ */
+uint64
+DsyncWaitKeyEvent(text *name)
+{
+	return hash_bytes_extended((const unsigned char *) VARDATA_ANY(name),
+							   VARSIZE_ANY_EXHDR(name),
+							   (uint64) MyDatabaseId ^ UINT64CONST(0x6576656e74000000));
+}
+
+/*
  * DsyncWaitChannel
  *		The condition variable that waiters on this key sleep on.
  */

@@ -1,0 +1,76 @@
+-- Semaphores: definitions, permits, and every return path and error.
+CREATE EXTENSION IF NOT EXISTS dsync;
+
+-- create is idempotent; another count is an error (42710)
+SELECT dsync_semaphore_create('pool', 3) AS created;
+SELECT dsync_semaphore_create('pool', 3) AS created_again;
+SELECT regress_err($$SELECT dsync_semaphore_create('pool', 4)$$);
+
+-- bad input: class 22, naming the argument
+SELECT regress_err($$SELECT dsync_semaphore_create(NULL, 3)$$);
+SELECT regress_err($$SELECT dsync_semaphore_create('', 3)$$);
+SELECT regress_err($$SELECT dsync_semaphore_create(repeat('s', 256), 3)$$);
+SELECT regress_err($$SELECT dsync_semaphore_create('s', NULL)$$);
+SELECT regress_err($$SELECT dsync_semaphore_create('s', 0)$$);
+SELECT regress_err($$SELECT dsync_semaphore_create('s', 65536)$$);
+SELECT regress_err($$SELECT dsync_semaphore_drop(NULL)$$);
+SELECT dsync_semaphore_create('s-max', 65535) AS max_permits_ok;
+
+-- three holders take the three permits, each with its own token
+CREATE TEMP TABLE tok (holder text PRIMARY KEY, token bigint);
+INSERT INTO tok SELECT 'h' || i, dsync_acquire('pool', 'h' || i, '1 minute') FROM generate_series(1, 3) i;
+SELECT count(*) AS granted, count(DISTINCT token) AS distinct_tokens FROM tok WHERE token IS NOT NULL;
+-- the fourth is refused; a holder asking again keeps its permit and token
+SELECT dsync_acquire('pool', 'h4') IS NULL AS fourth_refused;
+SELECT dsync_acquire('pool', 'h1', '1 minute') = (SELECT token FROM tok WHERE holder = 'h1') AS reentrant_same_token;
+SELECT lease, holder, permits FROM dsync_leases WHERE lease = 'pool' ORDER BY holder;
+-- a semaphore of several permits has no leader
+SELECT dsync_leader('pool') IS NULL AS no_leader;
+
+-- renew, assert_held and release act on the holder's own permit
+SELECT dsync_renew('pool', 'h2') IS NOT NULL AS renewed;
+SELECT dsync_renew('pool', 'h4') IS NULL AS not_a_holder;
+SELECT dsync_assert_held('pool', 'h3') = (SELECT token FROM tok WHERE holder = 'h3') AS guard_token;
+SELECT regress_err($$SELECT dsync_assert_held('pool', 'h4')$$);
+SELECT dsync_release('pool', 'h2') AS released;
+SELECT dsync_release('pool', 'h2') AS released_twice;
+-- the freed permit goes to the next acquirer, with a new token
+SELECT dsync_acquire('pool', 'h4') > (SELECT max(token) FROM tok) AS h4_granted_new_token;
+SELECT count(*) AS holders FROM dsync_leases WHERE lease = 'pool';
+
+-- dropping the definition leaves holders alone; the name is a lock again
+SELECT dsync_semaphore_drop('pool') AS dropped;
+SELECT dsync_semaphore_drop('pool') AS dropped_twice;
+SELECT count(*) AS holders_kept FROM dsync_leases WHERE lease = 'pool';
+SELECT dsync_renew('pool', 'h3') IS NOT NULL AS holder_still_renews;
+SELECT permits FROM dsync_leases WHERE lease = 'pool' LIMIT 1;
+SELECT dsync_force_release('pool') AS force_released;
+
+-- a one-permit semaphore behaves as a lock, with a leader
+SELECT dsync_semaphore_create('single', 1) AS created;
+SELECT dsync_acquire('single', 'only') IS NOT NULL AS granted;
+SELECT dsync_leader('single');
+SELECT dsync_acquire('single', 'other') IS NULL AS refused;
+
+-- a semaphore created after permits were held counts them
+SELECT dsync_acquire('late', 'l1') IS NOT NULL AS lock_taken;
+SELECT dsync_acquire('late', 'l2') IS NULL AS lock_refused;
+SELECT dsync_semaphore_create('late', 2) AS made_semaphore;
+SELECT dsync_acquire('late', 'l2') IS NOT NULL AS second_permit;
+SELECT dsync_acquire('late', 'l3') IS NULL AS third_refused;
+
+-- only the creating role may drop it
+CREATE ROLE regress_sem_other;
+GRANT USAGE ON SCHEMA public TO regress_sem_other;
+SET ROLE regress_sem_other;
+SELECT regress_err($$SELECT dsync_semaphore_drop('late')$$);
+SELECT dsync_semaphore_create('late', 2) AS same_count_ok;
+RESET ROLE;
+REVOKE USAGE ON SCHEMA public FROM regress_sem_other;
+DROP ROLE regress_sem_other;
+
+-- nobody writes the definitions table directly
+SELECT has_table_privilege('public', 'dsync_semaphore', 'INSERT') AS public_can_insert;
+
+SELECT dsync_force_release('late') + dsync_force_release('single') AS cleaned;
+SELECT dsync_semaphore_drop('late') AND dsync_semaphore_drop('single') AND dsync_semaphore_drop('s-max') AS dropped_all;

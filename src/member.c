@@ -1,0 +1,296 @@
+/*-------------------------------------------------------------------------
+ *
+ * member.c
+ *		Group membership: the live candidates of a leader election, with
+ *		their metadata.
+ *
+ * A member is one row of dsync_member, keyed by group and member name,
+ * with an expiry like a lease's: a member that stops refreshing its
+ * membership disappears from dsync_members the moment its time passes, and
+ * the reaper deletes the row and announces it.  Membership is separate
+ * from leadership: the leader is the holder of the lease named after the
+ * group, which dsync_members shows as is_leader.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+
+#include "dsync.h"
+
+PG_FUNCTION_INFO_V1(dsync_join);
+PG_FUNCTION_INFO_V1(dsync_leave);
+PG_FUNCTION_INFO_V1(dsync_member_rows);
+
+#define MEMBER_ROWS_COLS	5
+
+/*
+ * MemberFind
+ *		The row of one member of a group, or NULL.
+ */
+static DsyncLeaseRow *
+MemberFind(DsyncStore *store, text *grp, text *member)
+{
+	List	   *rows = DsyncStoreScan(store, grp);
+	ListCell   *lc;
+
+	foreach(lc, rows)
+	{
+		DsyncLeaseRow *row = lfirst(lc);
+		text	   *candidate = DatumGetTextPP(row->values[Anum_member_member - 1]);
+
+		if (VARSIZE_ANY_EXHDR(candidate) == VARSIZE_ANY_EXHDR(member) &&
+			memcmp(VARDATA_ANY(candidate), VARDATA_ANY(member),
+				   VARSIZE_ANY_EXHDR(member)) == 0)
+			return row;
+	}
+	return NULL;
+}
+
+/*
+ * MemberIsLive
+ *		Whether a member row has not expired at now.
+ */
+static bool
+MemberIsLive(const DsyncLeaseRow *row, TimestampTz now)
+{
+	return DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]) > now;
+}
+
+/*
+ * MemberOwnedByCaller
+ *		Whether the current role may act on a membership: it must have the
+ *		privileges of the role that joined, as for leases.
+ */
+static bool
+MemberOwnedByCaller(const DsyncLeaseRow *row)
+{
+	return has_privs_of_role(GetUserId(),
+							 DatumGetObjectId(row->values[Anum_member_owner - 1]));
+}
+
+/*
+ * MemberInsertLockName
+ *		The name the insert lock of one membership is taken on.
+ */
+static text *
+MemberInsertLockName(text *grp, text *member)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendBinaryStringInfo(&buf, VARDATA_ANY(grp), VARSIZE_ANY_EXHDR(grp));
+	appendStringInfoChar(&buf, '\x01');
+	appendBinaryStringInfo(&buf, VARDATA_ANY(member), VARSIZE_ANY_EXHDR(member));
+	return cstring_to_text_with_len(buf.data, buf.len);
+}
+
+/*
+ * dsync_join
+ *		SQL: dsync_join(grp, member, ttl, info) RETURNS timestamptz
+ *
+ * Joins, or refreshes a membership, for ttl from now; returns the expiry.
+ * A NULL info keeps what a refreshed membership had.  A live membership
+ * of another role cannot be taken over; an expired one can.
+ */
+Datum
+dsync_join(PG_FUNCTION_ARGS)
+{
+	text	   *grp = DsyncArgName(fcinfo, 0, "grp");
+	text	   *member = DsyncArgName(fcinfo, 1, "member");
+	Interval   *ttl;
+	int64		ttl_usec = DsyncArgTtl(fcinfo, 2, "ttl", false, &ttl);
+	bool		info_null = PG_ARGISNULL(3);
+	Datum		info = info_null ? (Datum) 0 : JsonbPGetDatum(PG_GETARG_JSONB_P(3));
+	DsyncStore	store;
+	DsyncLeaseRow *row;
+	TimestampTz now;
+	TimestampTz expiry;
+
+	(void) DsyncExpiry(GetCurrentTimestamp(), ttl_usec, "ttl");
+	DsyncPreventWrite("dsync_join()");
+
+	DsyncStoreOpenTable(&store, fcinfo, DSYNC_TABLE_MEMBER, true);
+	for (;;)
+	{
+		TimestampTz previous;
+		bool		was_live;
+
+		CHECK_FOR_INTERRUPTS();
+		row = MemberFind(&store, grp, member);
+		if (row == NULL)
+		{
+			/* Serialise joiners of this member, then look once more. */
+			(void) DsyncStoreInsertLock(DSYNC_TABLE_MEMBER,
+										MemberInsertLockName(grp, member), 0, true);
+			if (MemberFind(&store, grp, member) != NULL)
+				continue;
+			now = GetCurrentTimestamp();
+			expiry = DsyncExpiry(now, ttl_usec, "ttl");
+			row = DsyncStoreNewRow();
+			row->values[Anum_member_grp - 1] = PointerGetDatum(grp);
+			row->values[Anum_member_member - 1] = PointerGetDatum(member);
+			row->values[Anum_member_info - 1] = info;
+			row->nulls[Anum_member_info - 1] = info_null;
+			row->values[Anum_member_joined_at - 1] = TimestampTzGetDatum(now);
+			row->values[Anum_member_renewed_at - 1] = TimestampTzGetDatum(now);
+			row->values[Anum_member_expires_at - 1] = TimestampTzGetDatum(expiry);
+			row->values[Anum_member_ttl - 1] = IntervalPGetDatum(ttl);
+			row->values[Anum_member_owner - 1] = ObjectIdGetDatum(GetUserId());
+			for (int i = 0; i < Natts_member; i++)
+				if (i != Anum_member_info - 1)
+					row->nulls[i] = false;
+			DsyncStoreInsert(&store, row);
+			DsyncEventRecordRaw(DSYNC_EVENT_JOINED, grp, member, expiry);
+			break;
+		}
+
+		if (DsyncStoreLock(&store, row, LockTupleNoKeyExclusive, LockWaitBlock) != TM_Ok)
+			continue;			/* changed or left meanwhile: look again */
+
+		now = GetCurrentTimestamp();
+		was_live = MemberIsLive(row, now);
+		if (was_live && !MemberOwnedByCaller(row))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("member \"%s\" of group \"%s\" was joined by another role",
+							text_to_cstring(member), text_to_cstring(grp)),
+					 errhint("Use another member name, or wait until that membership expires.")));
+
+		previous = DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]);
+		expiry = DsyncExpiry(now, ttl_usec, "ttl");
+		if (!was_live)
+		{
+			/* An expired membership not yet reaped: it ends, a new one starts. */
+			DsyncEventRecordRaw(DSYNC_EVENT_MEMBER_EXPIRED, grp, member, previous);
+			row->values[Anum_member_joined_at - 1] = TimestampTzGetDatum(now);
+			row->values[Anum_member_owner - 1] = ObjectIdGetDatum(GetUserId());
+			row->values[Anum_member_info - 1] = info;
+			row->nulls[Anum_member_info - 1] = info_null;
+		}
+		else if (!info_null)
+		{
+			row->values[Anum_member_info - 1] = info;
+			row->nulls[Anum_member_info - 1] = false;
+		}
+		row->values[Anum_member_renewed_at - 1] = TimestampTzGetDatum(now);
+		row->values[Anum_member_expires_at - 1] = TimestampTzGetDatum(expiry);
+		row->values[Anum_member_ttl - 1] = IntervalPGetDatum(ttl);
+		DsyncStoreUpdate(&store, row);
+		if (!was_live)
+			DsyncEventRecordRaw(DSYNC_EVENT_JOINED, grp, member, expiry);
+		else if (expiry < previous)
+			DsyncEventRecordRaw(DSYNC_EVENT_MEMBER_DEADLINE, grp, member, expiry);
+		break;
+	}
+	DsyncStoreClose(&store);
+
+	PG_RETURN_TIMESTAMPTZ(expiry);
+}
+
+/*
+ * dsync_leave
+ *		SQL: dsync_leave(grp, member) RETURNS boolean
+ *
+ * True if the member was live (and the caller's role may act on it) and
+ * has now left; false otherwise.
+ */
+Datum
+dsync_leave(PG_FUNCTION_ARGS)
+{
+	text	   *grp = DsyncArgName(fcinfo, 0, "grp");
+	text	   *member = DsyncArgName(fcinfo, 1, "member");
+	DsyncStore	store;
+	DsyncLeaseRow *row;
+	bool		left = false;
+
+	DsyncPreventWrite("dsync_leave()");
+
+	DsyncStoreOpenTable(&store, fcinfo, DSYNC_TABLE_MEMBER, true);
+	for (;;)
+	{
+		CHECK_FOR_INTERRUPTS();
+		row = MemberFind(&store, grp, member);
+		if (row == NULL || !MemberIsLive(row, GetCurrentTimestamp()) ||
+			!MemberOwnedByCaller(row))
+			break;
+		if (DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitBlock) != TM_Ok)
+			continue;
+		if (!MemberIsLive(row, GetCurrentTimestamp()))
+			break;
+		DsyncStoreDelete(&store, row);
+		DsyncEventRecordRaw(DSYNC_EVENT_LEFT, grp, member, 0);
+		left = true;
+		break;
+	}
+	DsyncStoreClose(&store);
+
+	PG_RETURN_BOOL(left);
+}
+
+/*
+ * dsync_member_rows
+ *		SQL: dsync_members(grp) RETURNS TABLE(member, info, joined_at,
+ *		expires_at, is_leader)
+ *
+ * Live members only, as last committed; is_leader marks the holder of the
+ * lease named after the group.  Read-only, so it works on a standby.
+ */
+Datum
+dsync_member_rows(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	text	   *grp = DsyncArgName(fcinfo, 0, "grp");
+	DsyncStore	store;
+	List	   *rows;
+	List	   *leases;
+	ListCell   *lc;
+	text	   *leader = NULL;
+	TimestampTz now;
+
+	InitMaterializedSRF(fcinfo, 0);
+
+	DsyncStoreOpen(&store, fcinfo, false);
+	leases = DsyncStoreScan(&store, grp);
+	now = GetCurrentTimestamp();
+	foreach(lc, leases)
+	{
+		DsyncLeaseRow *row = lfirst(lc);
+
+		if (DatumGetInt32(row->values[Anum_lease_slot - 1]) == 0 && DsyncRowIsLive(row, now))
+			leader = DatumGetTextPP(row->values[Anum_lease_holder - 1]);
+	}
+	DsyncStoreClose(&store);
+
+	DsyncStoreOpenTable(&store, fcinfo, DSYNC_TABLE_MEMBER, false);
+	rows = DsyncStoreScan(&store, grp);
+	foreach(lc, rows)
+	{
+		DsyncLeaseRow *row = lfirst(lc);
+		Datum		values[MEMBER_ROWS_COLS];
+		bool		nulls[MEMBER_ROWS_COLS] = {false, false, false, false, false};
+		text	   *member = DatumGetTextPP(row->values[Anum_member_member - 1]);
+
+		if (!MemberIsLive(row, now))
+			continue;
+		values[0] = PointerGetDatum(member);
+		values[1] = row->values[Anum_member_info - 1];
+		nulls[1] = row->nulls[Anum_member_info - 1];
+		values[2] = row->values[Anum_member_joined_at - 1];
+		values[3] = row->values[Anum_member_expires_at - 1];
+		values[4] = BoolGetDatum(leader != NULL &&
+								 VARSIZE_ANY_EXHDR(leader) == VARSIZE_ANY_EXHDR(member) &&
+								 memcmp(VARDATA_ANY(leader), VARDATA_ANY(member),
+										VARSIZE_ANY_EXHDR(member)) == 0);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	DsyncStoreClose(&store);
+
+	return (Datum) 0;
+}
