@@ -18,8 +18,8 @@ PG_MODULE_MAGIC;
 void		_PG_init(void);
 
 /* Settings; see DsyncDefineSettings for what each one is for. */
-int			dsync_max_databases = 16;
-int			dsync_event_queue_size = 256;
+int			dsync_max_databases = 8;
+int			dsync_event_queue_size = 1024;
 int			dsync_reap_batch_size = 1000;
 int			dsync_restart_delay = 1000;
 bool		dsync_events = true;
@@ -36,14 +36,14 @@ DsyncDefineSettings(void)
 							"Maximum number of databases with a dsync reaper.",
 							"Each database that has the extension needs one slot and one "
 							"background worker (see max_worker_processes).",
-							&dsync_max_databases, 16, 1, 1024,
+							&dsync_max_databases, 8, 1, 1024,
 							PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("dsync.event_queue_size",
 							"Shared memory for each database's queue of lease events.",
 							"Committing transactions queue their events here and the reaper "
 							"sends them as notifications; if it is full, events are dropped "
 							"(never the changes themselves) and a warning is logged.",
-							&dsync_event_queue_size, 256, 16, 1024 * 1024,
+							&dsync_event_queue_size, 1024, 16, 1024 * 1024,
 							PGC_POSTMASTER, GUC_UNIT_KB, NULL, NULL, NULL);
 	DefineCustomIntVariable("dsync.reap_batch_size",
 							"Maximum number of expired leases cleared in one reaper transaction.",

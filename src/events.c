@@ -30,6 +30,7 @@
 
 #include "access/xact.h"
 #include "miscadmin.h"
+#include "pgstat.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
@@ -63,6 +64,7 @@ static List *pending_events = NIL;	/* in TopTransactionContext */
 static bool callbacks_registered = false;
 static bool probe_requested = false;	/* once per backend */
 
+static Size DsyncEventEntrySize(const DsyncEvent *event);
 static void DsyncEventXactCallback(XactEvent event, void *arg);
 static void DsyncEventSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 									  SubTransactionId parentSubid, void *arg);
@@ -217,7 +219,7 @@ DsyncQueueAppend(DsyncDbSlot *slot, const DsyncEvent *event)
 	Size		size = (Size) dsync_event_queue_size * 1024;
 	int			namelen = strlen(event->name);
 	int			holderlen = strlen(event->holder);
-	uint32		len = MAXALIGN(offsetof(DsyncQueueEntry, data) + namelen + holderlen);
+	uint32		len = DsyncEventEntrySize(event);
 	Size		pos = slot->queue_head % size;
 	Size		skip = (pos + len > size) ? size - pos : 0;
 	DsyncQueueEntry *entry;
@@ -307,14 +309,78 @@ DsyncEventPublish(void)
 }
 
 /*
+ * DsyncEventEntrySize
+ *		Bytes an event takes in a queue.
+ */
+static Size
+DsyncEventEntrySize(const DsyncEvent *event)
+{
+	return MAXALIGN(offsetof(DsyncQueueEntry, data) + strlen(event->name) +
+					strlen(event->holder));
+}
+
+/*
+ * DsyncEventMakeRoom
+ *		Before committing, give a running reaper up to a second to make
+ *		room in the queue for this transaction's events.
+ *
+ * The commit callback cannot wait, so it drops what does not fit; this
+ * makes that happen only when the reaper has stopped keeping up for a
+ * whole second, not on every burst.  It is the one place where dsync
+ * looks at something repeatedly (every millisecond, and only while the
+ * queue is full).  A transaction with more events than the whole queue
+ * holds does not wait.
+ */
+static void
+DsyncEventMakeRoom(void)
+{
+	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+	Size		size = (Size) dsync_event_queue_size * 1024;
+	Size		needed = 0;
+	ListCell   *lc;
+
+	if (slot == NULL)
+		return;
+	foreach(lc, pending_events)
+		needed += DsyncEventEntrySize(&((DsyncPendingEvent *) lfirst(lc))->event);
+	if (needed > size / 2)
+		return;
+
+	for (int waited = 0; waited < 1000; waited++)
+	{
+		Size		used;
+		int			procno;
+
+		LWLockAcquire(slot->queue_lock, LW_SHARED);
+		used = slot->queue_head - slot->queue_tail;
+		LWLockRelease(slot->queue_lock);
+		/* Twice what we need: the end of the buffer may be skipped. */
+		if (used + 2 * needed <= size)
+			return;
+		procno = slot->pgprocno;
+		if (procno < 0)
+			return;				/* no reaper to wait for */
+		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 1, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
  * DsyncEventXactCallback
- *		Publish at commit; forget at abort.
+ *		Make room before commit, publish at commit, forget at abort.
  */
 static void
 DsyncEventXactCallback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
+		case XACT_EVENT_PRE_COMMIT:
+			if (pending_events != NIL)
+				DsyncEventMakeRoom();
+			break;
 		case XACT_EVENT_COMMIT:
 			if (pending_events != NIL)
 				DsyncEventPublish();
