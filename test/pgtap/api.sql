@@ -2,7 +2,7 @@
 SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS dsync;
-SELECT plan(63);
+SELECT plan(115);
 
 -- functions, argument types and return types
 SELECT has_function('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb']);
@@ -24,6 +24,29 @@ SELECT function_privs_are('dsync_reap', ARRAY[]::text[], 'public', ARRAY[]::text
 SELECT ok(dsync_reap() >= 0, 'dsync_reap runs a pass for a superuser');
 SELECT function_returns('dsync_channel', ARRAY['text'], 'text');
 
+-- semaphores, events (one-to-one signals) and group membership
+SELECT has_function('dsync_semaphore_create', ARRAY['text', 'integer']);
+SELECT function_returns('dsync_semaphore_create', ARRAY['text', 'integer'], 'boolean');
+SELECT has_function('dsync_semaphore_drop', ARRAY['text']);
+SELECT function_returns('dsync_semaphore_drop', ARRAY['text'], 'boolean');
+SELECT has_function('dsync_event_set', ARRAY['text']);
+SELECT function_returns('dsync_event_set', ARRAY['text'], 'void');
+SELECT has_function('dsync_event_wait', ARRAY['text', 'interval']);
+SELECT function_returns('dsync_event_wait', ARRAY['text', 'interval'], 'boolean');
+SELECT has_function('dsync_event_clear', ARRAY['text']);
+SELECT function_returns('dsync_event_clear', ARRAY['text'], 'bigint');
+SELECT has_function('dsync_event_is_set', ARRAY['text']);
+SELECT function_returns('dsync_event_is_set', ARRAY['text'], 'boolean');
+SELECT has_function('dsync_join', ARRAY['text', 'text', 'interval', 'jsonb']);
+SELECT function_returns('dsync_join', ARRAY['text', 'text', 'interval', 'jsonb'], 'timestamp with time zone');
+SELECT has_function('dsync_leave', ARRAY['text', 'text']);
+SELECT function_returns('dsync_leave', ARRAY['text', 'text'], 'boolean');
+SELECT has_function('dsync_members', ARRAY['text']);
+SELECT function_returns('dsync_members', ARRAY['text'], 'setof record');
+SELECT is(pg_get_function_result('dsync_members(text)'::regprocedure),
+	'TABLE(member text, info jsonb, joined_at timestamp with time zone, expires_at timestamp with time zone, is_leader boolean)',
+	'dsync_members returns TABLE(member, info, joined_at, expires_at, is_leader)');
+
 -- argument names, order and defaults
 SELECT is(pg_get_function_arguments('dsync_acquire(text,text,interval,interval,jsonb)'::regprocedure),
 	'lease text, holder text, ttl interval DEFAULT ''00:00:30''::interval, wait interval DEFAULT ''00:00:00''::interval, info jsonb DEFAULT NULL::jsonb',
@@ -41,12 +64,37 @@ SELECT is(pg_get_function_arguments('dsync_force_release(text,text)'::regprocedu
 	'lease text, holder text DEFAULT NULL::text', 'dsync_force_release arguments and defaults');
 SELECT is(pg_get_function_arguments('dsync_channel(text)'::regprocedure),
 	'name text', 'dsync_channel arguments');
+SELECT is(pg_get_function_arguments('dsync_semaphore_create(text,integer)'::regprocedure),
+	'name text, permits integer', 'dsync_semaphore_create arguments');
+SELECT is(pg_get_function_arguments('dsync_semaphore_drop(text)'::regprocedure),
+	'name text', 'dsync_semaphore_drop arguments');
+SELECT is(pg_get_function_arguments('dsync_event_set(text)'::regprocedure),
+	'name text', 'dsync_event_set arguments');
+SELECT is(pg_get_function_arguments('dsync_event_wait(text,interval)'::regprocedure),
+	'name text, timeout interval DEFAULT NULL::interval',
+	'dsync_event_wait arguments and defaults');
+SELECT is(pg_get_function_arguments('dsync_event_clear(text)'::regprocedure),
+	'name text', 'dsync_event_clear arguments');
+SELECT is(pg_get_function_arguments('dsync_event_is_set(text)'::regprocedure),
+	'name text', 'dsync_event_is_set arguments');
+SELECT is(pg_get_function_arguments('dsync_join(text,text,interval,jsonb)'::regprocedure),
+	'grp text, member text, ttl interval DEFAULT ''00:00:30''::interval, info jsonb DEFAULT NULL::jsonb',
+	'dsync_join arguments and defaults');
+SELECT is(pg_get_function_arguments('dsync_leave(text,text)'::regprocedure),
+	'grp text, member text', 'dsync_leave arguments');
+SELECT is(pg_get_function_arguments('dsync_members(text)'::regprocedure),
+	'grp text', 'dsync_members arguments');
 
 -- the defaults behave as documented: 30 s ttl, no wait
 SELECT ok(dsync_acquire('api-defaults', 'h') IS NOT NULL, 'acquire with defaults grants');
 SELECT ok((SELECT ttl = interval '30 seconds' FROM dsync_leases WHERE lease = 'api-defaults'),
 	'default ttl is 30 seconds');
 SELECT ok(dsync_force_release('api-defaults') = 1, 'force_release holder defaults to everybody');
+SELECT ok(dsync_join('api-group', 'm') BETWEEN now() + interval '30 seconds'
+								   AND clock_timestamp() + interval '30 seconds',
+	'join with defaults: the membership lasts 30 seconds');
+SELECT is((SELECT info FROM dsync_members('api-group') WHERE member = 'm'), NULL::jsonb,
+	'join with defaults: no info');
 
 -- state-changing functions are volatile and parallel unsafe
 SELECT volatility_is('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb'], 'volatile');
@@ -59,6 +107,18 @@ SELECT is((SELECT array_agg(DISTINCT proparallel) FROM pg_proc
 							  'dsync_assert_held', 'dsync_force_release')),
 	ARRAY['u']::"char"[], 'state-changing functions are PARALLEL UNSAFE');
 SELECT volatility_is('dsync_channel', ARRAY['text'], 'immutable');
+SELECT is((SELECT array_agg(DISTINCT provolatile) FROM pg_proc
+			WHERE proname IN ('dsync_semaphore_create', 'dsync_semaphore_drop',
+							  'dsync_event_set', 'dsync_event_wait', 'dsync_event_clear',
+							  'dsync_event_is_set', 'dsync_join', 'dsync_leave',
+							  'dsync_members')),
+	ARRAY['v']::"char"[], 'semaphore, event and membership functions are VOLATILE');
+SELECT is((SELECT array_agg(DISTINCT proparallel) FROM pg_proc
+			WHERE proname IN ('dsync_semaphore_create', 'dsync_semaphore_drop',
+							  'dsync_event_set', 'dsync_event_wait', 'dsync_event_clear',
+							  'dsync_event_is_set', 'dsync_join', 'dsync_leave',
+							  'dsync_members')),
+	ARRAY['u']::"char"[], 'semaphore, event and membership functions are PARALLEL UNSAFE');
 -- none is STRICT: NULL arguments are errors that name the argument
 SELECT is((SELECT count(*) FROM pg_proc WHERE proname LIKE 'dsync\_%' AND proisstrict), 0::bigint,
 	'no dsync function is STRICT');
@@ -77,6 +137,19 @@ SELECT function_privs_are('dsync_force_release', ARRAY['text', 'text'], 'public'
 SELECT table_privs_are('dsync_lease', 'public', ARRAY[]::text[]);
 SELECT sequence_privs_are('dsync_fencing_seq', 'public', ARRAY[]::text[]);
 SELECT table_privs_are('dsync_leases', 'public', ARRAY['SELECT']);
+SELECT function_privs_are('dsync_semaphore_create', ARRAY['text', 'integer'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_semaphore_drop', ARRAY['text'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_event_set', ARRAY['text'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_event_wait', ARRAY['text', 'interval'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_event_clear', ARRAY['text'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_event_is_set', ARRAY['text'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_join', ARRAY['text', 'text', 'interval', 'jsonb'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_leave', ARRAY['text', 'text'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_members', ARRAY['text'], 'public', ARRAY['EXECUTE']);
+SELECT table_privs_are('dsync_semaphore', 'public', ARRAY[]::text[]);
+SELECT table_privs_are('dsync_signal', 'public', ARRAY[]::text[]);
+SELECT table_privs_are('dsync_member', 'public', ARRAY[]::text[]);
+SELECT sequence_privs_are('dsync_signal_seq', 'public', ARRAY[]::text[]);
 
 -- the view
 SELECT has_view('dsync_leases');
@@ -100,10 +173,19 @@ SELECT col_is_pk('dsync_lease', ARRAY['name', 'slot']);
 SELECT ok((SELECT reloptions @> ARRAY['fillfactor=50'] FROM pg_class WHERE oid = 'dsync_lease'::regclass),
 	'dsync_lease leaves room for HOT updates');
 
+-- the tables and sequence of semaphores, events and membership
+SELECT has_table('dsync_semaphore');
+SELECT col_is_pk('dsync_semaphore', ARRAY['name']);
+SELECT has_table('dsync_signal');
+SELECT col_is_pk('dsync_signal', ARRAY['name', 'seq']);
+SELECT has_table('dsync_member');
+SELECT col_is_pk('dsync_member', ARRAY['grp', 'member']);
+SELECT has_sequence('dsync_signal_seq');
+
 -- every object belongs to the extension
 SELECT is((SELECT count(*) FROM pg_depend d JOIN pg_extension e ON d.refobjid = e.oid
-			WHERE e.extname = 'dsync' AND d.deptype = 'e'), 14::bigint,
-	'the extension owns its table, sequence, two views and ten functions');
+			WHERE e.extname = 'dsync' AND d.deptype = 'e'), 27::bigint,
+	'the extension owns its four tables, two sequences, two views and nineteen functions');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -23,10 +23,22 @@
  *
  * Usage: lease_stress [clients] [seconds] [leases]   (libpq environment)
  *        lease_stress fair [clients] [rounds]
+ *        lease_stress semaphore [clients] [seconds] [permits] [limit]
  * The second form checks fairness: clients contend for one lease in a loop
  * (acquire with a wait, log, release, acquire again at once).  Waiters are
  * served in the order they started waiting, so no grant may overtake an
  * earlier waiter, and every client gets all its turns.
+ * The third form runs the same client loop with kills against one
+ * semaphore of N permits (dsync_semaphore_create): each client also logs
+ * which permit (slot) it got.  The checks prove that at no instant more
+ * than N guarded intervals overlapped (a sweep over all interval ends,
+ * counting touching intervals as overlapping), that no two holders of one
+ * permit overlapped and its tokens rose in grant order, that tokens are
+ * distinct, and that several holders did work at once (so the check is not
+ * vacuous).  A monitor samples dsync_leases meanwhile: never more than N
+ * holders, never a repeated token, permits always N.  "limit" (default N)
+ * is the bound the overlap check uses; a run with limit N - 1 must fail,
+ * which shows that the check can fail at all.
  * Exit status 0 if every check passed.
  *
  *-------------------------------------------------------------------------
@@ -125,10 +137,11 @@ query_value(PGconn *conn, const char *sql, int nparams, const char *const *param
 /*
  * client_main
  *		One client's loop until the deadline.  Counts go to stdout as one
- *		line at exit.
+ *		line at exit.  With sem set, every round uses that semaphore, logs
+ *		to sem_log and records which permit (slot) the grant was.
  */
 static void
-client_main(int id, int nleases, time_t deadline)
+client_main(int id, int nleases, time_t deadline, const char *sem)
 {
 	const char *iso = isolation_levels[id % 3];
 	unsigned int seed = (unsigned int) (time(NULL) ^ (id * 7919));
@@ -148,6 +161,7 @@ client_main(int id, int nleases, time_t deadline)
 		char		token[32];
 		char		guard[32];
 		char		t_start[64];
+		char		slot[16];
 		const char *p[3];
 		int			rc;
 
@@ -167,9 +181,13 @@ client_main(int id, int nleases, time_t deadline)
 			snprintf(holder, sizeof(holder), "client-%d.%d", id, ++incarnation);
 		}
 
-		snprintf(lease, sizeof(lease), "stress-%d", (int) (rand_r(&seed) % nleases));
+		if (sem)
+			snprintf(lease, sizeof(lease), "%s", sem);
+		else
+			snprintf(lease, sizeof(lease), "stress-%d", (int) (rand_r(&seed) % nleases));
 		p[0] = lease;
 		p[1] = holder;
+		p[2] = token;
 
 		/* 1. Acquire, blocking up to a second, at this client's level. */
 		if (!exec_ok(conn, begin))
@@ -189,21 +207,38 @@ client_main(int id, int nleases, time_t deadline)
 		}
 		grants++;
 
+		/*
+		 * Which permit the grant is: (holder, token) names it.  Read in
+		 * autocommit at READ COMMITTED, outside the client's own isolation
+		 * level, so that no SERIALIZABLE transaction reads the table.
+		 */
+		if (sem &&
+			query_value(conn,
+						"SELECT slot FROM dsync_lease WHERE name = $1 AND holder = $2 AND fencing = $3",
+						3, p, slot, sizeof(slot)) != 1)
+		{
+			errors++;
+			continue;
+		}
+
 		/* 2. Guarded work, logged with server-clock times. */
 		if (exec_ok(conn, begin) &&
 			query_value(conn, "SELECT dsync_assert_held($1, $2)", 2, p, guard, sizeof(guard)) == 1 &&
 			query_value(conn, "SELECT clock_timestamp()", 0, NULL, t_start, sizeof(t_start)) == 1)
 		{
-			const char *q[6] = {lease, holder, token, guard, t_start, iso};
+			const char *q[7] = {lease, holder, token, guard, t_start, iso, slot};
 			char		sleep_sql[64];
 
 			snprintf(sleep_sql, sizeof(sleep_sql), "SELECT pg_sleep(%.3f)",
 					 (rand_r(&seed) % 20) / 1000.0);
 			if (!exec_ok(conn, sleep_sql) ||
 				query_value(conn,
+							sem ?
+							"INSERT INTO sem_log (lease, holder, token, guard_token, t_start, t_end, iso, slot) "
+							"VALUES ($1, $2, $3, $4, $5, clock_timestamp(), $6, $7) RETURNING 1" :
 							"INSERT INTO stress_log (lease, holder, token, guard_token, t_start, t_end, iso) "
 							"VALUES ($1, $2, $3, $4, $5, clock_timestamp(), $6) RETURNING 1",
-							6, q, guard, sizeof(guard)) != 1 ||
+							sem ? 7 : 6, q, guard, sizeof(guard)) != 1 ||
 				!exec_ok(conn, "COMMIT"))
 			{
 				errors++;
@@ -407,6 +442,194 @@ fair_main(int clients, int rounds)
 	return failed == 0 ? 0 : 1;
 }
 
+/*
+ * monitor_main
+ *		Sample the semaphore's rows in dsync_leases until the deadline;
+ *		store how many samples, the most holders seen at once, and how many
+ *		samples were wrong (more than permits holders, a token shown twice,
+ *		a permits column other than the semaphore's count) in sem_monitor.
+ */
+static void
+monitor_main(time_t deadline, const char *sem, int permits)
+{
+	PGconn	   *conn = connect_db("dsync_stress_monitor");
+	char		permits_s[16];
+	const char *p[2] = {sem, permits_s};
+	long		samples = 0,
+				bad = 0,
+				most = 0;
+	char		sql[256];
+
+	if (conn == NULL)
+		die("monitor: cannot connect");
+	snprintf(permits_s, sizeof(permits_s), "%d", permits);
+	while (time(NULL) < deadline)
+	{
+		PGresult   *res = PQexecParams(conn,
+									   "SELECT count(*), count(DISTINCT fencing), "
+									   "count(*) FILTER (WHERE permits IS DISTINCT FROM $2::int) "
+									   "FROM dsync_leases WHERE lease = $1",
+									   2, NULL, p, NULL, NULL, 0);
+
+		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		{
+			long		holders = atol(PQgetvalue(res, 0, 0));
+			long		tokens = atol(PQgetvalue(res, 0, 1));
+			long		wrong_permits = atol(PQgetvalue(res, 0, 2));
+
+			samples++;
+			if (holders > most)
+				most = holders;
+			if (holders > permits || tokens != holders || wrong_permits != 0)
+				bad++;
+		}
+		PQclear(res);
+		usleep(2000);
+	}
+	snprintf(sql, sizeof(sql), "INSERT INTO sem_monitor VALUES (%ld, %ld, %ld)",
+			 samples, most, bad);
+	if (!exec_ok(conn, sql))
+		die("monitor: %s", PQerrorMessage(conn));
+	PQfinish(conn);
+	printf("monitor: %ld samples of dsync_leases, at most %ld holders at once\n",
+		   samples, most);
+	exit(0);
+}
+
+/*
+ * sem_main
+ *		The semaphore run and its checks.  limit is the bound of the
+ *		overlap check (normally permits; lower it to see the check fail).
+ */
+static int
+sem_main(int clients, int seconds, int permits, int limit)
+{
+	const char *sem = "stress-sem";
+	PGconn	   *conn;
+	time_t		deadline;
+	int			failed_children = 0;
+	int			status;
+	int			passed = 0,
+				failed = 0;
+	char		sql[1024];
+	char		create[128];
+
+	if (clients < 2 || seconds < 5 || permits < 2 || limit < 0)
+		die("usage: lease_stress semaphore [clients >= 2] [seconds >= 5] [permits >= 2] [limit]");
+	conn = connect_db("dsync_stress_main");
+	if (conn == NULL)
+		die("cannot connect to the server");
+	snprintf(create, sizeof(create), "SELECT dsync_semaphore_create('%s', %d)", sem, permits);
+	if (!exec_ok(conn, "SET client_min_messages = warning") ||
+		!exec_ok(conn, "CREATE EXTENSION IF NOT EXISTS dsync") ||
+		!exec_ok(conn, "DROP TABLE IF EXISTS sem_log, sem_monitor") ||
+		!exec_ok(conn,
+				 "CREATE TABLE sem_log (id bigserial PRIMARY KEY, lease text, holder text, "
+				 "token bigint, guard_token bigint, slot integer, t_start timestamptz, "
+				 "t_end timestamptz, iso text)") ||
+		!exec_ok(conn, "CREATE TABLE sem_monitor (samples bigint, most bigint, bad bigint)") ||
+		!exec_ok(conn, "SELECT dsync_force_release('stress-sem')") ||
+		!exec_ok(conn, "SELECT dsync_semaphore_drop('stress-sem')") ||
+		!exec_ok(conn, "DELETE FROM dsync_lease WHERE name = 'stress-sem'") ||
+		!exec_ok(conn, create))
+		die("setup failed: %s", PQerrorMessage(conn));
+
+	printf("lease_stress semaphore: %d clients, %d s, one semaphore of %d permits, "
+		   "ttl 2 s, wait 1 s, kills every 0.7 s\n", clients, seconds, permits);
+	fflush(stdout);
+	PQfinish(conn);
+
+	deadline = time(NULL) + seconds;
+	for (int i = 0; i < clients; i++)
+		if (fork() == 0)
+			client_main(i, 1, deadline, sem);
+	if (fork() == 0)
+		killer_main(deadline);
+	if (fork() == 0)
+		monitor_main(deadline, sem, permits);
+	while (wait(&status) > 0)
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+			failed_children++;
+
+	conn = connect_db("dsync_stress_main");
+	if (conn == NULL)
+		die("cannot reconnect to the server");
+
+	printf("\n");
+#define SEM_CHECK(what, sql, expected, at_least) \
+	(check(conn, what, sql, expected, at_least) ? passed++ : failed++)
+
+	printf("%s clients that never got a grant or exited abnormally: %d\n",
+		   failed_children == 0 ? "ok    " : "FAILED", failed_children);
+	if (failed_children == 0)
+		passed++;
+	else
+		failed++;
+	SEM_CHECK("guarded intervals logged", "SELECT count(*) FROM sem_log", 50, true);
+
+	/*
+	 * Sweep over every interval's start (+1) and end (-1) in time order;
+	 * at equal times starts come first, so intervals that merely touch
+	 * count as overlapping.  The running sum is how many guarded intervals
+	 * were open at that instant.
+	 */
+#define SEM_OPEN_SQL \
+	"SELECT sum(d) OVER (ORDER BY t, d DESC, id ROWS UNBOUNDED PRECEDING) AS open " \
+	"FROM (SELECT id, t_start AS t, 1 AS d FROM sem_log " \
+	"UNION ALL SELECT id, t_end, -1 FROM sem_log) e"
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM (" SEM_OPEN_SQL ") s WHERE open > %d", limit);
+	{
+		char		what[128];
+
+		snprintf(what, sizeof(what),
+				 "instants at which more than %d holders' guarded intervals overlapped", limit);
+		SEM_CHECK(what, sql, 0, false);
+	}
+	SEM_CHECK("most guarded intervals open at one instant (at least 2: holders worked at once)",
+			  "SELECT coalesce(max(open), 0) FROM (" SEM_OPEN_SQL ") s", 2, true);
+	SEM_CHECK("intervals that ended before they started",
+			  "SELECT count(*) FROM sem_log WHERE t_end < t_start", 0, false);
+	snprintf(sql, sizeof(sql),
+			 "SELECT count(*) FROM sem_log WHERE slot IS NULL OR slot < 0 OR slot >= %d", permits);
+	SEM_CHECK("intervals on a permit that does not exist", sql, 0, false);
+	SEM_CHECK("overlapping intervals of different holders of one permit",
+			  "SELECT count(*) FROM sem_log a JOIN sem_log b ON a.slot = b.slot "
+			  "AND a.id < b.id AND a.holder <> b.holder "
+			  "AND tstzrange(a.t_start, a.t_end, '[]') && tstzrange(b.t_start, b.t_end, '[]')",
+			  0, false);
+	SEM_CHECK("grants whose token did not rise in grant order on their permit",
+			  "SELECT count(*) FROM (SELECT holder, token, "
+			  "lag(holder) OVER w AS prev_holder, lag(token) OVER w AS prev_token "
+			  "FROM sem_log WINDOW w AS (PARTITION BY slot ORDER BY t_start)) s "
+			  "WHERE prev_token IS NOT NULL AND NOT (token > prev_token OR "
+			  "(token = prev_token AND holder = prev_holder))",
+			  0, false);
+	SEM_CHECK("guards that returned another token than the grant",
+			  "SELECT count(*) FROM sem_log WHERE guard_token <> token", 0, false);
+	SEM_CHECK("tokens shared by two holders",
+			  "SELECT count(*) FROM (SELECT token FROM sem_log GROUP BY token "
+			  "HAVING count(DISTINCT holder) > 1) s", 0, false);
+	SEM_CHECK("overlapping intervals of different holders with one token",
+			  "SELECT count(*) FROM sem_log a JOIN sem_log b ON a.token = b.token "
+			  "AND a.id < b.id AND a.holder <> b.holder "
+			  "AND tstzrange(a.t_start, a.t_end, '[]') && tstzrange(b.t_start, b.t_end, '[]')",
+			  0, false);
+	snprintf(sql, sizeof(sql), "SELECT count(DISTINCT slot) FROM sem_log");
+	SEM_CHECK("permits used (at least 2)", sql, 2, true);
+	SEM_CHECK("isolation levels seen in guarded work",
+			  "SELECT count(DISTINCT iso) FROM sem_log", 3, false);
+	SEM_CHECK("monitor samples of dsync_leases",
+			  "SELECT coalesce(sum(samples), 0) FROM sem_monitor", 100, true);
+	SEM_CHECK("samples with too many holders, a repeated token or wrong permits",
+			  "SELECT coalesce(sum(bad), 1) FROM sem_monitor", 0, false);
+	SEM_CHECK("waiters left behind",
+			  "SELECT count(*) FROM dsync_waiters", 0, false);
+
+	PQfinish(conn);
+	printf("\n%d passed, %d failed\n", passed, failed);
+	return failed == 0 ? 0 : 1;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -422,6 +645,13 @@ main(int argc, char **argv)
 
 	if (argc > 1 && strcmp(argv[1], "fair") == 0)
 		return fair_main(argc > 2 ? atoi(argv[2]) : 8, argc > 3 ? atoi(argv[3]) : 20);
+	if (argc > 1 && strcmp(argv[1], "semaphore") == 0)
+	{
+		int			permits = argc > 4 ? atoi(argv[4]) : 3;
+
+		return sem_main(argc > 2 ? atoi(argv[2]) : 16, argc > 3 ? atoi(argv[3]) : 20,
+						permits, argc > 5 ? atoi(argv[5]) : permits);
+	}
 	if (clients < 2 || seconds < 5 || nleases < 1)
 		die("usage: lease_stress [clients >= 2] [seconds >= 5] [leases >= 1]");
 
@@ -447,7 +677,7 @@ main(int argc, char **argv)
 	deadline = time(NULL) + seconds;
 	for (int i = 0; i < clients; i++)
 		if (fork() == 0)
-			client_main(i, nleases, deadline);
+			client_main(i, nleases, deadline, NULL);
 	if (fork() == 0)
 		killer_main(deadline);
 	while (wait(&status) > 0)
