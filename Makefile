@@ -60,3 +60,23 @@ prove-installcheck:
 
 # Every module includes the shared header: rebuild them all when it changes.
 $(OBJS): src/dsync.h
+
+# The command-line tool (cli/dsync.c), a libpq client installed next to the
+# server's programs.  PGXS builds one kind of target per Makefile, so the
+# tool has rules of its own.
+CLI = cli/dsync
+LIBPQ_INCLUDE := $(shell $(PG_CONFIG) --includedir)
+LIBPQ_LIBDIR := $(shell $(PG_CONFIG) --libdir)
+CLI_CFLAGS = -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter
+
+all: $(CLI)
+
+$(CLI): cli/dsync.c
+	$(CC) $(CLI_CFLAGS) -I'$(LIBPQ_INCLUDE)' -o $@ $< -L'$(LIBPQ_LIBDIR)' -lpq
+
+install: install-cli
+.PHONY: install-cli
+install-cli: $(CLI)
+	$(INSTALL_PROGRAM) $(CLI) '$(DESTDIR)$(bindir)/dsync'
+
+EXTRA_CLEAN = $(CLI)

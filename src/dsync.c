@@ -20,7 +20,7 @@ void		_PG_init(void);
 /* Settings; see DsyncDefineSettings for what each one is for. */
 int			dsync_max_databases = 8;
 int			dsync_event_queue_size = 1024;
-int			dsync_reap_batch_size = 1000;
+int			dsync_reap_batch_size = 100;
 int			dsync_restart_delay = 1000;
 bool		dsync_events = true;
 
@@ -47,8 +47,9 @@ DsyncDefineSettings(void)
 							PGC_POSTMASTER, GUC_UNIT_KB, NULL, NULL, NULL);
 	DefineCustomIntVariable("dsync.reap_batch_size",
 							"Maximum number of expired leases cleared in one reaper transaction.",
-							NULL,
-							&dsync_reap_batch_size, 1000, 1, 1000000,
+							"An acquirer that meets a row being cleared waits for that "
+							"transaction, so keep it short.",
+							&dsync_reap_batch_size, 100, 1, 1000000,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("dsync.restart_delay",
 							"Time before a stopped dsync reaper is started again.",

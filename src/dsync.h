@@ -139,7 +139,8 @@ typedef struct DsyncDbSlot
 	int			pgprocno;		/* the reaper's PGPROC, for its latch */
 	int			held_by;		/* pid of a backend that needs the database alone */
 	TimestampTz restart_after;	/* no reaper before this time */
-	bool		recheck;		/* the extension may have been dropped */
+	pg_atomic_uint32 recheck;	/* the extension may have been dropped */
+	bool		start_warned;	/* launcher: said it could not start one */
 	TransactionId reaper_xid;	/* the reaper's clearing transaction, if any */
 
 	/* The next lease deadline the reaper knows of (0: none). */

@@ -267,17 +267,25 @@ DsyncEventPublish(void)
 	uint64		dropped = 0;
 	Size		size = (Size) dsync_event_queue_size * 1024;
 
-	if (slot == NULL)
+	if (slot == NULL || slot->state == DSYNC_DB_ABSENT)
 	{
+		/* The extension is here, so the launcher missed it: tell it. */
 		if (!probe_requested)
 		{
 			probe_requested = true;
 			DsyncLauncherRequestProbe(MyDatabaseId);
 		}
-		return;
+		if (slot == NULL)
+			return;
 	}
 
 	LWLockAcquire(slot->queue_lock, LW_EXCLUSIVE);
+	if (slot->dbid != MyDatabaseId)
+	{
+		/* The slot went to another database meanwhile. */
+		LWLockRelease(slot->queue_lock);
+		return;
+	}
 	foreach(lc, pending_events)
 	{
 		DsyncPendingEvent *pe = lfirst(lc);
@@ -405,18 +413,41 @@ int
 DsyncEventDrain(DsyncDbSlot *slot, List **events, uint64 *dropped)
 {
 	Size		size = (Size) dsync_event_queue_size * 1024;
+	uint64		tail;
+	uint64		head;
+	char	   *copy;
 	int			n = 0;
 
+	/*
+	 * Copy the bytes out under the lock and parse them afterwards: the
+	 * lock is what committing backends take in their commit callbacks.
+	 */
 	LWLockAcquire(slot->queue_lock, LW_EXCLUSIVE);
-	while (slot->queue_tail < slot->queue_head)
+	tail = slot->queue_tail;
+	head = slot->queue_head;
+	copy = palloc(head - tail + 1);
+	for (uint64 off = tail; off < head;)
 	{
-		Size		pos = slot->queue_tail % size;
-		DsyncQueueEntry *entry = (DsyncQueueEntry *) (slot->queue + pos);
+		Size		pos = off % size;
+		Size		chunk = Min(size - pos, head - off);
+
+		memcpy(copy + (off - tail), slot->queue + pos, chunk);
+		off += chunk;
+	}
+	slot->queue_tail = head;
+	*dropped = slot->queue_dropped;
+	slot->queue_dropped = 0;
+	LWLockRelease(slot->queue_lock);
+
+	for (uint64 off = tail; off < head;)
+	{
+		Size		pos = off % size;
+		DsyncQueueEntry *entry = (DsyncQueueEntry *) (copy + (off - tail));
 		DsyncEvent *event;
 
 		if (size - pos < offsetof(DsyncQueueEntry, data) || entry->len == 0)
 		{
-			slot->queue_tail += size - pos;
+			off += size - pos;	/* the writer wrapped to the start here */
 			continue;
 		}
 		event = palloc(sizeof(DsyncEvent));
@@ -427,12 +458,10 @@ DsyncEventDrain(DsyncDbSlot *slot, List **events, uint64 *dropped)
 		event->name = pnstrdup(entry->data, entry->namelen);
 		event->holder = pnstrdup(entry->data + entry->namelen, entry->holderlen);
 		*events = lappend(*events, event);
-		slot->queue_tail += entry->len;
+		off += entry->len;
 		n++;
 	}
-	*dropped = slot->queue_dropped;
-	slot->queue_dropped = 0;
-	LWLockRelease(slot->queue_lock);
+	pfree(copy);
 	return n;
 }
 

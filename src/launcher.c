@@ -36,6 +36,7 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/objectaccess.h"
+#include "utils/acl.h"
 #include "catalog/pg_database.h"
 #include "catalog/pg_extension.h"
 #include "commands/dbcommands.h"
@@ -156,15 +157,17 @@ DsyncDbSlotAllocate(Oid dbid)
 	if (slot == NULL)
 		return NULL;
 
-	slot->dbid = dbid;
 	slot->state = DSYNC_DB_PROBE;
 	slot->pid = 0;
 	slot->pgprocno = -1;
 	slot->held_by = 0;
 	slot->restart_after = 0;
-	slot->recheck = false;
+	slot->start_warned = false;
+	pg_atomic_write_u32(&slot->recheck, 0);
 	pg_atomic_write_u64(&slot->next_deadline, 0);
+	/* Under the queue lock, so that no event lands in another database's queue. */
 	LWLockAcquire(slot->queue_lock, LW_EXCLUSIVE);
+	slot->dbid = dbid;
 	slot->queue_head = slot->queue_tail = 0;
 	slot->queue_dropped = 0;
 	LWLockRelease(slot->queue_lock);
@@ -239,7 +242,7 @@ DsyncLifecycleXactCallback(XactEvent event, void *arg)
 			{
 				int			procno = slot->pgprocno;
 
-				slot->recheck = true;
+				pg_atomic_write_u32(&slot->recheck, 1);
 				if (procno >= 0)
 					SetLatch(&ProcGlobal->allProcs[procno].procLatch);
 			}
@@ -282,8 +285,12 @@ DsyncLifecycleHold(Oid dbid)
 	int			pid;
 	int			signalled = 0;
 
+	/*
+	 * A database without a slot gets one, held: otherwise the launcher
+	 * could give it a reaper in the middle of the statement.
+	 */
 	LWLockAcquire(dsync_workers->lock, LW_EXCLUSIVE);
-	slot = DsyncDbSlotLookup(dbid);
+	slot = DsyncDbSlotAllocate(dbid);
 	if (slot == NULL)
 	{
 		LWLockRelease(dsync_workers->lock);
@@ -336,12 +343,36 @@ DsyncLifecycleRelease(Oid dbid)
 	DsyncLauncherWake();
 }
 
+static Oid	DsyncLifecycleStatementDatabase(Node *parsetree);
+
 /*
  * DsyncLifecycleHeldDatabase
- *		The database a utility statement needs to itself, if any.
+ *		The database whose reaper must stop for a utility statement, if any.
  */
 static Oid
 DsyncLifecycleHeldDatabase(Node *parsetree)
+{
+	Oid			dbid = DsyncLifecycleStatementDatabase(parsetree);
+
+	/*
+	 * Stop a reaper only for a statement that can go ahead: by the
+	 * database's owner (or a superuser), outside a transaction block
+	 * (where those statements fail anyway, except RENAME).  Anybody else
+	 * would get their error only after the reaper had been stopped.
+	 */
+	if (!OidIsValid(dbid) || !pg_database_ownercheck(dbid, GetUserId()))
+		return InvalidOid;
+	if (!IsA(parsetree, RenameStmt) && IsTransactionBlock())
+		return InvalidOid;
+	return dbid;
+}
+
+/*
+ * DsyncLifecycleStatementDatabase
+ *		The database a utility statement needs to itself, if any.
+ */
+static Oid
+DsyncLifecycleStatementDatabase(Node *parsetree)
 {
 	ListCell   *lc;
 
@@ -390,11 +421,10 @@ DsyncProcessUtility(PlannedStmt *pstmt, const char *queryString,
 	Node	   *parsetree = pstmt->utilityStmt;
 	Oid			held = DsyncLifecycleHeldDatabase(parsetree);
 
-	if (OidIsValid(held))
-		DsyncLifecycleHold(held);
-
 	PG_TRY();
 	{
+		if (OidIsValid(held))
+			DsyncLifecycleHold(held);
 		if (prev_process_utility)
 			prev_process_utility(pstmt, queryString, readOnlyTree, context,
 								 params, queryEnv, dest, qc);
@@ -409,8 +439,9 @@ DsyncProcessUtility(PlannedStmt *pstmt, const char *queryString,
 	}
 	PG_END_TRY();
 
+	/* Any CREATE EXTENSION may have brought dsync along (CASCADE). */
 	if (IsA(parsetree, CreateExtensionStmt) &&
-		strcmp(((CreateExtensionStmt *) parsetree)->extname, "dsync") == 0)
+		OidIsValid(get_extension_oid("dsync", true)))
 		DsyncLifecycleNoteAtCommit(&probe_at_commit);
 	else if (IsA(parsetree, CreatedbStmt))
 		DsyncLifecycleNoteAtCommit(&rescan_at_commit);
@@ -523,6 +554,7 @@ DsyncLauncherStartReaper(int slotno, Oid dbid)
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
 	pid_t		pid;
+	DsyncDbSlot *slot = &dsync_workers->slots[slotno];
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -536,15 +568,17 @@ DsyncLauncherStartReaper(int slotno, Oid dbid)
 	memcpy(worker.bgw_extra, &dbid, sizeof(Oid));
 	worker.bgw_notify_pid = MyProcPid;
 
-	if (!RegisterDynamicBackgroundWorker(&worker, &handle) ||
-		WaitForBackgroundWorkerStartup(handle, &pid) != BGWH_STARTED)
+	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
 	{
-		DsyncDbSlot *slot = &dsync_workers->slots[slotno];
-
-		ereport(WARNING,
-				(errmsg("dsync launcher could not start a reaper for database %u", dbid),
-				 errhint("Raise max_worker_processes.")));
+		/* Said once until a start succeeds: it is retried every 5 s. */
+		if (!slot->start_warned)
+			ereport(WARNING,
+					(errmsg("dsync launcher could not start a reaper for database %u", dbid),
+					 errdetail("All background worker slots are in use."),
+					 errhint("Raise max_worker_processes (each database with dsync needs one, "
+							 "and the launcher one).")));
 		LWLockAcquire(dsync_workers->lock, LW_EXCLUSIVE);
+		slot->start_warned = true;
 		if (slot->pid == -1)
 			slot->pid = 0;
 		slot->restart_after = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
@@ -552,6 +586,10 @@ DsyncLauncherStartReaper(int slotno, Oid dbid)
 		LWLockRelease(dsync_workers->lock);
 		return;
 	}
+	slot->start_warned = false;
+
+	/* A quick exit (no extension there, or a hold) is not a failure. */
+	(void) WaitForBackgroundWorkerStartup(handle, &pid);
 	reaper_handles[slotno] = handle;
 }
 

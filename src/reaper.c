@@ -27,6 +27,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_database.h"
 #include "commands/async.h"
 #include "commands/extension.h"
 #include "lib/pairingheap.h"
@@ -36,6 +37,8 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
@@ -57,6 +60,12 @@ PG_FUNCTION_INFO_V1(dsync_reap);
 
 /* How long to wait before sending again after NOTIFY failed. */
 #define DSYNC_NOTIFY_RETRY_MS	1000
+
+/* How long to wait before sending again when the notify lock is busy. */
+#define DSYNC_NOTIFY_BUSY_MS	10
+
+/* The longest the reaper sleeps in one go (a safety net for clock jumps). */
+#define DSYNC_REAPER_SLEEP_CAP_MS	60000
 
 /* What the reaper watches: a lease permit, or a group member. */
 typedef enum ReaperKind
@@ -266,6 +275,14 @@ ReaperKeepUnsent(List *events)
 
 		ereport(WARNING,
 				(errmsg("dsync dropped %d lease events that could not be sent", excess)));
+		for (int i = 0; i < excess; i++)
+		{
+			DsyncEvent *old = list_nth(reaper_unsent, i);
+
+			pfree(old->name);
+			pfree(old->holder);
+			pfree(old);
+		}
 		reaper_unsent = list_delete_first_n(reaper_unsent, excess);
 	}
 	MemoryContextSwitchTo(oldcontext);
@@ -336,6 +353,19 @@ ReaperNewEvent(DsyncEventKind kind, const ReaperKey *key, Datum holder,
 }
 
 /*
+ * ReaperPublishXid
+ *		Before the first row lock of a reap transaction: acquirers that
+ *		meet our row locks wait for us (see DsyncStoreLock) instead of
+ *		reporting a free lease busy.
+ */
+static void
+ReaperPublishXid(void)
+{
+	if (!TransactionIdIsValid(reaper_slot->reaper_xid))
+		reaper_slot->reaper_xid = GetCurrentTransactionId();
+}
+
+/*
  * ReaperLookAtLease
  *		A lease permit's deadline has come: clear it if it has expired.
  *		Returns when to look at it again (0: never) and sets *event to the
@@ -361,6 +391,7 @@ ReaperLookAtLease(DsyncStore *store, const ReaperKey *key, TimestampTz now,
 	if (DsyncRowIsLive(row, now))
 		return DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]);
 
+	ReaperPublishXid();
 	switch (DsyncStoreLock(store, row, LockTupleExclusive, LockWaitSkip))
 	{
 		case TM_Ok:
@@ -411,6 +442,7 @@ ReaperLookAtMember(DsyncStore *store, const ReaperKey *key, TimestampTz now,
 	if (expiry > now)
 		return expiry;
 
+	ReaperPublishXid();
 	switch (DsyncStoreLock(store, row, LockTupleExclusive, LockWaitSkip))
 	{
 		case TM_Ok:
@@ -460,9 +492,6 @@ ReaperReapDue(bool *more)
 	if (has_members)
 		DsyncStoreOpenCatalog(&members, catalog, DSYNC_TABLE_MEMBER, true);
 
-	/* Acquirers that meet our row locks wait for us (see DsyncStoreLock). */
-	reaper_slot->reaper_xid = GetCurrentTransactionId();
-
 	while (!pairingheap_is_empty(reaper_heap))
 	{
 		ReaperEntry *entry = pairingheap_container(ReaperEntry, node,
@@ -510,6 +539,12 @@ ReaperReapDue(bool *more)
 	CommitTransactionCommand();
 	reaper_slot->reaper_xid = InvalidTransactionId;
 
+	/*
+	 * Events committed before our deletions (say, the grant of a lease we
+	 * just cleared) are in the queue: take them first, so that listeners
+	 * get each lease's events in commit order.
+	 */
+	ReaperDrainQueue();
 	if (expired != NIL && dsync_events)
 		ReaperKeepUnsent(expired);
 	return cleared;
@@ -525,11 +560,28 @@ ReaperSendUnsent(void)
 {
 	MemoryContext oldcontext = CurrentMemoryContext;
 	volatile bool sent = false;
+	LOCKTAG		tag;
 
 	if (reaper_unsent == NIL || GetCurrentTimestamp() < reaper_notify_retry)
 		return;
 
 	StartTransactionCommand();
+
+	/*
+	 * Commit of a notifying transaction waits for PostgreSQL's cluster-wide
+	 * notify lock (async.c, PreCommit_Notify), which a stalled notifying
+	 * commit elsewhere can hold for long.  Take it now without waiting, so
+	 * that the reaper goes on clearing leases meanwhile and sends later.
+	 */
+	SET_LOCKTAG_OBJECT(tag, InvalidOid, DatabaseRelationId, InvalidOid, 0);
+	if (LockAcquire(&tag, AccessExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+	{
+		AbortCurrentTransaction();
+		reaper_notify_retry = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														  DSYNC_NOTIFY_BUSY_MS);
+		return;
+	}
+
 	PG_TRY();
 	{
 		ListCell   *lc;
@@ -596,6 +648,8 @@ ReaperSetState(DsyncDbState state)
 	LWLockAcquire(dsync_workers->lock, LW_EXCLUSIVE);
 	reaper_slot->state = state;
 	LWLockRelease(dsync_workers->lock);
+	/* The launcher probes one database at a time: this one is done. */
+	DsyncLauncherWake();
 }
 
 /*
@@ -617,7 +671,7 @@ ReaperClaimSlot(int slotno, Oid dbid)
 	{
 		slot->pid = MyProcPid;
 		slot->pgprocno = MyProc->pgprocno;
-		slot->recheck = false;
+		pg_atomic_write_u32(&slot->recheck, 0);
 	}
 	else if (slot->pid == -1)
 		slot->pid = 0;
@@ -688,8 +742,7 @@ dsync_reaper_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-		recheck = reaper_slot->recheck;
-		reaper_slot->recheck = false;
+		recheck = pg_atomic_exchange_u32(&reaper_slot->recheck, 0) != 0;
 
 		ReaperDrainQueue();
 		do
@@ -703,17 +756,30 @@ dsync_reaper_main(Datum arg)
 				ReaperSetState(DSYNC_DB_ABSENT);
 				proc_exit(0);
 			}
+			recheck = false;
 			ReaperSendUnsent();
+			MemoryContextReset(reaper_loop_cxt);
 		} while (more);
 
+		/*
+		 * Say what we sleep until, then look at the queue once more: a
+		 * backend that queued an event before this point compared its
+		 * deadline with the old value and may not have woken us.
+		 */
 		next = ReaperNextDeadline();
 		pg_atomic_write_u64(&reaper_slot->next_deadline, (uint64) next);
-		if (next != 0)
+		LWLockAcquire(reaper_slot->queue_lock, LW_SHARED);
+		if (reaper_slot->queue_head != reaper_slot->queue_tail)
+			sleep_ms = 0;
+		LWLockRelease(reaper_slot->queue_lock);
+		if (next != 0 && sleep_ms != 0)
 		{
 			TimestampTz now = GetCurrentTimestamp();
 
 			sleep_ms = next > now ? (long) ((next - now + 999) / 1000) : 0;
 		}
+		if (sleep_ms < 0 || sleep_ms > DSYNC_REAPER_SLEEP_CAP_MS)
+			sleep_ms = DSYNC_REAPER_SLEEP_CAP_MS;
 		if (reaper_unsent != NIL)
 		{
 			long		retry_ms = (long) ((reaper_notify_retry - GetCurrentTimestamp() + 999) / 1000);

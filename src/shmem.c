@@ -94,6 +94,7 @@ DsyncWorkerShmemInit(void)
 		slot->queue = queues + (Size) i * dsync_event_queue_size * 1024;
 		slot->pgprocno = -1;
 		pg_atomic_init_u64(&slot->next_deadline, 0);
+		pg_atomic_init_u32(&slot->recheck, 0);
 	}
 }
 

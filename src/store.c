@@ -290,11 +290,15 @@ DsyncStoreLock(DsyncStore *store, DsyncLeaseRow *row, LockTupleMode mode,
 		/*
 		 * The reaper is clearing this expired row: that is not a holder
 		 * or a guard, and its short transaction never waits for anyone.
-		 * Wait for it rather than report a free lease as busy.
+		 * Wait for it to end rather than report a free lease as busy, then
+		 * try again with the caller's policy (so that a lock-only xmax
+		 * that merely looked like the reaper's still never makes us wait
+		 * for a guard).
 		 */
 		ReleaseBuffer(buffer);
+		XactLockTableWait(tmfd.xmax, NULL, NULL, XLTW_None);
 		result = heap_lock_tuple(store->rel, &tuple, GetCurrentCommandId(true),
-								 mode, LockWaitBlock, false, &buffer, &tmfd);
+								 mode, policy, false, &buffer, &tmfd);
 	}
 	if (result == TM_Ok)
 	{
