@@ -1125,9 +1125,11 @@ PrintEvent(const char *payload, bool json)
 			   "member" : "holder", who);
 	if (fencing[0])
 		printf(" fencing %s", fencing);
-	if (reason[0])
+	if (strcmp(reason, "expired") == 0)
+		printf(" (expired%s%s)", expires[0] ? " at " : "", expires);
+	else if (reason[0])
 		printf(" (%s)", reason);
-	if (expires[0] && strcmp(event, "expired") != 0)
+	else if (expires[0] && strcmp(event, "expired") != 0)
 		printf(" until %s", expires);
 	printf("\n");
 	fflush(stdout);
