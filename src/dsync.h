@@ -74,6 +74,9 @@
 #define DSYNC_WAKE_CHANNELS		1024
 #define DSYNC_WAIT_CAP_MS		5000
 
+/* Names per channel whose first waiters a wake-up finds (else: wake all). */
+#define DSYNC_WAKE_MAX_KEYS		16
+
 /* A backend blocked in a dsync wait (one slot per PGPROC). */
 typedef struct DsyncWaiterSlot
 {
@@ -110,7 +113,6 @@ typedef struct DsyncShared
 	pg_atomic_uint64 next_ticket;
 	pg_atomic_uint32 waiting[DSYNC_WAKE_CHANNELS];	/* waiters per channel */
 	pg_atomic_uint64 wakes[DSYNC_WAKE_CHANNELS];	/* broadcasts so far */
-	ConditionVariableMinimallyPadded wake[DSYNC_WAKE_CHANNELS];
 	slock_t		fencing_lock;	/* protects fencing[] */
 	int			fencing_victim; /* next slot to reuse when all are taken */
 	DsyncFencingBlock fencing[DSYNC_FENCING_SLOTS];
@@ -191,7 +193,6 @@ extern PGDLLEXPORT void dsync_reaper_main(Datum arg);
 /* wait.c */
 extern uint64 DsyncWaitKey(text *name);
 extern uint64 DsyncWaitKeyEvent(text *name);
-extern ConditionVariable *DsyncWaitChannel(uint64 key);
 extern void DsyncWakeAtEnd(uint64 key);
 extern void DsyncWaitAttemptStart(void);
 extern void DsyncWaitAttemptEnd(uint64 key, bool granted);

@@ -433,10 +433,11 @@ LeaseAcquireWaiting(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *gran
 			TimestampTz next_expiry = 0;
 			TimestampTz wake_at;
 			uint64		generation = DsyncWaitGeneration(key);
+			bool		first_in_line = DsyncWaitMayTake(key);
 
 			MemoryContextReset(attempt_cxt);
 			MemoryContextSwitchTo(attempt_cxt);
-			granted = LeaseAttempt(fcinfo, lease, grant, DsyncWaitMayTake(key),
+			granted = LeaseAttempt(fcinfo, lease, grant, first_in_line,
 								   token, &next_expiry);
 			MemoryContextSwitchTo(oldcontext);
 			if (granted)
@@ -454,6 +455,9 @@ LeaseAcquireWaiting(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *gran
 
 			if (!forever && GetCurrentTimestamp() >= deadline)
 				break;
+			/* Only the first in line wakes by itself at the holder's expiry. */
+			if (!first_in_line)
+				next_expiry = 0;
 			wake_at = forever ? next_expiry :
 				(next_expiry != 0 && next_expiry < deadline ? next_expiry : deadline);
 			DsyncWaitSleep(key, wake_at, generation);

@@ -134,7 +134,6 @@ DsyncShmemStartup(void)
 		pg_atomic_init_u64(&dsync_shared->next_ticket, 1);
 		for (int i = 0; i < DSYNC_WAKE_CHANNELS; i++)
 		{
-			ConditionVariableInit(&dsync_shared->wake[i].cv);
 			pg_atomic_init_u32(&dsync_shared->waiting[i], 0);
 			pg_atomic_init_u64(&dsync_shared->wakes[i], 0);
 		}

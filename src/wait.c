@@ -4,18 +4,17 @@
  *		Waiting for a lease without polling, and waking waiters after
  *		commit.
  *
- * Sleeping.  A blocked acquirer sleeps on one of DSYNC_WAKE_CHANNELS
- * condition variables, chosen by a hash of (database, lease name).  Two
- * names may share a channel, so wakers broadcast and sleepers re-check.
- * Each try runs in a subtransaction whose abort cancels any prepared
- * condition variable sleep, so a waiter cannot prepare before its try as
- * usual; instead every broadcast first bumps the channel's wake count, a
- * waiter reads the count before its try, and after preparing to sleep it
- * goes back to try again if the count has moved: no wake-up is lost.
- * The sleeper also sets its own timeout to the current holder's expiry, so
- * it wakes at that instant without help from anybody else, and never
- * sleeps longer than DSYNC_WAIT_CAP_MS in one go (a safety net for a wall
- * clock that jumps and for changes made behind dsync's back).
+ * Sleeping.  A blocked acquirer sleeps on its own latch.  Names hash onto
+ * DSYNC_WAKE_CHANNELS channels, and every wake-up of a channel first bumps
+ * the channel's wake count; a waiter reads the count before its try and
+ * does not go to sleep if it has moved since, so no wake-up is lost
+ * between a failed try and the sleep (each try runs in a subtransaction,
+ * so the usual "prepare to sleep, then check" of condition variables does
+ * not fit).  The first waiter in line also sets its timeout to the
+ * current holder's expiry, so it wakes at that instant without help from
+ * anybody else, and nobody sleeps longer than DSYNC_WAIT_CAP_MS in one go
+ * (a safety net for a wall clock that jumps and for changes made behind
+ * dsync's back).
  *
  * Order.  Waiters queue in shared memory with a ticket taken when they
  * start waiting.  Only the waiter with the lowest ticket for a name may
@@ -26,15 +25,16 @@
  *
  * Waking.  Every row lock or insert lock dsync takes on a lease (store.c)
  * notes the lease's channel in backend memory, because whoever meets that
- * lock must look again once it is gone; the channels are broadcast when
- * the transaction ends, once its outcome is visible and its locks are
+ * lock must look again once it is gone; the channels are woken when the
+ * transaction ends, once its outcome is visible and its locks are
  * released (the AFTER_LOCKS phase of releasing the top-level resource
  * owner), never before.  A commit may have freed the lease or changed its
  * expiry; a rollback undoes a grant, renewal or guard, while a rolled-back
  * release grants nothing and its waiters only look again.  A rolled-back
- * savepoint wakes them once its own locks are gone.  Broadcasting needs no
- * catalog access and cannot fail, which is what code running after commit
- * requires.
+ * savepoint wakes them once its own locks are gone.  Waking a channel
+ * sets the latch of the first waiter in line for each name on it, who
+ * passes the turn on when it leaves the queue; it needs no catalog access
+ * and cannot fail, which is what code running after commit requires.
  *
  * PREPARE TRANSACTION never runs those callbacks at COMMIT PREPARED, so a
  * transaction that changed a lease cannot be prepared.
@@ -47,6 +47,7 @@
 #include "common/hashfn.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/latch.h"
 #include "pgstat.h"
 #include "port/pg_bitutils.h"
 #include "storage/ipc.h"
@@ -108,16 +109,6 @@ DsyncWaitKeyEvent(text *name)
 }
 
 /*
- * DsyncWaitChannel
- *		The condition variable that waiters on this key sleep on.
- */
-ConditionVariable *
-DsyncWaitChannel(uint64 key)
-{
-	return &dsync_shared->wake[key % DSYNC_WAKE_CHANNELS].cv;
-}
-
-/*
  * DsyncWaitRegisterCallbacks
  *		Hook transaction end in this backend, once.
  */
@@ -151,13 +142,70 @@ DsyncWakeAtEnd(uint64 key)
 
 /*
  * DsyncWakeChannel
- *		Wake every sleeper on one channel.
+ *		Wake the first waiter in line for each name on one channel.
+ *
+ * Only the first in line may take what it waits for (DsyncWaitMayTake), so
+ * waking the others would only make them look and sleep again: with many
+ * waiters on one lease, a broadcast costs a wake-up per waiter per hand-off.
+ * The one woken passes the turn on when it leaves the queue.  The channel's
+ * wake count goes up first, so that a waiter between its try and its sleep
+ * notices (DsyncWaitSleep).
  */
 static void
 DsyncWakeChannel(int channel)
 {
+	uint64		keys[DSYNC_WAKE_MAX_KEYS];
+	uint64		tickets[DSYNC_WAKE_MAX_KEYS];
+	int			procnos[DSYNC_WAKE_MAX_KEYS];
+	int			nkeys = 0;
+	bool		overflow = false;
+
 	pg_atomic_fetch_add_u64(&dsync_shared->wakes[channel], 1);
-	ConditionVariableBroadcast(&dsync_shared->wake[channel].cv);
+	if (pg_atomic_read_u32(&dsync_shared->waiting[channel]) == 0)
+		return;
+
+	LWLockAcquire(dsync_shared->lock, LW_SHARED);
+	for (int i = 0; i < dsync_shared->nslots; i++)
+	{
+		DsyncWaiterSlot *slot = &dsync_shared->slots[i];
+		int			k;
+
+		if (!slot->in_use || slot->key % DSYNC_WAKE_CHANNELS != (uint64) channel)
+			continue;
+		for (k = 0; k < nkeys; k++)
+			if (keys[k] == slot->key && slot->dbid == dsync_shared->slots[procnos[k]].dbid)
+				break;
+		if (k == nkeys)
+		{
+			if (nkeys == DSYNC_WAKE_MAX_KEYS)
+			{
+				overflow = true;
+				break;
+			}
+			keys[nkeys] = slot->key;
+			tickets[nkeys] = slot->ticket;
+			procnos[nkeys++] = i;
+		}
+		else if (slot->ticket < tickets[k])
+		{
+			tickets[k] = slot->ticket;
+			procnos[k] = i;
+		}
+	}
+	if (overflow)
+	{
+		/* Too many names share the channel: wake everybody on it. */
+		for (int i = 0; i < dsync_shared->nslots; i++)
+			if (dsync_shared->slots[i].in_use &&
+				dsync_shared->slots[i].key % DSYNC_WAKE_CHANNELS == (uint64) channel)
+				SetLatch(&ProcGlobal->allProcs[i].procLatch);
+		nkeys = 0;
+	}
+	LWLockRelease(dsync_shared->lock);
+
+	/* Waiter slots are indexed by pgprocno. */
+	for (int k = 0; k < nkeys; k++)
+		SetLatch(&ProcGlobal->allProcs[procnos[k]].procLatch);
 }
 
 /*
@@ -395,7 +443,6 @@ DsyncWaitDequeue(void)
 void
 DsyncWaitSleep(uint64 key, TimestampTz wake_at, uint64 generation)
 {
-	ConditionVariable *cv = DsyncWaitChannel(key);
 	long		ms = DSYNC_WAIT_CAP_MS;
 
 	if (wake_at != 0)
@@ -406,12 +453,13 @@ DsyncWaitSleep(uint64 key, TimestampTz wake_at, uint64 generation)
 		ms = Max(Min((until + 999) / 1000, (int64) DSYNC_WAIT_CAP_MS), 1);
 	}
 
-	ConditionVariablePrepareToSleep(cv);
-	if (DsyncWaitGeneration(key) == generation)
-		(void) ConditionVariableTimedSleep(cv, ms, PG_WAIT_EXTENSION);
-	ConditionVariableCancelSleep();
+	if (DsyncWaitGeneration(key) != generation)
+		return;
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 ms, PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
 }
-
 /*
  * DsyncWaiterOrder
  *		qsort comparator: queue order (ticket).
