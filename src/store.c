@@ -7,12 +7,11 @@
  * three reasons:
  *
  *	- Latest committed state at every isolation level.  Rows are found with
- *	  an index scan under a dirty snapshot, keeping only versions whose
- *	  inserter has committed, so a REPEATABLE READ or SERIALIZABLE caller
- *	  acts on what has been committed now, not on its old snapshot.  A
- *	  dirty snapshot is not an MVCC snapshot, which also keeps SSI out of
- *	  it: no SIREAD locks are taken and no serialization failure can come
- *	  from dsync's own reads.
+ *	  an index scan under SnapshotAny and filtered with a fresh snapshot
+ *	  (GetLatestSnapshot), so a REPEATABLE READ or SERIALIZABLE caller acts
+ *	  on what has been committed now, not on its old snapshot.  Checking
+ *	  visibility ourselves also keeps SSI out of it: no SIREAD locks are
+ *	  taken and no serialization failure can come from dsync's own reads.
  *
  *	- Control over waiting.  A row is locked with heap_lock_tuple and an
  *	  explicit wait policy before it is changed: acquire uses
@@ -146,43 +145,45 @@ DsyncStoreLoadRow(DsyncStore *store, HeapTuple tuple, DsyncLeaseRow *row)
 }
 
 /*
- * DsyncStoreIsLatest
- *		Whether a tuple that a dirty snapshot has just accepted is part of
- *		the latest committed state (or this transaction's own change):
- *		the dirty snapshot also accepts rows inserted by transactions still
- *		in progress, and says so in its xmin.
+ * DsyncStoreVisibleRow
+ *		A copy of the tuple if it is visible to snapshot, else NULL.  The
+ *		buffer must be pinned; it is share-locked here for the check, which
+ *		may set hint bits.
  */
-static inline bool
-DsyncStoreIsLatest(SnapshotData *dirty)
+static DsyncLeaseRow *
+DsyncStoreVisibleRow(DsyncStore *store, HeapTuple tuple, Buffer buffer,
+					 Snapshot snapshot)
 {
-	return !TransactionIdIsValid(dirty->xmin);
+	bool		visible;
+	DsyncLeaseRow *row;
+
+	LockBuffer(buffer, BUFFER_LOCK_SHARE);
+	visible = HeapTupleSatisfiesVisibility(tuple, snapshot, buffer);
+	LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
+	if (!visible)
+		return NULL;
+
+	row = palloc(sizeof(DsyncLeaseRow));
+	DsyncStoreLoadRow(store, tuple, row);
+	return row;
 }
 
 /*
  * DsyncStoreScan
- *		All rows of one name as of the latest committed state (plus this
- *		transaction's own changes), as a List of DsyncLeaseRow.
- *
- * The index scan uses a dirty snapshot, as execReplication.c does: it
- * decides visibility at the moment each row version is looked at, so it
- * sees every commit up to then, at any isolation level, and it is not an
- * MVCC snapshot, so SSI takes no SIREAD locks.  Versions deleted by
- * committed transactions are skipped inside the heap's HOT chain walk, so
- * even a long chain (which an old snapshot elsewhere keeps from being
- * pruned) costs little.
+ *		All rows of one lease name as of the latest committed state (plus
+ *		this transaction's own changes), as a List of DsyncLeaseRow.
  */
 List *
 DsyncStoreScan(DsyncStore *store, text *name)
 {
-	SnapshotData dirty;
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	ScanKeyData key;
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
 	List	   *rows = NIL;
 
-	InitDirtySnapshot(dirty);
 	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
-	scan = index_beginscan(store->rel, store->index, &dirty, 1, 0);
+	scan = index_beginscan(store->rel, store->index, SnapshotAny, 1, 0);
 	index_rescan(scan, &key, 1, NULL, 0);
 	slot = table_slot_create(store->rel, NULL);
 
@@ -192,48 +193,44 @@ DsyncStoreScan(DsyncStore *store, text *name)
 		DsyncLeaseRow *row;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!DsyncStoreIsLatest(&dirty))
-			continue;
-		row = palloc(sizeof(DsyncLeaseRow));
-		DsyncStoreLoadRow(store, bslot->base.tuple, row);
-		rows = lappend(rows, row);
+		row = DsyncStoreVisibleRow(store, bslot->base.tuple, bslot->buffer, snapshot);
+		if (row)
+			rows = lappend(rows, row);
 	}
 
 	ExecDropSingleTupleTableSlot(slot);
 	index_endscan(scan);
+	UnregisterSnapshot(snapshot);
 	return rows;
 }
 
 /*
  * DsyncStoreScanAll
  *		Every row of the table as of the latest committed state, for the
- *		views and the reaper's start.  Like DsyncStoreScan it takes no
- *		SIREAD locks, so reading the views in a SERIALIZABLE transaction
- *		cannot make a concurrent dsync call fail serialization.
+ *		views.  Like DsyncStoreScan it takes no SIREAD locks, so reading
+ *		the views in a SERIALIZABLE transaction cannot make a concurrent
+ *		dsync call fail serialization.
  */
 List *
 DsyncStoreScanAll(DsyncStore *store)
 {
-	SnapshotData dirty;
-	TableScanDesc scan;
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	TableScanDesc scan = table_beginscan(store->rel, SnapshotAny, 0, NULL);
 	HeapTuple	tuple;
 	List	   *rows = NIL;
 
-	InitDirtySnapshot(dirty);
-	scan = table_beginscan(store->rel, &dirty, 0, NULL);
 	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
 	{
 		DsyncLeaseRow *row;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!DsyncStoreIsLatest(&dirty))
-			continue;
-		row = palloc(sizeof(DsyncLeaseRow));
-		DsyncStoreLoadRow(store, tuple, row);
-		rows = lappend(rows, row);
+		row = DsyncStoreVisibleRow(store, tuple, ((HeapScanDesc) scan)->rs_cbuf, snapshot);
+		if (row)
+			rows = lappend(rows, row);
 	}
 
 	table_endscan(scan);
+	UnregisterSnapshot(snapshot);
 	return rows;
 }
 
