@@ -322,7 +322,8 @@ WaitResult(PGconn *conn, int64_t deadline_ms, void (*on_signal) (int, void *),
 				PQclear(result);
 			result = r;
 		}
-		if (deadline_ms >= 0)
+		/* Once a result is in, the rest follows at once: never drop it. */
+		if (deadline_ms >= 0 && result == NULL)
 		{
 			int64_t		left = deadline_ms - NowMs();
 
@@ -595,11 +596,13 @@ Renew(Holding *h, const char *group)
 	if (group)
 		res = Query(h->conn,
 					"SELECT extract(epoch FROM dsync_renew($1, $2, $3::interval) - clock_timestamp()) * 1000,"
+					" extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000,"
 					" dsync_join($1, $2, $3::interval, $4::jsonb)",
 					4, params, deadline, HoldingSignal, h, &timed_out);
 	else
 		res = Query(h->conn,
-					"SELECT extract(epoch FROM dsync_renew($1, $2, $3::interval) - clock_timestamp()) * 1000",
+					"SELECT extract(epoch FROM dsync_renew($1, $2, $3::interval) - clock_timestamp()) * 1000,"
+					" extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000",
 					3, params, deadline, HoldingSignal, h, &timed_out);
 	if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
@@ -620,7 +623,7 @@ Renew(Holding *h, const char *group)
 		rc = 0;
 	else
 	{
-		SetExpiry(h, sent, atof(PQgetvalue(res, 0, 0)));
+		SetExpiry(h, sent + (int64_t) atof(PQgetvalue(res, 0, 1)), atof(PQgetvalue(res, 0, 0)));
 		rc = 1;
 	}
 	PQclear(res);
@@ -841,19 +844,27 @@ Acquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms,
 	params[3] = wait_ms < 0 ? NULL : IntervalParam(wait_ms, wait, sizeof(wait));
 	params[4] = opt->info;
 	*signo = 0;
+
+	/*
+	 * Besides the token: the time left on the lease and how long the
+	 * statement had run when that was measured (it may have waited long),
+	 * both by the server's clock.
+	 */
 	if (!PQsendQueryParams(conn,
-						   "SELECT t, extract(epoch FROM l.expires_at - clock_timestamp()) * 1000"
+						   "SELECT t, extract(epoch FROM l.expires_at - clock_timestamp()) * 1000,"
+						   "       extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000"
 						   "  FROM dsync_acquire($1, $2, $3::interval, $4::interval, $5::jsonb) AS t"
 						   "  LEFT JOIN dsync_leases l ON l.lease = $1 AND l.holder = $2",
 						   5, NULL, params, NULL, NULL, 0))
 		Fatal(EXIT_UNAVAILABLE, "could not send the acquire: %s", PQerrorMessage(conn));
 	for (;;)
 	{
-		res = WaitResult(conn, *signo ? NowMs() : -1, LockSignalWhileWaiting, signo,
-						 &timed_out);
-		if (*signo && (res == NULL || timed_out))
+		res = WaitResult(conn, NowMs() + 100, LockSignalWhileWaiting, signo, &timed_out);
+		if (res != NULL || !timed_out)
+			break;
+		if (*signo)
 		{
-			/* Give up waiting: cancel the statement, then drain it. */
+			/* Give up waiting: cancel the statement and take its outcome. */
 			PGcancel   *cancel = PQgetCancel(conn);
 			char		err[256];
 
@@ -863,21 +874,30 @@ Acquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms,
 				PQfreeCancel(cancel);
 			}
 			res = WaitResult(conn, NowMs() + 5000, NULL, NULL, &timed_out);
-			if (res)
-				PQclear(res);
-			return NULL;
+			break;
 		}
-		break;
 	}
 	if (res == NULL)
+	{
+		if (*signo)
+			return NULL;
 		Fatal(EXIT_UNAVAILABLE, "connection lost while acquiring: %s", PQerrorMessage(conn));
+	}
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+	{
+		if (*signo)
+		{
+			PQclear(res);
+			return NULL;		/* cancelled */
+		}
 		Fatal(EXIT_SOFTWARE, "could not acquire \"%s\": %s", lease, PQresultErrorMessage(res));
+	}
 	if (!PQgetisnull(res, 0, 0))
 	{
 		token = strdup(PQgetvalue(res, 0, 0));
 		if (h)
-			SetExpiry(h, sent, PQgetisnull(res, 0, 1) ? (double) opt->ttl_ms :
+			SetExpiry(h, sent + (int64_t) atof(PQgetvalue(res, 0, 2)),
+					  PQgetisnull(res, 0, 1) ? (double) opt->ttl_ms :
 					  atof(PQgetvalue(res, 0, 1)));
 	}
 	PQclear(res);
@@ -925,6 +945,8 @@ CommandLock(Options *opt)
 	if (signo)
 	{
 		Note("interrupted while waiting for \"%s\"", opt->name);
+		if (token)
+			Release(&h, NULL);	/* granted just as we gave up */
 		return 128 + signo;
 	}
 	if (token == NULL)
@@ -1284,6 +1306,7 @@ main(int argc, char **argv)
 	const char *cmd;
 	int			c;
 	bool		ttl_given = false;
+	bool		saw_dashdash = false;
 
 	memset(&opt, 0, sizeof(opt));
 	opt.wait_ms = -1;
@@ -1291,6 +1314,7 @@ main(int argc, char **argv)
 	opt.permits = 1;
 
 	/* Options before the command word, then the command's own. */
+	opterr = 0;
 	while ((c = getopt_long(argc, argv, "+hV", long_options, NULL)) != -1)
 	{
 		switch (c)
@@ -1305,7 +1329,7 @@ main(int argc, char **argv)
 				printf("dsync %s\n", DSYNC_VERSION);
 				return 0;
 			default:
-				UsageError("unexpected option before the command");
+				UsageError("unexpected option \"%s\" before the command", argv[optind - 1]);
 		}
 	}
 	if (optind >= argc)
@@ -1315,58 +1339,74 @@ main(int argc, char **argv)
 		strcmp(cmd, "watch") != 0 && strcmp(cmd, "status") != 0)
 		UsageError("unknown command \"%s\"", cmd);
 
-	/* The command's operand may come before or after its options. */
-	if (optind < argc && argv[optind][0] != '-')
-		opt.name = argv[optind++];
-	while ((c = getopt_long(argc, argv, "+hV", long_options, NULL)) != -1)
+	/*
+	 * The command's options, and its one operand (a name) before, between
+	 * or after them; "--" ends them.
+	 */
+	opterr = 0;
+	for (;;)
 	{
-		switch (c)
+		while ((c = getopt_long(argc, argv, "+:hV", long_options, NULL)) != -1)
 		{
-			case 'd':
-				opt.dsn = optarg;
-				break;
-			case 't':
-				opt.ttl_ms = ParseDuration("--ttl", optarg, false);
-				ttl_given = true;
-				break;
-			case 'w':
-				opt.wait_ms = ParseDuration("--wait", optarg, true);
-				break;
-			case 'p':
-				{
-					char	   *end;
-					long		v = strtol(optarg, &end, 10);
+			switch (c)
+			{
+				case 'd':
+					opt.dsn = optarg;
+					break;
+				case 't':
+					opt.ttl_ms = ParseDuration("--ttl", optarg, false);
+					ttl_given = true;
+					break;
+				case 'w':
+					opt.wait_ms = ParseDuration("--wait", optarg, true);
+					break;
+				case 'p':
+					{
+						char	   *end;
+						long		v = strtol(optarg, &end, 10);
 
-					if (*end != '\0' || v < 1 || v > 65535)
-						UsageError("invalid --permits \"%s\": expected 1 to 65535", optarg);
-					opt.permits = (int) v;
-				}
-				break;
-			case 'H':
-			case 'i':
-				opt.holder = optarg;
-				break;
-			case 'I':
-				opt.info = optarg;
-				break;
-			case 'g':
-				opt.grace_ms = ParseDuration("--grace", optarg, true);
-				break;
-			case 'j':
-				opt.json = true;
-				break;
-			case 'h':
-				Usage(stdout);
-				return 0;
-			case 'V':
-				printf("dsync %s\n", DSYNC_VERSION);
-				return 0;
-			default:
-				UsageError("invalid option for \"%s\"", cmd);
+						if (*end != '\0' || v < 1 || v > 65535)
+							UsageError("invalid --permits \"%s\": expected 1 to 65535", optarg);
+						opt.permits = (int) v;
+					}
+					break;
+				case 'H':
+				case 'i':
+					opt.holder = optarg;
+					break;
+				case 'I':
+					opt.info = optarg;
+					break;
+				case 'g':
+					opt.grace_ms = ParseDuration("--grace", optarg, true);
+					break;
+				case 'j':
+					opt.json = true;
+					break;
+				case 'h':
+					Usage(stdout);
+					return 0;
+				case 'V':
+					printf("dsync %s\n", DSYNC_VERSION);
+					return 0;
+				case ':':
+					UsageError("option \"%s\" needs a value", argv[optind - 1]);
+					break;
+				default:
+					UsageError("invalid option \"%s\" for \"%s\"", argv[optind - 1], cmd);
+			}
 		}
-	}
-	if (opt.name == NULL && optind < argc && strcmp(argv[optind - 1], "--") != 0)
+		if (strcmp(argv[optind - 1], "--") == 0)
+		{
+			saw_dashdash = true;
+			break;
+		}
+		if (optind >= argc)
+			break;
+		if (opt.name != NULL)
+			break;				/* a second operand: complained about below */
 		opt.name = argv[optind++];
+	}
 
 	if (strcmp(cmd, "lock") == 0 || strcmp(cmd, "elect") == 0)
 	{
@@ -1374,7 +1414,9 @@ main(int argc, char **argv)
 
 		if (opt.name == NULL || opt.name[0] == '\0')
 			UsageError("%s needs a %s name", cmd, elect ? "group" : "lease");
-		if (strcmp(argv[optind - 1], "--") != 0 || optind >= argc)
+		if (!saw_dashdash && optind < argc)
+			UsageError("unexpected argument \"%s\" (the command goes after \"--\")", argv[optind]);
+		if (!saw_dashdash || optind >= argc)
 			UsageError("%s needs \"-- COMMAND [ARGS...]\"", cmd);
 		if (elect && (opt.permits != 1 || opt.wait_ms >= 0))
 			UsageError("elect takes no --permits or --wait");

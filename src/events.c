@@ -347,7 +347,8 @@ DsyncEventMakeRoom(void)
 	Size		needed = 0;
 	ListCell   *lc;
 
-	if (slot == NULL)
+	/* The reaper would only be waiting for itself. */
+	if (slot == NULL || slot->pid == MyProcPid)
 		return;
 	foreach(lc, pending_events)
 		needed += DsyncEventEntrySize(&((DsyncPendingEvent *) lfirst(lc))->event);

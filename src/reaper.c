@@ -332,27 +332,6 @@ ReaperDrainQueue(void)
 }
 
 /*
- * ReaperNewEvent
- *		An event to announce once the reap transaction has committed.
- */
-static DsyncEvent *
-ReaperNewEvent(DsyncEventKind kind, const ReaperKey *key, Datum holder,
-			   int64 fencing, TimestampTz expires_at)
-{
-	MemoryContext oldcontext = MemoryContextSwitchTo(reaper_loop_cxt);
-	DsyncEvent *event = palloc(sizeof(DsyncEvent));
-
-	event->kind = kind;
-	event->slot = key->slot;
-	event->name = pstrdup(key->name);
-	event->holder = TextDatumGetCString(holder);
-	event->fencing = fencing;
-	event->expires_at = expires_at;
-	MemoryContextSwitchTo(oldcontext);
-	return event;
-}
-
-/*
  * ReaperPublishXid
  *		Before the first row lock of a reap transaction: acquirers that
  *		meet our row locks wait for us (see DsyncStoreLock) instead of
@@ -368,12 +347,12 @@ ReaperPublishXid(void)
 /*
  * ReaperLookAtLease
  *		A lease permit's deadline has come: clear it if it has expired.
- *		Returns when to look at it again (0: never) and sets *event to the
- *		"expired" event of a cleared lease.
+ *		Returns when to look at it again (0: never) and sets *cleared if it
+ *		deleted the lease (its "expired" event is queued at commit).
  */
 static TimestampTz
 ReaperLookAtLease(DsyncStore *store, const ReaperKey *key, TimestampTz now,
-				  DsyncEvent **event)
+				  bool *cleared)
 {
 	List	   *rows = DsyncStoreScan(store, cstring_to_text(key->name));
 	ListCell   *lc;
@@ -399,11 +378,19 @@ ReaperLookAtLease(DsyncStore *store, const ReaperKey *key, TimestampTz now,
 				return 0;
 			if (DsyncRowIsLive(row, GetCurrentTimestamp()))
 				return DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]);
-			*event = ReaperNewEvent(DSYNC_EVENT_EXPIRED, key,
-									row->values[Anum_lease_holder - 1],
-									DatumGetInt64(row->values[Anum_lease_fencing - 1]),
-									DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]));
+			/*
+			 * The event is queued at our commit, before our locks go.  An
+			 * acquirer that takes the name next needs either the row lock
+			 * (it waits for us) or the permit's insert lock, which we hold
+			 * from here on: either way its "acquired" is queued after this
+			 * "expired".
+			 */
+			if (!DsyncStoreInsertLock(DSYNC_TABLE_LEASE, DatumGetTextPP(row->values[Anum_lease_name - 1]),
+									  key->slot, false))
+				return TimestampTzPlusMilliseconds(now, DSYNC_BUSY_RETRY_MS);
+			DsyncEventRecord(DSYNC_EVENT_EXPIRED, row);
 			DsyncStoreDelete(store, row);
+			*cleared = true;
 			return 0;
 		case TM_WouldBlock:
 			/* Being taken over or guarded: look again soon. */
@@ -421,7 +408,7 @@ ReaperLookAtLease(DsyncStore *store, const ReaperKey *key, TimestampTz now,
  */
 static TimestampTz
 ReaperLookAtMember(DsyncStore *store, const ReaperKey *key, TimestampTz now,
-				   DsyncEvent **event)
+				   bool *cleared)
 {
 	List	   *rows = DsyncStoreScan(store, cstring_to_text(key->name));
 	ListCell   *lc;
@@ -449,9 +436,11 @@ ReaperLookAtMember(DsyncStore *store, const ReaperKey *key, TimestampTz now,
 			expiry = DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]);
 			if (expiry > GetCurrentTimestamp())
 				return expiry;
-			*event = ReaperNewEvent(DSYNC_EVENT_MEMBER_EXPIRED, key,
-									row->values[Anum_member_member - 1], 0, expiry);
+			DsyncEventRecordRaw(DSYNC_EVENT_MEMBER_EXPIRED,
+								DatumGetTextPP(row->values[Anum_member_grp - 1]),
+								DatumGetTextPP(row->values[Anum_member_member - 1]), expiry);
 			DsyncStoreDelete(store, row);
+			*cleared = true;
 			return 0;
 		case TM_WouldBlock:
 			return TimestampTzPlusMilliseconds(now, DSYNC_BUSY_RETRY_MS);
@@ -463,8 +452,9 @@ ReaperLookAtMember(DsyncStore *store, const ReaperKey *key, TimestampTz now,
 /*
  * ReaperReapDue
  *		Clear up to dsync.reap_batch_size due leases and members in one
- *		transaction, then keep their events for sending.  Returns how many
- *		it cleared, or -1 if the extension is gone.
+ *		transaction; their events go through the queue like everybody
+ *		else's.  Returns how many it cleared, or -1 if the extension is
+ *		gone.
  */
 static int
 ReaperReapDue(bool *more)
@@ -473,7 +463,6 @@ ReaperReapDue(bool *more)
 	DsyncStore	leases;
 	DsyncStore	members;
 	bool		has_members;
-	List	   *expired = NIL;
 	int			cleared = 0;
 	int			looked = 0;
 
@@ -498,7 +487,7 @@ ReaperReapDue(bool *more)
 												   pairingheap_first(reaper_heap));
 		TimestampTz now = GetCurrentTimestamp();
 		TimestampTz next = 0;
-		DsyncEvent *event = NULL;
+		bool		done = false;
 
 		if (entry->deadline > now)
 			break;
@@ -511,17 +500,11 @@ ReaperReapDue(bool *more)
 		(void) pairingheap_remove_first(reaper_heap);
 
 		if (entry->key.kind == REAPER_LEASE)
-			next = ReaperLookAtLease(&leases, &entry->key, now, &event);
+			next = ReaperLookAtLease(&leases, &entry->key, now, &done);
 		else if (has_members)
-			next = ReaperLookAtMember(&members, &entry->key, now, &event);
-		if (event)
-		{
-			MemoryContext oldcontext = MemoryContextSwitchTo(reaper_loop_cxt);
-
-			expired = lappend(expired, event);
-			MemoryContextSwitchTo(oldcontext);
+			next = ReaperLookAtMember(&members, &entry->key, now, &done);
+		if (done)
 			cleared++;
-		}
 
 		if (next != 0)
 		{
@@ -539,14 +522,8 @@ ReaperReapDue(bool *more)
 	CommitTransactionCommand();
 	reaper_slot->reaper_xid = InvalidTransactionId;
 
-	/*
-	 * Events committed before our deletions (say, the grant of a lease we
-	 * just cleared) are in the queue: take them first, so that listeners
-	 * get each lease's events in commit order.
-	 */
+	/* Our "expired" events are in the queue now, in commit order. */
 	ReaperDrainQueue();
-	if (expired != NIL && dsync_events)
-		ReaperKeepUnsent(expired);
 	return cleared;
 }
 
