@@ -1329,7 +1329,7 @@ main(int argc, char **argv)
 				printf("dsync %s\n", DSYNC_VERSION);
 				return 0;
 			default:
-				UsageError("unexpected option \"%s\" before the command", argv[optind - 1]);
+				UsageError("only --dsn may come before the command (lock, elect, watch or status)");
 		}
 	}
 	if (optind >= argc)

@@ -279,7 +279,7 @@ my @usage_cases = (
 	[ [ 'lock', 'L', '--ttl', '100ms', '--', 'true' ], qr/--ttl must be at least 300ms/, 'ttl below 300ms' ],
 	[ [ 'lock', 'L', '--wait', '-1', '--', 'true' ], qr/invalid --wait "-1"/,   'negative wait' ],
 	[ [ 'lock', 'L', '--grace', '2d', '--', 'true' ], qr/invalid --grace "2d"/, 'bad grace' ],
-	[ [ 'lock', 'L', 'true' ],                   qr/lock needs "-- COMMAND/,    'lock without --' ],
+	[ [ 'lock', 'L', 'true' ],                   qr/unexpected argument "true" \(the command goes after "--"\)/, 'lock without --' ],
 	[ [ 'lock', 'L', '--' ],                     qr/lock needs "-- COMMAND/,    'lock with nothing after --' ],
 	[ [ 'lock', 'L' ],                           qr/lock needs "-- COMMAND/,    'lock without a command' ],
 	[ [ 'lock', '--', 'true' ],                  qr/lock needs a lease name/,   'lock without a name' ],
@@ -292,8 +292,9 @@ my @usage_cases = (
 	[ [ 'watch' ],                               qr/watch needs a group or lease name/, 'watch without a name' ],
 	[ [ 'status', '--ttl', '3s' ],               qr/status takes no --ttl/,     'status with --ttl' ],
 	[ [ 'status', 'a', 'b' ],                    qr/unexpected argument "b"/,   'status with two names' ],
-	[ [ 'lock', 'L', '--bogus', '--', 'true' ],  qr/invalid option for "lock"/, 'unknown option' ],
-	[ [ '--ttl', '3s', 'lock', 'L', '--', 'true' ], qr/unexpected option before the command/, 'command option before the command' ],
+	[ [ 'lock', 'L', '--bogus', '--', 'true' ],  qr/invalid option "--bogus" for "lock"/, 'unknown option' ],
+	[ [ '--ttl', '3s', 'lock', 'L', '--', 'true' ], qr/only --dsn may come before the command/, 'command option before the command' ],
+	[ [ 'lock', 'L', '--ttl' ],                  qr/option "--ttl" needs a value/, 'option without its value' ],
 );
 for my $case (@usage_cases)
 {
