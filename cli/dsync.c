@@ -56,6 +56,10 @@
 #define EXIT_SOFTWARE		70
 #define EXIT_TEMPFAIL		75
 
+/* libpq's connect_timeout, which bounds a reconnect attempt. */
+#define CONNECT_TIMEOUT_S	"2"
+#define CONNECT_TIMEOUT_MS	2000
+
 /* Options shared by the commands. */
 typedef struct Options
 {
@@ -188,7 +192,7 @@ ParseDuration(const char *opt, const char *text, bool allow_zero)
 
 	errno = 0;
 	value = strtod(text, &end);
-	if (end == text || errno != 0 || value < 0)
+	if (end == text || errno != 0 || !(value >= 0) || value > 1e15)
 		UsageError("invalid %s \"%s\": expected a duration such as 30s", opt, text);
 	if (strcmp(end, "ms") == 0)
 		scale = 1;
@@ -276,7 +280,7 @@ static PGconn *
 Connect(const Options *opt, bool quiet)
 {
 	const char *keys[] = {"dbname", "connect_timeout", "application_name", NULL};
-	const char *values[] = {opt->dsn ? opt->dsn : "", "2", "dsync", NULL};
+	const char *values[] = {opt->dsn ? opt->dsn : "", CONNECT_TIMEOUT_S, "dsync", NULL};
 	PGconn	   *conn = PQconnectdbParams(keys, values, 1);
 
 	if (PQstatus(conn) != CONNECTION_OK)
@@ -455,9 +459,8 @@ HoldingSignal(int signo, void *arg)
 		return;
 	}
 	if (h->child > 0 && !h->exited)
-		kill(h->child, signo);
-	else
-		h->stop_signal = signo;
+		kill(-h->child, signo);
+	h->stop_signal = signo;
 }
 
 /*
@@ -477,7 +480,7 @@ StopChild(Holding *h, const char *why, int64_t kill_by)
 	}
 	Note("%s; stopping the command (pid %d)", why, (int) h->child);
 	h->lost = true;
-	kill(h->child, SIGTERM);
+	kill(-h->child, SIGTERM);
 	h->kill_at = (kill_by >= 0 && kill_by < kill_at) ? kill_by : kill_at;
 }
 
@@ -489,6 +492,8 @@ static void
 StartChild(Holding *h, const char *token)
 {
 	pid_t		pid;
+
+	pid_t		parent = getpid();
 
 	fflush(stdout);
 	fflush(stderr);
@@ -512,9 +517,11 @@ StartChild(Holding *h, const char *token)
 		 * any more: the command must not outlive it.
 		 */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() == 1)
+		if (getppid() != parent)
 			_exit(EXIT_SOFTWARE);
 #endif
+		/* Its own process group, so that stopping it stops what it started. */
+		setpgid(0, 0);
 		setenv("DSYNC_LEASE", h->lease, 1);
 		setenv("DSYNC_HOLDER", h->opt->holder, 1);
 		setenv("DSYNC_FENCING_TOKEN", token, 1);
@@ -523,6 +530,7 @@ StartChild(Holding *h, const char *token)
 				h->opt->command[0], strerror(errno));
 		_exit(127);
 	}
+	setpgid(pid, pid);			/* also here: no race with the first kill */
 	h->child = pid;
 	h->exited = false;
 	h->lost = false;
@@ -623,8 +631,16 @@ Renew(Holding *h, const char *group)
 		rc = 0;
 	else
 	{
+		PGnotify   *notify;
+
 		SetExpiry(h, sent + (int64_t) atof(PQgetvalue(res, 0, 1)), atof(PQgetvalue(res, 0, 0)));
 		rc = 1;
+		/* A notification read along with the answer: look again at once. */
+		while ((notify = PQnotifies(h->conn)) != NULL)
+		{
+			PQfreemem(notify);
+			h->renew_at = NowMs();
+		}
 	}
 	PQclear(res);
 	return rc;
@@ -647,12 +663,19 @@ Listen(Holding *h)
 
 	if (h->conn == NULL)
 		return;
-	res = Query(h->conn, "SELECT dsync_channel($1)", 1, params, NowMs() + 5000,
+	int64_t		deadline = NowMs() + 5000;
+
+	if (h->expires_ms > 0 && KillDeadline(h) < deadline)
+		deadline = KillDeadline(h);
+	res = Query(h->conn, "SELECT dsync_channel($1)", 1, params, deadline,
 				HoldingSignal, h, &timed_out);
 	if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
 		if (res)
 			PQclear(res);
+		/* A query still running would get in the renewal's way. */
+		PQfinish(h->conn);
+		h->conn = NULL;
 		return;
 	}
 	ident = PQescapeIdentifier(h->conn, PQgetvalue(res, 0, 0), strlen(PQgetvalue(res, 0, 0)));
@@ -662,10 +685,15 @@ Listen(Holding *h)
 	sql = malloc(strlen(ident) + 8);
 	sprintf(sql, "LISTEN %s", ident);
 	PQfreemem(ident);
-	res = Query(h->conn, sql, 0, NULL, NowMs() + 5000, HoldingSignal, h, &timed_out);
+	res = Query(h->conn, sql, 0, NULL, deadline, HoldingSignal, h, &timed_out);
 	free(sql);
 	if (res)
 		PQclear(res);
+	else
+	{
+		PQfinish(h->conn);
+		h->conn = NULL;
+	}
 }
 
 /*
@@ -722,7 +750,7 @@ HoldWhileRunning(Holding *h, const char *group)
 		if (h->lost && h->kill_at >= 0 && now >= h->kill_at)
 		{
 			Note("the command did not stop in time; killing it");
-			kill(h->child, SIGKILL);
+			kill(-h->child, SIGKILL);
 			h->kill_at = -1;
 		}
 		if (!h->lost && (now >= KillDeadline(h) ||
@@ -733,6 +761,11 @@ HoldWhileRunning(Holding *h, const char *group)
 		{
 			int			rc;
 
+			if (h->conn == NULL && NowMs() + CONNECT_TIMEOUT_MS > TermDeadline(h))
+			{
+				StopChild(h, "cannot reconnect before the lease runs out", KillDeadline(h));
+				continue;
+			}
 			if (h->conn == NULL && (h->conn = Connect(h->opt, true)) != NULL)
 				Listen(h);
 			rc = h->conn ? Renew(h, group) : -1;
@@ -828,7 +861,7 @@ LockSignalWhileWaiting(int signo, void *arg)
  */
 static char *
 Acquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms,
-		Holding *h, int *signo)
+		Holding *h, int *signo, bool *conn_lost)
 {
 	char		ttl[64];
 	char		wait[64];
@@ -881,14 +914,22 @@ Acquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms,
 	{
 		if (*signo)
 			return NULL;
+		if (conn_lost)
+		{
+			Note("connection lost while waiting: %s", PQerrorMessage(conn));
+			*conn_lost = true;
+			return NULL;
+		}
 		Fatal(EXIT_UNAVAILABLE, "connection lost while acquiring: %s", PQerrorMessage(conn));
 	}
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
-		if (*signo)
+		if (*signo || (conn_lost && PQstatus(conn) != CONNECTION_OK))
 		{
+			if (conn_lost && !*signo)
+				*conn_lost = true;
 			PQclear(res);
-			return NULL;		/* cancelled */
+			return NULL;		/* cancelled, or the connection went */
 		}
 		Fatal(EXIT_SOFTWARE, "could not acquire \"%s\": %s", lease, PQresultErrorMessage(res));
 	}
@@ -941,7 +982,7 @@ CommandLock(Options *opt)
 		PQclear(res);
 	}
 
-	token = Acquire(h.conn, opt, opt->name, opt->wait_ms, &h, &signo);
+	token = Acquire(h.conn, opt, opt->name, opt->wait_ms, &h, &signo, NULL);
 	if (signo)
 	{
 		Note("interrupted while waiting for \"%s\"", opt->name);
@@ -958,8 +999,8 @@ CommandLock(Options *opt)
 
 	StartChild(&h, token);
 	HoldWhileRunning(&h, NULL);
-	if (!h.lost)
-		Release(&h, NULL);
+	/* Also after a stop for failed renewals: if we still hold it, let go. */
+	Release(&h, NULL);
 	if (h.conn)
 		PQfinish(h.conn);
 	if (h.lost)
@@ -1020,6 +1061,7 @@ CommandElect(Options *opt)
 	{
 		char	   *token = NULL;
 		int			signo = 0;
+		bool		conn_lost = false;
 
 		/* Campaign: block in the server, a third of the ttl at a time. */
 		while (token == NULL)
@@ -1044,11 +1086,20 @@ CommandElect(Options *opt)
 				Release(&h, opt->name);
 				return 128 + h.stop_signal;
 			}
-			token = Acquire(h.conn, opt, opt->name, opt->ttl_ms / 3, &h, &signo);
+			token = Acquire(h.conn, opt, opt->name, opt->ttl_ms / 3, &h, &signo, &conn_lost);
 			if (signo)
 			{
+				if (token)
+					free(token);
 				Release(&h, opt->name);
 				return 128 + signo;
+			}
+			if (conn_lost)
+			{
+				/* Reconnect and campaign again (the loop above). */
+				PQfinish(h.conn);
+				h.conn = NULL;
+				conn_lost = false;
 			}
 		}
 
@@ -1062,6 +1113,12 @@ CommandElect(Options *opt)
 			if (h.conn)
 				PQfinish(h.conn);
 			return ChildExitCode(h.status);
+		}
+		if (h.stop_signal)
+		{
+			/* Asked to stop while the command was being stopped. */
+			Release(&h, opt->name);
+			return 128 + h.stop_signal;
 		}
 		Note("no longer leader of \"%s\"; campaigning again", opt->name);
 		h.renew_at = 0;

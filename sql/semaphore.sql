@@ -74,3 +74,15 @@ SELECT has_table_privilege('public', 'dsync_semaphore', 'INSERT') AS public_can_
 
 SELECT dsync_force_release('late') + dsync_force_release('single') AS cleaned;
 SELECT dsync_semaphore_drop('late') AND dsync_semaphore_drop('single') AND dsync_semaphore_drop('s-max') AS dropped_all;
+
+-- shrinking a semaphore: holders of the old count keep their permits and
+-- nobody new comes in until they are fewer than the new count
+SELECT dsync_semaphore_create('shrink', 3) AS created;
+SELECT count(dsync_acquire('shrink', h, '1 minute')) AS granted FROM unnest(ARRAY['a', 'b', 'c']) h;
+SELECT dsync_semaphore_drop('shrink') AND dsync_semaphore_create('shrink', 1) AS recreated_with_1;
+SELECT dsync_release('shrink', 'a') AS released_a;
+SELECT dsync_acquire('shrink', 'd') IS NULL AS d_refused_while_two_hold;
+SELECT dsync_release('shrink', 'b') AND dsync_release('shrink', 'c') AS released_b_c;
+SELECT dsync_acquire('shrink', 'd') IS NOT NULL AS d_granted_when_free;
+SELECT dsync_force_release('shrink') AS cleaned;
+SELECT dsync_semaphore_drop('shrink') AS dropped;

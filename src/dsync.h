@@ -276,6 +276,7 @@ extern bool DsyncRowOwnerIsCaller(const DsyncLeaseRow *row);
 
 /* semaphore.c */
 extern int	DsyncSemaphorePermits(FunctionCallInfo fcinfo, text *name);
+extern int	DsyncSemaphorePermitsFor(FunctionCallInfo fcinfo, text *name, bool for_grant);
 
 /* lease.c: shared with the other kinds of waits */
 extern TimestampTz DsyncWaitDeadline(bool forever, int64 wait_usec);

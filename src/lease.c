@@ -244,6 +244,21 @@ LeaseTryAcquire(DsyncStore *store, text *lease, const LeaseGrant *grant,
 		if (!may_take)
 			return false;
 
+		/*
+		 * Every live holder counts, in whatever slot: holders from before a
+		 * semaphore was dropped or re-created with fewer permits keep their
+		 * permits, and nobody new comes in until they are fewer.
+		 */
+		{
+			int			live = 0;
+
+			foreach(lc, rows)
+				if (DsyncRowIsLive(lfirst(lc), GetCurrentTimestamp()))
+					live++;
+			if (live >= permits)
+				return false;
+		}
+
 		/* Take the first existing permit that is free or expired. */
 		slot_used = palloc0(sizeof(bool) * permits);
 		foreach(lc, rows)
@@ -369,7 +384,7 @@ LeaseAttempt(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
 
 		DsyncStoreOpen(&store, fcinfo, true);
 		granted = LeaseTryAcquire(&store, lease, grant,
-								  DsyncSemaphorePermits(fcinfo, lease),
+								  DsyncSemaphorePermitsFor(fcinfo, lease, true),
 								  may_take, token, next_expiry);
 		DsyncStoreClose(&store);
 
@@ -510,7 +525,7 @@ dsync_acquire(PG_FUNCTION_ARGS)
 
 		DsyncStoreOpen(&store, fcinfo, true);
 		granted = LeaseTryAcquire(&store, lease, &grant,
-								  DsyncSemaphorePermits(fcinfo, lease),
+								  DsyncSemaphorePermitsFor(fcinfo, lease, true),
 								  DsyncWaitMayTake(DsyncWaitKey(lease)),
 								  &token, &next_expiry);
 		DsyncStoreClose(&store);

@@ -47,6 +47,20 @@ SemaphoreFind(DsyncStore *store, text *name)
 int
 DsyncSemaphorePermits(FunctionCallInfo fcinfo, text *name)
 {
+	return DsyncSemaphorePermitsFor(fcinfo, name, false);
+}
+
+/*
+ * DsyncSemaphorePermitsFor
+ *		The same; for a grant (for_grant), the definition is also share-
+ *		locked until the caller's transaction ends, so that no drop or
+ *		re-creation with another count can commit between our reading the
+ *		count and our grant committing.  Returns 0 (grant nothing now) if
+ *		the definition is being changed right now.
+ */
+int
+DsyncSemaphorePermitsFor(FunctionCallInfo fcinfo, text *name, bool for_grant)
+{
 	const DsyncCatalog *catalog = DsyncCatalogGet(fcinfo);
 	DsyncStore	store;
 	DsyncLeaseRow *row;
@@ -54,10 +68,27 @@ DsyncSemaphorePermits(FunctionCallInfo fcinfo, text *name)
 
 	if (!OidIsValid(catalog->rels[DSYNC_TABLE_SEMAPHORE]))
 		return 1;
-	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_SEMAPHORE, false);
-	row = SemaphoreFind(&store, name);
-	if (row)
+	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_SEMAPHORE, for_grant);
+	for (;;)
+	{
+		row = SemaphoreFind(&store, name);
+		if (row == NULL)
+			break;
+		if (for_grant)
+		{
+			TM_Result	result = DsyncStoreLock(&store, row, LockTupleKeyShare, LockWaitSkip);
+
+			if (result == TM_WouldBlock)
+			{
+				permits = 0;
+				break;
+			}
+			if (result != TM_Ok)
+				continue;		/* changed meanwhile: read it again */
+		}
 		permits = DatumGetInt32(row->values[Anum_semaphore_permits - 1]);
+		break;
+	}
 	DsyncStoreClose(&store);
 	return permits;
 }
