@@ -270,19 +270,66 @@ ReadSignal(void)
 	return 0;
 }
 
+static PGconn *ConnectBy(const Options *opt, bool quiet, int64_t deadline_ms);
+
 /*
  * Connect
  *		Open a connection; NULL (with a note) if the server cannot be
- *		reached.  A connect timeout keeps a dead server from blocking the
- *		renewal loop for long.
+ *		reached.  A connect timeout keeps a dead server from blocking for
+ *		long.
  */
 static PGconn *
 Connect(const Options *opt, bool quiet)
 {
+	return ConnectBy(opt, quiet, -1);
+}
+
+/*
+ * ConnectBy
+ *		Open a connection without blocking past deadline_ms (monotonic; -1:
+ *		only libpq's connect_timeout), so that a reconnect cannot delay
+ *		stopping the command.  NULL (with a note unless quiet) on failure.
+ */
+static PGconn *
+ConnectBy(const Options *opt, bool quiet, int64_t deadline_ms)
+{
 	const char *keys[] = {"dbname", "connect_timeout", "application_name", NULL};
 	const char *values[] = {opt->dsn ? opt->dsn : "", CONNECT_TIMEOUT_S, "dsync", NULL};
-	PGconn	   *conn = PQconnectdbParams(keys, values, 1);
+	PGconn	   *conn = PQconnectStartParams(keys, values, 1);
+	PostgresPollingStatusType status = PGRES_POLLING_WRITING;
 
+	if (conn == NULL)
+		return NULL;
+	while (PQstatus(conn) != CONNECTION_BAD &&
+		   status != PGRES_POLLING_OK && status != PGRES_POLLING_FAILED)
+	{
+		struct pollfd fd;
+		int			timeout = (int) CONNECT_TIMEOUT_MS;
+
+		if (deadline_ms >= 0)
+		{
+			int64_t		left = deadline_ms - NowMs();
+
+			if (left <= 0)
+			{
+				if (!quiet)
+					Note("could not connect in time");
+				PQfinish(conn);
+				return NULL;
+			}
+			if (left < timeout)
+				timeout = (int) left;
+		}
+		fd.fd = PQsocket(conn);
+		fd.events = status == PGRES_POLLING_READING ? POLLIN : POLLOUT;
+		if (fd.fd < 0 || poll(&fd, 1, timeout) < 0)
+			break;
+		if (fd.revents == 0 && deadline_ms < 0)
+			break;				/* libpq's own timeout would have ended it */
+		if (fd.revents == 0)
+			continue;			/* the deadline check above decides */
+		status = PQconnectPoll(conn);
+	}
 	if (PQstatus(conn) != CONNECTION_OK)
 	{
 		if (!quiet)
@@ -761,12 +808,9 @@ HoldWhileRunning(Holding *h, const char *group)
 		{
 			int			rc;
 
-			if (h->conn == NULL && NowMs() + CONNECT_TIMEOUT_MS > TermDeadline(h))
-			{
-				StopChild(h, "cannot reconnect before the lease runs out", KillDeadline(h));
-				continue;
-			}
-			if (h->conn == NULL && (h->conn = Connect(h->opt, true)) != NULL)
+			/* A reconnect never runs past the moment the command must be dead. */
+			if (h->conn == NULL &&
+				(h->conn = ConnectBy(h->opt, true, KillDeadline(h))) != NULL)
 				Listen(h);
 			rc = h->conn ? Renew(h, group) : -1;
 			h->renew_failing = rc < 0;
