@@ -272,14 +272,15 @@ extern void DsyncStoreOpenCatalog(DsyncStore *store, const DsyncCatalog *catalog
 /* Row helpers. */
 extern bool DsyncRowIsLive(const DsyncLeaseRow *row, TimestampTz now);
 extern bool DsyncRowHolderIs(const DsyncLeaseRow *row, text *holder);
+extern bool DsyncTextEquals(text *a, text *b);
 extern bool DsyncRowOwnerIsCaller(const DsyncLeaseRow *row);
 
 /* semaphore.c */
 extern int	DsyncSemaphorePermits(FunctionCallInfo fcinfo, text *name);
 extern int	DsyncSemaphorePermitsFor(FunctionCallInfo fcinfo, text *name, bool for_grant);
 
-/* lease.c: shared with the other kinds of waits */
-extern TimestampTz DsyncWaitDeadline(bool forever, int64 wait_usec);
+/* lease.c */
+extern text *DsyncLeaseLeader(FunctionCallInfo fcinfo, text *lease);
 
 /* fencing.c */
 extern int64 DsyncNextFencingToken(const DsyncCatalog *catalog);

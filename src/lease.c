@@ -609,24 +609,22 @@ dsync_release(PG_FUNCTION_ARGS)
 }
 
 /*
- * dsync_leader
- *		SQL: dsync_leader(lease) RETURNS text
- *
- * Read-only, so it also works on a hot standby.
+ * DsyncLeaseLeader
+ *		The holder of a live one-permit lease, or NULL: also the leader
+ *		that dsync_members marks.  A semaphore of several permits has
+ *		holders, not a leader.
  */
-Datum
-dsync_leader(PG_FUNCTION_ARGS)
+text *
+DsyncLeaseLeader(FunctionCallInfo fcinfo, text *lease)
 {
-	text	   *lease = DsyncArgName(fcinfo, 0, "lease");
 	DsyncStore	store;
 	List	   *rows;
 	ListCell   *lc;
 	text	   *leader = NULL;
 	TimestampTz now;
 
-	/* A semaphore has holders, not a leader. */
 	if (DsyncSemaphorePermits(fcinfo, lease) > 1)
-		PG_RETURN_NULL();
+		return NULL;
 
 	DsyncStoreOpen(&store, fcinfo, false);
 	rows = DsyncStoreScan(&store, lease);
@@ -640,6 +638,19 @@ dsync_leader(PG_FUNCTION_ARGS)
 			leader = DatumGetTextPP(row->values[Anum_lease_holder - 1]);
 	}
 	DsyncStoreClose(&store);
+	return leader;
+}
+
+/*
+ * dsync_leader
+ *		SQL: dsync_leader(lease) RETURNS text
+ *
+ * Read-only, so it also works on a hot standby.
+ */
+Datum
+dsync_leader(PG_FUNCTION_ARGS)
+{
+	text	   *leader = DsyncLeaseLeader(fcinfo, DsyncArgName(fcinfo, 0, "lease"));
 
 	if (leader == NULL)
 		PG_RETURN_NULL();

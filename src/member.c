@@ -45,9 +45,7 @@ MemberFind(DsyncStore *store, text *grp, text *member)
 		DsyncLeaseRow *row = lfirst(lc);
 		text	   *candidate = DatumGetTextPP(row->values[Anum_member_member - 1]);
 
-		if (VARSIZE_ANY_EXHDR(candidate) == VARSIZE_ANY_EXHDR(member) &&
-			memcmp(VARDATA_ANY(candidate), VARDATA_ANY(member),
-				   VARSIZE_ANY_EXHDR(member)) == 0)
+		if (DsyncTextEquals(candidate, member))
 			return row;
 	}
 	return NULL;
@@ -249,24 +247,14 @@ dsync_member_rows(PG_FUNCTION_ARGS)
 	text	   *grp = DsyncArgName(fcinfo, 0, "grp");
 	DsyncStore	store;
 	List	   *rows;
-	List	   *leases;
 	ListCell   *lc;
-	text	   *leader = NULL;
+	text	   *leader;
 	TimestampTz now;
 
 	InitMaterializedSRF(fcinfo, 0);
 
-	DsyncStoreOpen(&store, fcinfo, false);
-	leases = DsyncStoreScan(&store, grp);
+	leader = DsyncLeaseLeader(fcinfo, grp);
 	now = GetCurrentTimestamp();
-	foreach(lc, leases)
-	{
-		DsyncLeaseRow *row = lfirst(lc);
-
-		if (DatumGetInt32(row->values[Anum_lease_slot - 1]) == 0 && DsyncRowIsLive(row, now))
-			leader = DatumGetTextPP(row->values[Anum_lease_holder - 1]);
-	}
-	DsyncStoreClose(&store);
 
 	DsyncStoreOpenTable(&store, fcinfo, DSYNC_TABLE_MEMBER, false);
 	rows = DsyncStoreScan(&store, grp);
@@ -284,10 +272,7 @@ dsync_member_rows(PG_FUNCTION_ARGS)
 		nulls[1] = row->nulls[Anum_member_info - 1];
 		values[2] = row->values[Anum_member_joined_at - 1];
 		values[3] = row->values[Anum_member_expires_at - 1];
-		values[4] = BoolGetDatum(leader != NULL &&
-								 VARSIZE_ANY_EXHDR(leader) == VARSIZE_ANY_EXHDR(member) &&
-								 memcmp(VARDATA_ANY(leader), VARDATA_ANY(member),
-										VARSIZE_ANY_EXHDR(member)) == 0);
+		values[4] = BoolGetDatum(leader != NULL && DsyncTextEquals(leader, member));
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	DsyncStoreClose(&store);

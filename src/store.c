@@ -446,9 +446,19 @@ DsyncRowHolderIs(const DsyncLeaseRow *row, text *holder)
 	if (row->nulls[Anum_lease_holder - 1])
 		return false;
 	current = DatumGetTextPP(row->values[Anum_lease_holder - 1]);
-	return VARSIZE_ANY_EXHDR(current) == VARSIZE_ANY_EXHDR(holder) &&
-		memcmp(VARDATA_ANY(current), VARDATA_ANY(holder),
-			   VARSIZE_ANY_EXHDR(holder)) == 0;
+	return DsyncTextEquals(current, holder);
+}
+
+/*
+ * DsyncTextEquals
+ *		Whether two names are the same, byte for byte (names are compared
+ *		as in the "C" collation of the tables' keys).
+ */
+bool
+DsyncTextEquals(text *a, text *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
 }
 
 /*
