@@ -16,11 +16,15 @@ OBJS = \
 	src/events.o \
 	src/launcher.o \
 	src/reaper.o \
+	src/expiry.o \
 	src/semaphore.o \
+	src/permit.o \
+	src/stats.o \
+	src/role.o \
 	src/signal.o \
 	src/member.o
 
-DATA = sql/dsync--1.0.sql sql/dsync--1.0--1.1.sql
+DATA = sql/dsync--1.0.sql sql/dsync--1.0--1.1.sql sql/dsync--1.1--1.2.sql
 PGFILEDESC = "dsync - leases, leader election and signals for PostgreSQL"
 
 # pg_regress inputs live in sql/ and expected/ (the install script in sql/
@@ -60,6 +64,7 @@ prove-installcheck:
 
 # Every module includes the shared header: rebuild them all when it changes.
 $(OBJS): src/dsync.h
+src/reaper.o src/expiry.o: src/reaper.h
 
 # The command-line tool (cli/dsync.c), a libpq client installed next to the
 # server's programs.  PGXS builds one kind of target per Makefile, so the

@@ -52,6 +52,16 @@ SELECT regress_err($$SELECT dsync_acquire('l', 'h', '106750000 days')$$);
 SELECT regress_err($$SELECT dsync_renew('l', 'h', '0')$$);
 SELECT regress_err($$SELECT dsync_renew('l', 'h', '-1 ms')$$);
 
+-- nobody holds a name longer than administrators allow (dsync.max_ttl,
+-- one day by default), and only a superuser can change that
+SHOW dsync.max_ttl;
+SELECT regress_err($$SET dsync.max_ttl = 0$$);
+SELECT regress_err($$SELECT dsync_acquire('l', 'h', '1 day 1 second')$$);
+SELECT regress_err($$SELECT dsync_join('g', 'm', '2 days')$$);
+SELECT regress_err($$SELECT dsync_renew('l', 'h', '1 year')$$);
+SELECT dsync_acquire('l', 'h', '1 day') IS NOT NULL AS one_day_ok;
+SELECT dsync_release('l', 'h') AS released;
+
 -- wait must not be negative nor end beyond the range of timestamptz
 SELECT regress_err($$SELECT dsync_acquire('l', 'h', '1 minute', '-1 second')$$);
 SELECT regress_err($$SELECT dsync_acquire('l', 'h', '1 minute', '300000 years')$$);

@@ -1,12 +1,12 @@
--- Ownership, table privileges and search_path safety.
+-- Ownership, table privileges and search_path safety.  The suite runs as
+-- dsync_tester, an ordinary login role; the roles below were made by the
+-- administrator (test/tester.sql) and the tester may SET ROLE to them.
+-- carol is an inheriting member of alice, dave a NOINHERIT one.
 CREATE EXTENSION IF NOT EXISTS dsync;
+SELECT rolsuper, rolcreaterole, rolcreatedb FROM pg_roles WHERE rolname = current_user;
+SELECT current_user <> (SELECT r.rolname FROM pg_extension e JOIN pg_roles r ON r.oid = e.extowner
+						 WHERE e.extname = 'dsync') AS tester_is_not_extension_owner;
 
-
-CREATE ROLE regress_dsync_alice;
-CREATE ROLE regress_dsync_bob;
-CREATE ROLE regress_dsync_carol IN ROLE regress_dsync_alice;
-CREATE ROLE regress_dsync_dave NOINHERIT IN ROLE regress_dsync_alice;
-CREATE ROLE regress_dsync_admin;
 GRANT EXECUTE ON FUNCTION dsync_force_release(text, text) TO regress_dsync_admin;
 
 -- alice acquires: she owns the lease
@@ -30,8 +30,21 @@ SELECT regress_err($$DELETE FROM dsync_lease$$);
 SELECT regress_err($$TRUNCATE dsync_lease$$);
 SELECT regress_err($$SELECT nextval('dsync_fencing_seq')$$);
 SELECT regress_err($$SELECT setval('dsync_fencing_seq', 1)$$);
+SELECT regress_err($$SELECT nextval('dsync_signal_seq')$$);
+SELECT regress_err($$SELECT nextval('dsync_event_seq')$$);
+SELECT regress_err($$SELECT * FROM dsync_lease_scan$$);
+SELECT regress_err($$INSERT INTO dsync_permit (name, slot) VALUES ('owned', 1)$$);
+SELECT regress_err($$DELETE FROM dsync_signal$$);
+SELECT regress_err($$DELETE FROM dsync_member$$);
+SELECT regress_err($$DELETE FROM dsync_semaphore$$);
+-- but every role reads the views
+SELECT count(*) >= 0 AS stats_readable FROM dsync_stats;
+SELECT count(*) >= 0 AS waiters_readable FROM dsync_waiters;
 -- nor force a release
 SELECT regress_err($$SELECT dsync_force_release('owned')$$);
+SELECT regress_err($$SELECT dsync_force_release('owned', NULL, true)$$);
+SELECT regress_err($$SELECT dsync_reap()$$);
+SELECT regress_err($$SELECT dsync_stats_reset()$$);
 
 -- dave is a NOINHERIT member: he must SET ROLE alice to act for her
 SET ROLE regress_dsync_dave;
@@ -55,8 +68,10 @@ RESET ROLE;
 
 -- search_path tricks: look-alike objects earlier in the path change nothing
 CREATE SCHEMA regress_evil;
-CREATE TABLE regress_evil.dsync_lease (LIKE dsync_lease);
-CREATE SEQUENCE regress_evil.dsync_fencing_seq START 1000000000;
+CREATE TABLE regress_evil.dsync_lease (name text, slot integer, holder text, fencing bigint,
+	acquired_at timestamptz, renewed_at timestamptz, expires_at timestamptz, ttl interval,
+	info jsonb, owner oid);
+CREATE SEQUENCE regress_evil.dsync_fencing_seq START 100000000000000000;
 CREATE FUNCTION regress_evil.clock_timestamp() RETURNS timestamptz
 	LANGUAGE sql AS $$ SELECT '1970-01-01'::timestamptz $$;
 CREATE FUNCTION regress_evil.pg_get_userbyid(oid) RETURNS name
@@ -66,7 +81,7 @@ GRANT ALL ON ALL TABLES IN SCHEMA regress_evil TO PUBLIC;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA regress_evil TO PUBLIC;
 SET ROLE regress_dsync_bob;
 SET search_path = regress_evil, public, pg_catalog;
-SELECT public.dsync_acquire('path', 'h', '1 hour') < 1000000000 AS token_from_real_sequence;
+SELECT public.dsync_acquire('path', 'h', '1 hour') < 100000000000000000 AS token_from_real_sequence;
 SELECT count(*) AS evil_rows FROM regress_evil.dsync_lease;
 SELECT lease, holder, owner FROM public.dsync_leases WHERE lease = 'path';
 SELECT public.dsync_release('path', 'h') AS released_through_real_table;
@@ -75,6 +90,5 @@ RESET ROLE;
 
 DROP SCHEMA regress_evil CASCADE;
 REVOKE EXECUTE ON FUNCTION dsync_force_release(text, text) FROM regress_dsync_admin;
-DROP ROLE regress_dsync_alice, regress_dsync_bob, regress_dsync_carol,
-	regress_dsync_dave, regress_dsync_admin;
+SELECT dsync_force_release('owned') + dsync_force_release('bobs') AS cleaned;
 SELECT count(*) AS leases_left FROM dsync_leases;

@@ -56,5 +56,31 @@ SELECT regress_err($$SELECT dsync_event_wait('jobs', '-1 second')$$);
 SELECT regress_err($$SELECT dsync_event_clear(NULL)$$);
 SELECT regress_err($$SELECT dsync_event_is_set('')$$);
 
+-- a signal belongs to the role that set it: another role can neither
+-- consume nor clear it (nor see it pending); a member of that role can
+SET ROLE regress_sig_a;
+SELECT dsync_event_set('owned-signal');
+SET ROLE regress_sig_b;
+SELECT dsync_event_is_set('owned-signal') AS b_sees_a_signal;
+SELECT dsync_event_wait('owned-signal', '20 milliseconds') AS b_consumed;
+SELECT dsync_event_clear('owned-signal') AS b_cleared;
+SELECT dsync_event_set('owned-signal');
+SET ROLE regress_sig_a;
+SELECT dsync_event_is_set('owned-signal') AS a_sees_own;
+SELECT dsync_event_wait('owned-signal', '0') AS a_consumed;
+SELECT dsync_event_wait('owned-signal', '0') AS a_consumed_b_signal;
+SET ROLE regress_sig_b;
+SELECT dsync_event_clear('owned-signal') AS b_clears_own;
+RESET ROLE;
+
+-- setting, waiting and clearing need no privilege on dsync's sequence
+SELECT has_sequence_privilege('dsync_signal_seq', 'USAGE') AS tester_may_use_sequence;
+
+-- a transaction that set or consumed a signal cannot be prepared
+BEGIN;
+SELECT dsync_event_set('prep-signal');
+PREPARE TRANSACTION 'dsync_prep_signal';
+SELECT dsync_event_is_set('prep-signal') AS prepare_rolled_back;
+
 -- nobody writes the signals table directly
 SELECT has_table_privilege('public', 'dsync_signal', 'INSERT') AS public_can_insert;

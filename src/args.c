@@ -121,9 +121,28 @@ DsyncArgTtl(FunctionCallInfo fcinfo, int argno, const char *argname,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("argument \"%s\" must be positive", argname),
 				 errhint("Pass a time-to-live such as '30 seconds'.")));
+	if (dsync_max_ttl > 0 && usec > (int64) dsync_max_ttl * USECS_PER_SEC)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" exceeds dsync.max_ttl", argname),
+				 errdetail("The longest time-to-live allowed is %d seconds.", dsync_max_ttl),
+				 errhint("Ask an administrator to raise dsync.max_ttl, or renew a shorter lease.")));
 	if (ttl_out)
 		*ttl_out = ttl;
 	return usec;
+}
+
+/*
+ * DsyncCapTtl
+ *		A stored time-to-live, as a renewal without one uses it: no longer
+ *		than dsync.max_ttl allows now (it may have been lowered since).
+ */
+int64
+DsyncCapTtl(int64 ttl_usec)
+{
+	if (dsync_max_ttl > 0 && ttl_usec > (int64) dsync_max_ttl * USECS_PER_SEC)
+		return (int64) dsync_max_ttl * USECS_PER_SEC;
+	return ttl_usec;
 }
 
 /*

@@ -1,14 +1,18 @@
 /*-------------------------------------------------------------------------
  *
  * catalog.c
- *		Find the extension's table, index and sequence in this database.
+ *		Find the extension's tables and sequences in this database.
  *
- * The functions never resolve names through search_path: the objects are
- * looked up in the schema of the SQL function being called, which is the
- * schema the extension was created in.  The answer is cached per backend
- * and forgotten when the relcache says any of those relations changed
- * (DROP EXTENSION, ALTER ... RENAME), so the hot path costs no catalog
- * lookups at all.
+ * The functions never resolve names through search_path, and never trust
+ * a relation only because of its name: a relation is used only if it is a
+ * member of the dsync extension (pg_depend, deptype 'e').  A role with
+ * CREATE on the extension's schema can make a table called
+ * dsync_semaphore in an installation that has none yet, and dsync must
+ * not read its rows as semaphore definitions.  The extension itself is the
+ * one the called SQL function belongs to.  The answer is cached per
+ * backend and forgotten when the relcache says any of those relations
+ * changed (DROP EXTENSION, ALTER ... RENAME), so the hot path costs no
+ * catalog lookups at all.
  *
  *-------------------------------------------------------------------------
  */
@@ -17,6 +21,8 @@
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "catalog/dependency.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_proc.h"
 #include "commands/extension.h"
@@ -33,6 +39,32 @@ static DsyncCatalog dsync_catalog;
 static bool dsync_catalog_valid = false;
 static bool dsync_callback_registered = false;
 
+/* Table names and their number of columns and indexes, by DsyncTable. */
+static const struct
+{
+	const char *name;
+	int			natts;
+	int			nindexes;
+	bool		required;
+}			dsync_tables[DSYNC_NUM_TABLES] = {
+	[DSYNC_TABLE_LEASE] = {"dsync_lease", Natts_lease, 1, true},
+	[DSYNC_TABLE_SEMAPHORE] = {"dsync_semaphore", Natts_semaphore, 1, false},
+	[DSYNC_TABLE_SIGNAL] = {"dsync_signal", Natts_signal, 1, false},
+	[DSYNC_TABLE_MEMBER] = {"dsync_member", Natts_member, 1, false},
+	[DSYNC_TABLE_PERMIT] = {"dsync_permit", Natts_lease, 2, false},
+};
+
+/*
+ * DsyncTableName
+ *		The name of one of the extension's tables, for messages.
+ */
+const char *
+DsyncTableName(DsyncTable table)
+{
+	Assert(table >= 0 && table < DSYNC_NUM_TABLES);
+	return dsync_tables[table].name;
+}
+
 /*
  * DsyncCatalogInvalidate
  *		Relcache callback: drop the cache if one of our relations changed.
@@ -43,22 +75,53 @@ DsyncCatalogInvalidate(Datum arg, Oid relid)
 	if (!dsync_catalog_valid)
 		return;
 	if (relid == InvalidOid || relid == dsync_catalog.fencing_seq ||
-		relid == dsync_catalog.signal_seq)
+		relid == dsync_catalog.signal_seq || relid == dsync_catalog.event_seq)
 		dsync_catalog_valid = false;
 	for (int i = 0; i < DSYNC_NUM_TABLES; i++)
-		if (relid == dsync_catalog.rels[i] || relid == dsync_catalog.pkeys[i])
+		if (relid == dsync_catalog.rels[i])
 			dsync_catalog_valid = false;
 }
 
 /*
- * DsyncCatalogLookupRel
- *		OID of one of the extension's relations, or an error saying the
- *		installation is damaged.
+ * DsyncCatalogReportDropped
+ *		The extension was dropped under a running call (typically one that
+ *		was waiting): say so, rather than fail on a missing relation.
+ */
+void
+DsyncCatalogReportDropped(void)
+{
+	dsync_catalog_valid = false;
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("extension \"dsync\" has been dropped from this database"),
+			 errdetail("DROP EXTENSION dsync committed while this call was running.")));
+}
+
+/*
+ * DsyncCatalogMember
+ *		The OID of a relation of the given kind that is called relname in
+ *		namespace and belongs to the extension, or InvalidOid.  A relation
+ *		of that name that does not belong to the extension is ignored.
  */
 static Oid
-DsyncCatalogLookupRel(const char *relname, Oid namespace)
+DsyncCatalogMember(const char *relname, Oid namespace, Oid extension, char relkind)
 {
 	Oid			relid = get_relname_relid(relname, namespace);
+
+	if (!OidIsValid(relid) || get_rel_relkind(relid) != relkind ||
+		getExtensionOfObject(RelationRelationId, relid) != extension)
+		return InvalidOid;
+	return relid;
+}
+
+/*
+ * DsyncCatalogRequired
+ *		Like DsyncCatalogMember, for an object every installation has.
+ */
+static Oid
+DsyncCatalogRequired(const char *relname, Oid namespace, Oid extension, char relkind)
+{
+	Oid			relid = DsyncCatalogMember(relname, namespace, extension, relkind);
 
 	if (!OidIsValid(relid))
 		ereport(ERROR,
@@ -74,109 +137,27 @@ DsyncCatalogLookupRel(const char *relname, Oid namespace)
  * DsyncCatalogCheckShape
  *		Refuse to work on a table whose shape was changed behind the
  *		extension's back: the C code writes rows with exactly its own
- *		columns and maintains only the primary key, so an added column or
+ *		columns and maintains only its own indexes, so an added column or
  *		index would be corrupted or overrun.  Checked when the cache is
  *		filled, which any ALTER TABLE or CREATE INDEX forces again.
  */
 static void
-DsyncCatalogCheckShape(Oid relid, const char *relname, int natts)
+DsyncCatalogCheckShape(DsyncTable table, Oid relid)
 {
 	Relation	rel = table_open(relid, AccessShareLock);
 	List	   *indexes = RelationGetIndexList(rel);
-	bool		ok = RelationGetDescr(rel)->natts == natts &&
-		list_length(indexes) == 1;
+	bool		ok = RelationGetDescr(rel)->natts == dsync_tables[table].natts &&
+		list_length(indexes) == dsync_tables[table].nindexes &&
+		OidIsValid(RelationGetPrimaryKeyIndex(rel));
 
 	list_free(indexes);
 	table_close(rel, AccessShareLock);
 	if (!ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("dsync table \"%s\" has been altered", relname),
-				 errdetail("It must have exactly its original columns and only its primary key index."),
+				 errmsg("dsync table \"%s\" has been altered", dsync_tables[table].name),
+				 errdetail("It must have exactly its original columns and indexes."),
 				 errhint("Drop what was added, or reinstall the extension with DROP EXTENSION dsync; CREATE EXTENSION dsync.")));
-}
-
-/*
- * DsyncCatalogFillTable
- *		Find one table and its primary key.  The tables added in 1.1 may be
- *		missing (an installation not yet updated): then they stay invalid
- *		and the functions that need them say so.
- */
-static void
-DsyncCatalogFillTable(DsyncTable table, const char *relname, const char *pkeyname,
-					  int natts, bool required)
-{
-	Oid			namespace = dsync_catalog.namespace;
-
-	if (!required && !OidIsValid(get_relname_relid(relname, namespace)))
-	{
-		dsync_catalog.rels[table] = InvalidOid;
-		dsync_catalog.pkeys[table] = InvalidOid;
-		return;
-	}
-	dsync_catalog.rels[table] = DsyncCatalogLookupRel(relname, namespace);
-	dsync_catalog.pkeys[table] = DsyncCatalogLookupRel(pkeyname, namespace);
-	DsyncCatalogCheckShape(dsync_catalog.rels[table], relname, natts);
-}
-
-/*
- * DsyncCatalogFill
- *		Look up the extension's objects in its schema and cache them.
- */
-static const DsyncCatalog *
-DsyncCatalogFill(Oid namespace)
-{
-	if (!dsync_callback_registered)
-	{
-		CacheRegisterRelcacheCallback(DsyncCatalogInvalidate, (Datum) 0);
-		dsync_callback_registered = true;
-	}
-	dsync_catalog.namespace = namespace;
-	DsyncCatalogFillTable(DSYNC_TABLE_LEASE, "dsync_lease", "dsync_lease_pkey",
-						  Natts_lease, true);
-	DsyncCatalogFillTable(DSYNC_TABLE_SEMAPHORE, "dsync_semaphore", "dsync_semaphore_pkey",
-						  Natts_semaphore, false);
-	DsyncCatalogFillTable(DSYNC_TABLE_SIGNAL, "dsync_signal", "dsync_signal_pkey",
-						  Natts_signal, false);
-	DsyncCatalogFillTable(DSYNC_TABLE_MEMBER, "dsync_member", "dsync_member_pkey",
-						  Natts_member, false);
-	dsync_catalog.fencing_seq = DsyncCatalogLookupRel("dsync_fencing_seq", namespace);
-	dsync_catalog.signal_seq = get_relname_relid("dsync_signal_seq", namespace);
-
-	/*
-	 * A 1.0 installation is looked up again on every call, so that the
-	 * tables ALTER EXTENSION UPDATE creates are found without a reconnect
-	 * (no invalidation names relations we have not seen).
-	 */
-	dsync_catalog_valid = OidIsValid(dsync_catalog.rels[DSYNC_TABLE_MEMBER]) &&
-		OidIsValid(dsync_catalog.signal_seq);
-
-	return &dsync_catalog;
-}
-
-/*
- * DsyncCatalogGet
- *		The extension's objects, found from the function being called.
- */
-const DsyncCatalog *
-DsyncCatalogGet(FunctionCallInfo fcinfo)
-{
-	HeapTuple	proctup;
-	Oid			namespace;
-
-	if (dsync_catalog_valid)
-		return &dsync_catalog;
-
-	proctup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid));
-	if (!HeapTupleIsValid(proctup))
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg_internal("cache lookup failed for function %u",
-								 fcinfo->flinfo->fn_oid)));
-	namespace = ((Form_pg_proc) GETSTRUCT(proctup))->pronamespace;
-	ReleaseSysCache(proctup);
-
-	return DsyncCatalogFill(namespace);
 }
 
 /*
@@ -203,24 +184,112 @@ DsyncCatalogExtensionSchema(Oid extension)
 	table_close(rel, AccessShareLock);
 
 	if (!OidIsValid(namespace))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("extension \"dsync\" does not exist")));
+		DsyncCatalogReportDropped();
 	return namespace;
 }
 
 /*
- * DsyncCatalogFromExtension
- *		The extension's objects, found from pg_extension, for the reaper,
- *		which calls no SQL function to find them through.
+ * DsyncCatalogFill
+ *		Look up the extension's objects and cache them.
+ */
+static const DsyncCatalog *
+DsyncCatalogFill(Oid extension)
+{
+	Oid			namespace;
+
+	if (!dsync_callback_registered)
+	{
+		CacheRegisterRelcacheCallback(DsyncCatalogInvalidate, (Datum) 0);
+		dsync_callback_registered = true;
+	}
+	namespace = DsyncCatalogExtensionSchema(extension);
+	memset(&dsync_catalog, 0, sizeof(dsync_catalog));
+	dsync_catalog.extension = extension;
+	dsync_catalog.namespace = namespace;
+	for (int i = 0; i < DSYNC_NUM_TABLES; i++)
+	{
+		Oid			relid;
+
+		if (dsync_tables[i].required)
+			relid = DsyncCatalogRequired(dsync_tables[i].name, namespace, extension,
+										 RELKIND_RELATION);
+		else
+			relid = DsyncCatalogMember(dsync_tables[i].name, namespace, extension,
+									   RELKIND_RELATION);
+		if (OidIsValid(relid))
+			DsyncCatalogCheckShape(i, relid);
+		dsync_catalog.rels[i] = relid;
+	}
+	dsync_catalog.fencing_seq = DsyncCatalogRequired("dsync_fencing_seq", namespace,
+													 extension, RELKIND_SEQUENCE);
+	dsync_catalog.signal_seq = DsyncCatalogMember("dsync_signal_seq", namespace,
+												  extension, RELKIND_SEQUENCE);
+	dsync_catalog.event_seq = DsyncCatalogMember("dsync_event_seq", namespace,
+												 extension, RELKIND_SEQUENCE);
+
+	/*
+	 * An installation not yet updated is looked up again on every call, so
+	 * that the objects ALTER EXTENSION UPDATE creates are found without a
+	 * reconnect (no invalidation names relations we have not seen).
+	 */
+	dsync_catalog_valid = OidIsValid(dsync_catalog.rels[DSYNC_TABLE_PERMIT]) &&
+		OidIsValid(dsync_catalog.rels[DSYNC_TABLE_MEMBER]) &&
+		OidIsValid(dsync_catalog.signal_seq) && OidIsValid(dsync_catalog.event_seq);
+
+	return &dsync_catalog;
+}
+
+/*
+ * DsyncCatalogGet
+ *		The extension's objects, found from the function being called: the
+ *		extension it belongs to.
  */
 const DsyncCatalog *
-DsyncCatalogFromExtension(void)
+DsyncCatalogGet(FunctionCallInfo fcinfo)
 {
 	Oid			extension;
 
 	if (dsync_catalog_valid)
 		return &dsync_catalog;
-	extension = get_extension_oid("dsync", false);
-	return DsyncCatalogFill(DsyncCatalogExtensionSchema(extension));
+
+	/* The function itself is gone: DROP EXTENSION ran meanwhile. */
+	if (!SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid)))
+		DsyncCatalogReportDropped();
+	extension = getExtensionOfObject(ProcedureRelationId, fcinfo->flinfo->fn_oid);
+	if (!OidIsValid(extension) || extension != get_extension_oid("dsync", true))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("function %s is not part of extension \"dsync\"",
+						get_func_name(fcinfo->flinfo->fn_oid)),
+				 errhint("Call the functions that CREATE EXTENSION dsync created.")));
+	return DsyncCatalogFill(extension);
+}
+
+/*
+ * DsyncCatalogFromExtension
+ *		The extension's objects, found from pg_extension, for the reaper
+ *		and the utility hooks, which call no SQL function to find them
+ *		through.
+ */
+const DsyncCatalog *
+DsyncCatalogFromExtension(void)
+{
+	if (dsync_catalog_valid)
+		return &dsync_catalog;
+	return DsyncCatalogFill(get_extension_oid("dsync", false));
+}
+
+/*
+ * DsyncCatalogRequire
+ *		Error out if the installed version lacks a table a function needs.
+ */
+void
+DsyncCatalogRequire(const DsyncCatalog *catalog, DsyncTable table)
+{
+	if (!OidIsValid(catalog->rels[table]))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the installed version of extension \"dsync\" has no table \"%s\"",
+						dsync_tables[table].name),
+				 errhint("Run ALTER EXTENSION dsync UPDATE.")));
 }

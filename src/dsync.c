@@ -7,6 +7,8 @@
  */
 #include "postgres.h"
 
+#include <limits.h>
+
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
@@ -23,6 +25,11 @@ int			dsync_event_queue_size = 1024;
 int			dsync_reap_batch_size = 100;
 int			dsync_restart_delay = 1000;
 bool		dsync_events = true;
+int			dsync_max_ttl = 86400;
+int			dsync_idle_row_retention = 600;
+
+/* The most shared memory all event queues together may take. */
+#define DSYNC_MAX_QUEUES_KB		(2 * 1024 * 1024)
 
 /*
  * DsyncDefineSettings
@@ -43,13 +50,13 @@ DsyncDefineSettings(void)
 							"Committing transactions queue their events here and the reaper "
 							"sends them as notifications; if it is full, events are dropped "
 							"(never the changes themselves) and a warning is logged.",
-							&dsync_event_queue_size, 1024, 16, 1024 * 1024,
+							&dsync_event_queue_size, 1024, 16, 256 * 1024,
 							PGC_POSTMASTER, GUC_UNIT_KB, NULL, NULL, NULL);
 	DefineCustomIntVariable("dsync.reap_batch_size",
 							"Maximum number of expired leases cleared in one reaper transaction.",
 							"An acquirer that meets a row being cleared waits for that "
 							"transaction, so keep it short.",
-							&dsync_reap_batch_size, 100, 1, 1000000,
+							&dsync_reap_batch_size, 100, 1, 10000,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("dsync.restart_delay",
 							"Time before a stopped dsync reaper is started again.",
@@ -62,7 +69,31 @@ DsyncDefineSettings(void)
 							 "no notifications.",
 							 &dsync_events, true,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("dsync.max_ttl",
+							"Longest time-to-live a lease or membership may be given.",
+							"A caller asking for more gets an error; 0 means no limit.  "
+							"Only superusers can change it, so that no role can hold a "
+							"name for longer than administrators allow.",
+							&dsync_max_ttl, 86400, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("dsync.idle_row_retention",
+							"How long the row of a released lease is kept before the reaper removes it.",
+							"Keeping it makes the next grant of a name in use a HOT update; "
+							"removing it keeps names used once from piling up.  "
+							"-1 keeps released rows for ever.",
+							&dsync_idle_row_retention, 600, -1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("dsync");
+
+	if ((int64) dsync_max_databases * dsync_event_queue_size > DSYNC_MAX_QUEUES_KB)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("dsync.max_databases times dsync.event_queue_size is more than %d MB",
+						DSYNC_MAX_QUEUES_KB / 1024),
+				 errdetail("Each database slot has its own event queue in shared memory: "
+						   "%d slots of %d kB were asked for.",
+						   dsync_max_databases, dsync_event_queue_size),
+				 errhint("Lower one of them.")));
 }
 
 /*

@@ -22,7 +22,10 @@
 /* Names (lease, holder, group, event) are at most this many bytes. */
 #define DSYNC_NAME_MAX_BYTES	255
 
-/* Columns of dsync_lease, in table order (1-based attribute numbers). */
+/*
+ * Columns of dsync_lease (plain leases) and dsync_permit (semaphore
+ * permits), which have the same columns, in table order (1-based).
+ */
 #define Anum_lease_name			1
 #define Anum_lease_slot			2
 #define Anum_lease_holder		3
@@ -49,7 +52,7 @@
 #define Anum_signal_owner		4
 #define Natts_signal			4
 
-/* dsync_member (1.1): one row per live group member. */
+/* dsync_member (1.1): one row per group member. */
 #define Anum_member_grp			1
 #define Anum_member_member		2
 #define Anum_member_info		3
@@ -60,7 +63,7 @@
 #define Anum_member_owner		8
 #define Natts_member			8
 
-/* The widest dsync table; a DsyncLeaseRow can hold a row of any of them. */
+/* The widest dsync table; a DsyncRow can hold a row of any of them. */
 #define DSYNC_MAX_ATTS			Natts_lease
 
 /* Most permits a semaphore may have. */
@@ -74,15 +77,17 @@
 #define DSYNC_WAKE_CHANNELS		1024
 #define DSYNC_WAIT_CAP_MS		5000
 
-/* Names per channel whose first waiters a wake-up finds (else: wake all). */
+/* Queues per channel whose first waiters a wake-up finds (else: wake all). */
 #define DSYNC_WAKE_MAX_KEYS		16
 
 /* A backend blocked in a dsync wait (one slot per PGPROC). */
 typedef struct DsyncWaiterSlot
 {
 	bool		in_use;
+	bool		evicted;		/* dsync_force_release ended this wait */
 	int			pid;
 	Oid			dbid;
+	Oid			roleid;			/* signals queue per role; InvalidOid for leases */
 	uint64		key;			/* DsyncWaitKey of the name */
 	uint64		ticket;			/* queue position: lower goes first */
 	TimestampTz since;
@@ -120,6 +125,24 @@ typedef struct DsyncShared
 } DsyncShared;
 
 /*
+ * Counters of one database since server start (or dsync_stats_reset), for
+ * the view dsync_stats.  Updated without locks.
+ */
+typedef enum DsyncCounter
+{
+	DSYNC_STAT_GRANTS = 0,
+	DSYNC_STAT_RENEWALS,
+	DSYNC_STAT_RELEASES,
+	DSYNC_STAT_EXPIRIES,
+	DSYNC_STAT_WAITS,
+	DSYNC_STAT_WAIT_TIMEOUTS,
+	DSYNC_STAT_WAIT_TIME,		/* microseconds */
+	DSYNC_STAT_EVENTS_SENT,
+	DSYNC_STAT_EVENTS_LOST,
+	DSYNC_NUM_COUNTERS
+} DsyncCounter;
+
+/*
  * Background workers (launcher.c, reaper.c).  One slot per database that
  * has, or may have, the extension; each slot also carries that database's
  * event queue, which committing backends append to and its reaper drains.
@@ -153,7 +176,10 @@ typedef struct DsyncDbSlot
 	uint64		queue_head;		/* where the next event is written */
 	uint64		queue_tail;		/* the oldest event not yet read */
 	uint64		queue_dropped;	/* events lost because the queue was full */
+	uint64		queue_dropped_announced;	/* of those, events for listeners */
 	char	   *queue;			/* dsync_event_queue_size bytes */
+
+	pg_atomic_uint64 counters[DSYNC_NUM_COUNTERS];
 } DsyncDbSlot;
 
 typedef struct DsyncWorkerShared
@@ -172,6 +198,8 @@ extern int	dsync_event_queue_size;
 extern int	dsync_reap_batch_size;
 extern int	dsync_restart_delay;
 extern bool dsync_events;
+extern int	dsync_max_ttl;
+extern int	dsync_idle_row_retention;
 
 /* shmem.c */
 extern PGDLLIMPORT DsyncShared *dsync_shared;
@@ -189,18 +217,40 @@ extern PGDLLEXPORT void dsync_launcher_main(Datum arg);
 /* reaper.c */
 extern PGDLLEXPORT void dsync_reaper_main(Datum arg);
 
-
-/* wait.c */
+/* wait.c: queues, sleeping, waking */
 extern uint64 DsyncWaitKey(text *name);
 extern uint64 DsyncWaitKeyEvent(text *name);
 extern void DsyncWakeAtEnd(uint64 key);
-extern void DsyncWaitAttemptStart(void);
-extern void DsyncWaitAttemptEnd(uint64 key, bool granted);
-extern bool DsyncWaitMayTake(uint64 key);
-extern void DsyncWaitEnqueue(uint64 key, const char *kind, text *name, text *holder);
-extern void DsyncWaitDequeue(void);
-extern uint64 DsyncWaitGeneration(uint64 key);
-extern void DsyncWaitSleep(uint64 key, TimestampTz wake_at, uint64 generation);
+extern void DsyncWakeDatabaseAtEnd(void);
+extern bool DsyncWaitMayTake(uint64 key, Oid roleid);
+extern void DsyncWaitEvict(uint64 key, text *holder);
+extern void DsyncXactChanged(void);
+
+/*
+ * One try of a blocked caller, made in an internal subtransaction that is
+ * kept if it returns true and rolled back otherwise.  may_take: nobody is
+ * ahead in the queue.  thorough: the last sleep ran its full length
+ * without a wake-up, so look harder (semaphores: take over an expired
+ * permit the reaper has not cleared).  *retry_at: when to look again by
+ * itself (0: only when woken).
+ */
+typedef bool (*DsyncTryFunc) (void *arg, bool may_take, bool thorough,
+							  TimestampTz *retry_at);
+
+typedef struct DsyncWaitSpec
+{
+	uint64		key;			/* DsyncWaitKey or DsyncWaitKeyEvent */
+	Oid			roleid;			/* queue per role (signals), or InvalidOid */
+	const char *kind;			/* for dsync_waiters */
+	text	   *name;
+	text	   *holder;
+	bool		forever;
+	TimestampTz deadline;		/* unless forever */
+	DsyncTryFunc try_fn;
+	void	   *arg;
+} DsyncWaitSpec;
+
+extern bool DsyncWaitFor(const DsyncWaitSpec *spec);
 
 /* catalog.c: where the extension's objects are in this database */
 typedef enum DsyncTable
@@ -209,20 +259,25 @@ typedef enum DsyncTable
 	DSYNC_TABLE_SEMAPHORE,
 	DSYNC_TABLE_SIGNAL,
 	DSYNC_TABLE_MEMBER,
+	DSYNC_TABLE_PERMIT,
 	DSYNC_NUM_TABLES
 } DsyncTable;
 
 typedef struct DsyncCatalog
 {
+	Oid			extension;
 	Oid			namespace;
-	Oid			rels[DSYNC_NUM_TABLES];		/* InvalidOid: not installed (1.0) */
-	Oid			pkeys[DSYNC_NUM_TABLES];
+	Oid			rels[DSYNC_NUM_TABLES];		/* InvalidOid: not installed */
 	Oid			fencing_seq;
 	Oid			signal_seq;
+	Oid			event_seq;		/* 1.2 */
 } DsyncCatalog;
 
 extern const DsyncCatalog *DsyncCatalogGet(FunctionCallInfo fcinfo);
 extern const DsyncCatalog *DsyncCatalogFromExtension(void);
+extern void DsyncCatalogRequire(const DsyncCatalog *catalog, DsyncTable table);
+extern void DsyncCatalogReportDropped(void);
+extern const char *DsyncTableName(DsyncTable table);
 
 /* args.c: argument checks shared by every SQL-callable function */
 extern text *DsyncArgName(FunctionCallInfo fcinfo, int argno, const char *argname);
@@ -230,57 +285,105 @@ extern text *DsyncArgNameOrNull(FunctionCallInfo fcinfo, int argno, const char *
 extern bool DsyncIntervalUsec(const Interval *iv, int64 *result);
 extern int64 DsyncArgTtl(FunctionCallInfo fcinfo, int argno, const char *argname,
 						 bool null_ok, Interval **ttl_out);
+extern int64 DsyncCapTtl(int64 ttl_usec);
 extern void DsyncArgWait(FunctionCallInfo fcinfo, int argno, const char *argname,
 						 bool *forever, int64 *wait_usec);
 extern TimestampTz DsyncExpiry(TimestampTz now, int64 ttl_usec, const char *argname);
 extern void DsyncPreventWrite(const char *funcname);
 
-/* store.c: direct access to the dsync_lease table */
-typedef struct DsyncLeaseRow
+/* store.c: direct access to the extension's tables */
+typedef struct DsyncRow
 {
 	ItemPointerData tid;		/* the row version this was read from */
 	Datum		values[DSYNC_MAX_ATTS];
 	bool		nulls[DSYNC_MAX_ATTS];
-} DsyncLeaseRow;
+} DsyncRow;
 
 typedef struct DsyncStore
 {
 	const DsyncCatalog *catalog;
 	DsyncTable	table;
 	Relation	rel;
-	Relation	index;
+	Relation	index;			/* the primary key */
+	Relation	holder_index;	/* dsync_permit: (name, holder); else NULL */
 	LOCKMODE	lockmode;
+	bool		tolerant;		/* skip damaged rows with a warning */
 } DsyncStore;
 
-extern void DsyncStoreOpen(DsyncStore *store, FunctionCallInfo fcinfo, bool for_write);
-extern void DsyncStoreOpenTable(DsyncStore *store, FunctionCallInfo fcinfo,
-								DsyncTable table, bool for_write);
-extern DsyncLeaseRow *DsyncStoreNewRow(void);
-extern bool DsyncStoreInsertLock(DsyncTable table, text *name, int32 slot, bool wait);
-extern void DsyncStoreClose(DsyncStore *store);
-extern List *DsyncStoreScan(DsyncStore *store, text *name);
-extern List *DsyncStoreScanAll(DsyncStore *store);
-extern TM_Result DsyncStoreLock(DsyncStore *store, DsyncLeaseRow *row,
-								LockTupleMode mode, LockWaitPolicy policy);
-extern void DsyncStoreUpdate(DsyncStore *store, DsyncLeaseRow *row);
-extern void DsyncStoreInsert(DsyncStore *store, DsyncLeaseRow *row);
-extern void DsyncStoreDelete(DsyncStore *store, DsyncLeaseRow *row);
+typedef struct DsyncScan DsyncScan;
+
+extern void DsyncStoreOpen(DsyncStore *store, FunctionCallInfo fcinfo, DsyncTable table,
+						   bool for_write);
 extern void DsyncStoreOpenCatalog(DsyncStore *store, const DsyncCatalog *catalog,
 								  DsyncTable table, bool for_write);
+extern void DsyncStoreClose(DsyncStore *store);
+extern DsyncRow *DsyncStoreNewRow(void);
 
+extern DsyncScan *DsyncScanName(DsyncStore *store, text *name);
+extern DsyncScan *DsyncScanKey(DsyncStore *store, text *name, Datum second);
+extern DsyncScan *DsyncScanFrom(DsyncStore *store, text *name, int32 slot);
+extern DsyncScan *DsyncScanLast(DsyncStore *store, text *name);
+extern DsyncScan *DsyncScanHolder(DsyncStore *store, text *name, text *holder);
+extern DsyncScan *DsyncScanAll(DsyncStore *store);
+extern DsyncRow *DsyncScanNext(DsyncScan *scan);
+extern void DsyncScanEnd(DsyncScan *scan);
+extern List *DsyncScanList(DsyncScan *scan);
+
+extern TM_Result DsyncStoreLock(DsyncStore *store, DsyncRow *row,
+								LockTupleMode mode, LockWaitPolicy policy);
+extern void DsyncStoreUpdate(DsyncStore *store, DsyncRow *row);
+extern void DsyncStoreInsert(DsyncStore *store, DsyncRow *row);
+extern void DsyncStoreDelete(DsyncStore *store, DsyncRow *row);
+
+/* Inserting a new key: see DsyncStoreClaimKey. */
+typedef enum DsyncClaim
+{
+	DSYNC_CLAIM_OK,				/* nobody has the key: insert it, then unlock */
+	DSYNC_CLAIM_EXISTS,			/* a committed row has it now: look again */
+	DSYNC_CLAIM_BUSY			/* another transaction is inserting or deleting it */
+} DsyncClaim;
+
+extern DsyncClaim DsyncStoreClaimKey(DsyncStore *store, text *name, Datum second,
+									 bool wait);
+extern void DsyncStoreUnclaimKey(DsyncStore *store, text *name, Datum second);
 
 /* Row helpers. */
-extern bool DsyncRowIsLive(const DsyncLeaseRow *row, TimestampTz now);
-extern bool DsyncRowHolderIs(const DsyncLeaseRow *row, text *holder);
+extern bool DsyncRowIsLive(const DsyncRow *row, TimestampTz now);
+extern bool DsyncRowHolderIs(const DsyncRow *row, text *holder);
 extern bool DsyncTextEquals(text *a, text *b);
-extern bool DsyncRowOwnerIsCaller(const DsyncLeaseRow *row);
+extern bool DsyncRowOwnerIsCaller(const DsyncRow *row, int owner_attnum);
+extern int32 DsyncRowSlot(const DsyncRow *row);
+extern TimestampTz DsyncRowExpiry(const DsyncRow *row);
 
-/* semaphore.c */
+/* semaphore.c: definitions */
 extern int	DsyncSemaphorePermits(FunctionCallInfo fcinfo, text *name);
 extern int	DsyncSemaphorePermitsFor(FunctionCallInfo fcinfo, text *name, bool for_grant);
+extern int	DsyncSemaphoreCount(const DsyncCatalog *catalog, text *name, bool for_grant);
 
 /* lease.c */
+typedef struct LeaseGrant
+{
+	text	   *holder;
+	Interval   *ttl;
+	int64		ttl_usec;
+	Datum		info;
+	bool		info_null;
+} LeaseGrant;
+
 extern text *DsyncLeaseLeader(FunctionCallInfo fcinfo, text *lease);
+extern void DsyncLeaseSetGrant(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant);
+extern void DsyncLeaseRenewRow(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant);
+extern void DsyncLeaseSetReleased(DsyncRow *row);
+extern DsyncRow *DsyncLeaseFindPlain(DsyncStore *store, text *lease);
+
+/* permit.c: semaphore permits */
+extern bool DsyncPermitTryAcquire(FunctionCallInfo fcinfo, text *name, const LeaseGrant *grant,
+								  int permits, bool may_take, bool thorough,
+								  int64 *token);
+extern DsyncRow *DsyncPermitFindHeld(DsyncStore *store, text *name, text *holder,
+									 TimestampTz now);
+extern void DsyncPermitFill(const DsyncCatalog *catalog, text *name, int permits);
+extern void DsyncPermitDropFree(const DsyncCatalog *catalog, text *name);
 
 /* fencing.c */
 extern int64 DsyncNextFencingToken(const DsyncCatalog *catalog);
@@ -296,7 +399,10 @@ typedef enum DsyncEventKind
 	DSYNC_EVENT_LEFT,
 	DSYNC_EVENT_MEMBER_EXPIRED, /* announced as "left" */
 	DSYNC_EVENT_MEMBER_DEADLINE,	/* not announced: a refresh shortened it */
-	DSYNC_EVENT_SET				/* a one-to-one signal was stored */
+	DSYNC_EVENT_SET,			/* a one-to-one signal was stored */
+	DSYNC_EVENT_PERMIT_ACQUIRED,	/* as ACQUIRED, for a semaphore permit */
+	DSYNC_EVENT_PERMIT_DEADLINE,	/* as DEADLINE, for a semaphore permit */
+	DSYNC_EVENT_RENEWED			/* not announced or queued: counted only */
 } DsyncEventKind;
 
 typedef struct DsyncEvent
@@ -304,19 +410,30 @@ typedef struct DsyncEvent
 	DsyncEventKind kind;
 	int32		slot;
 	int64		fencing;
+	int64		seq;			/* reaper: assigned when first sent; 0 before */
 	TimestampTz expires_at;
 	char	   *name;
 	char	   *holder;
 } DsyncEvent;
 
-extern void DsyncEventRecord(DsyncEventKind kind, const DsyncLeaseRow *row);
+extern void DsyncEventRecord(DsyncEventKind kind, const DsyncRow *row);
 extern void DsyncEventRecordRaw(DsyncEventKind kind, text *name, text *holder,
 								TimestampTz expires_at);
-extern int	DsyncEventDrain(DsyncDbSlot *slot, List **events, uint64 *dropped);
+extern void DsyncEventRecordRenewal(void);
+extern int	DsyncEventDrain(DsyncDbSlot *slot, List **events, uint64 *dropped,
+							uint64 *dropped_announced);
 extern char *DsyncEventPayload(const DsyncEvent *event);
 extern bool DsyncEventHasDeadline(DsyncEventKind kind);
 extern bool DsyncEventIsAnnounced(DsyncEventKind kind);
 extern const char *DsyncEventChannel(const char *name);
 extern void DsyncDeadlineLower(DsyncDbSlot *slot, TimestampTz deadline);
+extern void DsyncEventTimestamp(StringInfo buf, TimestampTz ts);
+
+/* stats.c */
+extern void DsyncStatAdd(DsyncCounter counter, int64 delta);
+extern void DsyncStatAddSlot(DsyncDbSlot *slot, DsyncCounter counter, int64 delta);
+
+/* role.c: DROP ROLE, DROP OWNED and REASSIGN OWNED */
+extern void DsyncRoleUtility(Node *parsetree);
 
 #endif							/* DSYNC_H */

@@ -61,6 +61,7 @@ typedef struct DsyncPendingEvent
 } DsyncPendingEvent;
 
 static List *pending_events = NIL;	/* in TopTransactionContext */
+static int64 pending_renewals = 0;	/* renewals made by this transaction */
 static bool callbacks_registered = false;
 static bool probe_requested = false;	/* once per backend */
 
@@ -70,21 +71,41 @@ static void DsyncEventSubXactCallback(SubXactEvent event, SubTransactionId mySub
 									  SubTransactionId parentSubid, void *arg);
 
 /*
+ * DsyncEventRegisterCallbacks
+ *		Hook transaction end in this backend, once.
+ */
+static void
+DsyncEventRegisterCallbacks(void)
+{
+	if (callbacks_registered)
+		return;
+	RegisterXactCallback(DsyncEventXactCallback, NULL);
+	RegisterSubXactCallback(DsyncEventSubXactCallback, NULL);
+	callbacks_registered = true;
+}
+
+/*
+ * DsyncEventRecordRenewal
+ *		Count a renewal (for dsync_stats) once this transaction commits.
+ */
+void
+DsyncEventRecordRenewal(void)
+{
+	DsyncEventRegisterCallbacks();
+	pending_renewals++;
+}
+
+/*
  * DsyncEventRecord
  *		Note an event about a row that this transaction has just changed.
  */
 void
-DsyncEventRecord(DsyncEventKind kind, const DsyncLeaseRow *row)
+DsyncEventRecord(DsyncEventKind kind, const DsyncRow *row)
 {
 	MemoryContext oldcontext;
 	DsyncPendingEvent *pe;
 
-	if (!callbacks_registered)
-	{
-		RegisterXactCallback(DsyncEventXactCallback, NULL);
-		RegisterSubXactCallback(DsyncEventSubXactCallback, NULL);
-		callbacks_registered = true;
-	}
+	DsyncEventRegisterCallbacks();
 
 	oldcontext = MemoryContextSwitchTo(TopTransactionContext);
 	pe = palloc0(sizeof(DsyncPendingEvent));
@@ -111,7 +132,7 @@ void
 DsyncEventRecordRaw(DsyncEventKind kind, text *name, text *holder,
 					TimestampTz expires_at)
 {
-	DsyncLeaseRow row;
+	DsyncRow row;
 
 	memset(&row, 0, sizeof(row));
 	for (int i = 0; i < DSYNC_MAX_ATTS; i++)
@@ -177,6 +198,7 @@ bool
 DsyncEventHasDeadline(DsyncEventKind kind)
 {
 	return kind == DSYNC_EVENT_ACQUIRED || kind == DSYNC_EVENT_DEADLINE ||
+		kind == DSYNC_EVENT_PERMIT_ACQUIRED || kind == DSYNC_EVENT_PERMIT_DEADLINE ||
 		kind == DSYNC_EVENT_JOINED || kind == DSYNC_EVENT_MEMBER_DEADLINE;
 }
 
@@ -187,7 +209,38 @@ DsyncEventHasDeadline(DsyncEventKind kind)
 bool
 DsyncEventIsAnnounced(DsyncEventKind kind)
 {
-	return kind != DSYNC_EVENT_DEADLINE && kind != DSYNC_EVENT_MEMBER_DEADLINE;
+	return kind != DSYNC_EVENT_DEADLINE && kind != DSYNC_EVENT_MEMBER_DEADLINE &&
+		kind != DSYNC_EVENT_PERMIT_DEADLINE && kind != DSYNC_EVENT_RENEWED;
+}
+
+/*
+ * DsyncEventCount
+ *		Add a committed transaction's changes to its database's counters.
+ */
+static void
+DsyncEventCount(DsyncDbSlot *slot)
+{
+	ListCell   *lc;
+	int64		grants = 0,
+				releases = 0,
+				expiries = 0;
+
+	foreach(lc, pending_events)
+	{
+		DsyncPendingEvent *pe = lfirst(lc);
+
+		if (pe->event.kind == DSYNC_EVENT_ACQUIRED ||
+			pe->event.kind == DSYNC_EVENT_PERMIT_ACQUIRED)
+			grants++;
+		else if (pe->event.kind == DSYNC_EVENT_RELEASED)
+			releases++;
+		else if (pe->event.kind == DSYNC_EVENT_EXPIRED)
+			expiries++;
+	}
+	DsyncStatAddSlot(slot, DSYNC_STAT_GRANTS, grants);
+	DsyncStatAddSlot(slot, DSYNC_STAT_RELEASES, releases);
+	DsyncStatAddSlot(slot, DSYNC_STAT_EXPIRIES, expiries);
+	DsyncStatAddSlot(slot, DSYNC_STAT_RENEWALS, pending_renewals);
 }
 
 /*
@@ -265,6 +318,7 @@ DsyncEventPublish(void)
 	bool		wake = false;
 	int			procno;
 	uint64		dropped = 0;
+	uint64		dropped_announced = 0;
 	Size		size = (Size) dsync_event_queue_size * 1024;
 
 	if (slot == NULL || slot->state == DSYNC_DB_ABSENT)
@@ -293,6 +347,8 @@ DsyncEventPublish(void)
 		if (!DsyncQueueAppend(slot, &pe->event))
 		{
 			dropped++;
+			if (DsyncEventIsAnnounced(pe->event.kind))
+				dropped_announced++;
 			continue;
 		}
 		if (DsyncEventHasDeadline(pe->event.kind))
@@ -307,9 +363,11 @@ DsyncEventPublish(void)
 			wake = true;
 	}
 	slot->queue_dropped += dropped;
+	slot->queue_dropped_announced += dropped_announced;
 	if (slot->queue_head - slot->queue_tail > size / 2 || dropped > 0)
 		wake = true;
 	LWLockRelease(slot->queue_lock);
+	DsyncEventCount(slot);
 
 	procno = slot->pgprocno;
 	if (wake && procno >= 0)
@@ -391,13 +449,15 @@ DsyncEventXactCallback(XactEvent event, void *arg)
 				DsyncEventMakeRoom();
 			break;
 		case XACT_EVENT_COMMIT:
-			if (pending_events != NIL)
+			if (pending_events != NIL || pending_renewals > 0)
 				DsyncEventPublish();
 			pending_events = NIL;
+			pending_renewals = 0;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PREPARE:
 			pending_events = NIL;
+			pending_renewals = 0;
 			break;
 		default:
 			break;
@@ -411,7 +471,8 @@ DsyncEventXactCallback(XactEvent event, void *arg)
  *		last call because the queue was full.
  */
 int
-DsyncEventDrain(DsyncDbSlot *slot, List **events, uint64 *dropped)
+DsyncEventDrain(DsyncDbSlot *slot, List **events, uint64 *dropped,
+				uint64 *dropped_announced)
 {
 	Size		size = (Size) dsync_event_queue_size * 1024;
 	uint64		tail;
@@ -437,7 +498,9 @@ DsyncEventDrain(DsyncDbSlot *slot, List **events, uint64 *dropped)
 	}
 	slot->queue_tail = head;
 	*dropped = slot->queue_dropped;
+	*dropped_announced = slot->queue_dropped_announced;
 	slot->queue_dropped = 0;
+	slot->queue_dropped_announced = 0;
 	LWLockRelease(slot->queue_lock);
 
 	for (uint64 off = tail; off < head;)
@@ -455,6 +518,7 @@ DsyncEventDrain(DsyncDbSlot *slot, List **events, uint64 *dropped)
 		event->kind = (DsyncEventKind) entry->kind;
 		event->slot = entry->slot;
 		event->fencing = entry->fencing;
+		event->seq = 0;
 		event->expires_at = entry->expires_at;
 		event->name = pnstrdup(entry->data, entry->namelen);
 		event->holder = pnstrdup(entry->data + entry->namelen, entry->holderlen);
@@ -468,16 +532,18 @@ DsyncEventDrain(DsyncDbSlot *slot, List **events, uint64 *dropped)
 
 /*
  * DsyncEventTimestamp
- *		A timestamp in ISO 8601 in UTC, as in API.md's payload example:
- *		2026-11-21T10:00:30.5+00 (trailing zeros of the fraction dropped).
+ *		A timestamp in RFC 3339, in UTC with a full offset, as JSON:
+ *		"2026-11-21T10:00:30.5+00:00" (trailing zeros of the fraction
+ *		dropped).  JavaScript's Date and every ISO 8601 parser accept it;
+ *		a bare "+00" is not RFC 3339 and some parsers reject it.
  */
-static void
+void
 DsyncEventTimestamp(StringInfo buf, TimestampTz ts)
 {
 	struct pg_tm tm;
 	fsec_t		fsec;
 
-	if (timestamp2tm(ts, NULL, &tm, &fsec, NULL, NULL) != 0)
+	if (TIMESTAMP_NOT_FINITE(ts) || timestamp2tm(ts, NULL, &tm, &fsec, NULL, NULL) != 0)
 	{
 		appendStringInfoString(buf, "null");
 		return;
@@ -496,7 +562,7 @@ DsyncEventTimestamp(StringInfo buf, TimestampTz ts)
 		frac[len] = '\0';
 		appendStringInfo(buf, ".%s", frac);
 	}
-	appendStringInfoString(buf, "+00\"");
+	appendStringInfoString(buf, "+00:00\"");
 }
 
 /*
@@ -509,14 +575,18 @@ DsyncEventPayload(const DsyncEvent *event)
 	StringInfoData buf;
 
 	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '{');
+	if (event->seq > 0)
+		appendStringInfo(&buf, "\"seq\":" INT64_FORMAT ",", event->seq);
 	switch (event->kind)
 	{
 		case DSYNC_EVENT_ACQUIRED:
+		case DSYNC_EVENT_PERMIT_ACQUIRED:
 		case DSYNC_EVENT_RELEASED:
 		case DSYNC_EVENT_EXPIRED:
-			appendStringInfo(&buf, "{\"event\":\"%s\",\"lease\":",
-							 event->kind == DSYNC_EVENT_ACQUIRED ? "acquired" :
-							 event->kind == DSYNC_EVENT_RELEASED ? "released" : "expired");
+			appendStringInfo(&buf, "\"event\":\"%s\",\"lease\":",
+							 event->kind == DSYNC_EVENT_RELEASED ? "released" :
+							 event->kind == DSYNC_EVENT_EXPIRED ? "expired" : "acquired");
 			escape_json(&buf, event->name);
 			appendStringInfoString(&buf, ",\"holder\":");
 			escape_json(&buf, event->holder);
@@ -530,7 +600,7 @@ DsyncEventPayload(const DsyncEvent *event)
 		case DSYNC_EVENT_JOINED:
 		case DSYNC_EVENT_LEFT:
 		case DSYNC_EVENT_MEMBER_EXPIRED:
-			appendStringInfo(&buf, "{\"event\":\"%s\",\"group\":",
+			appendStringInfo(&buf, "\"event\":\"%s\",\"group\":",
 							 event->kind == DSYNC_EVENT_JOINED ? "joined" : "left");
 			escape_json(&buf, event->name);
 			appendStringInfoString(&buf, ",\"member\":");
@@ -546,7 +616,7 @@ DsyncEventPayload(const DsyncEvent *event)
 			}
 			break;
 		case DSYNC_EVENT_SET:
-			appendStringInfoString(&buf, "{\"event\":\"set\",\"name\":");
+			appendStringInfoString(&buf, "\"event\":\"set\",\"name\":");
 			escape_json(&buf, event->name);
 			break;
 		default:

@@ -45,6 +45,23 @@
  * Blocks left unused (a crash, a failover, an evicted slot) are skipped:
  * tokens are increasing, not dense.
  *
+ * The server clock is a floor under every block: a block starts at the
+ * later of the sequence's next value and the current time in microseconds
+ * (and the sequence is moved up to it).  The sequence alone goes back
+ * when an older state of the database comes back: pg_restore --clean of an
+ * older dump, point-in-time recovery, or failover to an asynchronous
+ * standby that had not received the latest blocks.  Time does not: tokens
+ * are handed out far slower than one per microsecond, so every token ever
+ * issued is below the clock reading of the moment it was issued, and any
+ * block fetched later starts above it, whatever the sequence says.  That
+ * holds as long as the clock of the server that fetches the block is not
+ * behind, by more than the time that has passed since, the clock of the
+ * server that issued the earlier tokens (clocks kept by NTP are).  The
+ * sequence stays the floor for a clock that is set back on one server.
+ * Block fetches are serialised per database by a heavyweight lock, held
+ * only while the sequence moves, so that two fetchers cannot move it past
+ * each other.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -61,6 +78,10 @@
 #include "storage/bufmgr.h"
 #include "storage/lwlock.h"
 #include "storage/spin.h"
+#include "catalog/pg_class.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
 #include "utils/syscache.h"
 #include "utils/guc.h"
 #include "utils/rel.h"
@@ -71,7 +92,7 @@
  * FencingSequenceLsn
  *		The LSN of the last WAL record that changed the sequence's page.
  *
- * nextval_internal has just locked and used the sequence, so its relation
+ * FencingFetch has just locked and used the sequence, so its relation
  * lock is held and the relation can be opened without another lock.
  */
 static XLogRecPtr
@@ -175,6 +196,69 @@ FencingSequenceIncrement(Oid seqoid)
 	return increment;
 }
 
+/* Lock class of the per-database block fetch lock (see FencingFetch). */
+#define DSYNC_FENCING_LOCK_CLASS	0x6480
+
+/*
+ * FencingSetval
+ *		Move the sequence up to value, as its owner: the caller has no
+ *		rights on it (the SQL function is the gate), and setval checks.
+ */
+static void
+FencingSetval(Oid seqoid, int64 value)
+{
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(seqoid));
+	Oid			owner;
+	Oid			saved_userid;
+	int			saved_secctx;
+
+	if (!HeapTupleIsValid(tuple))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg_internal("cache lookup failed for relation %u", seqoid)));
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+
+	GetUserIdAndSecContext(&saved_userid, &saved_secctx);
+	SetUserIdAndSecContext(owner, saved_secctx | SECURITY_LOCAL_USERID_CHANGE);
+	PG_TRY();
+	{
+		(void) DirectFunctionCall3(setval3_oid, ObjectIdGetDatum(seqoid),
+								   Int64GetDatum(value), BoolGetDatum(true));
+	}
+	PG_FINALLY();
+	{
+		SetUserIdAndSecContext(saved_userid, saved_secctx);
+	}
+	PG_END_TRY();
+}
+
+/*
+ * FencingFetch
+ *		Reserve the next block: its first token, at least the clock's
+ *		reading in microseconds.  The caller makes it durable.
+ */
+static int64
+FencingFetch(Oid seqoid)
+{
+	LOCKTAG		tag;
+	int64		start;
+	TimestampTz clock;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, seqoid, 0, DSYNC_FENCING_LOCK_CLASS);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	start = nextval_internal(seqoid, false);
+	clock = GetCurrentTimestamp();
+	if (start < clock)
+	{
+		/* The sequence is behind the clock: restored, or simply idle. */
+		FencingSetval(seqoid, clock);
+		start = clock;
+	}
+	LockRelease(&tag, ExclusiveLock, false);
+	return start;
+}
+
 /*
  * FencingFindSlot
  *		Under the spinlock: this database's slot, or NULL.
@@ -256,7 +340,7 @@ DsyncNextFencingToken(const DsyncCatalog *catalog)
 
 		/* The caller has no rights on the sequence; the SQL function is the gate. */
 		size = FencingSequenceIncrement(seqoid);
-		start = nextval_internal(seqoid, false);
+		start = FencingFetch(seqoid);
 		lsn = FencingSequenceLsn(seqoid);
 		XLogFlush(lsn);
 		FencingWaitForStandby(lsn);

@@ -421,6 +421,11 @@ DsyncProcessUtility(PlannedStmt *pstmt, const char *queryString,
 	Node	   *parsetree = pstmt->utilityStmt;
 	Oid			held = DsyncLifecycleHeldDatabase(parsetree);
 
+	/* Roles that own dsync state: PostgreSQL's dependency rules (role.c). */
+	if (IsA(parsetree, DropRoleStmt) || IsA(parsetree, DropOwnedStmt) ||
+		IsA(parsetree, ReassignOwnedStmt))
+		DsyncRoleUtility(parsetree);
+
 	PG_TRY();
 	{
 		if (OidIsValid(held))
@@ -450,7 +455,8 @@ DsyncProcessUtility(PlannedStmt *pstmt, const char *queryString,
 /*
  * DsyncObjectAccess
  *		Notice the extension being dropped, by DROP EXTENSION or by a
- *		cascade, so that the reaper looks once it commits.
+ *		cascade, so that the reaper looks once it commits and the
+ *		database's waiters wake and report it.
  */
 static void
 DsyncObjectAccess(ObjectAccessType access, Oid classId, Oid objectId,
@@ -461,7 +467,11 @@ DsyncObjectAccess(ObjectAccessType access, Oid classId, Oid objectId,
 
 	if (access == OAT_DROP && classId == ExtensionRelationId &&
 		objectId == get_extension_oid("dsync", true))
+	{
 		DsyncLifecycleNoteAtCommit(&recheck_at_commit);
+		/* Whoever waits in a dsync call here must stop, not hang on. */
+		DsyncWakeDatabaseAtEnd();
+	}
 }
 
 /*

@@ -4,9 +4,11 @@
  *		The lease functions: acquire, renew, release, leader, assert_held
  *		and force_release.
  *
- * A lease is held when its row has a holder and expires_at is after the
- * server clock's now; nothing else (no cleanup pass) decides it.  Every
- * change locks the row first and re-checks it against a fresh clock
+ * A plain lease (a name with no semaphore definition) is one row of
+ * dsync_lease, slot 0; a semaphore's permits are rows of dsync_permit
+ * (permit.c).  A lease is held when its row has a holder and expires_at is
+ * after the server clock's now; nothing else (no cleanup pass) decides it.
+ * Every change locks the row first and re-checks it against a fresh clock
  * reading, so decisions are made on the latest committed version:
  *
  *	- acquire locks with LockWaitSkip and treats a row it cannot lock as
@@ -18,7 +20,8 @@
  *	  else can take the lease, even once it has expired.
  *
  * If a row changed between the scan and the lock (TM_Updated), the whole
- * decision is made again from a new scan.
+ * decision is made again from a new scan.  Each call finds its row with
+ * one or two index probes, whatever the tables hold.
  *
  *-------------------------------------------------------------------------
  */
@@ -26,10 +29,9 @@
 
 #include "access/xact.h"
 #include "miscadmin.h"
-#include "utils/memutils.h"
-#include "utils/resowner.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/memutils.h"
 
 #include "dsync.h"
 
@@ -39,34 +41,65 @@ PG_FUNCTION_INFO_V1(dsync_release);
 PG_FUNCTION_INFO_V1(dsync_leader);
 PG_FUNCTION_INFO_V1(dsync_assert_held);
 PG_FUNCTION_INFO_V1(dsync_force_release);
+PG_FUNCTION_INFO_V1(dsync_force_release_waits);
 
-/* What one grant writes into a row. */
-typedef struct LeaseGrant
+/* The tables a lease's holders may be in. */
+typedef struct LeaseStores
 {
-	text	   *holder;
-	Interval   *ttl;
-	int64		ttl_usec;
-	Datum		info;
-	bool		info_null;
-} LeaseGrant;
+	DsyncStore	lease;
+	DsyncStore	permit;
+	bool		has_permits;	/* dsync_permit exists (1.2) */
+} LeaseStores;
+
+/* What a blocked acquirer's tries need. */
+typedef struct LeaseTryArgs
+{
+	FunctionCallInfo fcinfo;
+	text	   *lease;
+	const LeaseGrant *grant;
+	int64		token;
+} LeaseTryArgs;
 
 /*
- * LeaseFindHeld
- *		The row in which holder holds the lease live at now, if any.
+ * LeaseStoresOpen
+ *		Open dsync_lease and, where installed, dsync_permit.
  */
-static DsyncLeaseRow *
-LeaseFindHeld(List *rows, text *holder, TimestampTz now)
+static void
+LeaseStoresOpen(LeaseStores *stores, FunctionCallInfo fcinfo, bool for_write)
 {
-	ListCell   *lc;
+	const DsyncCatalog *catalog = DsyncCatalogGet(fcinfo);
 
-	foreach(lc, rows)
-	{
-		DsyncLeaseRow *row = lfirst(lc);
+	DsyncStoreOpenCatalog(&stores->lease, catalog, DSYNC_TABLE_LEASE, for_write);
+	stores->has_permits = OidIsValid(catalog->rels[DSYNC_TABLE_PERMIT]);
+	if (stores->has_permits)
+		DsyncStoreOpenCatalog(&stores->permit, catalog, DSYNC_TABLE_PERMIT, for_write);
+}
 
-		if (DsyncRowIsLive(row, now) && DsyncRowHolderIs(row, holder))
-			return row;
-	}
-	return NULL;
+/*
+ * LeaseStoresClose
+ *		Close what LeaseStoresOpen opened.
+ */
+static void
+LeaseStoresClose(LeaseStores *stores)
+{
+	if (stores->has_permits)
+		DsyncStoreClose(&stores->permit);
+	DsyncStoreClose(&stores->lease);
+}
+
+/*
+ * DsyncLeaseFindPlain
+ *		The row of a plain lease (slot 0 of dsync_lease), or NULL: one
+ *		index probe.
+ */
+DsyncRow *
+DsyncLeaseFindPlain(DsyncStore *store, text *lease)
+{
+	DsyncScan  *scan = DsyncScanKey(store, lease, Int32GetDatum(0));
+	DsyncRow   *row = DsyncScanNext(scan);
+
+	DsyncScanEnd(scan);
+	return row;
 }
 
 /*
@@ -75,19 +108,19 @@ LeaseFindHeld(List *rows, text *holder, TimestampTz now)
  *		clock reads now, and owned by a role the caller acts for.
  */
 static bool
-LeaseHeldByCaller(DsyncLeaseRow *row, text *holder)
+LeaseHeldByCaller(DsyncRow *row, text *holder)
 {
 	return DsyncRowIsLive(row, GetCurrentTimestamp()) &&
 		DsyncRowHolderIs(row, holder) &&
-		DsyncRowOwnerIsCaller(row);
+		DsyncRowOwnerIsCaller(row, Anum_lease_owner);
 }
 
 /*
- * LeaseSetGrant
+ * DsyncLeaseSetGrant
  *		Fill a row for a new grant: a new fencing token and a fresh expiry.
  */
-static void
-LeaseSetGrant(DsyncStore *store, DsyncLeaseRow *row, const LeaseGrant *grant)
+void
+DsyncLeaseSetGrant(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant)
 {
 	int64		token = DsyncNextFencingToken(store->catalog);
 	TimestampTz now = GetCurrentTimestamp();
@@ -116,7 +149,7 @@ LeaseSetGrant(DsyncStore *store, DsyncLeaseRow *row, const LeaseGrant *grant)
  *		Push a held row's expiry to now + ttl_usec; returns the new expiry.
  */
 static TimestampTz
-LeaseSetRenewal(DsyncLeaseRow *row, int64 ttl_usec)
+LeaseSetRenewal(DsyncRow *row, int64 ttl_usec)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz expiry = DsyncExpiry(now, ttl_usec, "ttl");
@@ -127,116 +160,147 @@ LeaseSetRenewal(DsyncLeaseRow *row, int64 ttl_usec)
 }
 
 /*
- * LeaseSetReleased
- *		Clear a row's holder.  The row stays, so the next grant of this
- *		name is a HOT update rather than an insert.
+ * LeaseRecordDeadline
+ *		After a renewal that moved an expiry earlier, tell the reaper:
+ *		later deadlines it finds by itself, earlier ones it must be told.
  */
 static void
-LeaseSetReleased(DsyncLeaseRow *row)
+LeaseRecordDeadline(DsyncStore *store, DsyncRow *row, TimestampTz previous)
+{
+	if (DsyncRowExpiry(row) < previous)
+		DsyncEventRecord(store->table == DSYNC_TABLE_PERMIT ?
+						 DSYNC_EVENT_PERMIT_DEADLINE : DSYNC_EVENT_DEADLINE, row);
+	DsyncEventRecordRenewal();
+}
+
+/*
+ * DsyncLeaseRenewRow
+ *		A reentrant acquire of a locked row the holder has: extend it, keep
+ *		the token, take the new ttl and (if given) info.
+ */
+void
+DsyncLeaseRenewRow(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant)
+{
+	TimestampTz previous = DsyncRowExpiry(row);
+
+	(void) LeaseSetRenewal(row, grant->ttl_usec);
+	row->values[Anum_lease_ttl - 1] = IntervalPGetDatum(grant->ttl);
+	if (!grant->info_null)
+	{
+		row->values[Anum_lease_info - 1] = grant->info;
+		row->nulls[Anum_lease_info - 1] = false;
+	}
+	DsyncStoreUpdate(store, row);
+	LeaseRecordDeadline(store, row, previous);
+}
+
+/*
+ * DsyncLeaseSetReleased
+ *		Clear a row's holder.  The row stays, so the next grant of this
+ *		name is a HOT update rather than an insert; renewed_at records
+ *		when it was let go, from which the reaper removes rows that stay
+ *		unused (dsync.idle_row_retention).
+ */
+void
+DsyncLeaseSetReleased(DsyncRow *row)
 {
 	row->nulls[Anum_lease_holder - 1] = true;
 	row->nulls[Anum_lease_info - 1] = true;
+	row->values[Anum_lease_renewed_at - 1] = TimestampTzGetDatum(GetCurrentTimestamp());
+	row->nulls[Anum_lease_renewed_at - 1] = false;
 }
 
 /*
- * LeaseEarliestExpiry
- *		The earliest expiry among the live rows, or 0 if none is live: the
- *		instant a blocked acquirer should look again by itself.
+ * LeaseLeftoverPermits
+ *		The live holders a name still has in dsync_permit after its
+ *		semaphore was dropped (they keep their permits until they let go).
+ *		Sets *mine to the caller's holder's permit, if it is one of them,
+ *		and *earliest to their earliest expiry.
  */
-static TimestampTz
-LeaseEarliestExpiry(List *rows)
+static int
+LeaseLeftoverPermits(LeaseStores *stores, text *lease, text *holder, DsyncRow **mine,
+					 TimestampTz *earliest)
 {
+	DsyncScan  *scan;
+	DsyncRow   *row;
 	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz earliest = 0;
-	ListCell   *lc;
+	int			live = 0;
 
-	foreach(lc, rows)
+	*mine = NULL;
+	if (!stores->has_permits)
+		return 0;
+	scan = DsyncScanName(&stores->permit, lease);
+	while ((row = DsyncScanNext(scan)) != NULL)
 	{
-		DsyncLeaseRow *row = lfirst(lc);
-		TimestampTz expiry;
-
 		if (!DsyncRowIsLive(row, now))
 			continue;
-		expiry = DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]);
-		if (earliest == 0 || expiry < earliest)
-			earliest = expiry;
+		live++;
+		if (DsyncRowHolderIs(row, holder))
+			*mine = row;
+		if (*earliest == 0 || DsyncRowExpiry(row) < *earliest)
+			*earliest = DsyncRowExpiry(row);
 	}
-	return earliest;
-}
-
-/*
- * LeaseSlotExists
- *		Whether a permit slot has a row.
- */
-static bool
-LeaseSlotExists(List *rows, int32 slot)
-{
-	ListCell   *lc;
-
-	foreach(lc, rows)
-	{
-		if (DatumGetInt32(((DsyncLeaseRow *) lfirst(lc))->values[Anum_lease_slot - 1]) == slot)
-			return true;
-	}
-	return false;
+	DsyncScanEnd(scan);
+	return live;
 }
 
 /*
  * LeaseTryAcquire
- *		Grant one of the lease's permits to the holder if one is free now,
- *		without waiting for any other transaction.  Returns true and the
- *		fencing token on success; otherwise sets *next_expiry to the
- *		earliest expiry of a current holder (0 if unknown).
+ *		Grant a plain lease to the holder if it is free now, without
+ *		waiting for any other transaction.  Returns true and the fencing
+ *		token on success; otherwise sets *retry_at to the current holder's
+ *		expiry (0 if unknown).
  *
  * A holder that already has the lease always gets its extension.  Anybody
- * else takes a free permit only if may_take: queued waiters go first.
+ * else takes it only if may_take: queued waiters go first.
  */
 static bool
-LeaseTryAcquire(DsyncStore *store, text *lease, const LeaseGrant *grant,
-				int permits, bool may_take, int64 *token,
-				TimestampTz *next_expiry)
+LeaseTryAcquire(LeaseStores *stores, text *lease, const LeaseGrant *grant,
+				bool may_take, int64 *token, TimestampTz *retry_at)
 {
 	for (;;)
 	{
-		List	   *rows;
-		ListCell   *lc;
-		DsyncLeaseRow *mine;
-		bool	   *slot_used;
-		bool		rescan = false;
-		int			free_slot;
-		DsyncLeaseRow *fresh;
+		DsyncRow   *row;
+		DsyncRow   *mine;
+		TimestampTz now = GetCurrentTimestamp();
+		TM_Result	result;
 
 		CHECK_FOR_INTERRUPTS();
-
-		rows = DsyncStoreScan(store, lease);
-		mine = LeaseFindHeld(rows, grant->holder, GetCurrentTimestamp());
-		*next_expiry = LeaseEarliestExpiry(rows);
+		*retry_at = 0;
+		row = DsyncLeaseFindPlain(&stores->lease, lease);
 
 		/* Reentrant: the holder already has it; extend and keep the token. */
-		if (mine)
+		if (row && DsyncRowIsLive(row, now) && DsyncRowHolderIs(row, grant->holder))
 		{
-			TM_Result	result;
-			TimestampTz previous;
-
-			if (!DsyncRowOwnerIsCaller(mine))
+			if (!DsyncRowOwnerIsCaller(row, Anum_lease_owner))
 				return false;
-			result = DsyncStoreLock(store, mine, LockTupleNoKeyExclusive, LockWaitSkip);
+			result = DsyncStoreLock(&stores->lease, row, LockTupleNoKeyExclusive, LockWaitSkip);
 			if (result == TM_WouldBlock)
 				return false;
-			if (result != TM_Ok)
+			if (result != TM_Ok || !LeaseHeldByCaller(row, grant->holder))
+				continue;		/* changed or expired as we locked it: look again */
+			DsyncLeaseRenewRow(&stores->lease, row, grant);
+			*token = DatumGetInt64(row->values[Anum_lease_fencing - 1]);
+			return true;
+		}
+		if (row && DsyncRowIsLive(row, now))
+		{
+			*retry_at = DsyncRowExpiry(row);
+			return false;
+		}
+
+		/* Holders of a dropped semaphore's permits keep the name busy. */
+		if (LeaseLeftoverPermits(stores, lease, grant->holder, &mine, retry_at) > 0)
+		{
+			if (mine == NULL || !DsyncRowOwnerIsCaller(mine, Anum_lease_owner))
+				return false;
+			result = DsyncStoreLock(&stores->permit, mine, LockTupleNoKeyExclusive,
+									LockWaitSkip);
+			if (result == TM_WouldBlock)
+				return false;
+			if (result != TM_Ok || !LeaseHeldByCaller(mine, grant->holder))
 				continue;
-			if (!LeaseHeldByCaller(mine, grant->holder))
-				continue;		/* it expired as we locked it: look again */
-			previous = DatumGetTimestampTz(mine->values[Anum_lease_expires_at - 1]);
-			if (LeaseSetRenewal(mine, grant->ttl_usec) < previous)
-				DsyncEventRecord(DSYNC_EVENT_DEADLINE, mine);
-			mine->values[Anum_lease_ttl - 1] = IntervalPGetDatum(grant->ttl);
-			if (!grant->info_null)
-			{
-				mine->values[Anum_lease_info - 1] = grant->info;
-				mine->nulls[Anum_lease_info - 1] = false;
-			}
-			DsyncStoreUpdate(store, mine);
+			DsyncLeaseRenewRow(&stores->permit, mine, grant);
 			*token = DatumGetInt64(mine->values[Anum_lease_fencing - 1]);
 			return true;
 		}
@@ -244,252 +308,71 @@ LeaseTryAcquire(DsyncStore *store, text *lease, const LeaseGrant *grant,
 		if (!may_take)
 			return false;
 
-		/*
-		 * Every live holder counts, in whatever slot: holders from before a
-		 * semaphore was dropped or re-created with fewer permits keep their
-		 * permits, and nobody new comes in until they are fewer.
-		 */
+		if (row == NULL)
 		{
-			int			live = 0;
+			DsyncRow   *fresh;
 
-			foreach(lc, rows)
-				if (DsyncRowIsLive(lfirst(lc), GetCurrentTimestamp()))
-					live++;
-			if (live >= permits)
-				return false;
-		}
-
-		/* Take the first existing permit that is free or expired. */
-		slot_used = palloc0(sizeof(bool) * permits);
-		foreach(lc, rows)
-		{
-			DsyncLeaseRow *row = lfirst(lc);
-			int32		slot = DatumGetInt32(row->values[Anum_lease_slot - 1]);
-			TM_Result	result;
-
-			if (slot < 0 || slot >= permits)
-				continue;
-			slot_used[slot] = true;
-			if (DsyncRowIsLive(row, GetCurrentTimestamp()))
-				continue;
-
-			result = DsyncStoreLock(store, row, LockTupleNoKeyExclusive, LockWaitSkip);
-			if (result == TM_WouldBlock)
-				continue;
-			if (result != TM_Ok || DsyncRowIsLive(row, GetCurrentTimestamp()))
+			/* A name never used, or removed while idle: insert its row. */
+			switch (DsyncStoreClaimKey(&stores->lease, lease, Int32GetDatum(0), false))
 			{
-				rescan = true;
-				break;
+				case DSYNC_CLAIM_BUSY:
+					return false;
+				case DSYNC_CLAIM_EXISTS:
+					continue;
+				case DSYNC_CLAIM_OK:
+					break;
 			}
-			/* Taking over an expired lease announces its expiry first. */
-			if (!row->nulls[Anum_lease_holder - 1])
-				DsyncEventRecord(DSYNC_EVENT_EXPIRED, row);
-			LeaseSetGrant(store, row, grant);
-			DsyncStoreUpdate(store, row);
-			DsyncEventRecord(DSYNC_EVENT_ACQUIRED, row);
-			*token = DatumGetInt64(row->values[Anum_lease_fencing - 1]);
+			fresh = DsyncStoreNewRow();
+			fresh->values[Anum_lease_name - 1] = PointerGetDatum(lease);
+			fresh->nulls[Anum_lease_name - 1] = false;
+			fresh->values[Anum_lease_slot - 1] = Int32GetDatum(0);
+			fresh->nulls[Anum_lease_slot - 1] = false;
+			DsyncLeaseSetGrant(&stores->lease, fresh, grant);
+			DsyncStoreInsert(&stores->lease, fresh);
+			DsyncStoreUnclaimKey(&stores->lease, lease, Int32GetDatum(0));
+			DsyncEventRecord(DSYNC_EVENT_ACQUIRED, fresh);
+			*token = DatumGetInt64(fresh->values[Anum_lease_fencing - 1]);
 			return true;
 		}
-		if (rescan)
-			continue;
 
-		/*
-		 * No free row: make one for a permit that has no row (never used,
-		 * or cleared by the reaper).  Each (name, slot) has its own insert
-		 * lock, so that acquirers of different permits do not stand in
-		 * each other's way.
-		 */
-		free_slot = -1;
-		for (int slot = 0; slot < permits && free_slot < 0; slot++)
-		{
-			if (slot_used[slot] ||
-				!DsyncStoreInsertLock(DSYNC_TABLE_LEASE, lease, slot, false))
-				continue;
-			free_slot = slot;
-		}
-		if (free_slot < 0)
+		/* Free or expired: take it if nobody else is changing it. */
+		result = DsyncStoreLock(&stores->lease, row, LockTupleNoKeyExclusive, LockWaitSkip);
+		if (result == TM_WouldBlock)
 			return false;
-
-		/* Someone may have inserted that permit and committed since our scan. */
-		if (LeaseSlotExists(DsyncStoreScan(store, lease), free_slot))
+		if (result != TM_Ok || DsyncRowIsLive(row, GetCurrentTimestamp()))
 			continue;
-
-		fresh = DsyncStoreNewRow();
-		fresh->values[Anum_lease_name - 1] = PointerGetDatum(lease);
-		fresh->nulls[Anum_lease_name - 1] = false;
-		fresh->values[Anum_lease_slot - 1] = Int32GetDatum(free_slot);
-		fresh->nulls[Anum_lease_slot - 1] = false;
-		LeaseSetGrant(store, fresh, grant);
-		DsyncStoreInsert(store, fresh);
-		DsyncEventRecord(DSYNC_EVENT_ACQUIRED, fresh);
-		*token = DatumGetInt64(fresh->values[Anum_lease_fencing - 1]);
+		/* Taking over an expired lease announces its expiry first. */
+		if (!row->nulls[Anum_lease_holder - 1])
+			DsyncEventRecord(DSYNC_EVENT_EXPIRED, row);
+		DsyncLeaseSetGrant(&stores->lease, row, grant);
+		DsyncStoreUpdate(&stores->lease, row);
+		DsyncEventRecord(DSYNC_EVENT_ACQUIRED, row);
+		*token = DatumGetInt64(row->values[Anum_lease_fencing - 1]);
 		return true;
 	}
 }
 
 /*
- * LeaseLockHeld
- *		Find and lock the row in which holder holds the lease live, for a
- *		change by that holder.  Returns NULL if it does not hold it (or the
- *		caller's role does not own it).
- */
-static DsyncLeaseRow *
-LeaseLockHeld(DsyncStore *store, text *lease, text *holder, LockTupleMode mode)
-{
-	for (;;)
-	{
-		List	   *rows;
-		DsyncLeaseRow *row;
-		TM_Result	result;
-
-		CHECK_FOR_INTERRUPTS();
-
-		rows = DsyncStoreScan(store, lease);
-		row = LeaseFindHeld(rows, holder, GetCurrentTimestamp());
-		if (row == NULL || !DsyncRowOwnerIsCaller(row))
-			return NULL;
-
-		result = DsyncStoreLock(store, row, mode, LockWaitBlock);
-		if (result != TM_Ok)
-			continue;
-		/* If it expired while we waited for the lock, it is not held. */
-		return LeaseHeldByCaller(row, holder) ? row : NULL;
-	}
-}
-
-/*
- * LeaseAttempt
- *		One try of a blocked acquirer, in an internal subtransaction.
- *
- * If the try fails, the subtransaction is rolled back, so that the waiter
- * sleeps holding nothing a holder or releaser needs: no row lock, no
- * insert lock.  A successful grant is kept by merging the subtransaction
- * into the caller's transaction.
+ * LeaseTry
+ *		One try of dsync_acquire: a semaphore's permit if the name has a
+ *		definition, else the plain lease.
  */
 static bool
-LeaseAttempt(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
-			 bool may_take, int64 *token, TimestampTz *next_expiry)
+LeaseTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 {
-	MemoryContext oldcontext = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	bool		granted = false;
+	LeaseTryArgs *args = arg;
+	int			permits = DsyncSemaphorePermitsFor(args->fcinfo, args->lease, true);
+	LeaseStores stores;
+	bool		granted;
 
-	BeginInternalSubTransaction(NULL);
-	DsyncWaitAttemptStart();
-	MemoryContextSwitchTo(oldcontext);
-
-	PG_TRY();
-	{
-		DsyncStore	store;
-
-		DsyncStoreOpen(&store, fcinfo, true);
-		granted = LeaseTryAcquire(&store, lease, grant,
-								  DsyncSemaphorePermitsFor(fcinfo, lease, true),
-								  may_take, token, next_expiry);
-		DsyncStoreClose(&store);
-
-		if (granted)
-			ReleaseCurrentSubTransaction();
-		else
-			RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
-		DsyncWaitAttemptEnd(DsyncWaitKey(lease), granted);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(oldcontext);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
-		DsyncWaitAttemptEnd(DsyncWaitKey(lease), false);
-		ReThrowError(edata);
-	}
-	PG_END_TRY();
-
-	return granted;
-}
-
-/*
- * LeaseAcquireWaiting
- *		Acquire, blocking until granted or until the wait runs out.
- *
- * The waiter queues behind earlier waiters and sleeps on its name's
- * channel until woken by a commit or rollback that may have freed the
- * lease, or until the current holder's expiry, whichever is first.  The
- * channel's wake count is read before each try, so a wake-up that comes
- * between the try and the sleep is not lost.  Each
- * try runs in its own memory context, reset between tries, so that a
- * long wait does not grow.
- */
-static bool
-LeaseAcquireWaiting(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
-					bool forever, int64 wait_usec, int64 *token)
-{
-	uint64		key = DsyncWaitKey(lease);
-	TimestampTz deadline = forever ? 0 : DsyncExpiry(GetCurrentTimestamp(), wait_usec, "wait");
-	MemoryContext attempt_cxt;
-	MemoryContext oldcontext = CurrentMemoryContext;
-
-	/* Set inside PG_TRY and read in PG_CATCH, so they must be volatile. */
-	volatile bool queued = false;
-	volatile bool granted = false;
-
-	attempt_cxt = AllocSetContextCreate(CurrentMemoryContext, "dsync wait",
-										ALLOCSET_SMALL_SIZES);
-	PG_TRY();
-	{
-		for (;;)
-		{
-			TimestampTz next_expiry = 0;
-			TimestampTz wake_at;
-			uint64		generation = DsyncWaitGeneration(key);
-			bool		first_in_line = DsyncWaitMayTake(key);
-
-			MemoryContextReset(attempt_cxt);
-			MemoryContextSwitchTo(attempt_cxt);
-			granted = LeaseAttempt(fcinfo, lease, grant, first_in_line,
-								   token, &next_expiry);
-			MemoryContextSwitchTo(oldcontext);
-			if (granted)
-				break;
-
-			if (!queued)
-			{
-				/* Get in line, then look once more before sleeping. */
-				DsyncWaitEnqueue(key,
-								 DsyncSemaphorePermits(fcinfo, lease) > 1 ? "semaphore" : "lease",
-								 lease, grant->holder);
-				queued = true;
-				continue;
-			}
-
-			if (!forever && GetCurrentTimestamp() >= deadline)
-				break;
-			/* Only the first in line wakes by itself at the holder's expiry. */
-			if (!first_in_line)
-				next_expiry = 0;
-			wake_at = forever ? next_expiry :
-				(next_expiry != 0 && next_expiry < deadline ? next_expiry : deadline);
-			DsyncWaitSleep(key, wake_at, generation);
-		}
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(oldcontext);
-		if (queued)
-			DsyncWaitDequeue();
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-
-	if (queued)
-		DsyncWaitDequeue();
-	MemoryContextDelete(attempt_cxt);
+	*retry_at = 0;
+	if (permits >= 0)
+		return DsyncPermitTryAcquire(args->fcinfo, args->lease, args->grant, permits,
+									 may_take, thorough, &args->token);
+	LeaseStoresOpen(&stores, args->fcinfo, true);
+	granted = LeaseTryAcquire(&stores, args->lease, args->grant, may_take,
+							  &args->token, retry_at);
+	LeaseStoresClose(&stores);
 	return granted;
 }
 
@@ -502,9 +385,9 @@ dsync_acquire(PG_FUNCTION_ARGS)
 {
 	text	   *lease = DsyncArgName(fcinfo, 0, "lease");
 	LeaseGrant	grant;
+	LeaseTryArgs args;
 	bool		wait_forever;
 	int64		wait_usec;
-	int64		token;
 	bool		granted;
 
 	grant.holder = DsyncArgName(fcinfo, 1, "holder");
@@ -516,32 +399,82 @@ dsync_acquire(PG_FUNCTION_ARGS)
 
 	DsyncPreventWrite("dsync_acquire()");
 
+	args.fcinfo = fcinfo;
+	args.lease = lease;
+	args.grant = &grant;
+	args.token = 0;
 	if (wait_forever || wait_usec > 0)
-		granted = LeaseAcquireWaiting(fcinfo, lease, &grant, wait_forever, wait_usec, &token);
+	{
+		DsyncWaitSpec spec;
+
+		spec.key = DsyncWaitKey(lease);
+		spec.roleid = InvalidOid;
+		spec.kind = DsyncSemaphorePermits(fcinfo, lease) > 1 ? "semaphore" : "lease";
+		spec.name = lease;
+		spec.holder = grant.holder;
+		spec.forever = wait_forever;
+		spec.deadline = wait_forever ? 0 :
+			DsyncExpiry(GetCurrentTimestamp(), wait_usec, "wait");
+		spec.try_fn = LeaseTry;
+		spec.arg = &args;
+		granted = DsyncWaitFor(&spec);
+	}
 	else
 	{
-		DsyncStore	store;
-		TimestampTz next_expiry;
+		TimestampTz retry_at;
 
-		DsyncStoreOpen(&store, fcinfo, true);
-		granted = LeaseTryAcquire(&store, lease, &grant,
-								  DsyncSemaphorePermitsFor(fcinfo, lease, true),
-								  DsyncWaitMayTake(DsyncWaitKey(lease)),
-								  &token, &next_expiry);
-		DsyncStoreClose(&store);
+		granted = LeaseTry(&args, DsyncWaitMayTake(DsyncWaitKey(lease), InvalidOid),
+						   false, &retry_at);
 	}
 
 	if (!granted)
 		PG_RETURN_NULL();
-	PG_RETURN_INT64(token);
+	PG_RETURN_INT64(args.token);
+}
+
+/*
+ * LeaseLockHeld
+ *		Find and lock the row in which holder holds the lease live (its
+ *		plain lease, or its permit of a semaphore), for a change by that
+ *		holder.  Returns NULL if it does not hold it (or the caller's role
+ *		does not own it); *store tells which table the row is in.
+ */
+static DsyncRow *
+LeaseLockHeld(LeaseStores *stores, text *lease, text *holder, LockTupleMode mode,
+			  DsyncStore **store)
+{
+	for (;;)
+	{
+		DsyncRow   *row;
+		TimestampTz now = GetCurrentTimestamp();
+
+		CHECK_FOR_INTERRUPTS();
+		*store = &stores->lease;
+		row = DsyncLeaseFindPlain(&stores->lease, lease);
+		if (row == NULL || !DsyncRowIsLive(row, now) || !DsyncRowHolderIs(row, holder))
+		{
+			row = NULL;
+			if (stores->has_permits)
+			{
+				*store = &stores->permit;
+				row = DsyncPermitFindHeld(&stores->permit, lease, holder, now);
+			}
+		}
+		if (row == NULL || !DsyncRowOwnerIsCaller(row, Anum_lease_owner))
+			return NULL;
+		if (DsyncStoreLock(*store, row, mode, LockWaitBlock) != TM_Ok)
+			continue;
+		/* If it expired while we waited for the lock, it is not held. */
+		return LeaseHeldByCaller(row, holder) ? row : NULL;
+	}
 }
 
 /*
  * dsync_renew
  *		SQL: dsync_renew(lease, holder, ttl) RETURNS timestamptz
  *
- * A NULL ttl renews for the ttl the lease was last acquired with; an
- * explicit ttl applies to this renewal only.
+ * A NULL ttl renews for the ttl the lease was last acquired with (capped
+ * by dsync.max_ttl); an explicit ttl applies to this renewal only.
  */
 Datum
 dsync_renew(PG_FUNCTION_ARGS)
@@ -550,31 +483,31 @@ dsync_renew(PG_FUNCTION_ARGS)
 	text	   *holder = DsyncArgName(fcinfo, 1, "holder");
 	Interval   *ttl;
 	int64		ttl_usec = DsyncArgTtl(fcinfo, 2, "ttl", true, &ttl);
-	DsyncStore	store;
-	DsyncLeaseRow *row;
+	LeaseStores stores;
+	DsyncStore *store;
+	DsyncRow   *row;
 	TimestampTz expiry = 0;
-	TimestampTz previous;
 
 	DsyncPreventWrite("dsync_renew()");
 
-	DsyncStoreOpen(&store, fcinfo, true);
-	row = LeaseLockHeld(&store, lease, holder, LockTupleNoKeyExclusive);
+	LeaseStoresOpen(&stores, fcinfo, true);
+	row = LeaseLockHeld(&stores, lease, holder, LockTupleNoKeyExclusive, &store);
 	if (row)
 	{
-		if (ttl == NULL &&
-			!DsyncIntervalUsec(DatumGetIntervalP(row->values[Anum_lease_ttl - 1]), &ttl_usec))
-			ereport(ERROR,
-					(errcode(ERRCODE_INTERVAL_FIELD_OVERFLOW),
-					 errmsg("stored ttl of lease \"%s\" is out of range",
-							text_to_cstring(lease))));
-		previous = DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]);
+		TimestampTz previous = DsyncRowExpiry(row);
+
+		if (ttl == NULL)
+		{
+			/* Checked when read (store.c): a positive interval that fits. */
+			(void) DsyncIntervalUsec(DatumGetIntervalP(row->values[Anum_lease_ttl - 1]),
+									 &ttl_usec);
+			ttl_usec = DsyncCapTtl(ttl_usec);
+		}
 		expiry = LeaseSetRenewal(row, ttl_usec);
-		DsyncStoreUpdate(&store, row);
-		/* Later deadlines the reaper finds by itself; earlier ones it must be told. */
-		if (expiry < previous)
-			DsyncEventRecord(DSYNC_EVENT_DEADLINE, row);
+		DsyncStoreUpdate(store, row);
+		LeaseRecordDeadline(store, row, previous);
 	}
-	DsyncStoreClose(&store);
+	LeaseStoresClose(&stores);
 
 	if (row == NULL)
 		PG_RETURN_NULL();
@@ -590,20 +523,21 @@ dsync_release(PG_FUNCTION_ARGS)
 {
 	text	   *lease = DsyncArgName(fcinfo, 0, "lease");
 	text	   *holder = DsyncArgName(fcinfo, 1, "holder");
-	DsyncStore	store;
-	DsyncLeaseRow *row;
+	LeaseStores stores;
+	DsyncStore *store;
+	DsyncRow   *row;
 
 	DsyncPreventWrite("dsync_release()");
 
-	DsyncStoreOpen(&store, fcinfo, true);
-	row = LeaseLockHeld(&store, lease, holder, LockTupleNoKeyExclusive);
+	LeaseStoresOpen(&stores, fcinfo, true);
+	row = LeaseLockHeld(&stores, lease, holder, LockTupleNoKeyExclusive, &store);
 	if (row)
 	{
 		DsyncEventRecord(DSYNC_EVENT_RELEASED, row);
-		LeaseSetReleased(row);
-		DsyncStoreUpdate(&store, row);
+		DsyncLeaseSetReleased(row);
+		DsyncStoreUpdate(store, row);
 	}
-	DsyncStoreClose(&store);
+	LeaseStoresClose(&stores);
 
 	PG_RETURN_BOOL(row != NULL);
 }
@@ -617,27 +551,28 @@ dsync_release(PG_FUNCTION_ARGS)
 text *
 DsyncLeaseLeader(FunctionCallInfo fcinfo, text *lease)
 {
-	DsyncStore	store;
-	List	   *rows;
-	ListCell   *lc;
+	int			permits = DsyncSemaphorePermitsFor(fcinfo, lease, false);
+	LeaseStores stores;
+	DsyncRow   *row;
 	text	   *leader = NULL;
-	TimestampTz now;
+	TimestampTz now = GetCurrentTimestamp();
 
-	if (DsyncSemaphorePermits(fcinfo, lease) > 1)
+	if (permits > 1)
 		return NULL;
-
-	DsyncStoreOpen(&store, fcinfo, false);
-	rows = DsyncStoreScan(&store, lease);
-	now = GetCurrentTimestamp();
-	foreach(lc, rows)
+	LeaseStoresOpen(&stores, fcinfo, false);
+	row = DsyncLeaseFindPlain(&stores.lease, lease);
+	if (row && DsyncRowIsLive(row, now))
+		leader = DatumGetTextPP(row->values[Anum_lease_holder - 1]);
+	else if (permits == 1 && stores.has_permits)
 	{
-		DsyncLeaseRow *row = lfirst(lc);
+		DsyncScan  *scan = DsyncScanKey(&stores.permit, lease, Int32GetDatum(0));
 
-		if (DatumGetInt32(row->values[Anum_lease_slot - 1]) == 0 &&
-			DsyncRowIsLive(row, now))
+		row = DsyncScanNext(scan);
+		DsyncScanEnd(scan);
+		if (row && DsyncRowIsLive(row, now))
 			leader = DatumGetTextPP(row->values[Anum_lease_holder - 1]);
 	}
-	DsyncStoreClose(&store);
+	LeaseStoresClose(&stores);
 	return leader;
 }
 
@@ -668,14 +603,15 @@ dsync_assert_held(PG_FUNCTION_ARGS)
 {
 	text	   *lease = DsyncArgName(fcinfo, 0, "lease");
 	text	   *holder = DsyncArgName(fcinfo, 1, "holder");
-	DsyncStore	store;
-	DsyncLeaseRow *row;
+	LeaseStores stores;
+	DsyncStore *store;
+	DsyncRow   *row;
 
 	DsyncPreventWrite("dsync_assert_held()");
 
-	DsyncStoreOpen(&store, fcinfo, true);
-	row = LeaseLockHeld(&store, lease, holder, LockTupleShare);
-	DsyncStoreClose(&store);
+	LeaseStoresOpen(&stores, fcinfo, true);
+	row = LeaseLockHeld(&stores, lease, holder, LockTupleShare, &store);
+	LeaseStoresClose(&stores);
 
 	if (row == NULL)
 		ereport(ERROR,
@@ -684,6 +620,77 @@ dsync_assert_held(PG_FUNCTION_ARGS)
 						text_to_cstring(lease), text_to_cstring(holder)),
 				 errdetail("It has expired, was released or taken over, or was acquired by a role you are not a member of.")));
 	PG_RETURN_INT64(DatumGetInt64(row->values[Anum_lease_fencing - 1]));
+}
+
+/*
+ * LeaseForceReleaseIn
+ *		Release the live holders of a name in one table (or only holder);
+ *		returns how many.  With cancel_waits, the queued waits of each
+ *		holder released end too.
+ */
+static int32
+LeaseForceReleaseIn(DsyncStore *store, text *lease, text *holder, bool cancel_waits)
+{
+	int32		released = 0;
+	bool		rescan;
+
+	do
+	{
+		DsyncScan  *scan = holder && store->table == DSYNC_TABLE_PERMIT ?
+			DsyncScanHolder(store, lease, holder) :
+			store->table == DSYNC_TABLE_LEASE ?
+			DsyncScanKey(store, lease, Int32GetDatum(0)) :
+			DsyncScanName(store, lease);
+		List	   *rows = DsyncScanList(scan);
+		ListCell   *lc;
+
+		rescan = false;
+		foreach(lc, rows)
+		{
+			DsyncRow   *row = lfirst(lc);
+
+			if (!DsyncRowIsLive(row, GetCurrentTimestamp()) ||
+				(holder && !DsyncRowHolderIs(row, holder)))
+				continue;
+			if (DsyncStoreLock(store, row, LockTupleNoKeyExclusive, LockWaitBlock) != TM_Ok)
+			{
+				rescan = true;
+				break;
+			}
+			if (!DsyncRowIsLive(row, GetCurrentTimestamp()) ||
+				(holder && !DsyncRowHolderIs(row, holder)))
+				continue;
+			if (cancel_waits)
+				DsyncWaitEvict(DsyncWaitKey(lease),
+							   DatumGetTextPP(row->values[Anum_lease_holder - 1]));
+			DsyncEventRecord(DSYNC_EVENT_RELEASED, row);
+			DsyncLeaseSetReleased(row);
+			DsyncStoreUpdate(store, row);
+			released++;
+		}
+	} while (rescan);
+	return released;
+}
+
+/*
+ * LeaseForceRelease
+ *		dsync_force_release, with or without ending the released holders'
+ *		queued waits.
+ */
+static int32
+LeaseForceRelease(FunctionCallInfo fcinfo, text *lease, text *holder, bool cancel_waits)
+{
+	LeaseStores stores;
+	int32		released;
+
+	DsyncPreventWrite("dsync_force_release()");
+
+	LeaseStoresOpen(&stores, fcinfo, true);
+	released = LeaseForceReleaseIn(&stores.lease, lease, holder, cancel_waits);
+	if (stores.has_permits)
+		released += LeaseForceReleaseIn(&stores.permit, lease, holder, cancel_waits);
+	LeaseStoresClose(&stores);
+	return released;
 }
 
 /*
@@ -698,42 +705,30 @@ dsync_force_release(PG_FUNCTION_ARGS)
 {
 	text	   *lease = DsyncArgName(fcinfo, 0, "lease");
 	text	   *holder = DsyncArgNameOrNull(fcinfo, 1, "holder");
-	DsyncStore	store;
-	int32		released = 0;
-	bool		rescan;
 
-	DsyncPreventWrite("dsync_force_release()");
+	PG_RETURN_INT32(LeaseForceRelease(fcinfo, lease, holder, false));
+}
 
-	DsyncStoreOpen(&store, fcinfo, true);
-	do
-	{
-		List	   *rows = DsyncStoreScan(&store, lease);
-		ListCell   *lc;
+/*
+ * dsync_force_release_waits
+ *		SQL: dsync_force_release(lease, holder, cancel_waits) RETURNS int
+ *
+ * The same; with cancel_waits true, the queued waits of every holder
+ * released for this lease end with an error, so that a holder an
+ * administrator removed cannot take the lease straight back through a
+ * wait it had queued.
+ */
+Datum
+dsync_force_release_waits(PG_FUNCTION_ARGS)
+{
+	text	   *lease = DsyncArgName(fcinfo, 0, "lease");
+	text	   *holder = DsyncArgNameOrNull(fcinfo, 1, "holder");
+	bool		cancel_waits;
 
-		CHECK_FOR_INTERRUPTS();
-		rescan = false;
-		foreach(lc, rows)
-		{
-			DsyncLeaseRow *row = lfirst(lc);
-
-			if (!DsyncRowIsLive(row, GetCurrentTimestamp()) ||
-				(holder && !DsyncRowHolderIs(row, holder)))
-				continue;
-			if (DsyncStoreLock(&store, row, LockTupleNoKeyExclusive, LockWaitBlock) != TM_Ok)
-			{
-				rescan = true;
-				break;
-			}
-			if (!DsyncRowIsLive(row, GetCurrentTimestamp()) ||
-				(holder && !DsyncRowHolderIs(row, holder)))
-				continue;
-			DsyncEventRecord(DSYNC_EVENT_RELEASED, row);
-			LeaseSetReleased(row);
-			DsyncStoreUpdate(&store, row);
-			released++;
-		}
-	} while (rescan);
-	DsyncStoreClose(&store);
-
-	PG_RETURN_INT32(released);
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"cancel_waits\" must not be null")));
+	cancel_waits = PG_GETARG_BOOL(2);
+	PG_RETURN_INT32(LeaseForceRelease(fcinfo, lease, holder, cancel_waits));
 }

@@ -32,23 +32,16 @@ PG_FUNCTION_INFO_V1(dsync_member_rows);
 
 /*
  * MemberFind
- *		The row of one member of a group, or NULL.
+ *		The row of one member of a group, or NULL: one index probe.
  */
-static DsyncLeaseRow *
+static DsyncRow *
 MemberFind(DsyncStore *store, text *grp, text *member)
 {
-	List	   *rows = DsyncStoreScan(store, grp);
-	ListCell   *lc;
+	DsyncScan  *scan = DsyncScanKey(store, grp, PointerGetDatum(member));
+	DsyncRow   *row = DsyncScanNext(scan);
 
-	foreach(lc, rows)
-	{
-		DsyncLeaseRow *row = lfirst(lc);
-		text	   *candidate = DatumGetTextPP(row->values[Anum_member_member - 1]);
-
-		if (DsyncTextEquals(candidate, member))
-			return row;
-	}
-	return NULL;
+	DsyncScanEnd(scan);
+	return row;
 }
 
 /*
@@ -56,37 +49,9 @@ MemberFind(DsyncStore *store, text *grp, text *member)
  *		Whether a member row has not expired at now.
  */
 static bool
-MemberIsLive(const DsyncLeaseRow *row, TimestampTz now)
+MemberIsLive(const DsyncRow *row, TimestampTz now)
 {
 	return DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]) > now;
-}
-
-/*
- * MemberOwnedByCaller
- *		Whether the current role may act on a membership: it must have the
- *		privileges of the role that joined, as for leases.
- */
-static bool
-MemberOwnedByCaller(const DsyncLeaseRow *row)
-{
-	return has_privs_of_role(GetUserId(),
-							 DatumGetObjectId(row->values[Anum_member_owner - 1]));
-}
-
-/*
- * MemberInsertLockName
- *		The name the insert lock of one membership is taken on.
- */
-static text *
-MemberInsertLockName(text *grp, text *member)
-{
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	appendBinaryStringInfo(&buf, VARDATA_ANY(grp), VARSIZE_ANY_EXHDR(grp));
-	appendStringInfoChar(&buf, '\x01');
-	appendBinaryStringInfo(&buf, VARDATA_ANY(member), VARSIZE_ANY_EXHDR(member));
-	return cstring_to_text_with_len(buf.data, buf.len);
 }
 
 /*
@@ -107,14 +72,14 @@ dsync_join(PG_FUNCTION_ARGS)
 	bool		info_null = PG_ARGISNULL(3);
 	Datum		info = info_null ? (Datum) 0 : JsonbPGetDatum(PG_GETARG_JSONB_P(3));
 	DsyncStore	store;
-	DsyncLeaseRow *row;
+	DsyncRow *row;
 	TimestampTz now;
 	TimestampTz expiry;
 
 	(void) DsyncExpiry(GetCurrentTimestamp(), ttl_usec, "ttl");
 	DsyncPreventWrite("dsync_join()");
 
-	DsyncStoreOpenTable(&store, fcinfo, DSYNC_TABLE_MEMBER, true);
+	DsyncStoreOpen(&store, fcinfo, DSYNC_TABLE_MEMBER, true);
 	for (;;)
 	{
 		TimestampTz previous;
@@ -124,10 +89,8 @@ dsync_join(PG_FUNCTION_ARGS)
 		row = MemberFind(&store, grp, member);
 		if (row == NULL)
 		{
-			/* Serialise joiners of this member, then look once more. */
-			(void) DsyncStoreInsertLock(DSYNC_TABLE_MEMBER,
-										MemberInsertLockName(grp, member), 0, true);
-			if (MemberFind(&store, grp, member) != NULL)
+			/* Make sure no other joiner of this member inserts it too. */
+			if (DsyncStoreClaimKey(&store, grp, PointerGetDatum(member), true) != DSYNC_CLAIM_OK)
 				continue;
 			now = GetCurrentTimestamp();
 			expiry = DsyncExpiry(now, ttl_usec, "ttl");
@@ -145,6 +108,7 @@ dsync_join(PG_FUNCTION_ARGS)
 				if (i != Anum_member_info - 1)
 					row->nulls[i] = false;
 			DsyncStoreInsert(&store, row);
+			DsyncStoreUnclaimKey(&store, grp, PointerGetDatum(member));
 			DsyncEventRecordRaw(DSYNC_EVENT_JOINED, grp, member, expiry);
 			break;
 		}
@@ -154,7 +118,7 @@ dsync_join(PG_FUNCTION_ARGS)
 
 		now = GetCurrentTimestamp();
 		was_live = MemberIsLive(row, now);
-		if (was_live && !MemberOwnedByCaller(row))
+		if (was_live && !DsyncRowOwnerIsCaller(row, Anum_member_owner))
 			ereport(ERROR,
 					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 					 errmsg("member \"%s\" of group \"%s\" was joined by another role",
@@ -205,18 +169,18 @@ dsync_leave(PG_FUNCTION_ARGS)
 	text	   *grp = DsyncArgName(fcinfo, 0, "grp");
 	text	   *member = DsyncArgName(fcinfo, 1, "member");
 	DsyncStore	store;
-	DsyncLeaseRow *row;
+	DsyncRow *row;
 	bool		left = false;
 
 	DsyncPreventWrite("dsync_leave()");
 
-	DsyncStoreOpenTable(&store, fcinfo, DSYNC_TABLE_MEMBER, true);
+	DsyncStoreOpen(&store, fcinfo, DSYNC_TABLE_MEMBER, true);
 	for (;;)
 	{
 		CHECK_FOR_INTERRUPTS();
 		row = MemberFind(&store, grp, member);
 		if (row == NULL || !MemberIsLive(row, GetCurrentTimestamp()) ||
-			!MemberOwnedByCaller(row))
+			!DsyncRowOwnerIsCaller(row, Anum_member_owner))
 			break;
 		if (DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitBlock) != TM_Ok)
 			continue;
@@ -246,8 +210,8 @@ dsync_member_rows(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	text	   *grp = DsyncArgName(fcinfo, 0, "grp");
 	DsyncStore	store;
-	List	   *rows;
-	ListCell   *lc;
+	DsyncScan  *scan;
+	DsyncRow   *row;
 	text	   *leader;
 	TimestampTz now;
 
@@ -256,11 +220,10 @@ dsync_member_rows(PG_FUNCTION_ARGS)
 	leader = DsyncLeaseLeader(fcinfo, grp);
 	now = GetCurrentTimestamp();
 
-	DsyncStoreOpenTable(&store, fcinfo, DSYNC_TABLE_MEMBER, false);
-	rows = DsyncStoreScan(&store, grp);
-	foreach(lc, rows)
+	DsyncStoreOpen(&store, fcinfo, DSYNC_TABLE_MEMBER, false);
+	scan = DsyncScanName(&store, grp);
+	while ((row = DsyncScanNext(scan)) != NULL)
 	{
-		DsyncLeaseRow *row = lfirst(lc);
 		Datum		values[MEMBER_ROWS_COLS];
 		bool		nulls[MEMBER_ROWS_COLS] = {false, false, false, false, false};
 		text	   *member = DatumGetTextPP(row->values[Anum_member_member - 1]);
@@ -275,6 +238,7 @@ dsync_member_rows(PG_FUNCTION_ARGS)
 		values[4] = BoolGetDatum(leader != NULL && DsyncTextEquals(leader, member));
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
+	DsyncScanEnd(scan);
 	DsyncStoreClose(&store);
 
 	return (Datum) 0;

@@ -2,39 +2,49 @@
  *
  * reaper.c
  *		The per-database reaper: clears expired leases at the moment they
- *		expire and announces lease events with NOTIFY.
+ *		expire (expiry.c) and announces every committed change with NOTIFY.
  *
- * The reaper keeps every lease deadline it knows of in a pairing heap
- * (keyed by lease name and permit slot, so each has one entry).  It reads
- * them from the table once when it starts (also after promotion or a
- * crash), and from then on only from its database's event queue, where
- * every committed grant is put (events.c).  Renewals only push deadlines
- * later, so they need not be queued: when a deadline comes, the reaper
- * looks the lease up by its primary key and, if it was renewed, files it
- * under its new expiry.  The work of a pass is therefore proportional to
- * the leases that are due, not to all leases, and the reaper sleeps until
- * exactly the next deadline, never polling.
+ * Committing backends queue their events in shared memory (events.c); the
+ * reaper takes them, notes the deadlines they carry, and sends them in one
+ * transaction of its own, so that a busy lease path never waits for
+ * PostgreSQL's notify lock.  It sleeps until exactly the next deadline, or
+ * until a backend wakes it, never polling.
  *
- * An expired lease's row is deleted in one transaction; its "expired"
- * event is sent in another.  NOTIFY can fail (the notification queue is
- * full when a listener stops reading), and that must never undo or block
- * the cleanup, which also wakes in-server waiters.  Events whose NOTIFY
- * failed are kept and sent again later, oldest first; if too many pile
- * up, the oldest are dropped with a warning.
+ * Every notification carries "seq", a number per database that rises in
+ * the order events are sent (commit order for each name) and keeps rising
+ * across restarts: it comes from the sequence dsync_event_seq, whose WAL
+ * is flushed before a notification that uses a number is sent.  Because
+ * two payloads never repeat, PostgreSQL never merges two notifications of
+ * one transaction (it drops duplicate channel and payload pairs), so each
+ * committed change is exactly one notification.  Events that were lost
+ * (dsync's queue was full) still use up their numbers, so a listener sees
+ * a gap exactly when it missed something.  NOTIFY can fail (the
+ * notification queue is full when a listener stops reading), and that
+ * must never undo or block the cleanup, which also wakes in-server
+ * waiters: cleanup and sending are separate transactions.  Events whose
+ * NOTIFY failed keep their numbers and are sent again later, oldest first;
+ * if too many pile up, the oldest are dropped with a warning.
+ *
+ * The reaper is the only process that sends a database's events:
+ * dsync_stats.sender_pid names it, so that a client can ignore a NOTIFY on
+ * a dsync channel from anybody else.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/relation.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_database.h"
 #include "commands/async.h"
 #include "commands/extension.h"
-#include "lib/pairingheap.h"
+#include "commands/sequence.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "storage/bufmgr.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lmgr.h"
@@ -43,20 +53,15 @@
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
-#include "utils/hsearch.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "dsync.h"
-
-PG_FUNCTION_INFO_V1(dsync_reap);
+#include "reaper.h"
 
 /* Events kept after a failed NOTIFY before the oldest are dropped. */
 #define DSYNC_MAX_UNSENT		1000000
-
-/* How long to wait before looking again at a lease someone has locked. */
-#define DSYNC_BUSY_RETRY_MS		100
 
 /* How long to wait before sending again after NOTIFY failed. */
 #define DSYNC_NOTIFY_RETRY_MS	1000
@@ -67,187 +72,17 @@ PG_FUNCTION_INFO_V1(dsync_reap);
 /* The longest the reaper sleeps in one go (a safety net for clock jumps). */
 #define DSYNC_REAPER_SLEEP_CAP_MS	60000
 
-/* What the reaper watches: a lease permit, or a group member. */
-typedef enum ReaperKind
-{
-	REAPER_LEASE,
-	REAPER_MEMBER
-} ReaperKind;
-
-typedef struct ReaperKey
-{
-	int32		kind;			/* ReaperKind */
-	int32		slot;			/* permit slot of a lease */
-	char		name[DSYNC_NAME_MAX_BYTES + 1]; /* lease or group */
-	char		member[DSYNC_NAME_MAX_BYTES + 1];	/* member of a group */
-} ReaperKey;
-
-typedef struct ReaperEntry
-{
-	ReaperKey	key;			/* hash key: must be first */
-	TimestampTz deadline;
-	pairingheap_node node;
-} ReaperEntry;
-
-static HTAB *reaper_deadlines = NULL;
-static pairingheap *reaper_heap = NULL;
 static List *reaper_unsent = NIL;	/* DsyncEvent *, in reaper_unsent_cxt */
 static MemoryContext reaper_unsent_cxt = NULL;
 static MemoryContext reaper_loop_cxt = NULL;	/* reset every time round */
 static TimestampTz reaper_notify_retry = 0;
 static DsyncDbSlot *reaper_slot = NULL;
 
-/*
- * ReaperCompare
- *		Pairing heap order: the earliest deadline first.
- */
-static int
-ReaperCompare(const pairingheap_node *a, const pairingheap_node *b, void *arg)
-{
-	const ReaperEntry *ea = pairingheap_const_container(ReaperEntry, node, a);
-	const ReaperEntry *eb = pairingheap_const_container(ReaperEntry, node, b);
+/* Numbers to skip before the next event: lost events keep theirs. */
+static uint64 reaper_seq_skip = 0;
 
-	if (ea->deadline < eb->deadline)
-		return 1;
-	if (ea->deadline > eb->deadline)
-		return -1;
-	return 0;
-}
-
-/*
- * ReaperReset
- *		Start with no deadlines.
- */
-static void
-ReaperReset(void)
-{
-	HASHCTL		ctl;
-
-	if (reaper_deadlines)
-		hash_destroy(reaper_deadlines);
-	memset(&ctl, 0, sizeof(ctl));
-	ctl.keysize = sizeof(ReaperKey);
-	ctl.entrysize = sizeof(ReaperEntry);
-	ctl.hcxt = TopMemoryContext;
-	reaper_deadlines = hash_create("dsync reaper deadlines", 1024, &ctl,
-								   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-	if (reaper_heap == NULL)
-	{
-		MemoryContext oldcontext = MemoryContextSwitchTo(TopMemoryContext);
-
-		reaper_heap = pairingheap_allocate(ReaperCompare, NULL);
-		MemoryContextSwitchTo(oldcontext);
-	}
-	else
-		pairingheap_reset(reaper_heap);
-}
-
-/*
- * ReaperKindOf
- *		What an event with a deadline is about.
- */
-static ReaperKind
-ReaperKindOf(DsyncEventKind kind)
-{
-	return (kind == DSYNC_EVENT_JOINED || kind == DSYNC_EVENT_MEMBER_DEADLINE) ?
-		REAPER_MEMBER : REAPER_LEASE;
-}
-
-/*
- * ReaperSchedule
- *		Make sure a lease permit or member is looked at no later than
- *		deadline.
- */
-static void
-ReaperSchedule(ReaperKind kind, const char *name, const char *member, int32 slot,
-			   TimestampTz deadline)
-{
-	ReaperKey	key;
-	ReaperEntry *entry;
-	bool		found;
-
-	memset(&key, 0, sizeof(key));
-	key.kind = kind;
-	strlcpy(key.name, name, sizeof(key.name));
-	if (kind == REAPER_MEMBER)
-		strlcpy(key.member, member, sizeof(key.member));
-	else
-		key.slot = slot;
-	entry = hash_search(reaper_deadlines, &key, HASH_ENTER, &found);
-	if (found)
-	{
-		if (entry->deadline <= deadline)
-			return;
-		pairingheap_remove(reaper_heap, &entry->node);
-	}
-	entry->deadline = deadline;
-	pairingheap_add(reaper_heap, &entry->node);
-}
-
-/*
- * ReaperNextDeadline
- *		The earliest deadline, or 0 if there is none.
- */
-static TimestampTz
-ReaperNextDeadline(void)
-{
-	if (pairingheap_is_empty(reaper_heap))
-		return 0;
-	return pairingheap_container(ReaperEntry, node,
-								 pairingheap_first(reaper_heap))->deadline;
-}
-
-/*
- * ReaperExtensionPresent
- *		Whether this database still has the extension.  In a transaction.
- */
-static bool
-ReaperExtensionPresent(void)
-{
-	return OidIsValid(get_extension_oid("dsync", true));
-}
-
-/*
- * ReaperRebuild
- *		Read every held lease's deadline from the table.  In a transaction.
- */
-static void
-ReaperRebuild(void)
-{
-	const DsyncCatalog *catalog = DsyncCatalogFromExtension();
-	DsyncStore	store;
-	List	   *rows;
-	ListCell   *lc;
-
-	ReaperReset();
-	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_LEASE, false);
-	rows = DsyncStoreScanAll(&store);
-	foreach(lc, rows)
-	{
-		DsyncLeaseRow *row = lfirst(lc);
-
-		if (row->nulls[Anum_lease_holder - 1] || row->nulls[Anum_lease_expires_at - 1])
-			continue;
-		ReaperSchedule(REAPER_LEASE, TextDatumGetCString(row->values[Anum_lease_name - 1]),
-					   NULL, DatumGetInt32(row->values[Anum_lease_slot - 1]),
-					   DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]));
-	}
-	DsyncStoreClose(&store);
-
-	if (!OidIsValid(catalog->rels[DSYNC_TABLE_MEMBER]))
-		return;
-	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_MEMBER, false);
-	rows = DsyncStoreScanAll(&store);
-	foreach(lc, rows)
-	{
-		DsyncLeaseRow *row = lfirst(lc);
-
-		ReaperSchedule(REAPER_MEMBER, TextDatumGetCString(row->values[Anum_member_grp - 1]),
-					   TextDatumGetCString(row->values[Anum_member_member - 1]), 0,
-					   DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]));
-	}
-	DsyncStoreClose(&store);
-}
+/* Without dsync_event_seq (not yet updated): numbers from memory. */
+static int64 reaper_seq_local = 0;
 
 /*
  * ReaperKeepUnsent
@@ -279,11 +114,15 @@ ReaperKeepUnsent(List *events)
 		{
 			DsyncEvent *old = list_nth(reaper_unsent, i);
 
+			/* A numbered event keeps its number: the gap shows the loss. */
+			if (old->seq == 0)
+				reaper_seq_skip++;
 			pfree(old->name);
 			pfree(old->holder);
 			pfree(old);
 		}
 		reaper_unsent = list_delete_first_n(reaper_unsent, excess);
+		DsyncStatAddSlot(reaper_slot, DSYNC_STAT_EVENTS_LOST, excess);
 	}
 	MemoryContextSwitchTo(oldcontext);
 }
@@ -299,17 +138,16 @@ ReaperDrainQueue(void)
 	List	   *events = NIL;
 	List	   *announce = NIL;
 	uint64		dropped;
+	uint64		dropped_announced;
 	ListCell   *lc;
 	MemoryContext oldcontext = MemoryContextSwitchTo(reaper_loop_cxt);
 
-	DsyncEventDrain(reaper_slot, &events, &dropped);
+	DsyncEventDrain(reaper_slot, &events, &dropped, &dropped_announced);
 	foreach(lc, events)
 	{
 		DsyncEvent *event = lfirst(lc);
 
-		if (DsyncEventHasDeadline(event->kind))
-			ReaperSchedule(ReaperKindOf(event->kind), event->name, event->holder,
-						   event->slot, event->expires_at);
+		ExpiryScheduleEvent(event);
 		if (DsyncEventIsAnnounced(event->kind) && dsync_events)
 			announce = lappend(announce, event);
 	}
@@ -319,218 +157,82 @@ ReaperDrainQueue(void)
 
 	if (dropped > 0)
 	{
+		if (dsync_events)
+		{
+			reaper_seq_skip += dropped_announced;
+			DsyncStatAddSlot(reaper_slot, DSYNC_STAT_EVENTS_LOST, dropped_announced);
+		}
 		ereport(WARNING,
 				(errmsg("dsync dropped " UINT64_FORMAT " lease events because the event queue was full",
 						dropped),
 				 errhint("Raise dsync.event_queue_size.  Expired leases are still cleared.")));
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
-		ReaperRebuild();
+		ExpiryRebuild();
 		PopActiveSnapshot();
 		CommitTransactionCommand();
 	}
 }
 
 /*
- * ReaperPublishXid
- *		Before the first row lock of a reap transaction: acquirers that
- *		meet our row locks wait for us (see DsyncStoreLock) instead of
- *		reporting a free lease busy.
+ * ReaperNextSeq
+ *		The next event number, in the sending transaction.
+ */
+static int64
+ReaperNextSeq(Oid seqoid)
+{
+	if (!OidIsValid(seqoid))
+		return ++reaper_seq_local;
+	return nextval_internal(seqoid, false);
+}
+
+/*
+ * ReaperNumber
+ *		Give every kept event that has none its number, skipping the numbers
+ *		of lost events first.  In the sending transaction; the numbers are
+ *		kept even if it fails, so a retry sends the same ones.  Before
+ *		anything is sent, the sequence's WAL is flushed, so that after a
+ *		crash it never hands out a number a listener has already seen.
  */
 static void
-ReaperPublishXid(void)
+ReaperNumber(void)
 {
-	if (!TransactionIdIsValid(reaper_slot->reaper_xid))
-		reaper_slot->reaper_xid = GetCurrentTransactionId();
-}
-
-/*
- * ReaperLookAtLease
- *		A lease permit's deadline has come: clear it if it has expired.
- *		Returns when to look at it again (0: never) and sets *cleared if it
- *		deleted the lease (its "expired" event is queued at commit).
- */
-static TimestampTz
-ReaperLookAtLease(DsyncStore *store, const ReaperKey *key, TimestampTz now,
-				  bool *cleared)
-{
-	List	   *rows = DsyncStoreScan(store, cstring_to_text(key->name));
+	Oid			seqoid = InvalidOid;
 	ListCell   *lc;
-	DsyncLeaseRow *row = NULL;
+	bool		numbered = false;
 
-	foreach(lc, rows)
+	if (OidIsValid(get_extension_oid("dsync", true)))
+		seqoid = DsyncCatalogFromExtension()->event_seq;
+	for (; reaper_seq_skip > 0; reaper_seq_skip--)
 	{
-		DsyncLeaseRow *candidate = lfirst(lc);
-
-		if (DatumGetInt32(candidate->values[Anum_lease_slot - 1]) == key->slot)
-			row = candidate;
+		(void) ReaperNextSeq(seqoid);
+		numbered = true;
 	}
-	if (row == NULL || row->nulls[Anum_lease_holder - 1])
-		return 0;
-	if (DsyncRowIsLive(row, now))
-		return DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]);
-
-	ReaperPublishXid();
-	switch (DsyncStoreLock(store, row, LockTupleExclusive, LockWaitSkip))
+	foreach(lc, reaper_unsent)
 	{
-		case TM_Ok:
-			if (row->nulls[Anum_lease_holder - 1])
-				return 0;
-			if (DsyncRowIsLive(row, GetCurrentTimestamp()))
-				return DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]);
-			/*
-			 * The event is queued at our commit, before our locks go.  An
-			 * acquirer that takes the name next needs either the row lock
-			 * (it waits for us) or the permit's insert lock, which we hold
-			 * from here on: either way its "acquired" is queued after this
-			 * "expired".
-			 */
-			if (!DsyncStoreInsertLock(DSYNC_TABLE_LEASE, DatumGetTextPP(row->values[Anum_lease_name - 1]),
-									  key->slot, false))
-				return TimestampTzPlusMilliseconds(now, DSYNC_BUSY_RETRY_MS);
-			DsyncEventRecord(DSYNC_EVENT_EXPIRED, row);
-			DsyncStoreDelete(store, row);
-			*cleared = true;
-			return 0;
-		case TM_WouldBlock:
-			/* Being taken over or guarded: look again soon. */
-			return TimestampTzPlusMilliseconds(now, DSYNC_BUSY_RETRY_MS);
-		default:
-			/* Changed since we read it: look again now. */
-			return now;
+		DsyncEvent *event = lfirst(lc);
+
+		if (event->seq != 0)
+			continue;
+		event->seq = ReaperNextSeq(seqoid);
+		numbered = true;
 	}
-}
-
-/*
- * ReaperLookAtMember
- *		A group member's deadline has come: remove it if it has expired.
- *		Like ReaperLookAtLease.
- */
-static TimestampTz
-ReaperLookAtMember(DsyncStore *store, const ReaperKey *key, TimestampTz now,
-				   bool *cleared)
-{
-	List	   *rows = DsyncStoreScan(store, cstring_to_text(key->name));
-	ListCell   *lc;
-	DsyncLeaseRow *row = NULL;
-	TimestampTz expiry;
-
-	foreach(lc, rows)
+	if (numbered && OidIsValid(seqoid))
 	{
-		DsyncLeaseRow *candidate = lfirst(lc);
+		Relation	seqrel = relation_open(seqoid, AccessShareLock);
+		Buffer		buffer = ReadBuffer(seqrel, 0);
 
-		if (strcmp(TextDatumGetCString(candidate->values[Anum_member_member - 1]),
-				   key->member) == 0)
-			row = candidate;
+		XLogFlush(BufferGetLSNAtomic(buffer));
+		ReleaseBuffer(buffer);
+		relation_close(seqrel, AccessShareLock);
 	}
-	if (row == NULL)
-		return 0;
-	expiry = DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]);
-	if (expiry > now)
-		return expiry;
-
-	ReaperPublishXid();
-	switch (DsyncStoreLock(store, row, LockTupleExclusive, LockWaitSkip))
-	{
-		case TM_Ok:
-			expiry = DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]);
-			if (expiry > GetCurrentTimestamp())
-				return expiry;
-			DsyncEventRecordRaw(DSYNC_EVENT_MEMBER_EXPIRED,
-								DatumGetTextPP(row->values[Anum_member_grp - 1]),
-								DatumGetTextPP(row->values[Anum_member_member - 1]), expiry);
-			DsyncStoreDelete(store, row);
-			*cleared = true;
-			return 0;
-		case TM_WouldBlock:
-			return TimestampTzPlusMilliseconds(now, DSYNC_BUSY_RETRY_MS);
-		default:
-			return now;
-	}
-}
-
-/*
- * ReaperReapDue
- *		Clear up to dsync.reap_batch_size due leases and members in one
- *		transaction; their events go through the queue like everybody
- *		else's.  Returns how many it cleared, or -1 if the extension is
- *		gone.
- */
-static int
-ReaperReapDue(bool *more)
-{
-	const DsyncCatalog *catalog;
-	DsyncStore	leases;
-	DsyncStore	members;
-	bool		has_members;
-	int			cleared = 0;
-	int			looked = 0;
-
-	*more = false;
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	if (!ReaperExtensionPresent())
-	{
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-		return -1;
-	}
-	catalog = DsyncCatalogFromExtension();
-	DsyncStoreOpenCatalog(&leases, catalog, DSYNC_TABLE_LEASE, true);
-	has_members = OidIsValid(catalog->rels[DSYNC_TABLE_MEMBER]);
-	if (has_members)
-		DsyncStoreOpenCatalog(&members, catalog, DSYNC_TABLE_MEMBER, true);
-
-	while (!pairingheap_is_empty(reaper_heap))
-	{
-		ReaperEntry *entry = pairingheap_container(ReaperEntry, node,
-												   pairingheap_first(reaper_heap));
-		TimestampTz now = GetCurrentTimestamp();
-		TimestampTz next = 0;
-		bool		done = false;
-
-		if (entry->deadline > now)
-			break;
-		if (looked++ >= dsync_reap_batch_size)
-		{
-			*more = true;
-			break;
-		}
-		CHECK_FOR_INTERRUPTS();
-		(void) pairingheap_remove_first(reaper_heap);
-
-		if (entry->key.kind == REAPER_LEASE)
-			next = ReaperLookAtLease(&leases, &entry->key, now, &done);
-		else if (has_members)
-			next = ReaperLookAtMember(&members, &entry->key, now, &done);
-		if (done)
-			cleared++;
-
-		if (next != 0)
-		{
-			entry->deadline = next;
-			pairingheap_add(reaper_heap, &entry->node);
-		}
-		else
-			hash_search(reaper_deadlines, &entry->key, HASH_REMOVE, NULL);
-	}
-
-	if (has_members)
-		DsyncStoreClose(&members);
-	DsyncStoreClose(&leases);
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	reaper_slot->reaper_xid = InvalidTransactionId;
-
-	/* Our "expired" events are in the queue now, in commit order. */
-	ReaperDrainQueue();
-	return cleared;
 }
 
 /*
  * ReaperSendUnsent
  *		NOTIFY every kept event in one transaction.  On failure (a full
- *		notification queue) the events stay for a later try.
+ *		notification queue) the events stay, with their numbers, for a
+ *		later try.
  */
 static void
 ReaperSendUnsent(void)
@@ -538,6 +240,7 @@ ReaperSendUnsent(void)
 	MemoryContext oldcontext = CurrentMemoryContext;
 	volatile bool sent = false;
 	LOCKTAG		tag;
+	int			count = list_length(reaper_unsent);
 
 	if (reaper_unsent == NIL || GetCurrentTimestamp() < reaper_notify_retry)
 		return;
@@ -563,6 +266,7 @@ ReaperSendUnsent(void)
 	{
 		ListCell   *lc;
 
+		ReaperNumber();
 		foreach(lc, reaper_unsent)
 		{
 			DsyncEvent *event = lfirst(lc);
@@ -589,6 +293,7 @@ ReaperSendUnsent(void)
 	{
 		reaper_unsent = NIL;
 		MemoryContextReset(reaper_unsent_cxt);
+		DsyncStatAddSlot(reaper_slot, DSYNC_STAT_EVENTS_SENT, count);
 	}
 }
 
@@ -691,9 +396,9 @@ dsync_reaper_main(Datum arg)
 
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
-	present = ReaperExtensionPresent();
+	present = OidIsValid(get_extension_oid("dsync", true));
 	if (present)
-		ReaperRebuild();
+		ExpiryRebuild();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 
@@ -725,15 +430,17 @@ dsync_reaper_main(Datum arg)
 		do
 		{
 			more = false;
-			next = ReaperNextDeadline();
+			next = ExpiryNext();
 			if ((recheck || (next != 0 && next <= GetCurrentTimestamp())) &&
-				ReaperReapDue(&more) < 0)
+				ExpiryReapDue(reaper_slot, &more) < 0)
 			{
 				/* DROP EXTENSION: nothing is left to look after here. */
 				ReaperSetState(DSYNC_DB_ABSENT);
 				proc_exit(0);
 			}
 			recheck = false;
+			/* What it cleared is in the queue now, in commit order. */
+			ReaperDrainQueue();
 			ReaperSendUnsent();
 			MemoryContextReset(reaper_loop_cxt);
 		} while (more);
@@ -743,7 +450,7 @@ dsync_reaper_main(Datum arg)
 		 * backend that queued an event before this point compared its
 		 * deadline with the old value and may not have woken us.
 		 */
-		next = ReaperNextDeadline();
+		next = ExpiryNext();
 		pg_atomic_write_u64(&reaper_slot->next_deadline, (uint64) next);
 		LWLockAcquire(reaper_slot->queue_lock, LW_SHARED);
 		if (reaper_slot->queue_head != reaper_slot->queue_tail)
@@ -775,68 +482,3 @@ dsync_reaper_main(Datum arg)
 	}
 }
 
-/*
- * dsync_reap
- *		SQL: dsync_reap() RETURNS bigint
- *
- * A reap pass in the caller's transaction, over the whole tables: deletes
- * every expired lease and group member it can lock without waiting and
- * queues its event, which the reaper sends once this commits.  Not
- * granted to PUBLIC.
- */
-Datum
-dsync_reap(PG_FUNCTION_ARGS)
-{
-	DsyncStore	store;
-	List	   *rows;
-	ListCell   *lc;
-	int64		cleared = 0;
-
-	DsyncPreventWrite("dsync_reap()");
-
-	DsyncStoreOpen(&store, fcinfo, true);
-	rows = DsyncStoreScanAll(&store);
-	foreach(lc, rows)
-	{
-		DsyncLeaseRow *row = lfirst(lc);
-
-		CHECK_FOR_INTERRUPTS();
-		if (row->nulls[Anum_lease_holder - 1] ||
-			DsyncRowIsLive(row, GetCurrentTimestamp()))
-			continue;
-		if (DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitSkip) != TM_Ok ||
-			row->nulls[Anum_lease_holder - 1] ||
-			DsyncRowIsLive(row, GetCurrentTimestamp()))
-			continue;
-		DsyncEventRecord(DSYNC_EVENT_EXPIRED, row);
-		DsyncStoreDelete(&store, row);
-		cleared++;
-	}
-	DsyncStoreClose(&store);
-
-	if (!OidIsValid(DsyncCatalogGet(fcinfo)->rels[DSYNC_TABLE_MEMBER]))
-		PG_RETURN_INT64(cleared);
-
-	DsyncStoreOpenTable(&store, fcinfo, DSYNC_TABLE_MEMBER, true);
-	rows = DsyncStoreScanAll(&store);
-	foreach(lc, rows)
-	{
-		DsyncLeaseRow *row = lfirst(lc);
-
-		CHECK_FOR_INTERRUPTS();
-		if (DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]) > GetCurrentTimestamp())
-			continue;
-		if (DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitSkip) != TM_Ok ||
-			DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]) > GetCurrentTimestamp())
-			continue;
-		DsyncEventRecordRaw(DSYNC_EVENT_MEMBER_EXPIRED,
-							DatumGetTextPP(row->values[Anum_member_grp - 1]),
-							DatumGetTextPP(row->values[Anum_member_member - 1]),
-							DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]));
-		DsyncStoreDelete(&store, row);
-		cleared++;
-	}
-	DsyncStoreClose(&store);
-
-	PG_RETURN_INT64(cleared);
-}

@@ -3,13 +3,10 @@
  * semaphore.c
  *		Semaphore definitions: how many permits a lease name has.
  *
- * A semaphore is a lease with N permits, and each permit is a lease row of
- * its own (dsync_lease's slot column, 0 to N-1), so acquire, renew,
+ * A semaphore is a lease with N permits, and each permit is a row of its
+ * own in dsync_permit (slots 0 to N-1, see permit.c), so acquire, renew,
  * release, assert_held, waiting, fencing, ownership and expiry work for a
- * permit exactly as for a lock.  A permit row is only ever granted under
- * its own row lock after checking it is free, and only slots below the
- * definition's count are granted, so a semaphore cannot be oversubscribed
- * whatever the interleaving.  The definition itself is one row of
+ * permit exactly as for a lock.  The definition itself is one row of
  * dsync_semaphore, read with the latest committed state like everything
  * else, so that every isolation level sees the same count.
  *
@@ -19,7 +16,6 @@
 
 #include "access/xact.h"
 #include "miscadmin.h"
-#include "utils/acl.h"
 #include "utils/builtins.h"
 
 #include "dsync.h"
@@ -31,43 +27,57 @@ PG_FUNCTION_INFO_V1(dsync_semaphore_drop);
  * SemaphoreFind
  *		The definition row of a semaphore, or NULL.
  */
-static DsyncLeaseRow *
+static DsyncRow *
 SemaphoreFind(DsyncStore *store, text *name)
 {
-	List	   *rows = DsyncStoreScan(store, name);
+	DsyncScan  *scan = DsyncScanName(store, name);
+	DsyncRow   *row = DsyncScanNext(scan);
 
-	return rows == NIL ? NULL : linitial(rows);
+	DsyncScanEnd(scan);
+	return row;
 }
 
 /*
  * DsyncSemaphorePermits
  *		How many permits a lease name has: its semaphore's count, or 1.
- *		An installation without the semaphore table has only locks.
  */
 int
 DsyncSemaphorePermits(FunctionCallInfo fcinfo, text *name)
 {
-	return DsyncSemaphorePermitsFor(fcinfo, name, false);
+	int			permits = DsyncSemaphorePermitsFor(fcinfo, name, false);
+
+	return permits < 0 ? 1 : permits;
 }
 
 /*
  * DsyncSemaphorePermitsFor
- *		The same; for a grant (for_grant), the definition is also share-
- *		locked until the caller's transaction ends, so that no drop or
- *		re-creation with another count can commit between our reading the
- *		count and our grant committing.  Returns 0 (grant nothing now) if
- *		the definition is being changed right now.
+ *		A name's semaphore count, or -1 if it has no definition (it is a
+ *		plain lease).  For a grant (for_grant), the definition is also
+ *		share-locked until the caller's transaction ends, so that no drop
+ *		or re-creation with another count can commit between our reading
+ *		the count and our grant committing; then 0 means the definition is
+ *		being changed right now (grant nothing new).  An installation
+ *		without the semaphore table has only plain leases.
  */
 int
 DsyncSemaphorePermitsFor(FunctionCallInfo fcinfo, text *name, bool for_grant)
 {
-	const DsyncCatalog *catalog = DsyncCatalogGet(fcinfo);
+	return DsyncSemaphoreCount(DsyncCatalogGet(fcinfo), name, for_grant);
+}
+
+/*
+ * DsyncSemaphoreCount
+ *		DsyncSemaphorePermitsFor, given where the extension's objects are.
+ */
+int
+DsyncSemaphoreCount(const DsyncCatalog *catalog, text *name, bool for_grant)
+{
 	DsyncStore	store;
-	DsyncLeaseRow *row;
-	int			permits = 1;
+	DsyncRow   *row;
+	int			permits = -1;
 
 	if (!OidIsValid(catalog->rels[DSYNC_TABLE_SEMAPHORE]))
-		return 1;
+		return -1;
 	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_SEMAPHORE, for_grant);
 	for (;;)
 	{
@@ -100,8 +110,10 @@ DsyncSemaphorePermitsFor(FunctionCallInfo fcinfo, text *name, bool for_grant)
  * Idempotent, so that every process can create the semaphore it uses at
  * start-up: true if created now, false if it exists with this count, an
  * error if it exists with another.  Concurrent creators of one name are
- * serialised by the name's insert lock, so the second sees the first's
- * committed definition and never meets it in the unique index.
+ * serialised by the name's insert claim, so the second sees the first's
+ * committed definition and never meets it in the unique index.  Creating
+ * makes the semaphore's permit rows (permit.c), so that taking a permit
+ * never has to make one.
  */
 Datum
 dsync_semaphore_create(PG_FUNCTION_ARGS)
@@ -109,7 +121,7 @@ dsync_semaphore_create(PG_FUNCTION_ARGS)
 	text	   *name = DsyncArgName(fcinfo, 0, "name");
 	int32		permits;
 	DsyncStore	store;
-	DsyncLeaseRow *row;
+	DsyncRow   *row;
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -123,23 +135,28 @@ dsync_semaphore_create(PG_FUNCTION_ARGS)
 				 errdetail("The value is %d.", permits)));
 
 	DsyncPreventWrite("dsync_semaphore_create()");
+	DsyncCatalogRequire(DsyncCatalogGet(fcinfo), DSYNC_TABLE_PERMIT);
 
-	DsyncStoreOpenTable(&store, fcinfo, DSYNC_TABLE_SEMAPHORE, true);
-	(void) DsyncStoreInsertLock(DSYNC_TABLE_SEMAPHORE, name, 0, true);
-	row = SemaphoreFind(&store, name);
-	if (row)
+	DsyncStoreOpen(&store, fcinfo, DSYNC_TABLE_SEMAPHORE, true);
+	for (;;)
 	{
-		int32		existing = DatumGetInt32(row->values[Anum_semaphore_permits - 1]);
+		row = SemaphoreFind(&store, name);
+		if (row)
+		{
+			int32		existing = DatumGetInt32(row->values[Anum_semaphore_permits - 1]);
 
-		DsyncStoreClose(&store);
-		if (existing != permits)
-			ereport(ERROR,
-					(errcode(ERRCODE_DUPLICATE_OBJECT),
-					 errmsg("semaphore \"%s\" already exists with %d permits",
-							text_to_cstring(name), existing),
-					 errdetail("This call asked for %d permits.", permits),
-					 errhint("Use the same count everywhere, or drop the semaphore first with dsync_semaphore_drop().")));
-		PG_RETURN_BOOL(false);
+			DsyncStoreClose(&store);
+			if (existing != permits)
+				ereport(ERROR,
+						(errcode(ERRCODE_DUPLICATE_OBJECT),
+						 errmsg("semaphore \"%s\" already exists with %d permits",
+								text_to_cstring(name), existing),
+						 errdetail("This call asked for %d permits.", permits),
+						 errhint("Use the same count everywhere, or drop the semaphore first with dsync_semaphore_drop().")));
+			PG_RETURN_BOOL(false);
+		}
+		if (DsyncStoreClaimKey(&store, name, (Datum) 0, true) == DSYNC_CLAIM_OK)
+			break;
 	}
 
 	row = DsyncStoreNewRow();
@@ -152,6 +169,8 @@ dsync_semaphore_create(PG_FUNCTION_ARGS)
 	row->values[Anum_semaphore_owner - 1] = ObjectIdGetDatum(GetUserId());
 	row->nulls[Anum_semaphore_owner - 1] = false;
 	DsyncStoreInsert(&store, row);
+	DsyncPermitFill(store.catalog, name, permits);
+	DsyncStoreUnclaimKey(&store, name, (Datum) 0);
 	DsyncStoreClose(&store);
 
 	/* Waiters on the name may now have more permits to take. */
@@ -163,38 +182,44 @@ dsync_semaphore_create(PG_FUNCTION_ARGS)
  * dsync_semaphore_drop
  *		SQL: dsync_semaphore_drop(name) RETURNS boolean
  *
- * Removes the definition; the name becomes a one-permit lease again.
- * Holders of permits keep them until they release them or their ttl
- * passes.  Only the role that created it (or a member) may drop it.
+ * Removes the definition and its free permits; the name becomes a
+ * one-permit lease again.  Holders of permits keep them until they
+ * release them or their ttl passes.  Only the role that created it (or a
+ * member) may drop it.
  */
 Datum
 dsync_semaphore_drop(PG_FUNCTION_ARGS)
 {
 	text	   *name = DsyncArgName(fcinfo, 0, "name");
 	DsyncStore	store;
-	DsyncLeaseRow *row;
+	DsyncRow   *row;
 
 	DsyncPreventWrite("dsync_semaphore_drop()");
 
-	DsyncStoreOpenTable(&store, fcinfo, DSYNC_TABLE_SEMAPHORE, true);
-	(void) DsyncStoreInsertLock(DSYNC_TABLE_SEMAPHORE, name, 0, true);
-	row = SemaphoreFind(&store, name);
-	if (row == NULL)
+	DsyncStoreOpen(&store, fcinfo, DSYNC_TABLE_SEMAPHORE, true);
+	for (;;)
 	{
-		DsyncStoreClose(&store);
-		PG_RETURN_BOOL(false);
+		TM_Result	result;
+
+		row = SemaphoreFind(&store, name);
+		if (row == NULL)
+		{
+			DsyncStoreClose(&store);
+			PG_RETURN_BOOL(false);
+		}
+		if (!DsyncRowOwnerIsCaller(row, Anum_semaphore_owner))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("must be a member of the role that created semaphore \"%s\"",
+							text_to_cstring(name))));
+		result = DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitBlock);
+		if (result == TM_Ok)
+			break;
+		/* Dropped or re-created meanwhile: look again. */
 	}
-	if (!has_privs_of_role(GetUserId(), DatumGetObjectId(row->values[Anum_semaphore_owner - 1])))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("must be a member of the role that created semaphore \"%s\"",
-						text_to_cstring(name))));
-	if (DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitBlock) != TM_Ok)
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("semaphore \"%s\" was changed concurrently", text_to_cstring(name))));
 	DsyncStoreDelete(&store, row);
 	DsyncStoreClose(&store);
+	DsyncPermitDropFree(DsyncCatalogGet(fcinfo), name);
 
 	DsyncWakeAtEnd(DsyncWaitKey(name));
 	PG_RETURN_BOOL(true);

@@ -5,15 +5,18 @@
  *		consumes it.
  *
  * Each pending signal is one row of dsync_signal, keyed by the event name
- * and a sequence number.  Setting inserts a row, so setters never wait for
- * each other or for waiters.  Waiting consumes the oldest row that nobody
- * else is consuming (locked with "skip", then deleted): two waiters never
- * get the same signal, and both changes are transactional, so a rolled-back
- * set never happened and a rolled-back wait gives its signal back (the
- * row's deletion is undone and the next waiter is woken).  Blocked waiters
- * queue in arrival order (wait.c, with keys of their own so that an event
- * and a lease of the same name never share a queue) and only the first in
- * line may consume; each commit that stores a signal wakes the queue.
+ * and a sequence number, and owned by the role that set it: as with
+ * leases, only roles with that role's privileges may consume or clear it,
+ * so another tenant cannot steal it.  Setting inserts a row, so setters
+ * never wait for each other or for waiters.  Waiting consumes the oldest
+ * row the caller may take that nobody else is consuming (locked with
+ * "skip", then deleted): two waiters never get the same signal, and both
+ * changes are transactional, so a rolled-back set never happened and a
+ * rolled-back wait gives its signal back (the row's deletion is undone and
+ * the next waiter is woken).  Blocked waiters queue per name and role in
+ * arrival order (wait.c, with keys of their own so that an event and a
+ * lease of the same name never share a queue) and only the first in line
+ * of a role may consume; each commit that stores a signal wakes the queue.
  *
  *-------------------------------------------------------------------------
  */
@@ -23,7 +26,6 @@
 #include "commands/sequence.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
-#include "utils/memutils.h"
 
 #include "dsync.h"
 
@@ -34,8 +36,9 @@ PG_FUNCTION_INFO_V1(dsync_event_is_set);
 
 /*
  * SignalTryConsume
- *		Consume the oldest pending signal nobody else is consuming; false
- *		if there is none.
+ *		Consume the oldest pending signal that the caller's role may take
+ *		and nobody else is consuming; false if there is none.  Signals are
+ *		read in set order and the first one that qualifies ends the scan.
  */
 static bool
 SignalTryConsume(FunctionCallInfo fcinfo, text *name)
@@ -44,20 +47,20 @@ SignalTryConsume(FunctionCallInfo fcinfo, text *name)
 	bool		consumed = false;
 	bool		rescan;
 
-	DsyncStoreOpenTable(&store, fcinfo, DSYNC_TABLE_SIGNAL, true);
+	DsyncStoreOpen(&store, fcinfo, DSYNC_TABLE_SIGNAL, true);
 	do
 	{
-		List	   *rows = DsyncStoreScan(&store, name);
-		ListCell   *lc;
+		DsyncScan  *scan = DsyncScanName(&store, name);
+		DsyncRow   *row;
 
-		CHECK_FOR_INTERRUPTS();
 		rescan = false;
-		foreach(lc, rows)
+		while (!consumed && (row = DsyncScanNext(scan)) != NULL)
 		{
-			DsyncLeaseRow *row = lfirst(lc);
-			TM_Result	result = DsyncStoreLock(&store, row, LockTupleExclusive,
-												LockWaitSkip);
+			TM_Result	result;
 
+			if (!DsyncRowOwnerIsCaller(row, Anum_signal_owner))
+				continue;		/* another role's signal */
+			result = DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitSkip);
 			if (result == TM_WouldBlock || result == TM_Deleted)
 				continue;		/* somebody else is consuming or has it */
 			if (result != TM_Ok)
@@ -67,8 +70,8 @@ SignalTryConsume(FunctionCallInfo fcinfo, text *name)
 			}
 			DsyncStoreDelete(&store, row);
 			consumed = true;
-			break;
 		}
+		DsyncScanEnd(scan);
 	} while (rescan && !consumed);
 	DsyncStoreClose(&store);
 	return consumed;
@@ -77,20 +80,28 @@ SignalTryConsume(FunctionCallInfo fcinfo, text *name)
 /*
  * dsync_event_set
  *		SQL: dsync_event_set(name) RETURNS void
+ *
+ * The signal belongs to the calling role.  Its sequence number comes from
+ * dsync_signal_seq, on which the caller needs no privilege: the function is
+ * the only way in.
  */
 Datum
 dsync_event_set(PG_FUNCTION_ARGS)
 {
 	text	   *name = DsyncArgName(fcinfo, 0, "name");
 	DsyncStore	store;
-	DsyncLeaseRow *row;
+	DsyncRow   *row;
 	int64		seq;
 
 	DsyncPreventWrite("dsync_event_set()");
 
-	DsyncStoreOpenTable(&store, fcinfo, DSYNC_TABLE_SIGNAL, true);
-	seq = DatumGetInt64(DirectFunctionCall1(nextval_oid,
-											ObjectIdGetDatum(store.catalog->signal_seq)));
+	DsyncStoreOpen(&store, fcinfo, DSYNC_TABLE_SIGNAL, true);
+	if (!OidIsValid(store.catalog->signal_seq))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the installed version of extension \"dsync\" has no sequence \"dsync_signal_seq\""),
+				 errhint("Run ALTER EXTENSION dsync UPDATE.")));
+	seq = nextval_internal(store.catalog->signal_seq, false);
 	row = DsyncStoreNewRow();
 	row->values[Anum_signal_name - 1] = PointerGetDatum(name);
 	row->nulls[Anum_signal_name - 1] = false;
@@ -108,12 +119,33 @@ dsync_event_set(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/* What a blocked signal waiter's tries need. */
+typedef struct SignalTryArgs
+{
+	FunctionCallInfo fcinfo;
+	text	   *name;
+} SignalTryArgs;
+
+/*
+ * SignalTry
+ *		One try of a blocked dsync_event_wait.
+ */
+static bool
+SignalTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
+{
+	SignalTryArgs *args = arg;
+
+	*retry_at = 0;
+	return may_take && SignalTryConsume(args->fcinfo, args->name);
+}
+
 /*
  * dsync_event_wait
  *		SQL: dsync_event_wait(name, timeout DEFAULT NULL) RETURNS boolean
  *
- * Consumes one signal, waiting up to timeout (NULL: no limit but
- * statement_timeout and cancel) without polling; false if none came.
+ * Consumes one signal the caller's role may take, waiting up to timeout
+ * (NULL: no limit but statement_timeout and cancel) without polling;
+ * false if none came.
  */
 Datum
 dsync_event_wait(PG_FUNCTION_ARGS)
@@ -121,89 +153,64 @@ dsync_event_wait(PG_FUNCTION_ARGS)
 	text	   *name = DsyncArgName(fcinfo, 0, "name");
 	bool		forever;
 	int64		wait_usec;
-	uint64		key = DsyncWaitKeyEvent(name);
-	TimestampTz deadline;
-	MemoryContext attempt_cxt;
-	MemoryContext oldcontext = CurrentMemoryContext;
-
-	/* Set inside PG_TRY and read in PG_CATCH, so they must be volatile. */
-	volatile bool queued = false;
-	volatile bool consumed = false;
+	DsyncWaitSpec spec;
+	SignalTryArgs args;
 
 	DsyncArgWait(fcinfo, 1, "timeout", &forever, &wait_usec);
 	DsyncPreventWrite("dsync_event_wait()");
-	deadline = forever ? 0 : DsyncExpiry(GetCurrentTimestamp(), wait_usec, "timeout");
 
-	attempt_cxt = AllocSetContextCreate(CurrentMemoryContext, "dsync event wait",
-										ALLOCSET_SMALL_SIZES);
-	PG_TRY();
+	args.fcinfo = fcinfo;
+	args.name = name;
+	spec.key = DsyncWaitKeyEvent(name);
+	spec.roleid = GetUserId();
+	spec.kind = "event";
+	spec.name = name;
+	spec.holder = cstring_to_text("");
+	spec.forever = forever;
+	spec.deadline = forever ? 0 : DsyncExpiry(GetCurrentTimestamp(), wait_usec, "timeout");
+	spec.try_fn = SignalTry;
+	spec.arg = &args;
+
+	/* Nothing to wait for: one look, which holds nothing afterwards either. */
+	if (!forever && wait_usec == 0)
 	{
-		for (;;)
-		{
-			uint64		generation = DsyncWaitGeneration(key);
+		TimestampTz retry_at;
 
-			MemoryContextReset(attempt_cxt);
-			MemoryContextSwitchTo(attempt_cxt);
-			if (DsyncWaitMayTake(key))
-				consumed = SignalTryConsume(fcinfo, name);
-			MemoryContextSwitchTo(oldcontext);
-			if (consumed)
-				break;
-			if (!forever && GetCurrentTimestamp() >= deadline)
-				break;
-			if (!queued)
-			{
-				DsyncWaitEnqueue(key, "event", name, cstring_to_text(""));
-				queued = true;
-				continue;
-			}
-			DsyncWaitSleep(key, deadline, generation);
-		}
+		PG_RETURN_BOOL(SignalTry(&args, DsyncWaitMayTake(spec.key, spec.roleid),
+								 false, &retry_at));
 	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(oldcontext);
-		if (queued)
-			DsyncWaitDequeue();
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-
-	if (queued)
-		DsyncWaitDequeue();
-	MemoryContextDelete(attempt_cxt);
-	PG_RETURN_BOOL(consumed);
+	PG_RETURN_BOOL(DsyncWaitFor(&spec));
 }
 
 /*
  * dsync_event_clear
  *		SQL: dsync_event_clear(name) RETURNS bigint
  *
- * Drops every pending signal nobody is consuming right now; returns how
- * many.
+ * Drops every pending signal that the caller's role may take and nobody
+ * is consuming right now; returns how many.
  */
 Datum
 dsync_event_clear(PG_FUNCTION_ARGS)
 {
 	text	   *name = DsyncArgName(fcinfo, 0, "name");
 	DsyncStore	store;
-	List	   *rows;
-	ListCell   *lc;
+	DsyncScan  *scan;
+	DsyncRow   *row;
 	int64		cleared = 0;
 
 	DsyncPreventWrite("dsync_event_clear()");
 
-	DsyncStoreOpenTable(&store, fcinfo, DSYNC_TABLE_SIGNAL, true);
-	rows = DsyncStoreScan(&store, name);
-	foreach(lc, rows)
+	DsyncStoreOpen(&store, fcinfo, DSYNC_TABLE_SIGNAL, true);
+	scan = DsyncScanName(&store, name);
+	while ((row = DsyncScanNext(scan)) != NULL)
 	{
-		DsyncLeaseRow *row = lfirst(lc);
-
-		if (DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitSkip) != TM_Ok)
+		if (!DsyncRowOwnerIsCaller(row, Anum_signal_owner) ||
+			DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitSkip) != TM_Ok)
 			continue;
 		DsyncStoreDelete(&store, row);
 		cleared++;
 	}
+	DsyncScanEnd(scan);
 	DsyncStoreClose(&store);
 	PG_RETURN_INT64(cleared);
 }
@@ -212,17 +219,23 @@ dsync_event_clear(PG_FUNCTION_ARGS)
  * dsync_event_is_set
  *		SQL: dsync_event_is_set(name) RETURNS boolean
  *
- * Read-only, so it also works on a hot standby.
+ * Whether a signal that the caller's role may take is pending.  Read-only,
+ * so it also works on a hot standby.
  */
 Datum
 dsync_event_is_set(PG_FUNCTION_ARGS)
 {
 	text	   *name = DsyncArgName(fcinfo, 0, "name");
 	DsyncStore	store;
-	bool		pending;
+	DsyncScan  *scan;
+	DsyncRow   *row;
+	bool		pending = false;
 
-	DsyncStoreOpenTable(&store, fcinfo, DSYNC_TABLE_SIGNAL, false);
-	pending = DsyncStoreScan(&store, name) != NIL;
+	DsyncStoreOpen(&store, fcinfo, DSYNC_TABLE_SIGNAL, false);
+	scan = DsyncScanName(&store, name);
+	while (!pending && (row = DsyncScanNext(scan)) != NULL)
+		pending = DsyncRowOwnerIsCaller(row, Anum_signal_owner);
+	DsyncScanEnd(scan);
 	DsyncStoreClose(&store);
 	PG_RETURN_BOOL(pending);
 }

@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * store.c
- *		Direct access to the dsync_lease table.
+ *		Direct access to the extension's tables.
  *
- * The lease functions read and write their table below the executor, for
+ * The dsync functions read and write their tables below the executor, for
  * three reasons:
  *
  *	- Latest committed state at every isolation level.  Rows are found with
@@ -20,10 +20,17 @@
  *
  *	- Speed.  No parsing, planning or executor start-up on the hot path.
  *
+ * Scans are iterators that stop when the caller has what it needs, so a
+ * lookup by key costs one index probe whatever else the table holds, and
+ * nothing is materialised.  Every row read is checked (DsyncRowDamage):
+ * anybody who can write the tables directly (a superuser) could leave a
+ * NULL where dsync relies on a value, and that must be an error, never a
+ * crash.
+ *
  * Every change is followed by CommandCounterIncrement so that a later call
  * in the same statement sees it.  Every lock taken here is held until the
  * transaction (or the savepoint) ends, so each one also schedules a wake-up
- * of the lease's waiters for that moment (wait.c).
+ * of the name's waiters for that moment (wait.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -43,6 +50,7 @@
 #include "nodes/execnodes.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
+#include "storage/procarray.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -53,64 +61,78 @@
 #include "dsync.h"
 
 /*
- * Lock class for the per-name insert lock (the fourth field of an advisory
+ * Lock class for the per-key insert lock (the fourth field of an advisory
  * lock tag; PostgreSQL's own advisory locks use 1 and 2).
  */
 #define DSYNC_INSERT_LOCK_CLASS 0x6473
 
+struct DsyncScan
+{
+	DsyncStore *store;
+	MemoryContext cxt;			/* where the scan itself lives */
+	Snapshot	snapshot;		/* the latest committed state, registered */
+	IndexScanDesc iscan;		/* an index scan, or */
+	TableScanDesc hscan;		/* a whole-table scan */
+	TupleTableSlot *slot;
+	ScanDirection direction;
+	ScanKeyData keys[2];
+};
+
 /*
  * DsyncStoreOpen
- *		Open the lease table and its primary key.
+ *		Open one of the extension's tables and its indexes, found from the
+ *		function being called.
  */
 void
-DsyncStoreOpen(DsyncStore *store, FunctionCallInfo fcinfo, bool for_write)
-{
-	DsyncStoreOpenCatalog(store, DsyncCatalogGet(fcinfo), DSYNC_TABLE_LEASE, for_write);
-}
-
-/*
- * DsyncStoreOpenCatalog
- *		Open the lease table and its primary key, given where they are.
- */
-void
-DsyncStoreOpenCatalog(DsyncStore *store, const DsyncCatalog *catalog,
-					  DsyncTable table, bool for_write)
-{
-	if (!OidIsValid(catalog->rels[table]))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("the installed version of extension \"dsync\" lacks this function's table"),
-				 errhint("Run ALTER EXTENSION dsync UPDATE.")));
-	store->catalog = catalog;
-	store->table = table;
-	store->lockmode = for_write ? RowExclusiveLock : AccessShareLock;
-	store->rel = table_open(catalog->rels[table], store->lockmode);
-	store->index = index_open(catalog->pkeys[table], store->lockmode);
-}
-
-/*
- * DsyncStoreOpenTable
- *		Open one of the extension's tables and its primary key.
- */
-void
-DsyncStoreOpenTable(DsyncStore *store, FunctionCallInfo fcinfo, DsyncTable table,
-					bool for_write)
+DsyncStoreOpen(DsyncStore *store, FunctionCallInfo fcinfo, DsyncTable table,
+			   bool for_write)
 {
 	DsyncStoreOpenCatalog(store, DsyncCatalogGet(fcinfo), table, for_write);
 }
 
 /*
- * DsyncStoreNewRow
- *		A row with every column NULL, to fill in and insert.
+ * DsyncStoreOpenCatalog
+ *		Open a table and its indexes, given where they are.
+ *
+ * The relation may have been dropped since the catalog was cached (DROP
+ * EXTENSION while we waited): that is reported as such, not as a missing
+ * relation OID.
  */
-DsyncLeaseRow *
-DsyncStoreNewRow(void)
+void
+DsyncStoreOpenCatalog(DsyncStore *store, const DsyncCatalog *catalog,
+					  DsyncTable table, bool for_write)
 {
-	DsyncLeaseRow *row = palloc0(sizeof(DsyncLeaseRow));
+	List	   *indexes;
+	ListCell   *lc;
+	Oid			pkey;
 
-	for (int i = 0; i < DSYNC_MAX_ATTS; i++)
-		row->nulls[i] = true;
-	return row;
+	DsyncCatalogRequire(catalog, table);
+	memset(store, 0, sizeof(*store));
+	store->catalog = catalog;
+	store->table = table;
+	store->lockmode = for_write ? RowExclusiveLock : AccessShareLock;
+	store->rel = try_table_open(catalog->rels[table], store->lockmode);
+	if (store->rel == NULL)
+		DsyncCatalogReportDropped();
+
+	/* The table is locked now, so its indexes stay as they are. */
+	pkey = RelationGetPrimaryKeyIndex(store->rel);
+	indexes = RelationGetIndexList(store->rel);
+	foreach(lc, indexes)
+	{
+		Oid			indexoid = lfirst_oid(lc);
+
+		if (indexoid == pkey)
+			store->index = index_open(indexoid, store->lockmode);
+		else if (table == DSYNC_TABLE_PERMIT)
+			store->holder_index = index_open(indexoid, store->lockmode);
+	}
+	list_free(indexes);
+	if (store->index == NULL || (table == DSYNC_TABLE_PERMIT && store->holder_index == NULL))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("dsync table \"%s\" has lost an index", DsyncTableName(table)),
+				 errhint("Reinstall the extension with DROP EXTENSION dsync; CREATE EXTENSION dsync.")));
 }
 
 /*
@@ -120,8 +142,138 @@ DsyncStoreNewRow(void)
 void
 DsyncStoreClose(DsyncStore *store)
 {
+	if (store->holder_index)
+		index_close(store->holder_index, NoLock);
 	index_close(store->index, NoLock);
 	table_close(store->rel, NoLock);
+}
+
+/*
+ * DsyncStoreNewRow
+ *		A row with every column NULL, to fill in and insert.
+ */
+DsyncRow *
+DsyncStoreNewRow(void)
+{
+	DsyncRow   *row = palloc0(sizeof(DsyncRow));
+
+	for (int i = 0; i < DSYNC_MAX_ATTS; i++)
+		row->nulls[i] = true;
+	return row;
+}
+
+/*
+ * DsyncRowNameDamage
+ *		Why a name column is unusable, or NULL.
+ */
+static const char *
+DsyncRowNameDamage(const DsyncRow *row, int attnum, const char *what)
+{
+	int			len;
+
+	if (row->nulls[attnum - 1])
+		return psprintf("%s is null", what);
+	len = VARSIZE_ANY_EXHDR(DatumGetPointer(row->values[attnum - 1]));
+	if (len < 1 || len > DSYNC_NAME_MAX_BYTES)
+		return psprintf("%s is %d bytes long", what, len);
+	return NULL;
+}
+
+/*
+ * DsyncRowTimeDamage
+ *		Why a timestamp column is unusable, or NULL.
+ */
+static const char *
+DsyncRowTimeDamage(const DsyncRow *row, int attnum, const char *what)
+{
+	if (row->nulls[attnum - 1])
+		return psprintf("%s is null", what);
+	if (TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(row->values[attnum - 1])))
+		return psprintf("%s is not finite", what);
+	return NULL;
+}
+
+/*
+ * DsyncRowTtlDamage
+ *		Why a ttl column is unusable, or NULL.
+ */
+static const char *
+DsyncRowTtlDamage(const DsyncRow *row, int attnum)
+{
+	int64		usec;
+
+	if (row->nulls[attnum - 1])
+		return "ttl is null";
+	if (!DsyncIntervalUsec(DatumGetIntervalP(row->values[attnum - 1]), &usec) || usec <= 0)
+		return "ttl is not a positive interval";
+	return NULL;
+}
+
+/*
+ * DsyncRowDamage
+ *		Why a row of a table cannot be used, or NULL if it can.
+ *
+ * dsync writes rows only through its functions, but a superuser can write
+ * the tables directly.  Every column the code reads without a NULL check
+ * is checked here, once, as the row is read.
+ */
+static const char *
+DsyncRowDamage(DsyncTable table, const DsyncRow *row)
+{
+	const char *why = NULL;
+
+#define CHECK(expr) do { if (why == NULL) why = (expr); } while (0)
+	switch (table)
+	{
+		case DSYNC_TABLE_LEASE:
+		case DSYNC_TABLE_PERMIT:
+			CHECK(DsyncRowNameDamage(row, Anum_lease_name, "name"));
+			if (why == NULL && (row->nulls[Anum_lease_slot - 1] ||
+								DatumGetInt32(row->values[Anum_lease_slot - 1]) < 0))
+				why = "slot is null or negative";
+			if (row->nulls[Anum_lease_holder - 1])
+				break;			/* released: nothing else is read */
+			CHECK(DsyncRowNameDamage(row, Anum_lease_holder, "holder"));
+			if (why == NULL && row->nulls[Anum_lease_fencing - 1])
+				why = "fencing is null";
+			CHECK(DsyncRowTimeDamage(row, Anum_lease_acquired_at, "acquired_at"));
+			CHECK(DsyncRowTimeDamage(row, Anum_lease_renewed_at, "renewed_at"));
+			CHECK(DsyncRowTimeDamage(row, Anum_lease_expires_at, "expires_at"));
+			CHECK(DsyncRowTtlDamage(row, Anum_lease_ttl));
+			if (why == NULL && row->nulls[Anum_lease_owner - 1])
+				why = "owner is null";
+			break;
+		case DSYNC_TABLE_SEMAPHORE:
+			CHECK(DsyncRowNameDamage(row, Anum_semaphore_name, "name"));
+			if (why == NULL && (row->nulls[Anum_semaphore_permits - 1] ||
+								DatumGetInt32(row->values[Anum_semaphore_permits - 1]) < 1 ||
+								DatumGetInt32(row->values[Anum_semaphore_permits - 1]) > DSYNC_MAX_PERMITS))
+				why = "permits is null or out of range";
+			if (why == NULL && row->nulls[Anum_semaphore_owner - 1])
+				why = "owner is null";
+			break;
+		case DSYNC_TABLE_SIGNAL:
+			CHECK(DsyncRowNameDamage(row, Anum_signal_name, "name"));
+			if (why == NULL && (row->nulls[Anum_signal_seq - 1] ||
+								row->nulls[Anum_signal_owner - 1]))
+				why = "seq or owner is null";
+			break;
+		case DSYNC_TABLE_MEMBER:
+			CHECK(DsyncRowNameDamage(row, Anum_member_grp, "grp"));
+			CHECK(DsyncRowNameDamage(row, Anum_member_member, "member"));
+			CHECK(DsyncRowTimeDamage(row, Anum_member_joined_at, "joined_at"));
+			CHECK(DsyncRowTimeDamage(row, Anum_member_renewed_at, "renewed_at"));
+			CHECK(DsyncRowTimeDamage(row, Anum_member_expires_at, "expires_at"));
+			CHECK(DsyncRowTtlDamage(row, Anum_member_ttl));
+			if (why == NULL && row->nulls[Anum_member_owner - 1])
+				why = "owner is null";
+			break;
+		case DSYNC_NUM_TABLES:
+			Assert(false);
+			break;
+	}
+#undef CHECK
+	return why;
 }
 
 /*
@@ -129,10 +281,11 @@ DsyncStoreClose(DsyncStore *store)
  *		Copy a heap tuple's columns into a row, so it outlives the buffer.
  */
 static void
-DsyncStoreLoadRow(DsyncStore *store, HeapTuple tuple, DsyncLeaseRow *row)
+DsyncStoreLoadRow(DsyncStore *store, HeapTuple tuple, DsyncRow *row)
 {
 	TupleDesc	desc = RelationGetDescr(store->rel);
 
+	Assert(desc->natts <= DSYNC_MAX_ATTS);
 	heap_deform_tuple(tuple, desc, row->values, row->nulls);
 	for (int i = 0; i < desc->natts; i++)
 	{
@@ -145,104 +298,287 @@ DsyncStoreLoadRow(DsyncStore *store, HeapTuple tuple, DsyncLeaseRow *row)
 }
 
 /*
- * DsyncStoreVisibleRow
- *		A copy of the tuple if it is visible to snapshot, else NULL.  The
- *		buffer must be pinned; it is share-locked here for the check, which
- *		may set hint bits.
+ * DsyncStoreCheckRow
+ *		Refuse a damaged row: an error, or (for the reaper and the views,
+ *		which must go on with the other rows) a warning and false.
  */
-static DsyncLeaseRow *
-DsyncStoreVisibleRow(DsyncStore *store, HeapTuple tuple, Buffer buffer,
-					 Snapshot snapshot)
+static bool
+DsyncStoreCheckRow(DsyncStore *store, DsyncRow *row)
 {
-	bool		visible;
-	DsyncLeaseRow *row;
+	const char *why = DsyncRowDamage(store->table, row);
 
-	LockBuffer(buffer, BUFFER_LOCK_SHARE);
-	visible = HeapTupleSatisfiesVisibility(tuple, snapshot, buffer);
-	LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
-	if (!visible)
-		return NULL;
-
-	row = palloc(sizeof(DsyncLeaseRow));
-	DsyncStoreLoadRow(store, tuple, row);
-	return row;
+	if (why == NULL)
+		return true;
+	ereport(store->tolerant ? WARNING : ERROR,
+			(errcode(ERRCODE_DATA_CORRUPTED),
+			 errmsg("row (%u,%u) of dsync table \"%s\" is damaged: %s",
+					ItemPointerGetBlockNumber(&row->tid),
+					ItemPointerGetOffsetNumber(&row->tid),
+					DsyncTableName(store->table), why),
+			 errdetail("It was not written by dsync's functions."),
+			 errhint("Delete the row (as a superuser); dsync ignores it meanwhile where it can.")));
+	return false;
 }
 
 /*
- * DsyncStoreScan
- *		All rows of one lease name as of the latest committed state (plus
- *		this transaction's own changes), as a List of DsyncLeaseRow.
+ * DsyncLatestSnapshot
+ *		A snapshot of the latest committed state.
+ *
+ * GetLatestSnapshot refuses to run in parallel mode, which a query over
+ * the views can be in (force_parallel_mode, or a plan the planner thinks
+ * parallel-safe, since a foreign scan calls no function it could judge);
+ * dsync's scans never run in a worker, so a snapshot taken here is as good.
  */
-List *
-DsyncStoreScan(DsyncStore *store, text *name)
+static Snapshot
+DsyncLatestSnapshot(void)
 {
-	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	ScanKeyData key;
-	IndexScanDesc scan;
-	TupleTableSlot *slot;
-	List	   *rows = NIL;
+	static SnapshotData latest = {SNAPSHOT_MVCC};
 
-	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
-	scan = index_beginscan(store->rel, store->index, SnapshotAny, 1, 0);
-	index_rescan(scan, &key, 1, NULL, 0);
-	slot = table_slot_create(store->rel, NULL);
-
-	while (index_getnext_slot(scan, ForwardScanDirection, slot))
-	{
-		BufferHeapTupleTableSlot *bslot = (BufferHeapTupleTableSlot *) slot;
-		DsyncLeaseRow *row;
-
-		CHECK_FOR_INTERRUPTS();
-		row = DsyncStoreVisibleRow(store, bslot->base.tuple, bslot->buffer, snapshot);
-		if (row)
-			rows = lappend(rows, row);
-	}
-
-	ExecDropSingleTupleTableSlot(slot);
-	index_endscan(scan);
-	UnregisterSnapshot(snapshot);
-	return rows;
+	if (!IsInParallelMode())
+		return GetLatestSnapshot();
+	return GetSnapshotData(&latest);
 }
 
 /*
- * DsyncStoreScanAll
- *		Every row of the table as of the latest committed state, for the
- *		views.  Like DsyncStoreScan it takes no SIREAD locks, so reading
- *		the views in a SERIALIZABLE transaction cannot make a concurrent
- *		dsync call fail serialization.
+ * DsyncScanBegin
+ *		Start a scan of an index with the given keys (nkeys 0: a scan of the
+ *		whole table), as of the latest committed state.
  */
-List *
-DsyncStoreScanAll(DsyncStore *store)
+static DsyncScan *
+DsyncScanBegin(DsyncStore *store, Relation index, int nkeys, ScanDirection direction)
 {
-	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	TableScanDesc scan = table_beginscan(store->rel, SnapshotAny, 0, NULL);
-	HeapTuple	tuple;
-	List	   *rows = NIL;
+	DsyncScan  *scan = palloc0(sizeof(DsyncScan));
 
-	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	scan->store = store;
+	scan->cxt = CurrentMemoryContext;
+	scan->snapshot = RegisterSnapshot(DsyncLatestSnapshot());
+	scan->direction = direction;
+	if (index == NULL)
+		scan->hscan = table_beginscan(store->rel, SnapshotAny, 0, NULL);
+	else
 	{
-		DsyncLeaseRow *row;
+		scan->iscan = index_beginscan(store->rel, index, SnapshotAny, nkeys, 0);
+		scan->slot = table_slot_create(store->rel, NULL);
+	}
+	return scan;
+}
+
+/*
+ * DsyncScanRescan
+ *		Position an index scan on the keys set up in scan->keys.
+ */
+static DsyncScan *
+DsyncScanRescan(DsyncScan *scan, int nkeys)
+{
+	index_rescan(scan->iscan, scan->keys, nkeys, NULL, 0);
+	return scan;
+}
+
+/*
+ * DsyncScanName
+ *		Every row whose first key column is name.
+ */
+DsyncScan *
+DsyncScanName(DsyncStore *store, text *name)
+{
+	DsyncScan  *scan = DsyncScanBegin(store, store->index, 1, ForwardScanDirection);
+
+	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
+	return DsyncScanRescan(scan, 1);
+}
+
+/*
+ * DsyncScanKey
+ *		The row with one whole primary key: (name, slot) of a lease or
+ *		permit, (group, member) of a member, (name, seq) of a signal.
+ */
+DsyncScan *
+DsyncScanKey(DsyncStore *store, text *name, Datum second)
+{
+	DsyncScan  *scan = DsyncScanBegin(store, store->index, 2, ForwardScanDirection);
+	RegProcedure eq;
+
+	switch (store->table)
+	{
+		case DSYNC_TABLE_MEMBER:
+			eq = F_TEXTEQ;
+			break;
+		case DSYNC_TABLE_SIGNAL:
+			eq = F_INT8EQ;
+			break;
+		default:
+			eq = F_INT4EQ;
+			break;
+	}
+	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
+	ScanKeyInit(&scan->keys[1], 2, BTEqualStrategyNumber, eq, second);
+	return DsyncScanRescan(scan, 2);
+}
+
+/*
+ * DsyncScanFrom
+ *		The rows of a lease or permit name from a slot on, in slot order.
+ */
+DsyncScan *
+DsyncScanFrom(DsyncStore *store, text *name, int32 slot)
+{
+	DsyncScan  *scan = DsyncScanBegin(store, store->index, 2, ForwardScanDirection);
+
+	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
+	ScanKeyInit(&scan->keys[1], 2, BTGreaterEqualStrategyNumber, F_INT4GE,
+				Int32GetDatum(slot));
+	return DsyncScanRescan(scan, 2);
+}
+
+/*
+ * DsyncScanLast
+ *		The rows of a name, last key first (the highest permit slot).
+ */
+DsyncScan *
+DsyncScanLast(DsyncStore *store, text *name)
+{
+	DsyncScan  *scan = DsyncScanBegin(store, store->index, 1, BackwardScanDirection);
+
+	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
+	return DsyncScanRescan(scan, 1);
+}
+
+/*
+ * DsyncScanHolder
+ *		The permits of a semaphore held (or last held) by holder, or with
+ *		holder NULL the free ones: one probe of dsync_permit's (name,
+ *		holder) index, whatever the number of permits.
+ */
+DsyncScan *
+DsyncScanHolder(DsyncStore *store, text *name, text *holder)
+{
+	DsyncScan  *scan;
+
+	Assert(store->table == DSYNC_TABLE_PERMIT && store->holder_index != NULL);
+	scan = DsyncScanBegin(store, store->holder_index, 2, ForwardScanDirection);
+	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
+	if (holder)
+		ScanKeyInit(&scan->keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ,
+					PointerGetDatum(holder));
+	else
+		ScanKeyEntryInitialize(&scan->keys[1], SK_ISNULL | SK_SEARCHNULL, 2,
+							   InvalidStrategy, InvalidOid, InvalidOid, InvalidOid,
+							   (Datum) 0);
+	return DsyncScanRescan(scan, 2);
+}
+
+/*
+ * DsyncScanAll
+ *		Every row of the table, for the views, the reaper's start and the
+ *		administrative functions.  Like the other scans it takes no SIREAD
+ *		locks, so reading a view in a SERIALIZABLE transaction cannot make
+ *		a concurrent dsync call fail serialization.
+ */
+DsyncScan *
+DsyncScanAll(DsyncStore *store)
+{
+	return DsyncScanBegin(store, NULL, 0, ForwardScanDirection);
+}
+
+/*
+ * DsyncScanNext
+ *		The next row version the scan finds that is visible as of the
+ *		latest committed state (plus this transaction's own changes), as a
+ *		palloc'd copy, or NULL at the end.
+ */
+DsyncRow *
+DsyncScanNext(DsyncScan *scan)
+{
+	for (;;)
+	{
+		HeapTuple	tuple;
+		Buffer		buffer;
+		bool		visible;
+		DsyncRow   *row;
+		MemoryContext oldcontext;
 
 		CHECK_FOR_INTERRUPTS();
-		row = DsyncStoreVisibleRow(store, tuple, ((HeapScanDesc) scan)->rs_cbuf, snapshot);
-		if (row)
-			rows = lappend(rows, row);
-	}
+		/* Whatever the scan allocates must last as long as it does. */
+		oldcontext = MemoryContextSwitchTo(scan->cxt);
+		if (scan->hscan)
+		{
+			tuple = heap_getnext(scan->hscan, ForwardScanDirection);
+			buffer = tuple ? ((HeapScanDesc) scan->hscan)->rs_cbuf : InvalidBuffer;
+		}
+		else
+		{
+			BufferHeapTupleTableSlot *bslot = (BufferHeapTupleTableSlot *) scan->slot;
 
-	table_endscan(scan);
-	UnregisterSnapshot(snapshot);
+			tuple = NULL;
+			buffer = InvalidBuffer;
+			if (index_getnext_slot(scan->iscan, scan->direction, scan->slot))
+			{
+				tuple = bslot->base.tuple;
+				buffer = bslot->buffer;
+			}
+		}
+		MemoryContextSwitchTo(oldcontext);
+		if (tuple == NULL)
+			return NULL;
+
+		LockBuffer(buffer, BUFFER_LOCK_SHARE);
+		visible = HeapTupleSatisfiesVisibility(tuple, scan->snapshot, buffer);
+		LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
+		if (!visible)
+			continue;
+
+		row = palloc(sizeof(DsyncRow));
+		DsyncStoreLoadRow(scan->store, tuple, row);
+		if (DsyncStoreCheckRow(scan->store, row))
+			return row;
+		pfree(row);
+	}
+}
+
+/*
+ * DsyncScanEnd
+ *		End a scan.
+ */
+void
+DsyncScanEnd(DsyncScan *scan)
+{
+	if (scan->hscan)
+		table_endscan(scan->hscan);
+	else
+	{
+		ExecDropSingleTupleTableSlot(scan->slot);
+		index_endscan(scan->iscan);
+	}
+	UnregisterSnapshot(scan->snapshot);
+	pfree(scan);
+}
+
+/*
+ * DsyncScanList
+ *		Every row a scan finds, as a List, and end the scan.
+ */
+List *
+DsyncScanList(DsyncScan *scan)
+{
+	List	   *rows = NIL;
+	DsyncRow   *row;
+
+	while ((row = DsyncScanNext(scan)) != NULL)
+		rows = lappend(rows, row);
+	DsyncScanEnd(scan);
 	return rows;
 }
 
 /*
  * DsyncStoreWakeAtEnd
  *		Wake the waiters of a name when this transaction ends: lease and
- *		semaphore waiters for lease rows, event waiters for signals.
+ *		semaphore waiters for lease and permit rows, signal waiters for
+ *		signals.
  */
 static void
 DsyncStoreWakeAtEnd(DsyncStore *store, text *name)
 {
-	if (store->table == DSYNC_TABLE_LEASE)
+	if (store->table == DSYNC_TABLE_LEASE || store->table == DSYNC_TABLE_PERMIT)
 		DsyncWakeAtEnd(DsyncWaitKey(name));
 	else if (store->table == DSYNC_TABLE_SIGNAL)
 		DsyncWakeAtEnd(DsyncWaitKeyEvent(name));
@@ -274,7 +610,7 @@ DsyncStoreLockedByReaper(TransactionId xid)
  * another transaction is changing or guarding it right now).
  */
 TM_Result
-DsyncStoreLock(DsyncStore *store, DsyncLeaseRow *row, LockTupleMode mode,
+DsyncStoreLock(DsyncStore *store, DsyncRow *row, LockTupleMode mode,
 			   LockWaitPolicy policy)
 {
 	HeapTupleData tuple;
@@ -305,51 +641,70 @@ DsyncStoreLock(DsyncStore *store, DsyncLeaseRow *row, LockTupleMode mode,
 		DsyncStoreLoadRow(store, &tuple, row);
 		/* Whoever meets this lock must look again once it is gone. */
 		DsyncStoreWakeAtEnd(store, DatumGetTextPP(row->values[0]));
+		DsyncXactChanged();
 	}
 	ReleaseBuffer(buffer);
 
 	if (result == TM_Invisible || result == TM_SelfModified)
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg_internal("dsync lease row (%u,%u) changed unexpectedly within this transaction",
+				 errmsg_internal("dsync row (%u,%u) of \"%s\" changed unexpectedly within this transaction",
 								 ItemPointerGetBlockNumber(&row->tid),
-								 ItemPointerGetOffsetNumber(&row->tid))));
+								 ItemPointerGetOffsetNumber(&row->tid),
+								 DsyncTableName(store->table))));
+	if (result == TM_Ok && !DsyncStoreCheckRow(store, row))
+		return TM_Updated;		/* damaged in the meantime: never use it */
 	return result;
 }
 
 /*
- * DsyncStoreIndexInsert
- *		Add a primary key entry for a new (or non-HOT) row version.
+ * DsyncStoreIndexInsertOne
+ *		Add an index entry for a new (or non-HOT) row version.
  */
 static void
-DsyncStoreIndexInsert(DsyncStore *store, HeapTuple tuple, DsyncLeaseRow *row,
-					  bool unchanged)
+DsyncStoreIndexInsertOne(DsyncStore *store, Relation index, HeapTuple tuple,
+						 DsyncRow *row, bool unchanged)
 {
 	Datum		values[INDEX_MAX_KEYS];
 	bool		nulls[INDEX_MAX_KEYS];
-	IndexInfo  *info = BuildIndexInfo(store->index);
+	IndexInfo  *info = BuildIndexInfo(index);
 
 	for (int i = 0; i < info->ii_NumIndexKeyAttrs; i++)
 	{
 		AttrNumber	attnum = info->ii_IndexAttrNumbers[i];
 
+		Assert(attnum > 0 && attnum <= DSYNC_MAX_ATTS);
 		values[i] = row->values[attnum - 1];
 		nulls[i] = row->nulls[attnum - 1];
 	}
-	index_insert(store->index, values, nulls, &tuple->t_self, store->rel,
-				 UNIQUE_CHECK_YES, unchanged, info);
+	index_insert(index, values, nulls, &tuple->t_self, store->rel,
+				 info->ii_Unique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO,
+				 unchanged, info);
+}
+
+/*
+ * DsyncStoreIndexInsert
+ *		Add entries for a new (or non-HOT) row version to every index.
+ *		The primary key's columns never change in an update.
+ */
+static void
+DsyncStoreIndexInsert(DsyncStore *store, HeapTuple tuple, DsyncRow *row, bool update)
+{
+	DsyncStoreIndexInsertOne(store, store->index, tuple, row, update);
+	if (store->holder_index)
+		DsyncStoreIndexInsertOne(store, store->holder_index, tuple, row, false);
 }
 
 /*
  * DsyncStoreUpdate
  *		Write a locked row back with its new values.
  *
- * Only the primary key is indexed and its columns never change, so this
- * is a HOT update whenever the page has room, which the table's fillfactor
- * sees to; otherwise the index gets the new version too.
+ * Only key columns are indexed, so this is a HOT update whenever the page
+ * has room (which the tables' fillfactor sees to) and, for permits, the
+ * holder does not change; otherwise the indexes get the new version too.
  */
 void
-DsyncStoreUpdate(DsyncStore *store, DsyncLeaseRow *row)
+DsyncStoreUpdate(DsyncStore *store, DsyncRow *row)
 {
 	HeapTuple	tuple;
 
@@ -359,17 +714,18 @@ DsyncStoreUpdate(DsyncStore *store, DsyncLeaseRow *row)
 		DsyncStoreIndexInsert(store, tuple, row, true);
 	row->tid = tuple->t_self;
 	heap_freetuple(tuple);
+	DsyncXactChanged();
 	CommandCounterIncrement();
 }
 
 /*
  * DsyncStoreInsert
- *		Add a row for a (name, slot) that has none.  The caller holds the
- *		name's insert lock, so no other transaction can be inserting the
- *		same key and the unique check never has to wait.
+ *		Add a row.  For a key that may be inserted concurrently, the caller
+ *		has claimed it (DsyncStoreClaimKey), so that the unique check never
+ *		has to wait.
  */
 void
-DsyncStoreInsert(DsyncStore *store, DsyncLeaseRow *row)
+DsyncStoreInsert(DsyncStore *store, DsyncRow *row)
 {
 	HeapTuple	tuple;
 
@@ -378,56 +734,152 @@ DsyncStoreInsert(DsyncStore *store, DsyncLeaseRow *row)
 	DsyncStoreIndexInsert(store, tuple, row, false);
 	row->tid = tuple->t_self;
 	heap_freetuple(tuple);
+	DsyncXactChanged();
 	CommandCounterIncrement();
 }
 
 /*
  * DsyncStoreDelete
- *		Delete a row this transaction has locked (an expired lease).  The
- *		next acquirer of the name inserts a fresh row under the insert lock.
+ *		Delete a row this transaction has locked.
  */
 void
-DsyncStoreDelete(DsyncStore *store, DsyncLeaseRow *row)
+DsyncStoreDelete(DsyncStore *store, DsyncRow *row)
 {
 	simple_heap_delete(store->rel, &row->tid);
+	DsyncXactChanged();
 	CommandCounterIncrement();
 }
 
 /*
- * DsyncStoreInsertLock
- *		Take the transaction-long lock that guards inserting the row of a
- *		name (and permit slot) in a table; without waiting unless wait, then
- *		false if another transaction has it.
- *
- * Two first-time acquirers of one name would otherwise meet in the
- * primary key's unique check, where the second waits for the first to
- * commit; that would break "wait = 0 never blocks".  The lock shows in
- * pg_locks as an advisory lock with objsubid 25715 (leases) or 25716 and
- * up (the other tables).
+ * DsyncStoreKeyTag
+ *		The insert lock's tag for one key of a table.
  */
-bool
-DsyncStoreInsertLock(DsyncTable table, text *name, int32 slot, bool wait)
+static void
+DsyncStoreKeyTag(DsyncStore *store, text *name, Datum second, LOCKTAG *tag)
 {
-	LOCKTAG		tag;
+	uint64		seed = 0;
 	uint64		hash;
 
+	if (store->table == DSYNC_TABLE_LEASE || store->table == DSYNC_TABLE_PERMIT)
+		seed = (uint64) DatumGetInt32(second);
+	else if (store->table == DSYNC_TABLE_MEMBER)
+	{
+		text	   *member = DatumGetTextPP(second);
+
+		seed = hash_bytes_extended((const unsigned char *) VARDATA_ANY(member),
+								   VARSIZE_ANY_EXHDR(member), 0);
+	}
 	hash = hash_bytes_extended((const unsigned char *) VARDATA_ANY(name),
-							   VARSIZE_ANY_EXHDR(name), (uint64) slot);
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
-						 DSYNC_INSERT_LOCK_CLASS + table);
-	if (LockAcquire(&tag, ExclusiveLock, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
-		return false;
-	if (table == DSYNC_TABLE_LEASE)
+							   VARSIZE_ANY_EXHDR(name), seed);
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
+						 DSYNC_INSERT_LOCK_CLASS + store->table);
+}
+
+/*
+ * DsyncStoreKeyInFlight
+ *		After a latest-state scan found no row for a key: the transaction
+ *		inserting a row with that key right now, if another one is, else
+ *		InvalidTransactionId; *exists is set if a row is there after all
+ *		(committed since that scan, or our own).
+ */
+static TransactionId
+DsyncStoreKeyInFlight(DsyncStore *store, text *name, Datum second, bool *exists)
+{
+	SnapshotData dirty;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	ScanKeyData keys[2];
+	int			nkeys = store->table == DSYNC_TABLE_SEMAPHORE ? 1 : 2;
+	TransactionId xid = InvalidTransactionId;
+
+	*exists = false;
+	InitDirtySnapshot(dirty);
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
+	if (nkeys == 2)
+		ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber,
+					store->table == DSYNC_TABLE_MEMBER ? F_TEXTEQ : F_INT4EQ, second);
+	scan = index_beginscan(store->rel, store->index, &dirty, nkeys, 0);
+	index_rescan(scan, keys, nkeys, NULL, 0);
+	slot = table_slot_create(store->rel, NULL);
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		if (TransactionIdIsValid(dirty.xmin))
+			xid = dirty.xmin;	/* inserted by a transaction still running */
+		else
+			*exists = true;
+		break;
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	index_endscan(scan);
+	return xid;
+}
+
+/*
+ * DsyncStoreClaimKey
+ *		Make sure this transaction alone may insert a row with a key that a
+ *		latest-state scan has just found absent.
+ *
+ * Two transactions inserting one key would meet in the unique index,
+ * where the second waits until the first commits: that would break
+ * "wait = 0 never blocks".  So the key's insert lock is taken (waiting
+ * only if wait), and a dirty-snapshot probe tells whether another
+ * transaction has inserted the key and not yet committed: then the key is
+ * BUSY (or, if wait, we wait for that transaction and look again).  The
+ * reaper's short transactions are always waited for.  On DSYNC_CLAIM_OK
+ * the caller inserts, then calls DsyncStoreUnclaimKey at once: the lock is
+ * needed only for the probe and the insert, so a statement can insert any
+ * number of keys without filling the lock table.  It shows in pg_locks as
+ * an advisory lock with objsubid 25715 and up.
+ */
+DsyncClaim
+DsyncStoreClaimKey(DsyncStore *store, text *name, Datum second, bool wait)
+{
+	LOCKTAG		tag;
+
+	DsyncStoreKeyTag(store, name, second, &tag);
+	for (;;)
+	{
+		TransactionId xid;
+		bool		exists;
+
+		if (LockAcquire(&tag, ExclusiveLock, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
+			return DSYNC_CLAIM_BUSY;
+		xid = DsyncStoreKeyInFlight(store, name, second, &exists);
+		if (!TransactionIdIsValid(xid))
+		{
+			if (!exists)
+				return DSYNC_CLAIM_OK;
+			LockRelease(&tag, ExclusiveLock, false);
+			return DSYNC_CLAIM_EXISTS;
+		}
+		LockRelease(&tag, ExclusiveLock, false);
+		if (!wait && !DsyncStoreLockedByReaper(xid))
+			return DSYNC_CLAIM_BUSY;
+		XactLockTableWait(xid, NULL, NULL, XLTW_None);
+	}
+}
+
+/*
+ * DsyncStoreUnclaimKey
+ *		Let go of a key's insert lock once the row is in.
+ */
+void
+DsyncStoreUnclaimKey(DsyncStore *store, text *name, Datum second)
+{
+	LOCKTAG		tag;
+
+	DsyncStoreKeyTag(store, name, second, &tag);
+	LockRelease(&tag, ExclusiveLock, false);
+	if (store->table == DSYNC_TABLE_LEASE || store->table == DSYNC_TABLE_PERMIT)
 		DsyncWakeAtEnd(DsyncWaitKey(name));
-	return true;
 }
 
 /*
  * DsyncRowIsLive
- *		Whether a row holds a lease that has not expired at now.
+ *		Whether a lease or permit row is held and has not expired at now.
  */
 bool
-DsyncRowIsLive(const DsyncLeaseRow *row, TimestampTz now)
+DsyncRowIsLive(const DsyncRow *row, TimestampTz now)
 {
 	if (row->nulls[Anum_lease_holder - 1] || row->nulls[Anum_lease_expires_at - 1])
 		return false;
@@ -435,18 +887,36 @@ DsyncRowIsLive(const DsyncLeaseRow *row, TimestampTz now)
 }
 
 /*
+ * DsyncRowExpiry
+ *		A held row's expiry.
+ */
+TimestampTz
+DsyncRowExpiry(const DsyncRow *row)
+{
+	Assert(!row->nulls[Anum_lease_expires_at - 1]);
+	return DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]);
+}
+
+/*
+ * DsyncRowSlot
+ *		A lease or permit row's slot.
+ */
+int32
+DsyncRowSlot(const DsyncRow *row)
+{
+	return DatumGetInt32(row->values[Anum_lease_slot - 1]);
+}
+
+/*
  * DsyncRowHolderIs
  *		Whether a row's holder is exactly the given one (byte for byte).
  */
 bool
-DsyncRowHolderIs(const DsyncLeaseRow *row, text *holder)
+DsyncRowHolderIs(const DsyncRow *row, text *holder)
 {
-	text	   *current;
-
 	if (row->nulls[Anum_lease_holder - 1])
 		return false;
-	current = DatumGetTextPP(row->values[Anum_lease_holder - 1]);
-	return DsyncTextEquals(current, holder);
+	return DsyncTextEquals(DatumGetTextPP(row->values[Anum_lease_holder - 1]), holder);
 }
 
 /*
@@ -463,13 +933,13 @@ DsyncTextEquals(text *a, text *b)
 
 /*
  * DsyncRowOwnerIsCaller
- *		Whether the current role may act on a lease acquired by the row's
- *		owner: it must have the owner's privileges.
+ *		Whether the current role may act on what the row's owner acquired,
+ *		joined or set: it must have the owner's privileges.
  */
 bool
-DsyncRowOwnerIsCaller(const DsyncLeaseRow *row)
+DsyncRowOwnerIsCaller(const DsyncRow *row, int owner_attnum)
 {
-	if (row->nulls[Anum_lease_owner - 1])
+	if (row->nulls[owner_attnum - 1])
 		return false;
-	return has_privs_of_role(GetUserId(), DatumGetObjectId(row->values[Anum_lease_owner - 1]));
+	return has_privs_of_role(GetUserId(), DatumGetObjectId(row->values[owner_attnum - 1]));
 }

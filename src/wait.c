@@ -1,43 +1,55 @@
 /*-------------------------------------------------------------------------
  *
  * wait.c
- *		Waiting for a lease without polling, and waking waiters after
- *		commit.
+ *		Waiting without polling, and waking waiters after commit.
  *
- * Sleeping.  A blocked acquirer sleeps on its own latch.  Names hash onto
+ * The wait loop.  Every blocking dsync call (acquire of a lease or a
+ * semaphore permit, dsync_event_wait) runs the same loop, DsyncWaitFor:
+ * try, get in line, sleep, try again.  Each try runs in an internal
+ * subtransaction that is rolled back if it fails, so a sleeping waiter
+ * holds no row lock, no insert lock and no table lock: holders renew and
+ * release freely, and DROP EXTENSION (or anything else that needs a strong
+ * table lock) never queues behind a sleeper.
+ *
+ * Sleeping.  A blocked caller sleeps on its own latch.  Names hash onto
  * DSYNC_WAKE_CHANNELS channels, and every wake-up of a channel first bumps
  * the channel's wake count; a waiter reads the count before its try and
  * does not go to sleep if it has moved since, so no wake-up is lost
- * between a failed try and the sleep (each try runs in a subtransaction,
- * so the usual "prepare to sleep, then check" of condition variables does
- * not fit).  The first waiter in line also sets its timeout to the
- * current holder's expiry, so it wakes at that instant without help from
- * anybody else, and nobody sleeps longer than DSYNC_WAIT_CAP_MS in one go
- * (a safety net for a wall clock that jumps and for changes made behind
- * dsync's back).
+ * between a failed try and the sleep.  The first waiter in line also sets
+ * its timeout to the instant the current holder's lease expires, so it
+ * wakes then without help from anybody else, and nobody sleeps longer
+ * than DSYNC_WAIT_CAP_MS in one go (a safety net for a wall clock that
+ * jumps and for changes made behind dsync's back).  A sleeping backend
+ * also watches its client's socket: a client that goes away (killed,
+ * crashed, network closed) ends the wait at once with FATAL, as
+ * client_connection_check_interval would, so a dead waiter never reaches
+ * the front of the queue and is never granted anything.
  *
  * Order.  Waiters queue in shared memory with a ticket taken when they
- * start waiting.  Only the waiter with the lowest ticket for a name may
+ * join the queue.  Only the waiter with the lowest ticket for a name may
  * take it; anybody else who is not in the queue, including a wait = 0
  * caller, is refused while the queue is not empty, as PostgreSQL's lock
  * manager refuses a lock that a queued waiter asked for first.  So waiters
- * are served in the order they started waiting and nobody starves.
+ * are served in the order they joined and nobody starves.  Signals belong
+ * to roles, so signal waiters queue per name and role: a waiter is never
+ * held up by one of another role that could not take the same signal.
  *
- * Waking.  Every row lock or insert lock dsync takes on a lease (store.c)
- * notes the lease's channel in backend memory, because whoever meets that
- * lock must look again once it is gone; the channels are woken when the
+ * Waking.  Every row lock or insert dsync makes on a lease (store.c) notes
+ * the lease's channel in backend memory, because whoever meets that lock
+ * must look again once it is gone; the channels are woken when the
  * transaction ends, once its outcome is visible and its locks are
  * released (the AFTER_LOCKS phase of releasing the top-level resource
- * owner), never before.  A commit may have freed the lease or changed its
- * expiry; a rollback undoes a grant, renewal or guard, while a rolled-back
- * release grants nothing and its waiters only look again.  A rolled-back
- * savepoint wakes them once its own locks are gone.  Waking a channel
- * sets the latch of the first waiter in line for each name on it, who
- * passes the turn on when it leaves the queue; it needs no catalog access
- * and cannot fail, which is what code running after commit requires.
+ * owner), never before.  A rolled-back savepoint wakes them once its own
+ * locks are gone.  Waking a channel sets the latch of the first waiter in
+ * line for each name on it, who passes the turn on when it leaves the
+ * queue; it needs no catalog access and cannot fail, which is what code
+ * running after commit requires.  A committed DROP EXTENSION wakes every
+ * waiter of the database, and their next try reports that the extension
+ * is gone.
  *
  * PREPARE TRANSACTION never runs those callbacks at COMMIT PREPARED, so a
- * transaction that changed a lease cannot be prepared.
+ * transaction that changed or locked anything of dsync's cannot be
+ * prepared.
  *
  *-------------------------------------------------------------------------
  */
@@ -47,16 +59,18 @@
 #include "common/hashfn.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "storage/latch.h"
 #include "pgstat.h"
 #include "port/pg_bitutils.h"
 #include "storage/ipc.h"
+#include "storage/latch.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/tuplestore.h"
 
 #include "dsync.h"
+#include "libpq_compat.h"
 
 PG_FUNCTION_INFO_V1(dsync_waiter_rows);
 
@@ -66,14 +80,20 @@ PG_FUNCTION_INFO_V1(dsync_waiter_rows);
 static uint64 wake_at_end[WAKE_WORDS];
 static bool wake_pending = false;
 
+/* Wake every waiter of the database at commit (DROP EXTENSION). */
+static bool wake_database_at_commit = false;
+
 /* A savepoint is being rolled back: broadcast once its locks are gone. */
 static bool wake_after_subabort = false;
 
-/* Set while a blocked acquirer's internal subtransaction runs. */
+/* Set while a blocked caller's internal subtransaction runs. */
 static bool in_internal_attempt = false;
 
 /* The current try noted a wake-up (it locked a row). */
 static bool attempt_noted = false;
+
+/* This transaction changed or locked something of dsync's. */
+static bool xact_changed = false;
 
 static bool callbacks_registered = false;
 static bool exit_callback_registered = false;
@@ -83,6 +103,7 @@ static void DsyncWaitSubXactCallback(SubXactEvent event, SubTransactionId mySubi
 									 SubTransactionId parentSubid, void *arg);
 static void DsyncWaitReleaseCallback(ResourceReleasePhase phase, bool isCommit,
 									 bool isTopLevel, void *arg);
+static void DsyncWaitDequeue(void);
 
 /*
  * DsyncWaitKey
@@ -124,9 +145,21 @@ DsyncWaitRegisterCallbacks(void)
 }
 
 /*
+ * DsyncXactChanged
+ *		Note that this transaction changed or locked a row of dsync's, so
+ *		that it cannot be prepared.
+ */
+void
+DsyncXactChanged(void)
+{
+	DsyncWaitRegisterCallbacks();
+	xact_changed = true;
+}
+
+/*
  * DsyncWakeAtEnd
  *		Note that waiters on key must be woken when this transaction ends,
- *		committed or not: it holds a lock on that lease until then.
+ *		committed or not: it holds a lock on that name until then.
  */
 void
 DsyncWakeAtEnd(uint64 key)
@@ -141,8 +174,20 @@ DsyncWakeAtEnd(uint64 key)
 }
 
 /*
+ * DsyncWakeDatabaseAtEnd
+ *		Wake every waiter of this database if the transaction commits: it
+ *		drops the extension, and they must stop waiting.
+ */
+void
+DsyncWakeDatabaseAtEnd(void)
+{
+	DsyncWaitRegisterCallbacks();
+	wake_database_at_commit = true;
+}
+
+/*
  * DsyncWakeChannel
- *		Wake the first waiter in line for each name on one channel.
+ *		Wake the first waiter in line for each queue on one channel.
  *
  * Only the first in line may take what it waits for (DsyncWaitMayTake), so
  * waking the others would only make them look and sleep again: with many
@@ -154,10 +199,8 @@ DsyncWakeAtEnd(uint64 key)
 static void
 DsyncWakeChannel(int channel)
 {
-	uint64		keys[DSYNC_WAKE_MAX_KEYS];
-	uint64		tickets[DSYNC_WAKE_MAX_KEYS];
-	int			procnos[DSYNC_WAKE_MAX_KEYS];
-	int			nkeys = 0;
+	int			firsts[DSYNC_WAKE_MAX_KEYS];
+	int			nfirsts = 0;
 	bool		overflow = false;
 
 	pg_atomic_fetch_add_u64(&dsync_shared->wakes[channel], 1);
@@ -172,47 +215,61 @@ DsyncWakeChannel(int channel)
 
 		if (!slot->in_use || slot->key % DSYNC_WAKE_CHANNELS != (uint64) channel)
 			continue;
-		for (k = 0; k < nkeys; k++)
-			if (keys[k] == slot->key && slot->dbid == dsync_shared->slots[procnos[k]].dbid)
-				break;
-		if (k == nkeys)
+		for (k = 0; k < nfirsts; k++)
 		{
-			if (nkeys == DSYNC_WAKE_MAX_KEYS)
+			DsyncWaiterSlot *first = &dsync_shared->slots[firsts[k]];
+
+			if (first->key == slot->key && first->dbid == slot->dbid &&
+				first->roleid == slot->roleid)
+				break;
+		}
+		if (k == nfirsts)
+		{
+			if (nfirsts == DSYNC_WAKE_MAX_KEYS)
 			{
 				overflow = true;
 				break;
 			}
-			keys[nkeys] = slot->key;
-			tickets[nkeys] = slot->ticket;
-			procnos[nkeys++] = i;
+			firsts[nfirsts++] = i;
 		}
-		else if (slot->ticket < tickets[k])
-		{
-			tickets[k] = slot->ticket;
-			procnos[k] = i;
-		}
+		else if (slot->ticket < dsync_shared->slots[firsts[k]].ticket)
+			firsts[k] = i;
 	}
 	if (overflow)
 	{
-		/* Too many names share the channel: wake everybody on it. */
+		/* Too many queues share the channel: wake everybody on it. */
 		for (int i = 0; i < dsync_shared->nslots; i++)
 			if (dsync_shared->slots[i].in_use &&
 				dsync_shared->slots[i].key % DSYNC_WAKE_CHANNELS == (uint64) channel)
 				SetLatch(&ProcGlobal->allProcs[i].procLatch);
-		nkeys = 0;
+		nfirsts = 0;
 	}
 	LWLockRelease(dsync_shared->lock);
 
 	/* Waiter slots are indexed by pgprocno. */
-	for (int k = 0; k < nkeys; k++)
-		SetLatch(&ProcGlobal->allProcs[procnos[k]].procLatch);
+	for (int k = 0; k < nfirsts; k++)
+		SetLatch(&ProcGlobal->allProcs[firsts[k]].procLatch);
+}
+
+/*
+ * DsyncWakeDatabase
+ *		Wake every waiter of a database.
+ */
+static void
+DsyncWakeDatabase(Oid dbid)
+{
+	LWLockAcquire(dsync_shared->lock, LW_SHARED);
+	for (int i = 0; i < dsync_shared->nslots; i++)
+		if (dsync_shared->slots[i].in_use && dsync_shared->slots[i].dbid == dbid)
+			SetLatch(&ProcGlobal->allProcs[i].procLatch);
+	LWLockRelease(dsync_shared->lock);
 }
 
 /*
  * DsyncWaitGeneration
  *		How many broadcasts key's channel has had; read before a try.
  */
-uint64
+static uint64
 DsyncWaitGeneration(uint64 key)
 {
 	return pg_atomic_read_u64(&dsync_shared->wakes[key % DSYNC_WAKE_CHANNELS]);
@@ -249,7 +306,7 @@ static void
 DsyncWaitReleaseCallback(ResourceReleasePhase phase, bool isCommit,
 						 bool isTopLevel, void *arg)
 {
-	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !wake_pending)
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS)
 		return;
 	if (!isTopLevel)
 	{
@@ -261,10 +318,15 @@ DsyncWaitReleaseCallback(ResourceReleasePhase phase, bool isCommit,
 		}
 		return;
 	}
-	DsyncWakeBroadcast(wake_at_end);
+	if (wake_database_at_commit && isCommit)
+		DsyncWakeDatabase(MyDatabaseId);
+	if (wake_pending)
+		DsyncWakeBroadcast(wake_at_end);
 	memset(wake_at_end, 0, sizeof(wake_at_end));
 	wake_pending = false;
 	wake_after_subabort = false;
+	wake_database_at_commit = false;
+	xact_changed = false;
 }
 
 /*
@@ -272,9 +334,9 @@ DsyncWaitReleaseCallback(ResourceReleasePhase phase, bool isCommit,
  *		A rolled-back savepoint may have undone a grant, or dropped a lock
  *		that others met: wake them so they look again, once its locks
  *		are released (this callback runs before that; the resource release
- *		callback does the broadcast).  The failed attempts of our own
- *		blocked acquirers change nothing and wake nobody (otherwise two
- *		waiters could keep waking each other).
+ *		callback does the broadcast).  The failed tries of our own blocked
+ *		callers change nothing and wake nobody (otherwise two waiters could
+ *		keep waking each other).
  */
 static void
 DsyncWaitSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
@@ -286,44 +348,20 @@ DsyncWaitSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 
 /*
  * DsyncWaitXactCallback
- *		Refuse PREPARE TRANSACTION after a dsync change: COMMIT PREPARED
- *		runs no callbacks, so nobody would be woken.
+ *		Refuse PREPARE TRANSACTION after any dsync change: COMMIT PREPARED
+ *		runs no callbacks, so nobody would be woken and no event sent.
  */
 static void
 DsyncWaitXactCallback(XactEvent event, void *arg)
 {
-	if (event == XACT_EVENT_PRE_PREPARE && wake_pending)
+	if (event == XACT_EVENT_PRE_PREPARE && xact_changed)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("cannot PREPARE a transaction that has changed dsync leases"),
+				 errmsg("cannot PREPARE a transaction that has made dsync changes"),
+				 errdetail("Leases, permits, memberships and signals cannot take part in two-phase commit."),
 				 errhint("Commit it directly instead.")));
-}
-
-/*
- * DsyncWaitAttemptStart
- *		A blocked acquirer's try begins, in its own subtransaction.
- */
-void
-DsyncWaitAttemptStart(void)
-{
-	in_internal_attempt = true;
-	attempt_noted = false;
-}
-
-/*
- * DsyncWaitAttemptEnd
- *		A blocked acquirer's try is over.  If it locked a row without
- *		granting anything (the lease expired under it), that lock went with
- *		the rolled-back subtransaction just now, and whoever it blocked
- *		must look again now, not when our transaction ends.
- */
-void
-DsyncWaitAttemptEnd(uint64 key, bool granted)
-{
-	in_internal_attempt = false;
-	if (attempt_noted && !granted)
-		DsyncWakeChannel(key % DSYNC_WAKE_CHANNELS);
-	attempt_noted = false;
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
+		xact_changed = false;
 }
 
 /*
@@ -338,11 +376,11 @@ DsyncWaitMySlot(void)
 
 /*
  * DsyncWaitMayTake
- *		Whether this backend may take the lease now, as far as the queue
- *		goes: nobody who started waiting earlier is waiting for it.
+ *		Whether this backend may take what it wants now, as far as the
+ *		queue goes: nobody who joined earlier is waiting for it.
  */
 bool
-DsyncWaitMayTake(uint64 key)
+DsyncWaitMayTake(uint64 key, Oid roleid)
 {
 	DsyncWaiterSlot *me = DsyncWaitMySlot();
 	uint64		my_ticket;
@@ -358,16 +396,44 @@ DsyncWaitMayTake(uint64 key)
 		DsyncWaiterSlot *slot = &dsync_shared->slots[i];
 
 		ahead = slot->in_use && slot->key == key && slot->dbid == MyDatabaseId &&
-			slot->ticket < my_ticket;
+			slot->roleid == roleid && slot->ticket < my_ticket;
 	}
 	LWLockRelease(dsync_shared->lock);
 	return !ahead;
 }
 
 /*
+ * DsyncWaitEvict
+ *		End the queued waits of holder for a lease (dsync_force_release
+ *		with cancel_waits): they fail at their next wake-up, so a holder
+ *		whose lease an administrator took away cannot take it straight
+ *		back through a wait it had queued.
+ */
+void
+DsyncWaitEvict(uint64 key, text *holder)
+{
+	char	   *holder_str = text_to_cstring(holder);
+
+	LWLockAcquire(dsync_shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < dsync_shared->nslots; i++)
+	{
+		DsyncWaiterSlot *slot = &dsync_shared->slots[i];
+
+		if (slot->in_use && slot->key == key && slot->dbid == MyDatabaseId &&
+			slot->roleid == InvalidOid && strcmp(slot->holder, holder_str) == 0)
+		{
+			slot->evicted = true;
+			SetLatch(&ProcGlobal->allProcs[i].procLatch);
+		}
+	}
+	LWLockRelease(dsync_shared->lock);
+}
+
+/*
  * DsyncWaitExit
  *		Leave the queue when the backend exits in the middle of a wait
- *		(pg_terminate_backend, shutdown): FATAL does not unwind PG_TRY.
+ *		(pg_terminate_backend, client gone, shutdown): FATAL does not
+ *		unwind PG_TRY.
  */
 static void
 DsyncWaitExit(int code, Datum arg)
@@ -380,8 +446,8 @@ DsyncWaitExit(int code, Datum arg)
  * DsyncWaitEnqueue
  *		Join the queue for a name, behind everybody already in it.
  */
-void
-DsyncWaitEnqueue(uint64 key, const char *kind, text *name, text *holder)
+static void
+DsyncWaitEnqueue(const DsyncWaitSpec *spec)
 {
 	DsyncWaiterSlot *me = DsyncWaitMySlot();
 
@@ -392,23 +458,21 @@ DsyncWaitEnqueue(uint64 key, const char *kind, text *name, text *holder)
 	}
 
 	LWLockAcquire(dsync_shared->lock, LW_EXCLUSIVE);
-	if (me->in_use)
-	{
-		/* A wait is never nested; never count this backend twice. */
-		pg_atomic_fetch_sub_u32(&dsync_shared->waiting[me->key % DSYNC_WAKE_CHANNELS], 1);
-		me->in_use = false;
-	}
+	Assert(!me->in_use);		/* a wait is never nested */
 	me->pid = MyProcPid;
 	me->dbid = MyDatabaseId;
-	me->key = key;
+	me->roleid = spec->roleid;
+	me->key = spec->key;
+	me->evicted = false;
 	me->ticket = pg_atomic_fetch_add_u64(&dsync_shared->next_ticket, 1);
 	me->since = GetCurrentTimestamp();
-	strlcpy(me->kind, kind, sizeof(me->kind));
-	text_to_cstring_buffer(name, me->name, sizeof(me->name));
-	text_to_cstring_buffer(holder, me->holder, sizeof(me->holder));
+	strlcpy(me->kind, spec->kind, sizeof(me->kind));
+	text_to_cstring_buffer(spec->name, me->name, sizeof(me->name));
+	text_to_cstring_buffer(spec->holder, me->holder, sizeof(me->holder));
 	me->in_use = true;
-	pg_atomic_fetch_add_u32(&dsync_shared->waiting[key % DSYNC_WAKE_CHANNELS], 1);
+	pg_atomic_fetch_add_u32(&dsync_shared->waiting[spec->key % DSYNC_WAKE_CHANNELS], 1);
 	LWLockRelease(dsync_shared->lock);
+	DsyncStatAdd(DSYNC_STAT_WAITS, 1);
 }
 
 /*
@@ -416,14 +480,16 @@ DsyncWaitEnqueue(uint64 key, const char *kind, text *name, text *holder)
  *		Leave the queue, and wake the others on the channel: whoever is
  *		next in line must look again now.
  */
-void
+static void
 DsyncWaitDequeue(void)
 {
 	DsyncWaiterSlot *me = DsyncWaitMySlot();
 	uint64		key;
+	TimestampTz since;
 
 	LWLockAcquire(dsync_shared->lock, LW_EXCLUSIVE);
 	key = me->key;
+	since = me->since;
 	if (me->in_use)
 	{
 		me->in_use = false;
@@ -431,19 +497,39 @@ DsyncWaitDequeue(void)
 	}
 	LWLockRelease(dsync_shared->lock);
 	DsyncWakeChannel(key % DSYNC_WAKE_CHANNELS);
+	DsyncStatAdd(DSYNC_STAT_WAIT_TIME, GetCurrentTimestamp() - since);
+}
+
+/*
+ * DsyncWaitClientGone
+ *		End the backend because its client has gone: the same FATAL that
+ *		client_connection_check_interval gives.  The transaction is rolled
+ *		back, so a grant made in it never takes effect.
+ */
+static void
+DsyncWaitClientGone(void)
+{
+	ClientConnectionLost = 1;
+	InterruptPending = 1;
+	CHECK_FOR_INTERRUPTS();
 }
 
 /*
  * DsyncWaitSleep
  *		Sleep on key's channel until woken or until wake_at (0: no limit),
  *		whichever comes first, but never longer than DSYNC_WAIT_CAP_MS.
- *		Returns at once if the channel was woken since generation was read.
- *		Cancellation and statement_timeout raise their errors from here.
+ *		Returns at once if the channel was woken since generation was read;
+ *		returns true if it slept until its timeout.  Ends the backend if
+ *		the client's socket closes meanwhile.  Cancellation and
+ *		statement_timeout raise their errors from here.
  */
-void
+static bool
 DsyncWaitSleep(uint64 key, TimestampTz wake_at, uint64 generation)
 {
 	long		ms = DSYNC_WAIT_CAP_MS;
+	int			events = WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH;
+	pgsocket	sock = PGINVALID_SOCKET;
+	int			rc;
 
 	if (wake_at != 0)
 	{
@@ -454,12 +540,171 @@ DsyncWaitSleep(uint64 key, TimestampTz wake_at, uint64 generation)
 	}
 
 	if (DsyncWaitGeneration(key) != generation)
-		return;
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 ms, PG_WAIT_EXTENSION);
+		return false;
+	if (MyProcPort != NULL && WaitEventSetCanReportClosed())
+	{
+		events |= WL_SOCKET_CLOSED;
+		sock = MyProcPort->sock;
+	}
+	rc = WaitLatchOrSocket(MyLatch, events, sock, ms, PG_WAIT_EXTENSION);
+	if (rc & WL_SOCKET_CLOSED)
+		DsyncWaitClientGone();
 	ResetLatch(MyLatch);
 	CHECK_FOR_INTERRUPTS();
+	return (rc & (WL_TIMEOUT | WL_LATCH_SET)) == WL_TIMEOUT;
 }
+
+/*
+ * DsyncWaitTry
+ *		One try of a blocked caller, in an internal subtransaction.
+ *
+ * If the try fails, the subtransaction is rolled back, so that the waiter
+ * sleeps holding nothing: no row lock, no insert lock, no table lock.  A
+ * successful try is kept by merging the subtransaction into the caller's
+ * transaction.  If the failed try locked something (the lease expired
+ * under it), that lock went with the rolled-back subtransaction just now,
+ * and whoever it blocked must look again now, not when our transaction
+ * ends.
+ */
+static bool
+DsyncWaitTry(const DsyncWaitSpec *spec, bool may_take, bool thorough,
+			 TimestampTz *retry_at)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	bool		granted = false;
+	bool		changed_before = xact_changed;
+
+	BeginInternalSubTransaction(NULL);
+	in_internal_attempt = true;
+	attempt_noted = false;
+	MemoryContextSwitchTo(oldcontext);
+
+	PG_TRY();
+	{
+		granted = spec->try_fn(spec->arg, may_take, thorough, retry_at);
+		if (granted)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+		in_internal_attempt = false;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+
+	in_internal_attempt = false;
+	if (!granted)
+		xact_changed = changed_before;	/* the failed try changed nothing */
+	if (attempt_noted && !granted)
+		DsyncWakeChannel(spec->key % DSYNC_WAKE_CHANNELS);
+	attempt_noted = false;
+	return granted;
+}
+
+/*
+ * DsyncWaitFor
+ *		Block until a try succeeds or the wait runs out; true if granted.
+ *
+ * The caller queues behind earlier waiters and sleeps on its name's
+ * channel until woken by a commit or rollback that may have freed what it
+ * waits for, or until the instant a try said to look again (the current
+ * holder's expiry), whichever is first.  Each try runs in its own memory
+ * context, reset between tries, so a long wait does not grow.
+ */
+bool
+DsyncWaitFor(const DsyncWaitSpec *spec)
+{
+	MemoryContext attempt_cxt;
+	MemoryContext oldcontext = CurrentMemoryContext;
+	volatile bool thorough = false;
+
+	/* Set inside PG_TRY and read in PG_CATCH, so they must be volatile. */
+	volatile bool queued = false;
+	volatile bool granted = false;
+	volatile bool timed_out = false;
+
+	attempt_cxt = AllocSetContextCreate(CurrentMemoryContext, "dsync wait",
+										ALLOCSET_SMALL_SIZES);
+	PG_TRY();
+	{
+		for (;;)
+		{
+			TimestampTz retry_at = 0;
+			TimestampTz wake_at;
+			uint64		generation = DsyncWaitGeneration(spec->key);
+			bool		first_in_line = DsyncWaitMayTake(spec->key, spec->roleid);
+
+			if (queued && DsyncWaitMySlot()->evicted)
+				ereport(ERROR,
+						(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+						 errmsg("wait for lease \"%s\" was ended by dsync_force_release()",
+								text_to_cstring(spec->name)),
+						 errdetail("An administrator released holder \"%s\" and ended its waits.",
+								   text_to_cstring(spec->holder))));
+
+			MemoryContextReset(attempt_cxt);
+			MemoryContextSwitchTo(attempt_cxt);
+			granted = DsyncWaitTry(spec, first_in_line, thorough, &retry_at);
+			MemoryContextSwitchTo(oldcontext);
+			if (granted)
+			{
+				/* A client that went while we waited must not get it. */
+				if (MyProcPort != NULL && !pq_check_connection())
+					DsyncWaitClientGone();
+				break;
+			}
+
+			if (!queued)
+			{
+				/* Get in line, then look once more before sleeping. */
+				DsyncWaitEnqueue(spec);
+				queued = true;
+				continue;
+			}
+
+			if (!spec->forever && GetCurrentTimestamp() >= spec->deadline)
+			{
+				timed_out = true;
+				break;
+			}
+			/* Only the first in line wakes by itself at the holder's expiry. */
+			if (!first_in_line)
+				retry_at = 0;
+			wake_at = spec->forever ? retry_at :
+				(retry_at != 0 && retry_at < spec->deadline ? retry_at : spec->deadline);
+			thorough = DsyncWaitSleep(spec->key, wake_at, generation) && first_in_line;
+		}
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(oldcontext);
+		if (queued)
+			DsyncWaitDequeue();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	if (queued)
+		DsyncWaitDequeue();
+	if (timed_out)
+		DsyncStatAdd(DSYNC_STAT_WAIT_TIMEOUTS, 1);
+	MemoryContextDelete(attempt_cxt);
+	return granted;
+}
+
 /*
  * DsyncWaiterOrder
  *		qsort comparator: queue order (ticket).

@@ -40,7 +40,9 @@ virtualenv() {
 		-o "log_min_messages=warning" "$@"
 }
 
-run_suite "pg_regress + isolation" virtualenv make -s installcheck
+# pg_regress and the isolation specs run as dsync_tester, an ordinary login
+# role (neither superuser nor the extension's owner): test/regress.sh.
+run_suite "pg_regress + isolation (as an ordinary role)" virtualenv bash test/regress.sh
 run_suite "pgTAP" virtualenv bash -c \
 	'psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" && pg_prove -q --ext .sql test/pgtap/'
 

@@ -162,7 +162,7 @@ sub reaper_clears_expired
 		diag("acquire of $lease in $db: $t");
 		return 0;
 	}
-	return wait_true("SELECT count(*) = 0 FROM dsync_lease WHERE name = '$lease'", $db);
+	return wait_true("SELECT count(*) = 1 AND bool_and(holder IS NULL) FROM dsync_lease WHERE name = '$lease'", $db);
 }
 
 # --- the launcher, before any CREATE EXTENSION ---------------------------

@@ -1,0 +1,660 @@
+/*-------------------------------------------------------------------------
+ *
+ * expiry.c
+ *		The reaper's deadlines: which lease, permit or member is due next,
+ *		clearing what has expired, and removing rows left unused.
+ *
+ * The reaper keeps every deadline it knows of in a pairing heap, one entry
+ * per lease, permit or member.  It reads them from the tables once when it
+ * starts (also after promotion or a crash), and from then on only from its
+ * database's event queue, where every committed grant is put (events.c).
+ * Renewals only push deadlines later, so they need not be queued: when a
+ * deadline comes, the reaper looks the row up by its primary key and, if
+ * it was renewed, files it under its new expiry.  The work of a pass is
+ * therefore proportional to the rows that are due, not to all rows.
+ *
+ * An expired lease or permit is cleared in place (its holder set to NULL,
+ * a HOT update) and announced as "expired"; an expired member is deleted
+ * and announced as "left".  Whoever takes the name next must lock that
+ * row, so its "acquired" is always queued after the "expired".  A released
+ * (or cleared) row stays, so that the next grant of a name in use is a HOT
+ * update; once it has been unused for dsync.idle_row_retention, the reaper
+ * deletes it, so names used once do not pile up.  A semaphore's own
+ * permit rows stay as long as its definition does.
+ *
+ * The clearing transaction publishes its xid (DsyncDbSlot.reaper_xid):
+ * an acquirer that meets one of its row locks waits for it (store.c)
+ * instead of reporting a free lease as busy.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "commands/extension.h"
+#include "common/hashfn.h"
+#include "lib/pairingheap.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+#include "reaper.h"
+
+PG_FUNCTION_INFO_V1(dsync_reap);
+
+/* How long to wait before looking again at a row someone has locked. */
+#define EXPIRY_BUSY_RETRY_MS	100
+
+/*
+ * An entry's key: the names point into expiry_cxt, so that an entry costs
+ * what its names need, not two full-length name buffers.
+ */
+typedef struct ExpiryKey
+{
+	uint32		hash;
+	int32		kind;			/* ExpiryKind */
+	int32		slot;			/* permit slot; 0 for leases and members */
+	char	   *name;			/* lease, semaphore or group */
+	char	   *member;			/* member of a group, or NULL */
+} ExpiryKey;
+
+typedef struct ExpiryEntry
+{
+	ExpiryKey	key;			/* hash key: must be first */
+	TimestampTz deadline;
+	pairingheap_node node;
+} ExpiryEntry;
+
+static HTAB *expiry_entries = NULL;
+static pairingheap *expiry_heap = NULL;
+static MemoryContext expiry_cxt = NULL;
+
+/*
+ * ExpiryCompare
+ *		Pairing heap order: the earliest deadline first.
+ */
+static int
+ExpiryCompare(const pairingheap_node *a, const pairingheap_node *b, void *arg)
+{
+	const ExpiryEntry *ea = pairingheap_const_container(ExpiryEntry, node, a);
+	const ExpiryEntry *eb = pairingheap_const_container(ExpiryEntry, node, b);
+
+	if (ea->deadline < eb->deadline)
+		return 1;
+	if (ea->deadline > eb->deadline)
+		return -1;
+	return 0;
+}
+
+/*
+ * ExpiryKeyHash
+ *		dynahash: the hash stored in the key.
+ */
+static uint32
+ExpiryKeyHash(const void *key, Size keysize)
+{
+	return ((const ExpiryKey *) key)->hash;
+}
+
+/*
+ * ExpiryKeyMatch
+ *		dynahash: 0 if two keys name the same thing.
+ */
+static int
+ExpiryKeyMatch(const void *a, const void *b, Size keysize)
+{
+	const ExpiryKey *ka = a;
+	const ExpiryKey *kb = b;
+
+	if (ka->hash != kb->hash || ka->kind != kb->kind || ka->slot != kb->slot ||
+		strcmp(ka->name, kb->name) != 0)
+		return 1;
+	if (ka->member == NULL || kb->member == NULL)
+		return ka->member != kb->member;
+	return strcmp(ka->member, kb->member) != 0;
+}
+
+/*
+ * ExpiryReset
+ *		Start with no deadlines.
+ */
+void
+ExpiryReset(void)
+{
+	HASHCTL		ctl;
+
+	if (expiry_cxt == NULL)
+		expiry_cxt = AllocSetContextCreate(TopMemoryContext, "dsync deadlines",
+										   ALLOCSET_DEFAULT_SIZES);
+	else
+		MemoryContextReset(expiry_cxt);
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(ExpiryKey);
+	ctl.entrysize = sizeof(ExpiryEntry);
+	ctl.hash = ExpiryKeyHash;
+	ctl.match = ExpiryKeyMatch;
+	ctl.hcxt = expiry_cxt;
+	expiry_entries = hash_create("dsync reaper deadlines", 1024, &ctl,
+								 HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+	expiry_heap = MemoryContextAlloc(expiry_cxt, sizeof(pairingheap));
+	expiry_heap->ph_compare = ExpiryCompare;
+	expiry_heap->ph_arg = NULL;
+	expiry_heap->ph_root = NULL;
+}
+
+/*
+ * ExpiryCount
+ *		How many deadlines are tracked.
+ */
+Size
+ExpiryCount(void)
+{
+	return expiry_entries ? hash_get_num_entries(expiry_entries) : 0;
+}
+
+/*
+ * ExpirySchedule
+ *		Make sure a lease, permit or member is looked at no later than
+ *		deadline.
+ */
+static void
+ExpirySchedule(ExpiryKind kind, const char *name, const char *member, int32 slot,
+			   TimestampTz deadline)
+{
+	ExpiryKey	key;
+	ExpiryEntry *entry;
+	bool		found;
+
+	key.kind = kind;
+	key.slot = slot;
+	key.name = (char *) name;
+	key.member = (char *) member;
+	key.hash = hash_bytes((const unsigned char *) name, strlen(name)) ^
+		(uint32) (kind * 0x9e3779b9u) ^ (uint32) slot;
+	if (member)
+		key.hash ^= hash_bytes((const unsigned char *) member, strlen(member)) * 31;
+
+	entry = hash_search(expiry_entries, &key, HASH_ENTER, &found);
+	if (found)
+	{
+		if (entry->deadline <= deadline)
+			return;
+		pairingheap_remove(expiry_heap, &entry->node);
+	}
+	else
+	{
+		/* The key was copied with the caller's pointers: own the names. */
+		entry->key.name = MemoryContextStrdup(expiry_cxt, name);
+		entry->key.member = member ? MemoryContextStrdup(expiry_cxt, member) : NULL;
+	}
+	entry->deadline = deadline;
+	pairingheap_add(expiry_heap, &entry->node);
+}
+
+/*
+ * ExpiryForget
+ *		Stop tracking an entry taken off the heap.
+ */
+static void
+ExpiryForget(ExpiryEntry *entry)
+{
+	char	   *name = entry->key.name;
+	char	   *member = entry->key.member;
+
+	hash_search(expiry_entries, &entry->key, HASH_REMOVE, NULL);
+	pfree(name);
+	if (member)
+		pfree(member);
+}
+
+/*
+ * ExpiryScheduleEvent
+ *		Note the deadline an event gives, if any.
+ */
+void
+ExpiryScheduleEvent(const DsyncEvent *event)
+{
+	switch (event->kind)
+	{
+		case DSYNC_EVENT_ACQUIRED:
+		case DSYNC_EVENT_DEADLINE:
+			ExpirySchedule(EXPIRY_LEASE, event->name, NULL, 0, event->expires_at);
+			break;
+		case DSYNC_EVENT_PERMIT_ACQUIRED:
+		case DSYNC_EVENT_PERMIT_DEADLINE:
+			ExpirySchedule(EXPIRY_PERMIT, event->name, NULL, event->slot, event->expires_at);
+			break;
+		case DSYNC_EVENT_JOINED:
+		case DSYNC_EVENT_MEMBER_DEADLINE:
+			ExpirySchedule(EXPIRY_MEMBER, event->name, event->holder, 0, event->expires_at);
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * ExpiryNext
+ *		The earliest deadline, or 0 if there is none.
+ */
+TimestampTz
+ExpiryNext(void)
+{
+	if (pairingheap_is_empty(expiry_heap))
+		return 0;
+	return pairingheap_container(ExpiryEntry, node, pairingheap_first(expiry_heap))->deadline;
+}
+
+/*
+ * ExpiryIdleSince
+ *		When a released lease or permit row was let go (renewed_at records
+ *		it), or 0 if unknown.
+ */
+static TimestampTz
+ExpiryIdleSince(const DsyncRow *row)
+{
+	if (row->nulls[Anum_lease_renewed_at - 1])
+		return 0;
+	return DatumGetTimestampTz(row->values[Anum_lease_renewed_at - 1]);
+}
+
+/*
+ * ExpiryIdleDeadline
+ *		When a released row becomes removable, or 0 if it never does
+ *		(dsync.idle_row_retention = -1).
+ */
+static TimestampTz
+ExpiryIdleDeadline(const DsyncRow *row)
+{
+	if (dsync_idle_row_retention < 0)
+		return 0;
+	return TimestampTzPlusMilliseconds(ExpiryIdleSince(row),
+									   (int64) dsync_idle_row_retention * 1000);
+}
+
+/*
+ * ExpiryRebuild
+ *		Read every deadline from the tables.  In a transaction.
+ */
+void
+ExpiryRebuild(void)
+{
+	const DsyncCatalog *catalog = DsyncCatalogFromExtension();
+	static const DsyncTable tables[] = {DSYNC_TABLE_LEASE, DSYNC_TABLE_PERMIT};
+
+	ExpiryReset();
+	for (int i = 0; i < (int) lengthof(tables); i++)
+	{
+		DsyncStore	store;
+		DsyncScan  *scan;
+		DsyncRow   *row;
+
+		if (!OidIsValid(catalog->rels[tables[i]]))
+			continue;
+		DsyncStoreOpenCatalog(&store, catalog, tables[i], false);
+		store.tolerant = true;
+		scan = DsyncScanAll(&store);
+		while ((row = DsyncScanNext(scan)) != NULL)
+		{
+			TimestampTz deadline = row->nulls[Anum_lease_holder - 1] ?
+				ExpiryIdleDeadline(row) : DsyncRowExpiry(row);
+
+			if (deadline != 0)
+				ExpirySchedule(tables[i] == DSYNC_TABLE_LEASE ? EXPIRY_LEASE : EXPIRY_PERMIT,
+							   TextDatumGetCString(row->values[Anum_lease_name - 1]), NULL,
+							   DsyncRowSlot(row), deadline);
+			pfree(row);
+		}
+		DsyncScanEnd(scan);
+		DsyncStoreClose(&store);
+	}
+
+	if (OidIsValid(catalog->rels[DSYNC_TABLE_MEMBER]))
+	{
+		DsyncStore	store;
+		DsyncScan  *scan;
+		DsyncRow   *row;
+
+		DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_MEMBER, false);
+		store.tolerant = true;
+		scan = DsyncScanAll(&store);
+		while ((row = DsyncScanNext(scan)) != NULL)
+		{
+			ExpirySchedule(EXPIRY_MEMBER, TextDatumGetCString(row->values[Anum_member_grp - 1]),
+						   TextDatumGetCString(row->values[Anum_member_member - 1]), 0,
+						   DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]));
+			pfree(row);
+		}
+		DsyncScanEnd(scan);
+		DsyncStoreClose(&store);
+	}
+}
+
+/*
+ * ExpiryPermitKept
+ *		Whether a permit row belongs to its semaphore's current definition
+ *		(and so is never removed for being unused).
+ */
+static bool
+ExpiryPermitKept(const DsyncCatalog *catalog, text *name, int32 slot)
+{
+	DsyncStore	store;
+	DsyncScan  *scan;
+	DsyncRow   *row;
+	bool		kept;
+
+	if (!OidIsValid(catalog->rels[DSYNC_TABLE_SEMAPHORE]))
+		return false;
+	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_SEMAPHORE, false);
+	store.tolerant = true;
+	scan = DsyncScanName(&store, name);
+	row = DsyncScanNext(scan);
+	kept = row != NULL && slot < DatumGetInt32(row->values[Anum_semaphore_permits - 1]);
+	DsyncScanEnd(scan);
+	DsyncStoreClose(&store);
+	return kept;
+}
+
+/*
+ * ExpiryPublishXid
+ *		Before the first row lock of a reaper's transaction: acquirers that
+ *		meet our row locks wait for us (see DsyncStoreLock) instead of
+ *		reporting a free lease busy.
+ */
+static void
+ExpiryPublishXid(DsyncDbSlot *slot)
+{
+	if (slot != NULL && !TransactionIdIsValid(slot->reaper_xid))
+		slot->reaper_xid = GetCurrentTransactionId();
+}
+
+/*
+ * ExpiryLookAtRow
+ *		A lease's or permit's deadline has come.  If it has expired, clear
+ *		it (its "expired" event is queued at commit) and set *cleared; if it
+ *		has been free for dsync.idle_row_retention, delete it.  Returns when
+ *		to look at it again (0: never).
+ */
+static TimestampTz
+ExpiryLookAtRow(DsyncStore *store, const ExpiryKey *key, TimestampTz now, bool *cleared,
+				DsyncDbSlot *slot)
+{
+	text	   *name = cstring_to_text(key->name);
+	DsyncScan  *scan = DsyncScanKey(store, name, Int32GetDatum(key->slot));
+	DsyncRow   *row = DsyncScanNext(scan);
+	TimestampTz idle_at;
+
+	DsyncScanEnd(scan);
+	if (row == NULL)
+		return 0;
+	if (DsyncRowIsLive(row, now))
+		return DsyncRowExpiry(row);
+
+	if (row->nulls[Anum_lease_holder - 1])
+	{
+		/* Released: remove it once it has been unused long enough. */
+		idle_at = ExpiryIdleDeadline(row);
+		if (idle_at == 0 || (store->table == DSYNC_TABLE_PERMIT &&
+							 ExpiryPermitKept(store->catalog, name, key->slot)))
+			return 0;
+		if (idle_at > now)
+			return idle_at;
+	}
+
+	ExpiryPublishXid(slot);
+	switch (DsyncStoreLock(store, row, LockTupleExclusive, LockWaitSkip))
+	{
+		case TM_Ok:
+			break;
+		case TM_WouldBlock:
+			/* Being taken over or guarded: look again soon. */
+			return TimestampTzPlusMilliseconds(now, EXPIRY_BUSY_RETRY_MS);
+		default:
+			/* Changed since we read it: look again now. */
+			return now;
+	}
+	now = GetCurrentTimestamp();
+	if (DsyncRowIsLive(row, now))
+		return DsyncRowExpiry(row);
+	if (row->nulls[Anum_lease_holder - 1])
+	{
+		idle_at = ExpiryIdleDeadline(row);
+		if (idle_at == 0)
+			return 0;
+		if (idle_at > now)
+			return idle_at;
+		DsyncStoreDelete(store, row);
+		return 0;
+	}
+	DsyncEventRecord(DSYNC_EVENT_EXPIRED, row);
+	DsyncLeaseSetReleased(row);
+	DsyncStoreUpdate(store, row);
+	*cleared = true;
+	return ExpiryIdleDeadline(row);
+}
+
+/*
+ * ExpiryLookAtMember
+ *		A group member's deadline has come: delete it if it has expired
+ *		(announced as "left").  Like ExpiryLookAtRow.
+ */
+static TimestampTz
+ExpiryLookAtMember(DsyncStore *store, const ExpiryKey *key, TimestampTz now, bool *cleared,
+				   DsyncDbSlot *slot)
+{
+	DsyncScan  *scan = DsyncScanKey(store, cstring_to_text(key->name),
+									CStringGetTextDatum(key->member));
+	DsyncRow   *row = DsyncScanNext(scan);
+	TimestampTz expiry;
+
+	DsyncScanEnd(scan);
+	if (row == NULL)
+		return 0;
+	expiry = DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]);
+	if (expiry > now)
+		return expiry;
+
+	ExpiryPublishXid(slot);
+	switch (DsyncStoreLock(store, row, LockTupleExclusive, LockWaitSkip))
+	{
+		case TM_Ok:
+			expiry = DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]);
+			if (expiry > GetCurrentTimestamp())
+				return expiry;
+			DsyncEventRecordRaw(DSYNC_EVENT_MEMBER_EXPIRED,
+								DatumGetTextPP(row->values[Anum_member_grp - 1]),
+								DatumGetTextPP(row->values[Anum_member_member - 1]), expiry);
+			DsyncStoreDelete(store, row);
+			*cleared = true;
+			return 0;
+		case TM_WouldBlock:
+			return TimestampTzPlusMilliseconds(now, EXPIRY_BUSY_RETRY_MS);
+		default:
+			return now;
+	}
+}
+
+/*
+ * ExpiryReapDue
+ *		Look at up to dsync.reap_batch_size due deadlines in one
+ *		transaction; the events of what it clears go through the queue like
+ *		everybody else's.  Returns how many it cleared, or -1 if the
+ *		extension is gone.
+ */
+int
+ExpiryReapDue(DsyncDbSlot *slot, bool *more)
+{
+	const DsyncCatalog *catalog;
+	DsyncStore	stores[3];
+	bool		has[3];
+	int			cleared = 0;
+	int			looked = 0;
+
+	*more = false;
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (!OidIsValid(get_extension_oid("dsync", true)))
+	{
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		return -1;
+	}
+	catalog = DsyncCatalogFromExtension();
+	has[EXPIRY_LEASE] = true;
+	has[EXPIRY_PERMIT] = OidIsValid(catalog->rels[DSYNC_TABLE_PERMIT]);
+	has[EXPIRY_MEMBER] = OidIsValid(catalog->rels[DSYNC_TABLE_MEMBER]);
+	for (int kind = 0; kind < 3; kind++)
+	{
+		static const DsyncTable tables[] = {DSYNC_TABLE_LEASE, DSYNC_TABLE_PERMIT,
+		DSYNC_TABLE_MEMBER};
+
+		if (!has[kind])
+			continue;
+		DsyncStoreOpenCatalog(&stores[kind], catalog, tables[kind], true);
+		stores[kind].tolerant = true;
+	}
+
+	while (!pairingheap_is_empty(expiry_heap))
+	{
+		ExpiryEntry *entry = pairingheap_container(ExpiryEntry, node,
+												   pairingheap_first(expiry_heap));
+		TimestampTz now = GetCurrentTimestamp();
+		TimestampTz next = 0;
+		bool		done = false;
+
+		if (entry->deadline > now)
+			break;
+		if (looked++ >= dsync_reap_batch_size)
+		{
+			*more = true;
+			break;
+		}
+		CHECK_FOR_INTERRUPTS();
+		(void) pairingheap_remove_first(expiry_heap);
+
+		if (has[entry->key.kind] && entry->key.kind == EXPIRY_MEMBER)
+			next = ExpiryLookAtMember(&stores[EXPIRY_MEMBER], &entry->key, now, &done, slot);
+		else if (has[entry->key.kind])
+			next = ExpiryLookAtRow(&stores[entry->key.kind], &entry->key, now, &done, slot);
+		if (done)
+			cleared++;
+
+		if (next != 0)
+		{
+			entry->deadline = next;
+			pairingheap_add(expiry_heap, &entry->node);
+		}
+		else
+			ExpiryForget(entry);
+	}
+
+	for (int kind = 2; kind >= 0; kind--)
+		if (has[kind])
+			DsyncStoreClose(&stores[kind]);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	slot->reaper_xid = InvalidTransactionId;
+	return cleared;
+}
+
+/*
+ * ReapTable
+ *		dsync_reap's pass over one table of leases or permits: clear every
+ *		expired holder it can lock without waiting (queueing "expired"),
+ *		and delete rows left unused for dsync.idle_row_retention.  Returns
+ *		how many expired holders it cleared.
+ */
+static int64
+ReapTable(FunctionCallInfo fcinfo, DsyncTable table)
+{
+	DsyncStore	store;
+	DsyncScan  *scan;
+	DsyncRow   *row;
+	int64		cleared = 0;
+
+	DsyncStoreOpen(&store, fcinfo, table, true);
+	store.tolerant = true;
+	scan = DsyncScanAll(&store);
+	while ((row = DsyncScanNext(scan)) != NULL)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		bool		released = row->nulls[Anum_lease_holder - 1];
+		TimestampTz idle_at = released ? ExpiryIdleDeadline(row) : 0;
+
+		if (DsyncRowIsLive(row, now) || (released && (idle_at == 0 || idle_at > now)))
+			continue;
+		if (released && table == DSYNC_TABLE_PERMIT &&
+			ExpiryPermitKept(store.catalog, DatumGetTextPP(row->values[Anum_lease_name - 1]),
+							 DsyncRowSlot(row)))
+			continue;
+		if (DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitSkip) != TM_Ok ||
+			DsyncRowIsLive(row, GetCurrentTimestamp()) ||
+			released != row->nulls[Anum_lease_holder - 1])
+			continue;
+		if (released)
+		{
+			DsyncStoreDelete(&store, row);
+			continue;
+		}
+		DsyncEventRecord(DSYNC_EVENT_EXPIRED, row);
+		DsyncLeaseSetReleased(row);
+		DsyncStoreUpdate(&store, row);
+		cleared++;
+	}
+	DsyncScanEnd(scan);
+	DsyncStoreClose(&store);
+	return cleared;
+}
+
+/*
+ * dsync_reap
+ *		SQL: dsync_reap() RETURNS bigint
+ *
+ * A reap pass in the caller's transaction, over the whole tables: clears
+ * every expired lease and permit and deletes every expired group member
+ * it can lock without waiting, and returns how many; also deletes rows
+ * left unused for dsync.idle_row_retention (not counted).  The events are
+ * sent by the reaper once this commits.  Not granted to PUBLIC.
+ */
+Datum
+dsync_reap(PG_FUNCTION_ARGS)
+{
+	const DsyncCatalog *catalog = DsyncCatalogGet(fcinfo);
+	DsyncStore	store;
+	DsyncScan  *scan;
+	DsyncRow   *row;
+	int64		cleared;
+
+	DsyncPreventWrite("dsync_reap()");
+
+	cleared = ReapTable(fcinfo, DSYNC_TABLE_LEASE);
+	if (OidIsValid(catalog->rels[DSYNC_TABLE_PERMIT]))
+		cleared += ReapTable(fcinfo, DSYNC_TABLE_PERMIT);
+	if (!OidIsValid(catalog->rels[DSYNC_TABLE_MEMBER]))
+		PG_RETURN_INT64(cleared);
+
+	DsyncStoreOpen(&store, fcinfo, DSYNC_TABLE_MEMBER, true);
+	store.tolerant = true;
+	scan = DsyncScanAll(&store);
+	while ((row = DsyncScanNext(scan)) != NULL)
+	{
+		if (DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]) > GetCurrentTimestamp())
+			continue;
+		if (DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitSkip) != TM_Ok ||
+			DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]) > GetCurrentTimestamp())
+			continue;
+		DsyncEventRecordRaw(DSYNC_EVENT_MEMBER_EXPIRED,
+							DatumGetTextPP(row->values[Anum_member_grp - 1]),
+							DatumGetTextPP(row->values[Anum_member_member - 1]),
+							DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]));
+		DsyncStoreDelete(&store, row);
+		cleared++;
+	}
+	DsyncScanEnd(scan);
+	DsyncStoreClose(&store);
+
+	PG_RETURN_INT64(cleared);
+}

@@ -1,0 +1,349 @@
+/*-------------------------------------------------------------------------
+ *
+ * permit.c
+ *		The permits of semaphores: taking one, and finding the one a holder
+ *		has, in a few index probes whatever the number of holders.
+ *
+ * A semaphore of N permits has N rows in dsync_permit, slots 0 to N-1,
+ * made when it is defined; each is free (holder NULL) or held, with its
+ * own fencing token, expiry, owner and info, exactly like a plain lease's
+ * row.  Besides the primary key (name, slot) the table has an index on
+ * (name, holder), which answers both questions every call asks:
+ *
+ *	- which permit does this holder have?  (name, holder) = one probe;
+ *	- which permit is free?  (name, NULL) = one probe, the first that can
+ *	  be locked without waiting.
+ *
+ * The price is that a grant or release changes an indexed column, so it is
+ * not a HOT update; renewals, by far the most frequent call, still are.
+ * A permit whose holder's time has passed is not free until the reaper
+ * clears it (at that instant, where a reaper runs), so an acquirer does
+ * not need to look at every permit to find an expired one; a blocked
+ * acquirer that has slept a whole DSYNC_WAIT_CAP_MS without being woken
+ * does look at them all (the "thorough" try), so permits come back even
+ * where no reaper runs.
+ *
+ * Capacity.  Every live holder counts, in whatever slot: holders from
+ * before a semaphore was dropped or re-created with fewer permits keep
+ * their permits, and so does a plain lock on the name taken before the
+ * semaphore was defined.  Those are few and are counted exactly (slots at
+ * or above the count are a range of the primary key); a grant then needs
+ * that many free permits besides its own, all locked, so the semaphore is
+ * never oversubscribed at any isolation level.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "utils/builtins.h"
+
+#include "dsync.h"
+
+/*
+ * DsyncPermitFindHeld
+ *		The permit holder holds live, or NULL: one probe.
+ */
+DsyncRow *
+DsyncPermitFindHeld(DsyncStore *store, text *name, text *holder, TimestampTz now)
+{
+	DsyncScan  *scan = DsyncScanHolder(store, name, holder);
+	DsyncRow   *row;
+
+	while ((row = DsyncScanNext(scan)) != NULL)
+		if (DsyncRowIsLive(row, now) && DsyncRowHolderIs(row, holder))
+			break;
+	DsyncScanEnd(scan);
+	return row;
+}
+
+/*
+ * PermitRenew
+ *		A reentrant acquire: the holder already has a permit (or the plain
+ *		lock counted as one).  Extend it and keep its token; false if it is
+ *		being changed or guarded right now.
+ */
+static bool
+PermitRenew(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant, int64 *token,
+			bool *retry)
+{
+	TM_Result	result;
+
+	*retry = false;
+	if (!DsyncRowOwnerIsCaller(row, Anum_lease_owner))
+		return false;
+	result = DsyncStoreLock(store, row, LockTupleNoKeyExclusive, LockWaitSkip);
+	if (result == TM_WouldBlock)
+		return false;
+	if (result != TM_Ok || !DsyncRowIsLive(row, GetCurrentTimestamp()) ||
+		!DsyncRowHolderIs(row, grant->holder))
+	{
+		*retry = true;
+		return false;
+	}
+	DsyncLeaseRenewRow(store, row, grant);
+	*token = DatumGetInt64(row->values[Anum_lease_fencing - 1]);
+	return true;
+}
+
+/*
+ * PermitGrant
+ *		Give a locked free (or expired) permit row to the holder.
+ */
+static int64
+PermitGrant(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant)
+{
+	/* Taking over an expired permit announces its expiry first. */
+	if (!row->nulls[Anum_lease_holder - 1])
+		DsyncEventRecord(DSYNC_EVENT_EXPIRED, row);
+	DsyncLeaseSetGrant(store, row, grant);
+	DsyncStoreUpdate(store, row);
+	DsyncEventRecord(DSYNC_EVENT_PERMIT_ACQUIRED, row);
+	return DatumGetInt64(row->values[Anum_lease_fencing - 1]);
+}
+
+/*
+ * PermitExtraHolders
+ *		Live holders that are not in the semaphore's own slots: permits at
+ *		or above its count (from before a re-creation with fewer) and a
+ *		plain lock taken before it was defined.
+ */
+static int
+PermitExtraHolders(DsyncStore *permits_store, DsyncRow *plain, text *name, int permits)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	DsyncScan  *scan = DsyncScanFrom(permits_store, name, permits);
+	DsyncRow   *row;
+	int			extra = (plain && DsyncRowIsLive(plain, now)) ? 1 : 0;
+
+	while ((row = DsyncScanNext(scan)) != NULL)
+		if (DsyncRowIsLive(row, now))
+			extra++;
+	DsyncScanEnd(scan);
+	return extra;
+}
+
+/*
+ * PermitLockFree
+ *		Lock up to need permits below the count that are free (thorough:
+ *		or held by a holder whose time has passed), without waiting.
+ *		Returns how many it locked and the first of them; *changed if a
+ *		row changed under us (look again).
+ */
+static int
+PermitLockFree(DsyncStore *store, text *name, int permits, int need, bool thorough,
+			   DsyncRow **first, bool *changed)
+{
+	DsyncScan  *scan = thorough ? DsyncScanName(store, name) :
+		DsyncScanHolder(store, name, NULL);
+	DsyncRow   *row;
+	int			locked = 0;
+
+	*first = NULL;
+	*changed = false;
+	while (locked < need && (row = DsyncScanNext(scan)) != NULL)
+	{
+		TM_Result	result;
+
+		if (DsyncRowSlot(row) >= permits || DsyncRowIsLive(row, GetCurrentTimestamp()))
+			continue;
+		result = DsyncStoreLock(store, row, LockTupleNoKeyExclusive, LockWaitSkip);
+		if (result == TM_WouldBlock)
+			continue;			/* somebody is taking it right now */
+		if (result != TM_Ok)
+		{
+			*changed = true;
+			break;
+		}
+		if (DsyncRowIsLive(row, GetCurrentTimestamp()))
+			continue;
+		if (*first == NULL)
+			*first = row;
+		locked++;
+	}
+	DsyncScanEnd(scan);
+	return locked;
+}
+
+/*
+ * PermitGrow
+ *		A semaphore with fewer permit rows than its count (its rows were
+ *		not restored with its definition, or a superuser removed some):
+ *		make the next slot, granted to the holder.  Slots are made one at a
+ *		time, in order, so no slot is ever skipped.  Returns 1 if granted,
+ *		0 if there is no slot to make, -1 if the next one is being made by
+ *		another transaction, -2 if a row appeared meanwhile (look again).
+ */
+static int
+PermitGrow(DsyncStore *store, text *name, int permits, int free_besides,
+		   const LeaseGrant *grant, int64 *token)
+{
+	DsyncScan  *scan = DsyncScanLast(store, name);
+	DsyncRow   *last = DsyncScanNext(scan);
+	int32		slot = last ? DsyncRowSlot(last) + 1 : 0;
+	DsyncRow   *fresh;
+
+	DsyncScanEnd(scan);
+	if (slot >= permits || free_besides + (permits - slot) <= 0)
+		return 0;
+	switch (DsyncStoreClaimKey(store, name, Int32GetDatum(slot), false))
+	{
+		case DSYNC_CLAIM_BUSY:
+			return -1;
+		case DSYNC_CLAIM_EXISTS:
+			return -2;
+		case DSYNC_CLAIM_OK:
+			break;
+	}
+	fresh = DsyncStoreNewRow();
+	fresh->values[Anum_lease_name - 1] = PointerGetDatum(name);
+	fresh->nulls[Anum_lease_name - 1] = false;
+	fresh->values[Anum_lease_slot - 1] = Int32GetDatum(slot);
+	fresh->nulls[Anum_lease_slot - 1] = false;
+	DsyncLeaseSetGrant(store, fresh, grant);
+	DsyncStoreInsert(store, fresh);
+	DsyncStoreUnclaimKey(store, name, Int32GetDatum(slot));
+	DsyncEventRecord(DSYNC_EVENT_PERMIT_ACQUIRED, fresh);
+	*token = DatumGetInt64(fresh->values[Anum_lease_fencing - 1]);
+	return 1;
+}
+
+/*
+ * DsyncPermitTryAcquire
+ *		Grant one of a semaphore's permits to the holder if one is free
+ *		now, without waiting for any other transaction; permits is the
+ *		definition's count (0: the definition is being changed, grant
+ *		nothing new).  A holder that has a permit gets it extended.
+ */
+bool
+DsyncPermitTryAcquire(FunctionCallInfo fcinfo, text *name, const LeaseGrant *grant,
+					  int permits, bool may_take, bool thorough, int64 *token)
+{
+	const DsyncCatalog *catalog = DsyncCatalogGet(fcinfo);
+	DsyncStore	store;
+	DsyncStore	plain_store;
+	bool		granted = false;
+
+	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_PERMIT, true);
+	DsyncStoreOpenCatalog(&plain_store, catalog, DSYNC_TABLE_LEASE, true);
+	for (;;)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		DsyncRow   *row;
+		DsyncRow   *plain;
+		bool		retry;
+		int			extra;
+		int			locked;
+		int			grown;
+
+		CHECK_FOR_INTERRUPTS();
+
+		/* Reentrant: the holder's permit, or its plain lock on the name. */
+		row = DsyncPermitFindHeld(&store, name, grant->holder, now);
+		if (row)
+		{
+			granted = PermitRenew(&store, row, grant, token, &retry);
+			if (retry)
+				continue;
+			break;
+		}
+		plain = DsyncLeaseFindPlain(&plain_store, name);
+		if (plain && DsyncRowIsLive(plain, now) && DsyncRowHolderIs(plain, grant->holder))
+		{
+			granted = PermitRenew(&plain_store, plain, grant, token, &retry);
+			if (retry)
+				continue;
+			break;
+		}
+		if (!may_take || permits <= 0)
+			break;
+
+		extra = PermitExtraHolders(&store, plain, name, permits);
+		locked = PermitLockFree(&store, name, permits, extra + 1, thorough, &row, &retry);
+		if (retry)
+			continue;
+		if (locked > extra)
+		{
+			*token = PermitGrant(&store, row, grant);
+			granted = true;
+			break;
+		}
+		grown = PermitGrow(&store, name, permits, locked - extra, grant, token);
+		if (grown == -2)
+			continue;
+		granted = grown == 1;
+		break;
+	}
+	DsyncStoreClose(&plain_store);
+	DsyncStoreClose(&store);
+	return granted;
+}
+
+/*
+ * DsyncPermitFill
+ *		Make the missing permit rows of a semaphore being defined, slots 0
+ *		to permits - 1, all free.  The caller has claimed the definition's
+ *		key, so no other definer runs at the same time.
+ */
+void
+DsyncPermitFill(const DsyncCatalog *catalog, text *name, int permits)
+{
+	DsyncStore	store;
+	DsyncScan  *scan;
+	DsyncRow   *row;
+	bool	   *present = palloc0(sizeof(bool) * permits);
+
+	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_PERMIT, true);
+	scan = DsyncScanName(&store, name);
+	while ((row = DsyncScanNext(scan)) != NULL)
+		if (DsyncRowSlot(row) < permits)
+			present[DsyncRowSlot(row)] = true;
+	DsyncScanEnd(scan);
+
+	for (int32 slot = 0; slot < permits; slot++)
+	{
+		DsyncRow   *fresh;
+
+		if (present[slot])
+			continue;
+		CHECK_FOR_INTERRUPTS();
+		fresh = DsyncStoreNewRow();
+		fresh->values[Anum_lease_name - 1] = PointerGetDatum(name);
+		fresh->nulls[Anum_lease_name - 1] = false;
+		fresh->values[Anum_lease_slot - 1] = Int32GetDatum(slot);
+		fresh->nulls[Anum_lease_slot - 1] = false;
+		fresh->values[Anum_lease_renewed_at - 1] = TimestampTzGetDatum(GetCurrentTimestamp());
+		fresh->nulls[Anum_lease_renewed_at - 1] = false;
+		DsyncStoreInsert(&store, fresh);
+	}
+	DsyncStoreClose(&store);
+	pfree(present);
+}
+
+/*
+ * DsyncPermitDropFree
+ *		Remove the free permit rows of a semaphore whose definition is
+ *		being dropped; held ones stay with their holders until they are
+ *		let go, and the reaper removes them after that.
+ */
+void
+DsyncPermitDropFree(const DsyncCatalog *catalog, text *name)
+{
+	DsyncStore	store;
+	DsyncScan  *scan;
+	DsyncRow   *row;
+
+	if (!OidIsValid(catalog->rels[DSYNC_TABLE_PERMIT]))
+		return;
+	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_PERMIT, true);
+	scan = DsyncScanHolder(&store, name, NULL);
+	while ((row = DsyncScanNext(scan)) != NULL)
+	{
+		if (DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitSkip) != TM_Ok ||
+			!row->nulls[Anum_lease_holder - 1])
+			continue;			/* being taken: the reaper cleans it up later */
+		DsyncStoreDelete(&store, row);
+	}
+	DsyncScanEnd(scan);
+	DsyncStoreClose(&store);
+}
