@@ -48,13 +48,20 @@
 
 #include "libpq-fe.h"
 
-#define DSYNC_VERSION		"1.1"
+#define DSYNC_VERSION		"1.2"
 
-/* Exit codes (sysexits.h). */
+/*
+ * Exit codes (sysexits.h).  70 means only "a held lease was lost": scripts
+ * may act on it, so nothing else uses it.
+ */
 #define EXIT_USAGE			64
+#define EXIT_DATAERR		65
 #define EXIT_UNAVAILABLE	69
-#define EXIT_SOFTWARE		70
+#define EXIT_LEASE_LOST		70
+#define EXIT_OSERR			71
 #define EXIT_TEMPFAIL		75
+#define EXIT_NOPERM			77
+#define EXIT_CONFIG			78
 
 /* libpq's connect_timeout, which bounds a reconnect attempt. */
 #define CONNECT_TIMEOUT_S	"2"
@@ -86,12 +93,17 @@ static void
 Fatal(int code, const char *fmt,...)
 {
 	va_list		ap;
+	char		buf[4096];
+	size_t		len;
 
-	fprintf(stderr, "%s: ", progname);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	/* libpq's messages end in a newline: print one line. */
+	len = strlen(buf);
+	while (len > 0 && buf[len - 1] == '\n')
+		buf[--len] = '\0';
+	fprintf(stderr, "%s: %s\n", progname, buf);
 	exit(code);
 }
 
@@ -103,12 +115,47 @@ static void
 Note(const char *fmt,...)
 {
 	va_list		ap;
+	char		buf[4096];
+	size_t		len;
 
-	fprintf(stderr, "%s: ", progname);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	len = strlen(buf);
+	while (len > 0 && buf[len - 1] == '\n')
+		buf[--len] = '\0';
+	fprintf(stderr, "%s: %s\n", progname, buf);
+}
+
+/*
+ * FatalResult
+ *		A server error that ends the tool: say what failed, and exit with
+ *		the code that says why.  A missing extension (or an installation
+ *		without what this tool needs) is a configuration error, not a lost
+ *		lease.
+ */
+static void
+FatalResult(const char *what, PGconn *conn, PGresult *res)
+{
+	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	const char *msg = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+
+	if (msg == NULL)
+		msg = res ? PQresultErrorMessage(res) : PQerrorMessage(conn);
+	if (state == NULL)
+		Fatal(EXIT_UNAVAILABLE, "%s: %s", what, msg);
+	if (strcmp(state, "42883") == 0 || strcmp(state, "42P01") == 0 ||
+		strcmp(state, "42704") == 0 || strcmp(state, "3F000") == 0)
+		Fatal(EXIT_CONFIG, "%s: %s\n"
+			  "%s: the dsync extension (version 1.2 or later) is not installed in database \"%s\"; "
+			  "run CREATE EXTENSION dsync there (or ALTER EXTENSION dsync UPDATE), "
+			  "with dsync in shared_preload_libraries",
+			  what, msg, progname, PQdb(conn));
+	if (strcmp(state, "42501") == 0)
+		Fatal(EXIT_NOPERM, "%s: %s", what, msg);
+	if (strncmp(state, "22", 2) == 0)
+		Fatal(EXIT_DATAERR, "%s: %s", what, msg);
+	Fatal(EXIT_UNAVAILABLE, "%s: %s (SQLSTATE %s)", what, msg, state);
 }
 
 /*
@@ -159,7 +206,9 @@ Usage(FILE *out)
 			"\n"
 			"Durations: 500ms, 30s, 5m, 1h (a bare number is seconds).  The connection\n"
 			"comes from --dsn or the usual libpq environment (PGHOST, PGDATABASE, ...).\n"
-			"Exit codes: 64 usage, 69 server unavailable, 70 lease lost, 75 wait ran out.\n");
+			"Exit codes: 64 usage, 65 bad argument, 69 server unavailable or error,\n"
+			"70 lease lost (and only then), 71 system error, 75 wait ran out,\n"
+			"77 permission denied, 78 the extension is not installed, 128+N signal N.\n");
 }
 
 /*
@@ -239,7 +288,7 @@ SetupSignals(void)
 	struct sigaction sa;
 
 	if (pipe(signal_pipe) != 0)
-		Fatal(EXIT_SOFTWARE, "could not create pipe: %s", strerror(errno));
+		Fatal(EXIT_OSERR, "could not create pipe: %s", strerror(errno));
 	for (int i = 0; i < 2; i++)
 	{
 		fcntl(signal_pipe[i], F_SETFL, fcntl(signal_pipe[i], F_GETFL) | O_NONBLOCK);
@@ -271,6 +320,7 @@ ReadSignal(void)
 }
 
 static PGconn *ConnectBy(const Options *opt, bool quiet, int64_t deadline_ms);
+static void CheckPooler(const Options *opt, PGconn *conn, bool watching);
 
 /*
  * Connect
@@ -393,7 +443,7 @@ WaitResult(PGconn *conn, int64_t deadline_ms, void (*on_signal) (int, void *),
 		fds[1].events = POLLIN;
 		n = poll(fds, 2, timeout);
 		if (n < 0 && errno != EINTR)
-			Fatal(EXIT_SOFTWARE, "poll failed: %s", strerror(errno));
+			Fatal(EXIT_OSERR, "poll failed: %s", strerror(errno));
 		if (n > 0 && (fds[1].revents & POLLIN))
 		{
 			int			signo;
@@ -546,7 +596,7 @@ StartChild(Holding *h, const char *token)
 	fflush(stderr);
 	pid = fork();
 	if (pid < 0)
-		Fatal(EXIT_SOFTWARE, "could not fork: %s", strerror(errno));
+		Fatal(EXIT_OSERR, "could not fork: %s", strerror(errno));
 	if (pid == 0)
 	{
 		struct sigaction sa;
@@ -565,7 +615,7 @@ StartChild(Holding *h, const char *token)
 		 */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
-			_exit(EXIT_SOFTWARE);
+			_exit(EXIT_OSERR);
 #endif
 		/* Its own process group, so that stopping it stops what it started. */
 		setpgid(0, 0);
@@ -855,7 +905,7 @@ ChildExitCode(int status)
 		return WEXITSTATUS(status);
 	if (WIFSIGNALED(status))
 		return 128 + WTERMSIG(status);
-	return EXIT_SOFTWARE;
+	return EXIT_OSERR;
 }
 
 /*
@@ -975,7 +1025,12 @@ Acquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms,
 			PQclear(res);
 			return NULL;		/* cancelled, or the connection went */
 		}
-		Fatal(EXIT_SOFTWARE, "could not acquire \"%s\": %s", lease, PQresultErrorMessage(res));
+		{
+			char		what[600];
+
+			snprintf(what, sizeof(what), "could not acquire \"%s\"", lease);
+			FatalResult(what, conn, res);
+		}
 	}
 	if (!PQgetisnull(res, 0, 0))
 	{
@@ -1008,6 +1063,7 @@ CommandLock(Options *opt)
 	h.conn = Connect(opt, false);
 	if (h.conn == NULL)
 		return EXIT_UNAVAILABLE;
+	CheckPooler(opt, h.conn, false);
 	Note("holder %s", opt->holder);
 
 	if (opt->permits > 1)
@@ -1021,8 +1077,7 @@ CommandLock(Options *opt)
 		res = Query(h.conn, "SELECT dsync_semaphore_create($1, $2::int)", 2, params,
 					-1, NULL, NULL, &timed_out);
 		if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK)
-			Fatal(EXIT_SOFTWARE, "could not create semaphore \"%s\": %s", opt->name,
-				  res ? PQresultErrorMessage(res) : PQerrorMessage(h.conn));
+			FatalResult("could not create the semaphore", h.conn, res);
 		PQclear(res);
 	}
 
@@ -1050,7 +1105,7 @@ CommandLock(Options *opt)
 	if (h.lost)
 	{
 		Note("the command was stopped because the lease was lost");
-		return EXIT_SOFTWARE;
+		return EXIT_LEASE_LOST;
 	}
 	return ChildExitCode(h.status);
 }
@@ -1074,8 +1129,7 @@ Join(Holding *h)
 				NowMs() + 10000, HoldingSignal, h, &timed_out);
 	ok = res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK;
 	if (res && !ok)
-		Fatal(EXIT_SOFTWARE, "could not join group \"%s\": %s", h->lease,
-			  PQresultErrorMessage(res));
+		FatalResult("could not join the group", h->conn, res);
 	if (res)
 		PQclear(res);
 	return ok;
@@ -1099,6 +1153,7 @@ CommandElect(Options *opt)
 	h.conn = Connect(opt, false);
 	if (h.conn == NULL)
 		return EXIT_UNAVAILABLE;
+	CheckPooler(opt, h.conn, false);
 	Note("candidate %s in group \"%s\"", opt->holder, opt->name);
 
 	for (;;)
@@ -1259,9 +1314,142 @@ PrintEvent(const char *payload, bool json)
 }
 
 /*
+ * BehindPooler
+ *		Whether the connection goes through a connection pooler: the
+ *		backend process libpq was told of when it connected is not the one
+ *		that runs our queries (PgBouncer sends a key of its own).
+ */
+static bool
+BehindPooler(PGconn *conn)
+{
+	PGresult   *res = PQexec(conn, "SELECT pg_backend_pid()");
+	bool		pooled = false;
+
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		pooled = atoi(PQgetvalue(res, 0, 0)) != PQbackendPID(conn);
+	PQclear(res);
+	return pooled;
+}
+
+/*
+ * ListenWorks
+ *		Whether notifications reach this connection while it is idle: LISTEN
+ *		on a channel of its own, NOTIFY it from another connection, and
+ *		wait up to two seconds.  Through a pooler in transaction mode they
+ *		do not: the LISTEN ran on whichever server connection the pooler
+ *		lent for that transaction, which goes back to the pool after it.
+ */
+static bool
+ListenWorks(const Options *opt, PGconn *conn)
+{
+	char		channel[64];
+	char		sql[128];
+	PGconn	   *other;
+	PGresult   *res;
+	bool		got = false;
+	int64_t		deadline = NowMs() + 2000;
+
+	snprintf(channel, sizeof(channel), "dsync_probe_%d_%lld", (int) getpid(),
+			 (long long) NowMs());
+	snprintf(sql, sizeof(sql), "LISTEN \"%s\"", channel);
+	PQclear(PQexec(conn, sql));
+	other = Connect(opt, true);
+	if (other == NULL)
+		return true;			/* cannot tell: assume it works */
+	snprintf(sql, sizeof(sql), "NOTIFY \"%s\"", channel);
+	PQclear(PQexec(other, sql));
+	PQfinish(other);
+	while (!got && NowMs() < deadline)
+	{
+		struct pollfd fd;
+		PGnotify   *notify;
+
+		fd.fd = PQsocket(conn);
+		fd.events = POLLIN;
+		(void) poll(&fd, 1, (int) (deadline - NowMs()));
+		if (PQconsumeInput(conn) == 0)
+			break;
+		while ((notify = PQnotifies(conn)) != NULL)
+		{
+			got = got || strcmp(notify->relname, channel) == 0;
+			PQfreemem(notify);
+		}
+	}
+	snprintf(sql, sizeof(sql), "UNLISTEN \"%s\"", channel);
+	res = PQexec(conn, sql);
+	PQclear(res);
+	return got;
+}
+
+/*
+ * CheckPooler
+ *		Say what a connection pooler means for this command: a blocked wait
+ *		holds a server connection for as long as it lasts, and LISTEN does
+ *		not work in transaction mode (fatal for watch, which prints events;
+ *		lock and elect then learn of a lost lease at the next renewal).
+ */
+static void
+CheckPooler(const Options *opt, PGconn *conn, bool watching)
+{
+	if (!BehindPooler(conn))
+		return;
+	if (!ListenWorks(opt, conn))
+	{
+		if (watching)
+			Fatal(EXIT_CONFIG,
+				  "LISTEN does not work through this connection: it goes through a "
+				  "connection pooler in transaction mode, which lends each transaction "
+				  "any server connection; connect dsync watch to PostgreSQL directly, "
+				  "or to a pool in session mode");
+		Note("connected through a pooler in transaction mode, where LISTEN does not "
+			 "work: a lease taken away by someone else is noticed at the next renewal "
+			 "(every ttl/3), not at once");
+	}
+	if (!watching)
+		Note("connected through a connection pooler: waiting for the lease holds one "
+			 "server connection of the pool for as long as the wait lasts");
+}
+
+/*
+ * ReadSender
+ *		The process that sends this database's dsync notifications
+ *		(dsync_stats.sender_pid): 0 if none runs now, -1 if the installed
+ *		version cannot say (then every notification is taken as dsync's).
+ */
+static int
+ReadSender(PGconn *conn)
+{
+	PGresult   *res = PQexec(conn, "SELECT sender_pid FROM dsync_stats");
+	int			pid = -1;
+
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		pid = PQgetisnull(res, 0, 0) ? 0 : atoi(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	return pid;
+}
+
+/*
+ * FromSender
+ *		Whether a notification was sent by dsync: any role may NOTIFY a
+ *		dsync channel.  A pid we do not know makes us ask again, as the
+ *		sender changes when its process is restarted.
+ */
+static bool
+FromSender(PGconn *conn, int *sender, int be_pid)
+{
+	if (*sender < 0 || be_pid == *sender)
+		return true;
+	*sender = ReadSender(conn);
+	if (*sender < 0 || be_pid == *sender)
+		return true;
+	Note("ignoring a notification from process %d, which is not dsync's sender", be_pid);
+	return false;
+}
+
+/*
  * CommandWatch
- *		dsync watch: LISTEN on the name's channel and print each event;
- *		reconnect if the connection drops.
+ *		dsync watch: LISTEN on the name's channel and print each event that
+ *		dsync sent; reconnect if the connection drops.
  */
 static int
 CommandWatch(Options *opt)
@@ -1273,6 +1461,7 @@ CommandWatch(Options *opt)
 		PGresult   *res;
 		char	   *sql;
 		bool		timed_out;
+		int			sender;
 
 		if (conn == NULL)
 		{
@@ -1285,8 +1474,7 @@ CommandWatch(Options *opt)
 		}
 		res = Query(conn, "SELECT dsync_channel($1)", 1, params, -1, NULL, NULL, &timed_out);
 		if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK)
-			Fatal(EXIT_SOFTWARE, "could not find the channel of \"%s\": %s", opt->name,
-				  res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
+			FatalResult("could not find the channel to watch", conn, res);
 		{
 			char	   *ident = PQescapeIdentifier(conn, PQgetvalue(res, 0, 0),
 												   strlen(PQgetvalue(res, 0, 0)));
@@ -1296,10 +1484,15 @@ CommandWatch(Options *opt)
 			PQfreemem(ident);
 		}
 		PQclear(res);
+		CheckPooler(opt, conn, true);
+		sender = ReadSender(conn);
+		if (sender < 0)
+			Note("this version of the extension does not say which process sends "
+				 "its notifications: run ALTER EXTENSION dsync UPDATE");
 		res = PQexec(conn, sql);
 		free(sql);
 		if (PQresultStatus(res) != PGRES_COMMAND_OK)
-			Fatal(EXIT_SOFTWARE, "could not listen: %s", PQresultErrorMessage(res));
+			FatalResult("could not listen", conn, res);
 		PQclear(res);
 		if (!opt->json)
 			Note("watching \"%s\"", opt->name);
@@ -1315,7 +1508,7 @@ CommandWatch(Options *opt)
 			fds[1].fd = signal_pipe[0];
 			fds[1].events = POLLIN;
 			if (poll(fds, 2, -1) < 0 && errno != EINTR)
-				Fatal(EXIT_SOFTWARE, "poll failed: %s", strerror(errno));
+				Fatal(EXIT_OSERR, "poll failed: %s", strerror(errno));
 			while ((signo = ReadSignal()) != 0)
 				if (signo != SIGCHLD)
 				{
@@ -1329,7 +1522,8 @@ CommandWatch(Options *opt)
 			}
 			while ((notify = PQnotifies(conn)) != NULL)
 			{
-				PrintEvent(notify->extra, opt->json);
+				if (FromSender(conn, &sender, notify->be_pid))
+					PrintEvent(notify->extra, opt->json);
 				PQfreemem(notify);
 			}
 		}
@@ -1352,22 +1546,28 @@ CommandStatus(Options *opt)
 
 	if (conn == NULL)
 		return EXIT_UNAVAILABLE;
-	res = Query(conn,
+	/* A name is looked up (an index probe), not filtered from a scan. */
+	res = Query(conn, opt->name ?
 				"SELECT l.lease, l.holder, l.fencing, l.permits,"
 				"       to_char(greatest(l.expires_at - clock_timestamp(), '0'::interval), 'HH24:MI:SS.MS'),"
 				"       (SELECT count(*) FROM dsync_waiters w WHERE w.name = l.lease AND w.kind <> 'event'),"
 				"       l.owner"
-				"  FROM dsync_leases l WHERE $1::text IS NULL OR l.lease = $1"
+				"  FROM dsync_leases l WHERE l.lease = $1"
+				" ORDER BY l.lease, l.fencing" :
+				"SELECT l.lease, l.holder, l.fencing, l.permits,"
+				"       to_char(greatest(l.expires_at - clock_timestamp(), '0'::interval), 'HH24:MI:SS.MS'),"
+				"       (SELECT count(*) FROM dsync_waiters w WHERE w.name = l.lease AND w.kind <> 'event'),"
+				"       l.owner"
+				"  FROM dsync_leases l"
 				" ORDER BY l.lease, l.fencing",
-				1, params, -1, NULL, NULL, &timed_out);
+				opt->name ? 1 : 0, params, -1, NULL, NULL, &timed_out);
 	if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK)
-		Fatal(EXIT_SOFTWARE, "could not read leases: %s",
-			  res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
+		FatalResult("could not read leases", conn, res);
 	n = PQntuples(res);
-	printf("%-24s %-32s %10s %7s %12s %7s %s\n", "LEASE", "HOLDER", "FENCING", "PERMITS",
+	printf("%-24s %-32s %16s %7s %12s %7s %s\n", "LEASE", "HOLDER", "FENCING", "PERMITS",
 		   "TIME LEFT", "WAITERS", "OWNER");
 	for (int i = 0; i < n; i++)
-		printf("%-24s %-32s %10s %7s %12s %7s %s\n", PQgetvalue(res, i, 0),
+		printf("%-24s %-32s %16s %7s %12s %7s %s\n", PQgetvalue(res, i, 0),
 			   PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), PQgetvalue(res, i, 3),
 			   PQgetvalue(res, i, 4), PQgetvalue(res, i, 5), PQgetvalue(res, i, 6));
 	if (n == 0)

@@ -88,6 +88,7 @@ typedef struct DsyncWaiterSlot
 	int			pid;
 	Oid			dbid;
 	Oid			roleid;			/* signals queue per role; InvalidOid for leases */
+	Oid			userid;			/* the role that waits */
 	uint64		key;			/* DsyncWaitKey of the name */
 	uint64		ticket;			/* queue position: lower goes first */
 	TimestampTz since;
@@ -223,7 +224,7 @@ extern uint64 DsyncWaitKeyEvent(text *name);
 extern void DsyncWakeAtEnd(uint64 key);
 extern void DsyncWakeDatabaseAtEnd(void);
 extern bool DsyncWaitMayTake(uint64 key, Oid roleid);
-extern void DsyncWaitEvict(uint64 key, text *holder);
+extern void DsyncWaitEvict(uint64 key, Oid owner);
 extern void DsyncXactChanged(void);
 
 /*
@@ -317,6 +318,7 @@ extern void DsyncStoreOpen(DsyncStore *store, FunctionCallInfo fcinfo, DsyncTabl
 extern void DsyncStoreOpenCatalog(DsyncStore *store, const DsyncCatalog *catalog,
 								  DsyncTable table, bool for_write);
 extern void DsyncStoreClose(DsyncStore *store);
+extern void DsyncStoreCloseUnlock(DsyncStore *store);
 extern DsyncRow *DsyncStoreNewRow(void);
 
 extern DsyncScan *DsyncScanName(DsyncStore *store, text *name);

@@ -662,7 +662,7 @@ LeaseForceReleaseIn(DsyncStore *store, text *lease, text *holder, bool cancel_wa
 				continue;
 			if (cancel_waits)
 				DsyncWaitEvict(DsyncWaitKey(lease),
-							   DatumGetTextPP(row->values[Anum_lease_holder - 1]));
+							   DatumGetObjectId(row->values[Anum_lease_owner - 1]));
 			DsyncEventRecord(DSYNC_EVENT_RELEASED, row);
 			DsyncLeaseSetReleased(row);
 			DsyncStoreUpdate(store, row);
@@ -713,10 +713,10 @@ dsync_force_release(PG_FUNCTION_ARGS)
  * dsync_force_release_waits
  *		SQL: dsync_force_release(lease, holder, cancel_waits) RETURNS int
  *
- * The same; with cancel_waits true, the queued waits of every holder
- * released for this lease end with an error, so that a holder an
- * administrator removed cannot take the lease straight back through a
- * wait it had queued.
+ * The same; with cancel_waits true, the queued waits for this lease of
+ * the roles that owned what was released end with an error, so that a
+ * holder an administrator removed cannot take the lease straight back
+ * through a wait it (or another session of its role) had queued.
  */
 Datum
 dsync_force_release_waits(PG_FUNCTION_ARGS)

@@ -99,7 +99,10 @@ DsyncSemaphoreCount(const DsyncCatalog *catalog, text *name, bool for_grant)
 		permits = DatumGetInt32(row->values[Anum_semaphore_permits - 1]);
 		break;
 	}
-	DsyncStoreClose(&store);
+	if (for_grant)
+		DsyncStoreClose(&store);
+	else
+		DsyncStoreCloseUnlock(&store);
 	return permits;
 }
 

@@ -149,6 +149,22 @@ DsyncStoreClose(DsyncStore *store)
 }
 
 /*
+ * DsyncStoreCloseUnlock
+ *		Close a table only read from and let go of its locks at once, as
+ *		catalog lookups do: a caller that goes on to wait must hold no
+ *		table lock while it sleeps.
+ */
+void
+DsyncStoreCloseUnlock(DsyncStore *store)
+{
+	Assert(store->lockmode == AccessShareLock);
+	if (store->holder_index)
+		index_close(store->holder_index, store->lockmode);
+	index_close(store->index, store->lockmode);
+	table_close(store->rel, store->lockmode);
+}
+
+/*
  * DsyncStoreNewRow
  *		A row with every column NULL, to fill in and insert.
  */

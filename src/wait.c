@@ -404,23 +404,22 @@ DsyncWaitMayTake(uint64 key, Oid roleid)
 
 /*
  * DsyncWaitEvict
- *		End the queued waits of holder for a lease (dsync_force_release
- *		with cancel_waits): they fail at their next wake-up, so a holder
- *		whose lease an administrator took away cannot take it straight
- *		back through a wait it had queued.
+ *		End the queued waits for a lease of the role that owned a holder
+ *		dsync_force_release just released (with cancel_waits): they fail
+ *		at their next wake-up, so whoever an administrator took the lease
+ *		from cannot take it straight back through a wait it had queued,
+ *		under whatever holder name.
  */
 void
-DsyncWaitEvict(uint64 key, text *holder)
+DsyncWaitEvict(uint64 key, Oid owner)
 {
-	char	   *holder_str = text_to_cstring(holder);
-
 	LWLockAcquire(dsync_shared->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < dsync_shared->nslots; i++)
 	{
 		DsyncWaiterSlot *slot = &dsync_shared->slots[i];
 
 		if (slot->in_use && slot->key == key && slot->dbid == MyDatabaseId &&
-			slot->roleid == InvalidOid && strcmp(slot->holder, holder_str) == 0)
+			slot->roleid == InvalidOid && slot->userid == owner)
 		{
 			slot->evicted = true;
 			SetLatch(&ProcGlobal->allProcs[i].procLatch);
@@ -462,6 +461,7 @@ DsyncWaitEnqueue(const DsyncWaitSpec *spec)
 	me->pid = MyProcPid;
 	me->dbid = MyDatabaseId;
 	me->roleid = spec->roleid;
+	me->userid = GetUserId();
 	me->key = spec->key;
 	me->evicted = false;
 	me->ticket = pg_atomic_fetch_add_u64(&dsync_shared->next_ticket, 1);
@@ -652,8 +652,7 @@ DsyncWaitFor(const DsyncWaitSpec *spec)
 						(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 						 errmsg("wait for lease \"%s\" was ended by dsync_force_release()",
 								text_to_cstring(spec->name)),
-						 errdetail("An administrator released holder \"%s\" and ended its waits.",
-								   text_to_cstring(spec->holder))));
+						 errdetail("An administrator released this lease from your role and ended its waits for it.")));
 
 			MemoryContextReset(attempt_cxt);
 			MemoryContextSwitchTo(attempt_cxt);

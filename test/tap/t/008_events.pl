@@ -189,7 +189,7 @@ sub q1
 	return $node->safe_psql('postgres', $sql);
 }
 
-my $ts_re = qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d*[1-9])?\+00$/;
+my $ts_re = qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d*[1-9])?\+00:00$/;
 
 # --- acquired and released --------------------------------------------------
 

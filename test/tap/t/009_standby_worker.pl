@@ -225,8 +225,8 @@ is($e->{json}{lease},     'short',       'expired: lease');
 is($e->{json}{holder},    'gone',        'expired: holder');
 is($e->{json}{fencing},   $t_short,      'expired: fencing is the token of the old grant');
 like($e->{json}{expires_at} // '',
-	qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d*[1-9])?\+00$/,
-	'expired: expires_at is ISO 8601 in UTC');
+	qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d*[1-9])?\+00:00$/,
+	'expired: expires_at is RFC 3339 in UTC');
 is($standby->safe_psql('postgres',
 		"SELECT '" . ($e->{json}{expires_at} // 'infinity')
 		  . "'::timestamptz = '$short_expiry'::timestamptz"),

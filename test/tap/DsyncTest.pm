@@ -1,0 +1,147 @@
+# Helpers shared by dsync's Perl TAP tests: a node with dsync preloaded,
+# one-value queries, polling, and a LISTENing psql that collects
+# notifications with the process that sent them.
+package DsyncTest;
+
+use strict;
+use warnings;
+
+use Exporter 'import';
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+our @EXPORT = qw(dsync_node wait_for q1 reaper_pid);
+
+my @nodes;
+
+# Stop what the test started, whatever happened; a node that died is
+# stopped with fail_ok, or Cluster.pm's own teardown would BAIL_OUT and
+# stop the remaining test files too.
+END
+{
+	for my $n (grep { defined } @nodes)
+	{
+		$n->stop('immediate', fail_ok => 1)
+		  unless -e $n->data_dir . '/postmaster.pid';
+	}
+}
+
+# A started node with dsync preloaded and the extension in database
+# postgres; extra lines go to postgresql.conf.
+sub dsync_node
+{
+	my ($name, @conf) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init(allows_streaming => 1);
+	$node->append_conf('postgresql.conf',
+		join("\n", "shared_preload_libraries = 'dsync'", @conf) . "\n");
+	$node->start;
+	push @nodes, $node;
+	$node->safe_psql('postgres', 'CREATE EXTENSION dsync');
+	return $node;
+}
+
+# The single value a query returns, in database postgres (or $db).
+sub q1
+{
+	my ($node, $sql, $db) = @_;
+	return $node->safe_psql($db // 'postgres', $sql);
+}
+
+# Poll until $sql returns 't' (up to $timeout seconds, default 30): true
+# if it did.  Never a timing assertion: a bound on how long to wait.
+sub wait_for
+{
+	my ($node, $sql, $timeout, $db) = @_;
+	my $deadline = time + ($timeout // 30);
+	my $last = '';
+	while (time < $deadline)
+	{
+		$last = $node->safe_psql($db // 'postgres', $sql);
+		return 1 if $last eq 't';
+		usleep(50_000);
+	}
+	diag("not true within the time allowed: $sql (last: $last)");
+	return 0;
+}
+
+# The pid of the reaper of database postgres, once it runs.
+sub reaper_pid
+{
+	my ($node) = @_;
+	my $sql = "SELECT pid FROM pg_stat_activity "
+	  . "WHERE backend_type = 'dsync reaper' AND datname = 'postgres'";
+	wait_for($node, "SELECT count(*) = 1 FROM ($sql) r")
+	  or die 'the reaper of database postgres did not start';
+	return $node->safe_psql('postgres', $sql);
+}
+
+# A psql session that LISTENs.  psql prints notifications after the result
+# of the next command, so pump() runs "SELECT 1" and collects them, each as
+# { channel, raw, pid, json }.
+package Listener;
+
+sub new
+{
+	my ($class, $node, $db) = @_;
+	my $self = bless { node => $node, received => [] }, $class;
+	$self->{psql} = $node->background_psql($db // 'postgres');
+	$self->{psql}->set_query_timer_restart;
+	return $self;
+}
+
+sub listen
+{
+	my ($self, $name) = @_;
+	my $channel = $self->{node}->safe_psql('postgres', "SELECT dsync_channel('$name')");
+	$self->{psql}->query_safe(qq{LISTEN "$channel"});
+	return $channel;
+}
+
+sub pump
+{
+	my ($self) = @_;
+	my $out = $self->{psql}->query_safe('SELECT 1');
+	for my $line (split /\r?\n/, $out)
+	{
+		next
+		  unless $line =~
+		  /^Asynchronous notification "(.*?)"(?: with payload "(.*)")? received from server process with PID (\d+)\.$/;
+		my %n = (channel => $1, raw => $2 // '', pid => $3);
+		$n{json} = eval { JSON::PP->new->decode($n{raw}) } // {};
+		push @{ $self->{received} }, \%n;
+	}
+	return;
+}
+
+# Pump until at least $count notifications have come on $channel (or
+# $timeout seconds, default 30, have passed); remove and return them all.
+sub take
+{
+	my ($self, $channel, $count, $timeout) = @_;
+	my $deadline = Time::HiRes::time() + ($timeout // 30);
+	while (1)
+	{
+		my @mine = grep { $_->{channel} eq $channel } @{ $self->{received} };
+		if (@mine >= $count || Time::HiRes::time() > $deadline)
+		{
+			my %took = map { ($_ => 1) } @mine;
+			$self->{received} = [ grep { !$took{$_} } @{ $self->{received} } ];
+			return @mine;
+		}
+		Time::HiRes::usleep(50_000);
+		$self->pump;
+	}
+}
+
+sub quit
+{
+	my ($self) = @_;
+	$self->{psql}->quit;
+	return;
+}
+
+1;
