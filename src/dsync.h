@@ -376,6 +376,7 @@ extern text *DsyncLeaseLeader(FunctionCallInfo fcinfo, text *lease);
 extern void DsyncLeaseSetGrant(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant);
 extern void DsyncLeaseRenewRow(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant);
 extern void DsyncLeaseSetReleased(DsyncRow *row);
+extern void DsyncLeaseRelease(DsyncStore *store, DsyncRow *row);
 extern DsyncRow *DsyncLeaseFindPlain(DsyncStore *store, text *lease);
 
 /* permit.c: semaphore permits */
@@ -404,6 +405,7 @@ typedef enum DsyncEventKind
 	DSYNC_EVENT_SET,			/* a one-to-one signal was stored */
 	DSYNC_EVENT_PERMIT_ACQUIRED,	/* as ACQUIRED, for a semaphore permit */
 	DSYNC_EVENT_PERMIT_DEADLINE,	/* as DEADLINE, for a semaphore permit */
+	DSYNC_EVENT_PERMIT_RELEASED,	/* as RELEASED, for a semaphore permit */
 	DSYNC_EVENT_RENEWED			/* not announced or queued: counted only */
 } DsyncEventKind;
 
@@ -413,7 +415,7 @@ typedef struct DsyncEvent
 	int32		slot;
 	int64		fencing;
 	int64		seq;			/* reaper: assigned when first sent; 0 before */
-	TimestampTz expires_at;
+	TimestampTz expires_at;		/* released: when it was released */
 	char	   *name;
 	char	   *holder;
 } DsyncEvent;

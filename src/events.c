@@ -119,6 +119,9 @@ DsyncEventRecord(DsyncEventKind kind, const DsyncRow *row)
 		DatumGetInt64(row->values[Anum_lease_fencing - 1]);
 	pe->event.expires_at = row->nulls[Anum_lease_expires_at - 1] ? 0 :
 		DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]);
+	/* The reaper removes a released row once it has been unused a while. */
+	if (kind == DSYNC_EVENT_RELEASED || kind == DSYNC_EVENT_PERMIT_RELEASED)
+		pe->event.expires_at = GetCurrentTimestamp();
 	pending_events = lappend(pending_events, pe);
 	MemoryContextSwitchTo(oldcontext);
 }
@@ -232,7 +235,8 @@ DsyncEventCount(DsyncDbSlot *slot)
 		if (pe->event.kind == DSYNC_EVENT_ACQUIRED ||
 			pe->event.kind == DSYNC_EVENT_PERMIT_ACQUIRED)
 			grants++;
-		else if (pe->event.kind == DSYNC_EVENT_RELEASED)
+		else if (pe->event.kind == DSYNC_EVENT_RELEASED ||
+				 pe->event.kind == DSYNC_EVENT_PERMIT_RELEASED)
 			releases++;
 		else if (pe->event.kind == DSYNC_EVENT_EXPIRED)
 			expiries++;
@@ -583,15 +587,19 @@ DsyncEventPayload(const DsyncEvent *event)
 		case DSYNC_EVENT_ACQUIRED:
 		case DSYNC_EVENT_PERMIT_ACQUIRED:
 		case DSYNC_EVENT_RELEASED:
+		case DSYNC_EVENT_PERMIT_RELEASED:
 		case DSYNC_EVENT_EXPIRED:
 			appendStringInfo(&buf, "\"event\":\"%s\",\"lease\":",
-							 event->kind == DSYNC_EVENT_RELEASED ? "released" :
-							 event->kind == DSYNC_EVENT_EXPIRED ? "expired" : "acquired");
+							 event->kind == DSYNC_EVENT_EXPIRED ? "expired" :
+							 event->kind == DSYNC_EVENT_RELEASED ||
+							 event->kind == DSYNC_EVENT_PERMIT_RELEASED ? "released" :
+							 "acquired");
 			escape_json(&buf, event->name);
 			appendStringInfoString(&buf, ",\"holder\":");
 			escape_json(&buf, event->holder);
 			appendStringInfo(&buf, ",\"fencing\":" INT64_FORMAT, event->fencing);
-			if (event->kind != DSYNC_EVENT_RELEASED)
+			if (event->kind != DSYNC_EVENT_RELEASED &&
+				event->kind != DSYNC_EVENT_PERMIT_RELEASED)
 			{
 				appendStringInfoString(&buf, ",\"expires_at\":");
 				DsyncEventTimestamp(&buf, event->expires_at);

@@ -231,6 +231,15 @@ ExpiryScheduleEvent(const DsyncEvent *event)
 		case DSYNC_EVENT_MEMBER_DEADLINE:
 			ExpirySchedule(EXPIRY_MEMBER, event->name, event->holder, 0, event->expires_at);
 			break;
+		case DSYNC_EVENT_RELEASED:
+		case DSYNC_EVENT_PERMIT_RELEASED:
+			/* Look again once it may have been unused long enough. */
+			if (dsync_idle_row_retention >= 0)
+				ExpirySchedule(event->kind == DSYNC_EVENT_RELEASED ? EXPIRY_LEASE : EXPIRY_PERMIT,
+							   event->name, NULL, event->slot,
+							   TimestampTzPlusMilliseconds(event->expires_at,
+														   (int64) dsync_idle_row_retention * 1000));
+			break;
 		default:
 			break;
 	}

@@ -211,6 +211,20 @@ DsyncLeaseSetReleased(DsyncRow *row)
 }
 
 /*
+ * DsyncLeaseRelease
+ *		Let go of a locked row that is held: announce it, clear it, write
+ *		it back.
+ */
+void
+DsyncLeaseRelease(DsyncStore *store, DsyncRow *row)
+{
+	DsyncEventRecord(store->table == DSYNC_TABLE_PERMIT ?
+					 DSYNC_EVENT_PERMIT_RELEASED : DSYNC_EVENT_RELEASED, row);
+	DsyncLeaseSetReleased(row);
+	DsyncStoreUpdate(store, row);
+}
+
+/*
  * LeaseLeftoverPermits
  *		The live holders a name still has in dsync_permit after its
  *		semaphore was dropped (they keep their permits until they let go).
@@ -532,11 +546,7 @@ dsync_release(PG_FUNCTION_ARGS)
 	LeaseStoresOpen(&stores, fcinfo, true);
 	row = LeaseLockHeld(&stores, lease, holder, LockTupleNoKeyExclusive, &store);
 	if (row)
-	{
-		DsyncEventRecord(DSYNC_EVENT_RELEASED, row);
-		DsyncLeaseSetReleased(row);
-		DsyncStoreUpdate(store, row);
-	}
+		DsyncLeaseRelease(store, row);
 	LeaseStoresClose(&stores);
 
 	PG_RETURN_BOOL(row != NULL);
@@ -663,9 +673,7 @@ LeaseForceReleaseIn(DsyncStore *store, text *lease, text *holder, bool cancel_wa
 			if (cancel_waits)
 				DsyncWaitEvict(DsyncWaitKey(lease),
 							   DatumGetObjectId(row->values[Anum_lease_owner - 1]));
-			DsyncEventRecord(DSYNC_EVENT_RELEASED, row);
-			DsyncLeaseSetReleased(row);
-			DsyncStoreUpdate(store, row);
+			DsyncLeaseRelease(store, row);
 			released++;
 		}
 	} while (rescan);

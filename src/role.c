@@ -103,9 +103,7 @@ RoleDropRow(DsyncStore *store, DsyncRow *row, List **semaphores)
 	{
 		case DSYNC_TABLE_LEASE:
 		case DSYNC_TABLE_PERMIT:
-			DsyncEventRecord(DSYNC_EVENT_RELEASED, row);
-			DsyncLeaseSetReleased(row);
-			DsyncStoreUpdate(store, row);
+			DsyncLeaseRelease(store, row);
 			break;
 		case DSYNC_TABLE_MEMBER:
 			DsyncStoreDelete(store, row);

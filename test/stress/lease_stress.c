@@ -22,12 +22,15 @@
  * lease they held comes back when its ttl passes.
  *
  * Usage: lease_stress [clients] [seconds] [leases]   (libpq environment)
- *        lease_stress fair [clients] [rounds]
+ *        lease_stress fair|fair-cut-in [clients] [rounds]
  *        lease_stress semaphore [clients] [seconds] [permits] [limit]
  * The second form checks fairness: clients contend for one lease in a loop
  * (acquire with a wait, log, release, acquire again at once).  Waiters are
- * served in the order they started waiting, so no grant may overtake an
- * earlier waiter, and every client gets all its turns.
+ * served in the order they joined the queue (a sampler records that from
+ * dsync_waiters), so no grant may overtake an earlier waiter, and every
+ * client gets all its turns.  "fair-cut-in" runs the same check on clients
+ * that poll with wait = 0 instead of queueing: it must fail, which shows
+ * that the check can.
  * The third form runs the same client loop with kills against one
  * semaphore of N permits (dsync_semaphore_create): each client also logs
  * which permit (slot) it got.  The checks prove that at no instant more
@@ -214,7 +217,7 @@ client_main(int id, int nleases, time_t deadline, const char *sem)
 		 */
 		if (sem &&
 			query_value(conn,
-						"SELECT slot FROM dsync_lease WHERE name = $1 AND holder = $2 AND fencing = $3",
+						"SELECT slot FROM dsync_permit WHERE name = $1 AND holder = $2 AND fencing = $3",
 						3, p, slot, sizeof(slot)) != 1)
 		{
 			errors++;
@@ -322,9 +325,13 @@ check(PGconn *conn, const char *what, const char *sql, long expected, bool at_le
 /*
  * fair_client_main
  *		One client of the fairness run: rounds of acquire, log, release.
+ *		With cut_in, the client does not queue: it tries with wait = 0
+ *		every millisecond until it gets the lease, as a hand-written
+ *		polling lock does, and records when it started trying as the
+ *		moment it joined the "queue".
  */
 static void
-fair_client_main(int id, int rounds)
+fair_client_main(int id, int rounds, bool cut_in)
 {
 	PGconn	   *conn = connect_db("dsync_fair_client");
 	char		holder[32];
@@ -336,19 +343,35 @@ fair_client_main(int id, int rounds)
 	snprintf(holder, sizeof(holder), "fair-%d", id);
 	for (int round = 0; round < rounds; round++)
 	{
-		char		buf[32];
+		char		buf[64];
 
+		if (cut_in)
+		{
+			char		joined[64];
+			const char *q[2] = {holder, joined};
+
+			if (query_value(conn, "INSERT INTO fair_queue SELECT $1, clock_timestamp() "
+							"RETURNING since", 1, &p[1], joined, sizeof(joined)) != 1)
+				break;
+			while (query_value(conn, "SELECT dsync_acquire($1, $2, '1 minute', '0')",
+							   2, p, buf, sizeof(buf)) == 0)
+				usleep(1000);
+			if (query_value(conn,
+							"INSERT INTO fair_log (holder, wait_start, granted_at) "
+							"SELECT $1, $2::timestamptz, clock_timestamp() RETURNING 1",
+							2, q, buf, sizeof(buf)) != 1)
+				break;
+		}
 		/* Server-clock times: when the wait began and when it was granted. */
-		if (query_value(conn,
-						"INSERT INTO fair_log (holder, wait_start, granted_at) "
-						"SELECT $2, statement_timestamp(), clock_timestamp() "
-						"FROM (SELECT dsync_acquire($1, $2, '1 minute', '30 seconds') AS t) g "
-						"WHERE g.t IS NOT NULL RETURNING 1",
-						2, p, buf, sizeof(buf)) != 1)
+		else if (query_value(conn,
+							 "INSERT INTO fair_log (holder, wait_start, granted_at) "
+							 "SELECT $2, statement_timestamp(), clock_timestamp() "
+							 "FROM (SELECT dsync_acquire($1, $2, '1 minute', '30 seconds') AS t) g "
+							 "WHERE g.t IS NOT NULL RETURNING 1",
+							 2, p, buf, sizeof(buf)) != 1)
 			break;
 		granted++;
-		if (
-			query_value(conn, "SELECT dsync_release($1, $2)", 2, p, buf, sizeof(buf)) != 1)
+		if (query_value(conn, "SELECT dsync_release($1, $2)", 2, p, buf, sizeof(buf)) != 1)
 			break;
 	}
 	PQfinish(conn);
@@ -356,11 +379,34 @@ fair_client_main(int id, int rounds)
 }
 
 /*
+ * fair_sampler_main
+ *		Record when each waiter joined dsync's queue: dsync_waiters.since is
+ *		set as a waiter takes its place in line (under the same lock as its
+ *		ticket), so the order of "since" is the order of the queue.
+ *		Sampled until the parent ends this process; a wait too short to be
+ *		seen is simply not judged.
+ */
+static void
+fair_sampler_main(void)
+{
+	PGconn	   *conn = connect_db("dsync_fair_sampler");
+
+	if (conn == NULL)
+		die("fair sampler: cannot connect");
+	for (;;)
+		if (!exec_ok(conn, "INSERT INTO fair_queue SELECT holder, since FROM dsync_waiters "
+					 "WHERE name = 'fair' ON CONFLICT DO NOTHING"))
+			die("fair sampler: %s", PQerrorMessage(conn));
+}
+
+/*
  * fair_main
- *		The fairness run and its checks.
+ *		The fairness run and its checks.  With cut_in the clients do not
+ *		use dsync's queue, and the check must find that some of them cut
+ *		in: that shows it can fail.
  */
 static int
-fair_main(int clients, int rounds)
+fair_main(int clients, int rounds, bool cut_in)
 {
 	PGconn	   *conn = connect_db("dsync_fair_main");
 	int			status;
@@ -368,35 +414,42 @@ fair_main(int clients, int rounds)
 	int			passed = 0,
 				failed = 0;
 	char		sql[1024];
+	pid_t		sampler = 0;
 
 	if (conn == NULL)
 		die("cannot connect to the server");
 	if (!exec_ok(conn, "SET client_min_messages = warning") ||
 		!exec_ok(conn, "CREATE EXTENSION IF NOT EXISTS dsync") ||
-		!exec_ok(conn, "DROP TABLE IF EXISTS fair_log") ||
+		!exec_ok(conn, "DROP TABLE IF EXISTS fair_log, fair_queue") ||
 		!exec_ok(conn, "CREATE TABLE fair_log (id bigserial PRIMARY KEY, holder text, "
 				 "wait_start timestamptz, granted_at timestamptz)") ||
+		!exec_ok(conn, "CREATE TABLE fair_queue (holder text, since timestamptz, "
+				 "PRIMARY KEY (holder, since))") ||
 		!exec_ok(conn, "SELECT dsync_force_release('fair')") ||
 		!exec_ok(conn, "SELECT dsync_acquire('fair', 'starter', '1 minute')"))
 		die("setup failed: %s", PQerrorMessage(conn));
 
 	/*
-	 * Hold the lease until every client is queued, so that all start
+	 * Hold the lease until every client waits, so that all start
 	 * contending together.  The children never use this connection (and
 	 * exit without closing it), so sharing its socket is harmless.
 	 */
-	printf("lease_stress fair: %d clients, %d rounds each, one lease\n", clients, rounds);
+	printf("lease_stress fair%s: %d clients, %d rounds each, one lease\n",
+		   cut_in ? " (clients cut in: the check must fail)" : "", clients, rounds);
 	fflush(stdout);
+	if (!cut_in && (sampler = fork()) == 0)
+		fair_sampler_main();
 	for (int i = 0; i < clients; i++)
 		if (fork() == 0)
-			fair_client_main(i, rounds);
+			fair_client_main(i, rounds, cut_in);
 	for (int tries = 0;; tries++)
 	{
 		char		queued[16];
 
-		if (query_value(conn, "SELECT count(*) FROM dsync_waiters WHERE name = 'fair'",
+		if (query_value(conn, cut_in ? "SELECT count(DISTINCT holder) FROM fair_queue" :
+						"SELECT count(*) FROM dsync_waiters WHERE name = 'fair'",
 						0, NULL, queued, sizeof(queued)) != 1)
-			die("cannot read dsync_waiters: %s", PQerrorMessage(conn));
+			die("cannot count the waiters: %s", PQerrorMessage(conn));
 		if (atoi(queued) == clients)
 			break;
 		if (tries > 3000)
@@ -405,9 +458,23 @@ fair_main(int clients, int rounds)
 	}
 	if (!exec_ok(conn, "SELECT dsync_release('fair', 'starter')"))
 		die("release failed: %s", PQerrorMessage(conn));
-	while (wait(&status) > 0)
+	for (int done = 0; done < clients;)
+	{
+		pid_t		pid = wait(&status);
+
+		if (pid < 0)
+			break;
+		if (pid == sampler)
+			continue;
+		done++;
 		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
 			failed_children++;
+	}
+	if (sampler > 0)
+	{
+		kill(sampler, SIGKILL);
+		waitpid(sampler, &status, 0);
+	}
 	printf("%s clients that did not get all their rounds: %d\n",
 		   failed_children == 0 ? "ok    " : "FAILED", failed_children);
 	if (failed_children == 0)
@@ -416,17 +483,29 @@ fair_main(int clients, int rounds)
 		failed++;
 
 	/*
-	 * FIFO: a grant must not overtake a waiter that started waiting before
-	 * it.  A wait starts when the acquire statement arrives and the waiter
-	 * joins the queue a fraction of a millisecond later, after its first
-	 * try; only overtakes by more than 5 ms are counted, far less than the
-	 * time one turn takes, so a queue that let a client cut in would be
-	 * caught at once.
+	 * FIFO: no grant may overtake a waiter that joined the queue before it.
+	 * Each grant is matched with the moment its waiter joined the queue
+	 * (fair_queue: the same holder, between the start of its acquire and
+	 * the grant); of two matched grants, the one that joined first must be
+	 * granted first.  Grant times are exact: a grant comes only after the
+	 * previous holder's release, which comes after its own grant time was
+	 * taken.  A grant made on the first try, without queueing, is not
+	 * matched, and cannot have overtaken anybody in the queue.
 	 */
 	snprintf(sql, sizeof(sql),
-			 "SELECT count(*) FROM fair_log a JOIN fair_log b ON a.holder <> b.holder "
-			 "AND a.wait_start > b.wait_start + interval '5 ms' AND a.granted_at < b.granted_at");
-	if (check(conn, "grants that overtook an earlier waiter", sql, 0, false))
+			 "CREATE TEMP VIEW fair_judged AS SELECT l.holder, q.since, l.granted_at "
+			 "FROM fair_log l JOIN fair_queue q ON q.holder = l.holder "
+			 "AND q.since BETWEEN l.wait_start AND l.granted_at");
+	if (!exec_ok(conn, sql))
+		die("cannot match grants: %s", PQerrorMessage(conn));
+	if (check(conn, "grants matched with the moment their waiter joined the queue",
+			  "SELECT count(*) FROM fair_judged", 2, true))
+		passed++;
+	else
+		failed++;
+	if (check(conn, "grants that overtook a waiter that joined the queue earlier",
+			  "SELECT count(*) FROM fair_judged a JOIN fair_judged b ON a.holder <> b.holder "
+			  "AND a.since > b.since AND a.granted_at < b.granted_at", 0, false))
 		passed++;
 	else
 		failed++;
@@ -530,7 +609,7 @@ sem_main(int clients, int seconds, int permits, int limit)
 		!exec_ok(conn, "CREATE TABLE sem_monitor (samples bigint, most bigint, bad bigint)") ||
 		!exec_ok(conn, "SELECT dsync_force_release('stress-sem')") ||
 		!exec_ok(conn, "SELECT dsync_semaphore_drop('stress-sem')") ||
-		!exec_ok(conn, "DELETE FROM dsync_lease WHERE name = 'stress-sem'") ||
+		!exec_ok(conn, "DELETE FROM dsync_permit WHERE name = 'stress-sem'") ||
 		!exec_ok(conn, create))
 		die("setup failed: %s", PQerrorMessage(conn));
 
@@ -643,8 +722,9 @@ main(int argc, char **argv)
 	int			passed = 0,
 				failed = 0;
 
-	if (argc > 1 && strcmp(argv[1], "fair") == 0)
-		return fair_main(argc > 2 ? atoi(argv[2]) : 8, argc > 3 ? atoi(argv[3]) : 20);
+	if (argc > 1 && (strcmp(argv[1], "fair") == 0 || strcmp(argv[1], "fair-cut-in") == 0))
+		return fair_main(argc > 2 ? atoi(argv[2]) : 8, argc > 3 ? atoi(argv[3]) : 20,
+						 strcmp(argv[1], "fair-cut-in") == 0);
 	if (argc > 1 && strcmp(argv[1], "semaphore") == 0)
 	{
 		int			permits = argc > 4 ? atoi(argv[4]) : 3;

@@ -1,17 +1,44 @@
 #!/usr/bin/env bash
 # Builds the libpq stress driver and runs it against the server in the
 # libpq environment (test/run_all.sh runs this inside pg_virtualenv):
-# 16 clients at mixed isolation levels with kills, then the fairness run,
-# then 16 clients with kills on one semaphore of 3 permits.  Every run is
-# made; the exit status is non-zero if any of them failed.
+# 16 clients at mixed isolation levels with kills, the fairness run (and
+# the proof that its check catches clients that cut in), 16 clients with
+# kills on one semaphore of 3 permits, and the fairness run once more
+# beside a CPU hog on every core, where a backend is often descheduled
+# between its statement starting and its joining the queue.  With
+# STRESS_HOG=1 every run has the hog beside it.  Every run is made; the exit
+# status is non-zero if any of them failed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$(mktemp -d /tmp/dsync-stress.XXXXXX)
-trap 'rm -rf "$bin"' EXIT
+hogs=()
+stop_hogs() {
+	[ ${#hogs[@]} -gt 0 ] && kill "${hogs[@]}" 2>/dev/null && wait "${hogs[@]}" 2>/dev/null
+	hogs=()
+	return 0
+}
+start_hogs() {
+	for _ in $(seq "$(nproc)"); do
+		(while :; do :; done) &
+		hogs+=($!)
+	done
+	echo "(a CPU hog runs on each of $(nproc) cores)"
+}
+trap 'stop_hogs; rm -rf "$bin"' EXIT
 cc -O2 -Wall -Wextra -Werror -I"$(pg_config --includedir)" "$here/lease_stress.c" \
 	-L"$(pg_config --libdir)" -lpq -o "$bin/lease_stress"
+[ "${STRESS_HOG:-0}" = 1 ] && start_hogs
 status=0
 "$bin/lease_stress" "${STRESS_CLIENTS:-16}" "${STRESS_SECONDS:-20}" "${STRESS_LEASES:-3}" || status=1
 "$bin/lease_stress" fair "${FAIR_CLIENTS:-8}" "${FAIR_ROUNDS:-20}" || status=1
+if "$bin/lease_stress" fair-cut-in "${FAIR_CLIENTS:-8}" "${FAIR_ROUNDS:-20}"; then
+	echo "FAILED the fairness check did not catch clients that cut in"
+	status=1
+else
+	echo "ok     the fairness check catches clients that cut in (the failure above is expected)"
+fi
 "$bin/lease_stress" semaphore "${SEM_CLIENTS:-16}" "${SEM_SECONDS:-20}" "${SEM_PERMITS:-3}" || status=1
+[ "${STRESS_HOG:-0}" = 1 ] || start_hogs
+"$bin/lease_stress" fair "${FAIR_CLIENTS:-8}" "${FAIR_ROUNDS:-20}" || status=1
+stop_hogs
 exit $status
