@@ -12,6 +12,7 @@ packages=(
 	libtap-parser-sourcehandler-pgtap-perl
 	libipc-run-perl
 	libpq-dev
+	pgbouncer
 )
 
 missing=()
@@ -23,4 +24,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The tests start PgBouncer themselves; the packaged service is not wanted.
+if command -v systemctl >/dev/null 2>&1; then
+	systemctl disable --now pgbouncer >/dev/null 2>&1 || true
+fi
+if [ -x /etc/init.d/pgbouncer ]; then
+	/etc/init.d/pgbouncer stop >/dev/null 2>&1 || true
 fi

@@ -2,7 +2,7 @@
 SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS dsync;
-SELECT plan(115);
+SELECT plan(127);
 
 -- functions, argument types and return types
 SELECT has_function('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb']);
@@ -120,8 +120,9 @@ SELECT is((SELECT array_agg(DISTINCT proparallel) FROM pg_proc
 							  'dsync_members')),
 	ARRAY['u']::"char"[], 'semaphore, event and membership functions are PARALLEL UNSAFE');
 -- none is STRICT: NULL arguments are errors that name the argument
-SELECT is((SELECT count(*) FROM pg_proc WHERE proname LIKE 'dsync\_%' AND proisstrict), 0::bigint,
-	'no dsync function is STRICT');
+SELECT is((SELECT count(*) FROM pg_proc WHERE proname LIKE 'dsync\_%' AND proisstrict
+			AND prorettype <> 'fdw_handler'::regtype), 0::bigint,
+	'no dsync function is STRICT (but its FDW handler)');
 SELECT is((SELECT count(*) FROM pg_proc WHERE proname LIKE 'dsync\_%' AND prosecdef), 0::bigint,
 	'no dsync function is SECURITY DEFINER');
 
@@ -132,8 +133,13 @@ SELECT function_privs_are('dsync_release', ARRAY['text', 'text'], 'public', ARRA
 SELECT function_privs_are('dsync_leader', ARRAY['text'], 'public', ARRAY['EXECUTE']);
 SELECT function_privs_are('dsync_assert_held', ARRAY['text', 'text'], 'public', ARRAY['EXECUTE']);
 SELECT function_privs_are('dsync_channel', ARRAY['text'], 'public', ARRAY['EXECUTE']);
-SELECT function_privs_are('dsync_lease_rows', ARRAY[]::text[], 'public', ARRAY['EXECUTE']);
+SELECT table_privs_are('dsync_lease_scan', 'public', ARRAY[]::text[]);
 SELECT function_privs_are('dsync_force_release', ARRAY['text', 'text'], 'public', ARRAY[]::text[]);
+SELECT function_privs_are('dsync_force_release', ARRAY['text', 'text', 'boolean'], 'public', ARRAY[]::text[]);
+SELECT function_privs_are('dsync_stats_reset', ARRAY[]::text[], 'public', ARRAY[]::text[]);
+SELECT table_privs_are('dsync_stats', 'public', ARRAY['SELECT']);
+SELECT table_privs_are('dsync_permit', 'public', ARRAY[]::text[]);
+SELECT sequence_privs_are('dsync_event_seq', 'public', ARRAY[]::text[]);
 SELECT table_privs_are('dsync_lease', 'public', ARRAY[]::text[]);
 SELECT sequence_privs_are('dsync_fencing_seq', 'public', ARRAY[]::text[]);
 SELECT table_privs_are('dsync_leases', 'public', ARRAY['SELECT']);
@@ -153,8 +159,11 @@ SELECT sequence_privs_are('dsync_signal_seq', 'public', ARRAY[]::text[]);
 
 -- the view
 SELECT has_view('dsync_leases');
-SELECT is((SELECT count(*) FROM pg_proc WHERE proname = 'dsync_lease_rows' AND provolatile = 'v' AND NOT proisstrict), 1::bigint,
-	'the view reads a volatile function (latest committed state, no SIREAD locks)');
+SELECT is((SELECT w.fdwname::text FROM pg_foreign_table ft
+			  JOIN pg_foreign_server s ON s.oid = ft.ftserver
+			  JOIN pg_foreign_data_wrapper w ON w.oid = s.srvfdw
+			 WHERE ft.ftrelid = 'dsync_lease_scan'::regclass), 'dsync',
+	'the view reads a foreign table served by dsync (latest committed state, no SIREAD locks, lookups by name)');
 SELECT columns_are('dsync_leases', ARRAY['lease', 'holder', 'fencing', 'permits', 'acquired_at',
 	'renewed_at', 'expires_at', 'ttl', 'info', 'owner']);
 SELECT col_type_is('dsync_leases', 'fencing', 'bigint');
@@ -172,6 +181,18 @@ SELECT indexes_are('dsync_lease', ARRAY['dsync_lease_pkey']);
 SELECT col_is_pk('dsync_lease', ARRAY['name', 'slot']);
 SELECT ok((SELECT reloptions @> ARRAY['fillfactor=50'] FROM pg_class WHERE oid = 'dsync_lease'::regclass),
 	'dsync_lease leaves room for HOT updates');
+-- a semaphore's permits: a holder's permit and a free one are one probe away
+SELECT indexes_are('dsync_permit', ARRAY['dsync_permit_pkey', 'dsync_permit_holder']);
+SELECT col_is_pk('dsync_permit', ARRAY['name', 'slot']);
+SELECT has_index('dsync_permit', 'dsync_permit_holder', ARRAY['name', 'holder']);
+
+-- who sends the events, and the counters
+SELECT has_view('dsync_stats');
+SELECT columns_are('dsync_stats', ARRAY['sender_pid', 'served', 'grants', 'renewals', 'releases',
+	'expiries', 'waits', 'wait_timeouts', 'wait_time', 'events_sent', 'events_lost',
+	'queue_used', 'queue_size']);
+SELECT is(pg_get_function_arguments('dsync_force_release(text,text,boolean)'::regprocedure),
+	'lease text, holder text, cancel_waits boolean', 'dsync_force_release with cancel_waits');
 
 -- the tables and sequence of semaphores, events and membership
 SELECT has_table('dsync_semaphore');
@@ -181,11 +202,13 @@ SELECT col_is_pk('dsync_signal', ARRAY['name', 'seq']);
 SELECT has_table('dsync_member');
 SELECT col_is_pk('dsync_member', ARRAY['grp', 'member']);
 SELECT has_sequence('dsync_signal_seq');
+SELECT has_sequence('dsync_event_seq');
 
 -- every object belongs to the extension
 SELECT is((SELECT count(*) FROM pg_depend d JOIN pg_extension e ON d.refobjid = e.oid
-			WHERE e.extname = 'dsync' AND d.deptype = 'e'), 27::bigint,
-	'the extension owns its four tables, two sequences, two views and nineteen functions');
+			WHERE e.extname = 'dsync' AND d.deptype = 'e'), 36::bigint,
+	'the extension owns its five tables, foreign table, three sequences, three views, '
+	'twenty-two functions, foreign data wrapper and server');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -2,7 +2,9 @@
 SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS dsync;
-SELECT plan(103);
+SELECT plan(106);
+-- The range checks below, without the administrators' cap on ttl.
+SET LOCAL dsync.max_ttl = 0;
 
 SELECT throws_ok($$SELECT dsync_acquire(NULL, 'h')$$, '22004', 'argument "lease" must not be null');
 SELECT throws_ok($$SELECT dsync_acquire('l', NULL)$$, '22004', 'argument "holder" must not be null');
@@ -19,6 +21,11 @@ SELECT throws_ok($$SELECT dsync_acquire('l', 'h', '106750000 days')$$, '22008', 
 SELECT throws_ok($$SELECT dsync_acquire('l', 'h', '1 minute', '-1 second')$$, '22023', 'argument "wait" must not be negative');
 SELECT throws_ok($$SELECT dsync_acquire('l', 'h', '1 minute', '300000 years')$$, '22015', 'argument "wait" is out of range');
 SELECT throws_ok($$SELECT dsync_acquire('l', 'h', info => '{')$$, '22P02');
+SET LOCAL dsync.max_ttl = '1h';
+SELECT throws_ok($$SELECT dsync_acquire('l', 'h', '61 minutes')$$, '22023', 'argument "ttl" exceeds dsync.max_ttl');
+SELECT throws_ok($$SELECT dsync_join('g', 'm', '2 hours')$$, '22023', 'argument "ttl" exceeds dsync.max_ttl');
+SELECT throws_ok($$SELECT dsync_renew('l', 'h', '1 day')$$, '22023', 'argument "ttl" exceeds dsync.max_ttl');
+SET LOCAL dsync.max_ttl = 0;
 
 SELECT throws_ok($$SELECT dsync_renew(NULL, 'h')$$, '22004', 'argument "lease" must not be null');
 SELECT throws_ok($$SELECT dsync_renew('l', '')$$, '22023', 'argument "holder" must not be empty');

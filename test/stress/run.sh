@@ -13,9 +13,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 bin=$(mktemp -d /tmp/dsync-stress.XXXXXX)
 hogs=()
 stop_hogs() {
-	[ ${#hogs[@]} -gt 0 ] && kill "${hogs[@]}" 2>/dev/null && wait "${hogs[@]}" 2>/dev/null
+	if [ ${#hogs[@]} -gt 0 ]; then
+		kill "${hogs[@]}" 2>/dev/null || true
+		wait "${hogs[@]}" 2>/dev/null || true
+	fi
 	hogs=()
-	return 0
 }
 start_hogs() {
 	for _ in $(seq "$(nproc)"); do
@@ -27,7 +29,7 @@ start_hogs() {
 trap 'stop_hogs; rm -rf "$bin"' EXIT
 cc -O2 -Wall -Wextra -Werror -I"$(pg_config --includedir)" "$here/lease_stress.c" \
 	-L"$(pg_config --libdir)" -lpq -o "$bin/lease_stress"
-[ "${STRESS_HOG:-0}" = 1 ] && start_hogs
+if [ "${STRESS_HOG:-0}" = 1 ]; then start_hogs; fi
 status=0
 "$bin/lease_stress" "${STRESS_CLIENTS:-16}" "${STRESS_SECONDS:-20}" "${STRESS_LEASES:-3}" || status=1
 "$bin/lease_stress" fair "${FAIR_CLIENTS:-8}" "${FAIR_ROUNDS:-20}" || status=1
@@ -38,7 +40,7 @@ else
 	echo "ok     the fairness check catches clients that cut in (the failure above is expected)"
 fi
 "$bin/lease_stress" semaphore "${SEM_CLIENTS:-16}" "${SEM_SECONDS:-20}" "${SEM_PERMITS:-3}" || status=1
-[ "${STRESS_HOG:-0}" = 1 ] || start_hogs
+if [ "${STRESS_HOG:-0}" != 1 ]; then start_hogs; fi
 "$bin/lease_stress" fair "${FAIR_CLIENTS:-8}" "${FAIR_ROUNDS:-20}" || status=1
 stop_hogs
 exit $status
