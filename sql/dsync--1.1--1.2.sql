@@ -7,9 +7,9 @@
 
 /*
  * One row per permit of a semaphore (slot 0 to permits - 1), free when
- * holder is NULL.  Besides the primary key, (name, holder) is indexed, so
- * that finding the permit a holder has, or a free one, is one index probe
- * whatever the number of holders.  A grant or release changes holder and
+ * holder is NULL.  Besides the primary key, (name, holder, slot) is
+ * indexed, so that finding the permit a holder has, or a free one (from a
+ * given slot on), is one index probe whatever the number of holders.  A grant or release changes holder and
  * so is not a HOT update; renewals are.  Not dumped: a restored semaphore
  * makes its permit rows again as they are taken.
  */
@@ -27,7 +27,7 @@ CREATE TABLE @extschema@.dsync_permit (
 	CONSTRAINT dsync_permit_pkey PRIMARY KEY (name, slot)
 ) WITH (fillfactor = 50);
 
-CREATE INDEX dsync_permit_holder ON @extschema@.dsync_permit (name, holder);
+CREATE INDEX dsync_permit_holder ON @extschema@.dsync_permit (name, holder, slot);
 
 REVOKE ALL ON TABLE @extschema@.dsync_permit FROM PUBLIC;
 

@@ -326,10 +326,12 @@ extern DsyncScan *DsyncScanKey(DsyncStore *store, text *name, Datum second);
 extern DsyncScan *DsyncScanFrom(DsyncStore *store, text *name, int32 slot);
 extern DsyncScan *DsyncScanLast(DsyncStore *store, text *name);
 extern DsyncScan *DsyncScanHolder(DsyncStore *store, text *name, text *holder);
+extern DsyncScan *DsyncScanFree(DsyncStore *store, text *name, int32 from_slot);
 extern DsyncScan *DsyncScanAll(DsyncStore *store);
 extern DsyncRow *DsyncScanNext(DsyncScan *scan);
 extern void DsyncScanEnd(DsyncScan *scan);
 extern List *DsyncScanList(DsyncScan *scan);
+extern void DsyncRowFree(DsyncStore *store, DsyncRow *row);
 
 extern TM_Result DsyncStoreLock(DsyncStore *store, DsyncRow *row,
 								LockTupleMode mode, LockWaitPolicy policy);

@@ -294,6 +294,10 @@ ExpiryRebuild(void)
 	const DsyncCatalog *catalog = DsyncCatalogFromExtension();
 	static const DsyncTable tables[] = {DSYNC_TABLE_LEASE, DSYNC_TABLE_PERMIT};
 
+	MemoryContext row_cxt = AllocSetContextCreate(CurrentMemoryContext, "dsync rebuild row",
+												  ALLOCSET_SMALL_SIZES);
+	MemoryContext oldcontext;
+
 	ExpiryReset();
 	for (int i = 0; i < (int) lengthof(tables); i++)
 	{
@@ -306,6 +310,7 @@ ExpiryRebuild(void)
 		DsyncStoreOpenCatalog(&store, catalog, tables[i], false);
 		store.tolerant = true;
 		scan = DsyncScanAll(&store);
+		oldcontext = MemoryContextSwitchTo(row_cxt);
 		while ((row = DsyncScanNext(scan)) != NULL)
 		{
 			TimestampTz deadline = row->nulls[Anum_lease_holder - 1] ?
@@ -315,8 +320,9 @@ ExpiryRebuild(void)
 				ExpirySchedule(tables[i] == DSYNC_TABLE_LEASE ? EXPIRY_LEASE : EXPIRY_PERMIT,
 							   TextDatumGetCString(row->values[Anum_lease_name - 1]), NULL,
 							   DsyncRowSlot(row), deadline);
-			pfree(row);
+			MemoryContextReset(row_cxt);
 		}
+		MemoryContextSwitchTo(oldcontext);
 		DsyncScanEnd(scan);
 		DsyncStoreClose(&store);
 	}
@@ -330,16 +336,19 @@ ExpiryRebuild(void)
 		DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_MEMBER, false);
 		store.tolerant = true;
 		scan = DsyncScanAll(&store);
+		oldcontext = MemoryContextSwitchTo(row_cxt);
 		while ((row = DsyncScanNext(scan)) != NULL)
 		{
 			ExpirySchedule(EXPIRY_MEMBER, TextDatumGetCString(row->values[Anum_member_grp - 1]),
 						   TextDatumGetCString(row->values[Anum_member_member - 1]), 0,
 						   DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]));
-			pfree(row);
+			MemoryContextReset(row_cxt);
 		}
+		MemoryContextSwitchTo(oldcontext);
 		DsyncScanEnd(scan);
 		DsyncStoreClose(&store);
 	}
+	MemoryContextDelete(row_cxt);
 }
 
 /*
@@ -594,7 +603,10 @@ ReapTable(FunctionCallInfo fcinfo, DsyncTable table)
 		TimestampTz idle_at = released ? ExpiryIdleDeadline(row) : 0;
 
 		if (DsyncRowIsLive(row, now) || (released && (idle_at == 0 || idle_at > now)))
+		{
+			DsyncRowFree(&store, row);
 			continue;
+		}
 		if (released && table == DSYNC_TABLE_PERMIT &&
 			ExpiryPermitKept(store.catalog, DatumGetTextPP(row->values[Anum_lease_name - 1]),
 							 DsyncRowSlot(row)))

@@ -124,28 +124,36 @@ PermitExtraHolders(DsyncStore *permits_store, DsyncRow *plain, text *name, int p
 }
 
 /*
- * PermitLockFree
- *		Lock up to need permits below the count that are free (thorough:
- *		or held by a holder whose time has passed), without waiting.
- *		Returns how many it locked and the first of them; *changed if a
- *		row changed under us (look again).
+ * The slot this backend took last, and of which semaphore: the next search
+ * for a free permit of it starts after that slot.  Permits taken earlier in
+ * the same transaction (or so recently that nobody has pruned them yet)
+ * still have index entries as free ones, and a search from slot 0 would
+ * walk them all: filling a semaphore in one statement would cost the square
+ * of its size.
+ */
+static char permit_hint_name[DSYNC_NAME_MAX_BYTES + 1];
+static int32 permit_hint_slot = -1;
+
+/*
+ * PermitLockFreeFrom
+ *		PermitLockFree's scan from one slot on (thorough: every permit).
  */
 static int
-PermitLockFree(DsyncStore *store, text *name, int permits, int need, bool thorough,
-			   DsyncRow **first, bool *changed)
+PermitLockFreeFrom(DsyncStore *store, text *name, int permits, int32 from, int need,
+				   bool thorough, DsyncRow **first, bool *changed)
 {
-	DsyncScan  *scan = thorough ? DsyncScanName(store, name) :
-		DsyncScanHolder(store, name, NULL);
+	DsyncScan  *scan = thorough ? DsyncScanFrom(store, name, from) :
+		DsyncScanFree(store, name, from);
 	DsyncRow   *row;
 	int			locked = 0;
 
-	*first = NULL;
-	*changed = false;
 	while (locked < need && (row = DsyncScanNext(scan)) != NULL)
 	{
 		TM_Result	result;
 
-		if (DsyncRowSlot(row) >= permits || DsyncRowIsLive(row, GetCurrentTimestamp()))
+		if (DsyncRowSlot(row) >= permits)
+			break;				/* slots come in order: no more below the count */
+		if (DsyncRowIsLive(row, GetCurrentTimestamp()))
 			continue;
 		result = DsyncStoreLock(store, row, LockTupleNoKeyExclusive, LockWaitSkip);
 		if (result == TM_WouldBlock)
@@ -162,6 +170,40 @@ PermitLockFree(DsyncStore *store, text *name, int permits, int need, bool thorou
 		locked++;
 	}
 	DsyncScanEnd(scan);
+	return locked;
+}
+
+/*
+ * PermitLockFree
+ *		Lock up to need permits below the count that are free (thorough:
+ *		or held by a holder whose time has passed), without waiting, from
+ *		after the slot this backend took last, then from slot 0.  Returns
+ *		how many it locked and the first of them; *changed if a row changed
+ *		under us (look again).
+ */
+static int
+PermitLockFree(DsyncStore *store, text *name, int permits, int need, bool thorough,
+			   DsyncRow **first, bool *changed)
+{
+	int32		from = 0;
+	int			locked = 0;
+
+	*first = NULL;
+	*changed = false;
+	if (permit_hint_slot >= 0 && strlen(permit_hint_name) == VARSIZE_ANY_EXHDR(name) &&
+		memcmp(permit_hint_name, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name)) == 0)
+		from = permit_hint_slot + 1;
+	if (from > 0 && from < permits)
+		locked = PermitLockFreeFrom(store, name, permits, from, need, thorough,
+									first, changed);
+	if (locked < need && !*changed)
+		locked += PermitLockFreeFrom(store, name, Min(permits, from > 0 ? from : permits),
+									 0, need - locked, thorough, first, changed);
+	if (*first != NULL)
+	{
+		text_to_cstring_buffer(name, permit_hint_name, sizeof(permit_hint_name));
+		permit_hint_slot = DsyncRowSlot(*first);
+	}
 	return locked;
 }
 
@@ -296,8 +338,17 @@ DsyncPermitFill(const DsyncCatalog *catalog, text *name, int permits)
 	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_PERMIT, true);
 	scan = DsyncScanName(&store, name);
 	while ((row = DsyncScanNext(scan)) != NULL)
-		if (DsyncRowSlot(row) < permits)
+	{
+		/*
+		 * A row the reaper is removing (a permit left unused after an
+		 * earlier definition was dropped) is about to be gone: wait and
+		 * see, so that its slot is made again rather than lost.  The key
+		 * share lock conflicts with nothing a holder does.
+		 */
+		if (DsyncRowSlot(row) < permits &&
+			DsyncStoreLock(&store, row, LockTupleKeyShare, LockWaitBlock) != TM_Deleted)
 			present[DsyncRowSlot(row)] = true;
+	}
 	DsyncScanEnd(scan);
 
 	for (int32 slot = 0; slot < permits; slot++)
@@ -336,7 +387,7 @@ DsyncPermitDropFree(const DsyncCatalog *catalog, text *name)
 	if (!OidIsValid(catalog->rels[DSYNC_TABLE_PERMIT]))
 		return;
 	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_PERMIT, true);
-	scan = DsyncScanHolder(&store, name, NULL);
+	scan = DsyncScanFree(&store, name, 0);
 	while ((row = DsyncScanNext(scan)) != NULL)
 	{
 		if (DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitSkip) != TM_Ok ||

@@ -145,11 +145,13 @@ RoleScanTable(const DsyncCatalog *catalog, DsyncTable table, Oid roleid,
 	scan = DsyncScanAll(&store);
 	while ((row = DsyncScanNext(scan)) != NULL)
 	{
-		if (!RoleRowOwnedBy(table, row, roleid) || !RoleRowLive(table, row))
-			continue;
-		if (action == ROLE_COUNT)
+		if (!RoleRowOwnedBy(table, row, roleid) || !RoleRowLive(table, row) ||
+			action == ROLE_COUNT)
 		{
-			count++;
+			if (action == ROLE_COUNT && RoleRowOwnedBy(table, row, roleid) &&
+				RoleRowLive(table, row))
+				count++;
+			DsyncRowFree(&store, row);
 			continue;
 		}
 		if (DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitBlock) != TM_Ok ||

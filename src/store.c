@@ -75,7 +75,7 @@ struct DsyncScan
 	TableScanDesc hscan;		/* a whole-table scan */
 	TupleTableSlot *slot;
 	ScanDirection direction;
-	ScanKeyData keys[2];
+	ScanKeyData keys[3];
 };
 
 /*
@@ -314,6 +314,22 @@ DsyncStoreLoadRow(DsyncStore *store, HeapTuple tuple, DsyncRow *row)
 }
 
 /*
+ * DsyncRowFree
+ *		Free a row a scan returned, with its copied values, for loops over
+ *		a whole table that keep few of the rows they read.
+ */
+void
+DsyncRowFree(DsyncStore *store, DsyncRow *row)
+{
+	TupleDesc	desc = RelationGetDescr(store->rel);
+
+	for (int i = 0; i < desc->natts; i++)
+		if (!row->nulls[i] && !TupleDescAttr(desc, i)->attbyval)
+			pfree(DatumGetPointer(row->values[i]));
+	pfree(row);
+}
+
+/*
  * DsyncStoreCheckRow
  *		Refuse a damaged row: an error, or (for the reaper and the views,
  *		which must go on with the other rows) a warning and false.
@@ -461,9 +477,9 @@ DsyncScanLast(DsyncStore *store, text *name)
 
 /*
  * DsyncScanHolder
- *		The permits of a semaphore held (or last held) by holder, or with
- *		holder NULL the free ones: one probe of dsync_permit's (name,
- *		holder) index, whatever the number of permits.
+ *		The permits of a semaphore held (or last held) by holder: one probe
+ *		of dsync_permit's (name, holder, slot) index, whatever the number
+ *		of permits.
  */
 DsyncScan *
 DsyncScanHolder(DsyncStore *store, text *name, text *holder)
@@ -473,14 +489,28 @@ DsyncScanHolder(DsyncStore *store, text *name, text *holder)
 	Assert(store->table == DSYNC_TABLE_PERMIT && store->holder_index != NULL);
 	scan = DsyncScanBegin(store, store->holder_index, 2, ForwardScanDirection);
 	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
-	if (holder)
-		ScanKeyInit(&scan->keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ,
-					PointerGetDatum(holder));
-	else
-		ScanKeyEntryInitialize(&scan->keys[1], SK_ISNULL | SK_SEARCHNULL, 2,
-							   InvalidStrategy, InvalidOid, InvalidOid, InvalidOid,
-							   (Datum) 0);
+	ScanKeyInit(&scan->keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(holder));
 	return DsyncScanRescan(scan, 2);
+}
+
+/*
+ * DsyncScanFree
+ *		The free permits of a semaphore (holder NULL) from a slot on, in
+ *		slot order: one probe of the same index.
+ */
+DsyncScan *
+DsyncScanFree(DsyncStore *store, text *name, int32 from_slot)
+{
+	DsyncScan  *scan;
+
+	Assert(store->table == DSYNC_TABLE_PERMIT && store->holder_index != NULL);
+	scan = DsyncScanBegin(store, store->holder_index, 3, ForwardScanDirection);
+	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
+	ScanKeyEntryInitialize(&scan->keys[1], SK_ISNULL | SK_SEARCHNULL, 2,
+						   InvalidStrategy, InvalidOid, InvalidOid, InvalidOid, (Datum) 0);
+	ScanKeyInit(&scan->keys[2], 3, BTGreaterEqualStrategyNumber, F_INT4GE,
+				Int32GetDatum(from_slot));
+	return DsyncScanRescan(scan, 3);
 }
 
 /*
@@ -547,7 +577,7 @@ DsyncScanNext(DsyncScan *scan)
 		DsyncStoreLoadRow(scan->store, tuple, row);
 		if (DsyncStoreCheckRow(scan->store, row))
 			return row;
-		pfree(row);
+		DsyncRowFree(scan->store, row);
 	}
 }
 

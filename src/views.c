@@ -375,7 +375,12 @@ LeaseScanNextRow(LeaseScanState *state, Datum *values, bool *nulls)
 			continue;
 		}
 		if (!DsyncRowIsLive(row, GetCurrentTimestamp()))
+		{
+			/* Nothing else lives in this context yet: keep memory flat. */
+			Assert(CurrentMemoryContext == state->row_cxt);
+			MemoryContextReset(state->row_cxt);
 			continue;
+		}
 
 		values[0] = row->values[Anum_lease_name - 1];
 		nulls[0] = false;

@@ -9,6 +9,8 @@
 # It starts a throwaway PostgreSQL 15 server of its own (test/bench/
 # server.sh) and prints, never asserts:
 #
+# The server runs with synchronous_commit = off (costs are CPU, not fsync).
+#
 # 1. The view at a million names: dsync_lease holds BENCH_NAMES (1,000,000)
 #    released rows (written directly, as a long-running system that never
 #    removed them would have; dsync.idle_row_retention = -1 keeps them)
@@ -38,11 +40,12 @@ SECONDS_EACH=${BENCH_SECONDS:-5}
 ROUNDS=${BENCH_ROUNDS:-20}
 . "$top/test/bench/server.sh"
 bench_server_start scale "dsync.idle_row_retention = -1
+synchronous_commit = off
 max_connections = 120"
 
 psql_() { "$PGBIN/psql" -X -q -A -t -h "$WORKDIR" -p "$PORT" -U postgres -d postgres "$@"; }
 pgbench_() { "$PGBIN/pgbench" -h "$WORKDIR" -p "$PORT" -U postgres -n "$@" postgres; }
-ms() { date +%s%N | awk '{ printf "%d", $1 / 1000000 }'; }
+ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
 # The peak RssAnon (kB) of the backend that runs $1, above its level before.
 peak_memory() {
@@ -133,13 +136,16 @@ for r in $(seq "$ROUNDS"); do
 	psql_ -c "SELECT dsync_acquire('d$r', 'holder', '1 hour')" >/dev/null
 	dead=()
 	for k in 1 2 3; do
-		psql_ -c "SELECT dsync_acquire('d$r', 'dead$k', '30 s', '60 s')" >/dev/null 2>&1 &
+		# psql itself in the background (not a function: $! must be its pid).
+		"$PGBIN/psql" -X -q -A -t -h "$WORKDIR" -p "$PORT" -U postgres -d postgres \
+			-c "SELECT dsync_acquire('d$r', 'dead$k', '30 s', '60 s')" >/dev/null 2>&1 &
 		dead+=($!)
 		until [ "$(psql_ -c "SELECT count(*) FROM dsync_waiters WHERE holder = 'dead$k' AND name = 'd$r'")" = 1 ]; do
 			sleep 0.01
 		done
 	done
-	psql_ -c "SELECT dsync_acquire('d$r', 'live', '30 s', '60 s')" >/dev/null &
+	"$PGBIN/psql" -X -q -A -t -h "$WORKDIR" -p "$PORT" -U postgres -d postgres \
+		-c "SELECT dsync_acquire('d$r', 'live', '30 s', '60 s')" >/dev/null &
 	live=$!
 	until [ "$(psql_ -c "SELECT count(*) FROM dsync_waiters WHERE holder = 'live' AND name = 'd$r'")" = 1 ]; do
 		sleep 0.01

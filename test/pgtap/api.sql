@@ -184,7 +184,7 @@ SELECT ok((SELECT reloptions @> ARRAY['fillfactor=50'] FROM pg_class WHERE oid =
 -- a semaphore's permits: a holder's permit and a free one are one probe away
 SELECT indexes_are('dsync_permit', ARRAY['dsync_permit_pkey', 'dsync_permit_holder']);
 SELECT col_is_pk('dsync_permit', ARRAY['name', 'slot']);
-SELECT has_index('dsync_permit', 'dsync_permit_holder', ARRAY['name', 'holder']);
+SELECT has_index('dsync_permit', 'dsync_permit_holder', ARRAY['name', 'holder', 'slot']);
 
 -- who sends the events, and the counters
 SELECT has_view('dsync_stats');
