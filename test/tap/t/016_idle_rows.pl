@@ -15,6 +15,8 @@
 #     released permits go;
 #   - after a restart the reaper finds released rows again and removes
 #     them;
+#   - dsync.reap_batch_size is bounded, and 30,000 leases expiring together
+#     are cleared at the largest batch without the reaper restarting;
 #   - with 100,000 rows in the table, a view lookup by lease touches a
 #     handful of buffers (the set-returning function read them all).
 use strict;
@@ -88,6 +90,22 @@ $node->append_conf('postgresql.conf', "dsync.idle_row_retention = 2s\n");
 $node->restart;
 ok(wait_for($node, "SELECT count(*) = 0 FROM dsync_lease WHERE name LIKE 'kept-%'"),
 	'after a restart the reaper finds them and removes them');
+
+# --- settings are bounded to what works ------------------------------------------
+
+my ($ret, $out, $err) = $node->psql('postgres', "ALTER SYSTEM SET dsync.reap_batch_size = 1000000");
+like($err, qr/1000000 is outside the valid range for parameter "dsync.reap_batch_size" \(1 \.\. 10000\)/,
+	'dsync.reap_batch_size is bounded (it used to accept values that crash-looped the reaper)');
+$node->append_conf('postgresql.conf', "dsync.reap_batch_size = 10000\n");
+$node->reload;
+my $reaper = reaper_pid($node);
+q1($node, "SELECT count(dsync_acquire('mass-' || i, 'h', '1 second')) FROM generate_series(1, 30000) i");
+ok(wait_for($node, "SELECT count(*) = 0 FROM dsync_lease WHERE name LIKE 'mass-%' AND holder IS NOT NULL", 60),
+	'30,000 leases expiring together are cleared with the largest batch');
+is(q1($node, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'dsync reaper' AND datname = 'postgres'"),
+	$reaper, 'by the same reaper: it never ran out of lock table');
+$node->append_conf('postgresql.conf', "dsync.reap_batch_size = 100\n");
+$node->reload;
 
 # --- a lookup at 100,000 rows ---------------------------------------------------
 
