@@ -14,7 +14,10 @@ OBJS = \
 	src/views.o \
 	src/wait.o \
 	src/events.o \
+	src/dbslot.o \
+	src/queue.o \
 	src/launcher.o \
+	src/lifecycle.o \
 	src/reaper.o \
 	src/expiry.o \
 	src/semaphore.o \

@@ -1429,19 +1429,54 @@ ReadSender(PGconn *conn)
 }
 
 /*
+ * IsSender
+ *		Whether pid sent this database's dsync notifications lately
+ *		(dsync_stats.sender_pids: the database's workers take turns, so the
+ *		sender of a notification may have left by the time it is read): 1
+ *		yes, 0 no, -1 if the installed version cannot say.
+ */
+static int
+IsSender(PGconn *conn, int pid)
+{
+	char		pidtext[16];
+	const char *params[1] = {pidtext};
+	PGresult   *res;
+	int			result = -1;
+
+	snprintf(pidtext, sizeof(pidtext), "%d", pid);
+	res = PQexecParams(conn, "SELECT $1::integer = ANY (sender_pids) FROM dsync_stats",
+					   1, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		result = strcmp(PQgetvalue(res, 0, 0), "t") == 0 ? 1 : 0;
+	PQclear(res);
+	return result;
+}
+
+/*
  * FromSender
  *		Whether a notification was sent by dsync: any role may NOTIFY a
  *		dsync channel.  A pid we do not know makes us ask again, as the
- *		sender changes when its process is restarted.
+ *		sender changes whenever a worker comes to the database.
  */
 static bool
 FromSender(PGconn *conn, int *sender, int be_pid)
 {
+	int			known;
+
 	if (*sender < 0 || be_pid == *sender)
 		return true;
-	*sender = ReadSender(conn);
-	if (*sender < 0 || be_pid == *sender)
+	known = IsSender(conn, be_pid);
+	if (known < 0)
+	{
+		/* Before 1.2: only the current sender is known. */
+		*sender = ReadSender(conn);
+		known = *sender < 0 || be_pid == *sender;
+	}
+	if (known)
+	{
+		*sender = be_pid;
 		return true;
+	}
 	Note("ignoring a notification from process %d, which is not dsync's sender", be_pid);
 	return false;
 }

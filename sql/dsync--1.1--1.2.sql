@@ -121,7 +121,8 @@ CREATE FUNCTION @extschema@.dsync_stats_row(
 	OUT events_sent bigint,
 	OUT events_lost bigint,
 	OUT queue_used bigint,
-	OUT queue_size bigint)
+	OUT queue_size bigint,
+	OUT sender_pids integer[])
 RETURNS record
 AS 'MODULE_PATHNAME', 'dsync_stats_row'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED;
@@ -131,8 +132,10 @@ COMMENT ON FUNCTION @extschema@.dsync_stats_row() IS
 
 /*
  * One row for the current database.  sender_pid is the process that sends
- * this database's notifications: any role can NOTIFY a dsync channel, so
- * a client ignores notifications whose sender is another process.
+ * this database's notifications now, sender_pids every process that did in
+ * the last minute (workers take turns between databases): any role can
+ * NOTIFY a dsync channel, so a client ignores notifications whose sender
+ * is not among them.
  */
 CREATE VIEW @extschema@.dsync_stats AS
 SELECT s.* FROM @extschema@.dsync_stats_row() AS s;
@@ -151,6 +154,46 @@ COMMENT ON FUNCTION @extschema@.dsync_stats_reset() IS
 'administrators only: zero this database''s dsync_stats counters';
 
 REVOKE ALL ON FUNCTION @extschema@.dsync_stats_reset() FROM PUBLIC;
+
+-- Databases and their workers -----------------------------------------------
+
+CREATE FUNCTION @extschema@.dsync_database_slots(
+	OUT datid oid,
+	OUT state text,
+	OUT served boolean,
+	OUT worker_pid integer,
+	OUT worker_since timestamptz,
+	OUT next_deadline timestamptz,
+	OUT queued_bytes bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'dsync_database_slots'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.dsync_database_slots() IS
+'rows of the view dsync_databases';
+
+/*
+ * Every connectable database of the server and what dsync knows of it:
+ * "active" (has the extension; served says whether a worker can be given
+ * to it), "absent" (has none), "probe" (not looked at yet) or "no slot"
+ * (dsync.max_databases is too small to look at it).
+ */
+CREATE VIEW @extschema@.dsync_databases AS
+SELECT d.datname,
+	   COALESCE(s.state, 'no slot') AS state,
+	   COALESCE(s.served, false) AS served,
+	   s.worker_pid,
+	   s.worker_since,
+	   s.next_deadline,
+	   COALESCE(s.queued_bytes, 0) AS queued_bytes
+  FROM pg_catalog.pg_database AS d
+  LEFT JOIN @extschema@.dsync_database_slots() AS s ON s.datid = d.oid
+ WHERE d.datallowconn AND NOT d.datistemplate;
+
+COMMENT ON VIEW @extschema@.dsync_databases IS
+'which databases dsync serves, and their workers';
+
+GRANT SELECT ON @extschema@.dsync_databases TO PUBLIC;
 
 -- Administration ----------------------------------------------------------
 

@@ -20,16 +20,16 @@ PG_MODULE_MAGIC;
 void		_PG_init(void);
 
 /* Settings; see DsyncDefineSettings for what each one is for. */
-int			dsync_max_databases = 8;
-int			dsync_event_queue_size = 1024;
+int			dsync_max_databases = 512;
+int			dsync_event_queue_size = 16384;
 int			dsync_reap_batch_size = 100;
 int			dsync_restart_delay = 1000;
 bool		dsync_events = true;
 int			dsync_max_ttl = 86400;
 int			dsync_idle_row_retention = 600;
-
-/* The most shared memory all event queues together may take. */
-#define DSYNC_MAX_QUEUES_KB		(2 * 1024 * 1024)
+int			dsync_deadlines_in_memory = 100000;
+int			dsync_max_workers = 3;
+int			dsync_worker_idle_timeout = 60000;
 
 /*
  * DsyncDefineSettings
@@ -40,17 +40,33 @@ static void
 DsyncDefineSettings(void)
 {
 	DefineCustomIntVariable("dsync.max_databases",
-							"Maximum number of databases with a dsync reaper.",
-							"Each database that has the extension needs one slot and one "
-							"background worker (see max_worker_processes).",
-							&dsync_max_databases, 8, 1, 1024,
+							"Maximum number of databases dsync keeps track of.",
+							"Every connectable database takes a slot (about 400 bytes of shared "
+							"memory) so that dsync can look for the extension there; a database "
+							"with the extension and no slot is not served, and its clients are "
+							"warned.",
+							&dsync_max_databases, 512, 1, 10000,
 							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("dsync.max_workers",
+							"Maximum number of background worker slots dsync uses, its launcher included.",
+							"The launcher takes one; the others serve databases, each in turn "
+							"where work is due.  Count them in max_worker_processes.",
+							&dsync_max_workers, 3, 2, 64,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("dsync.worker_idle_timeout",
+							"Time after which a dsync worker with nothing to do leaves its database.",
+							"It leaves only if nothing is due there within that time either; "
+							"a worker comes back when a deadline comes or a lease changes "
+							"(started on demand).  -1 keeps workers for as long as no other "
+							"database needs them.",
+							&dsync_worker_idle_timeout, 60000, -1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("dsync.event_queue_size",
-							"Shared memory for each database's queue of lease events.",
-							"Committing transactions queue their events here and the reaper "
-							"sends them as notifications; if it is full, events are dropped "
-							"(never the changes themselves) and a warning is logged.",
-							&dsync_event_queue_size, 1024, 16, 256 * 1024,
+							"Shared memory for the queues of committed lease events of all databases.",
+							"Committing transactions queue their events here and a worker sends "
+							"them as notifications; if it is full, events are dropped (never the "
+							"changes themselves) and a warning is logged.",
+							&dsync_event_queue_size, 16384, 64, 2 * 1024 * 1024,
 							PGC_POSTMASTER, GUC_UNIT_KB, NULL, NULL, NULL);
 	DefineCustomIntVariable("dsync.reap_batch_size",
 							"Maximum number of expired leases cleared in one reaper transaction.",
@@ -83,17 +99,13 @@ DsyncDefineSettings(void)
 							"-1 keeps released rows for ever.",
 							&dsync_idle_row_retention, 600, -1, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("dsync.deadlines_in_memory",
+							"Most lease, permit and member deadlines a dsync worker keeps in memory.",
+							"It keeps the nearest ones and reads its tables again for the "
+							"next ones when those are used up; about 150 bytes each.",
+							&dsync_deadlines_in_memory, 100000, 100, 10000000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("dsync");
-
-	if ((int64) dsync_max_databases * dsync_event_queue_size > DSYNC_MAX_QUEUES_KB)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("dsync.max_databases times dsync.event_queue_size is more than %d MB",
-						DSYNC_MAX_QUEUES_KB / 1024),
-				 errdetail("Each database slot has its own event queue in shared memory: "
-						   "%d slots of %d kB were asked for.",
-						   dsync_max_databases, dsync_event_queue_size),
-				 errhint("Lower one of them.")));
 }
 
 /*

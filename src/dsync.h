@@ -145,43 +145,74 @@ typedef enum DsyncCounter
 
 /*
  * Background workers (launcher.c, reaper.c).  One slot per database that
- * has, or may have, the extension; each slot also carries that database's
- * event queue, which committing backends append to and its reaper drains.
+ * has, or may have, the extension.  At most dsync.max_workers databases
+ * have a worker (a "reaper") at a time; the launcher starts one where work
+ * is due and, when all are busy, asks the least busy to make way (see the
+ * state table in launcher.c).  Each slot has its database's queue of
+ * committed events, made of chunks of a pool shared by all databases.
  */
 typedef enum DsyncDbState
 {
 	DSYNC_DB_FREE = 0,			/* slot unused */
-	DSYNC_DB_PROBE,				/* may have the extension: start a reaper to see */
-	DSYNC_DB_ACTIVE,			/* has the extension: keep a reaper running */
-	DSYNC_DB_ABSENT				/* has no extension: no reaper */
+	DSYNC_DB_PROBE,				/* may have the extension: a worker must look */
+	DSYNC_DB_ACTIVE,			/* has the extension: a worker runs when work is due */
+	DSYNC_DB_ABSENT				/* has no extension: no worker */
 } DsyncDbState;
+
+/* Workers that served a database lately, to tell their notifications. */
+#define DSYNC_SENDER_HISTORY	16
+
+typedef struct DsyncSender
+{
+	int			pid;
+	TimestampTz until;			/* 0 while it serves */
+} DsyncSender;
 
 typedef struct DsyncDbSlot
 {
 	/* Protected by DsyncWorkerShared.lock. */
 	Oid			dbid;
 	DsyncDbState state;
-	int			pid;			/* its reaper, 0 if none */
-	int			pgprocno;		/* the reaper's PGPROC, for its latch */
+	int			pid;			/* its worker, 0 if none, -1 while starting */
+	int			pgprocno;		/* the worker's PGPROC, for its latch */
 	int			held_by;		/* pid of a backend that needs the database alone */
-	TimestampTz restart_after;	/* no reaper before this time */
-	pg_atomic_uint32 recheck;	/* the extension may have been dropped */
+	TimestampTz restart_after;	/* no worker before this time */
+	TimestampTz serving_since;	/* when its worker started serving */
+	bool		settled;		/* its worker has done a first pass */
+	TimestampTz wanted_since;	/* probe asked for, or first event queued unserved */
 	bool		start_warned;	/* launcher: said it could not start one */
-	TransactionId reaper_xid;	/* the reaper's clearing transaction, if any */
+	DsyncSender senders[DSYNC_SENDER_HISTORY];	/* newest first */
+	TransactionId reaper_xid;	/* the worker's clearing transaction, if any */
 
-	/* The next lease deadline the reaper knows of (0: none). */
+	pg_atomic_uint32 recheck;	/* the extension may have been dropped */
+	pg_atomic_uint32 yield;		/* launcher: let another database have the worker */
+	pg_atomic_uint32 wanted;	/* events are queued and no worker runs */
+
+	/* The next deadline of the database (0: none known). */
 	pg_atomic_uint64 next_deadline;
 
-	/* Event queue, protected by queue_lock; offsets grow forever. */
+	/* Event queue: a list of pool chunks, protected by queue_lock. */
 	LWLock	   *queue_lock;
-	uint64		queue_head;		/* where the next event is written */
-	uint64		queue_tail;		/* the oldest event not yet read */
-	uint64		queue_dropped;	/* events lost because the queue was full */
+	int			queue_first;	/* chunk read next, -1 if empty */
+	int			queue_last;		/* chunk written next, -1 if empty */
+	uint32		queue_read;		/* offset of the next entry in queue_first */
+	uint64		queue_bytes;	/* bytes queued */
+	uint64		queue_dropped;	/* events lost because the pool was full */
 	uint64		queue_dropped_announced;	/* of those, events for listeners */
-	char	   *queue;			/* dsync_event_queue_size bytes */
 
 	pg_atomic_uint64 counters[DSYNC_NUM_COUNTERS];
 } DsyncDbSlot;
+
+/* The event queues' shared pool of chunks. */
+#define DSYNC_CHUNK_SIZE		8192
+#define DSYNC_CHUNK_DATA		(DSYNC_CHUNK_SIZE - 8)
+
+typedef struct DsyncChunk
+{
+	int32		next;			/* the next chunk of its queue, or -1 */
+	uint32		used;			/* bytes of data written */
+	char		data[DSYNC_CHUNK_DATA];
+} DsyncChunk;
 
 typedef struct DsyncWorkerShared
 {
@@ -190,6 +221,14 @@ typedef struct DsyncWorkerShared
 	int			launcher_pgprocno;
 	bool		rescan;			/* launcher: look for new databases */
 	int			nslots;
+
+	/* The chunk pool: a free list under its own spinlock. */
+	slock_t		pool_lock;
+	int			pool_free;		/* first free chunk, -1 if none */
+	int			pool_nfree;
+	int			pool_size;		/* chunks in all */
+	DsyncChunk *chunks;
+
 	DsyncDbSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } DsyncWorkerShared;
 
@@ -201,6 +240,12 @@ extern int	dsync_restart_delay;
 extern bool dsync_events;
 extern int	dsync_max_ttl;
 extern int	dsync_idle_row_retention;
+extern int	dsync_deadlines_in_memory;
+extern int	dsync_max_workers;
+extern int	dsync_worker_idle_timeout;
+
+/* Workers for databases: dsync.max_workers counts the launcher too. */
+#define DSYNC_DB_WORKERS		(dsync_max_workers - 1)
 
 /* shmem.c */
 extern PGDLLIMPORT DsyncShared *dsync_shared;
@@ -209,11 +254,22 @@ extern void DsyncShmemInit(void);
 
 /* launcher.c */
 extern void DsyncLauncherRegister(void);
-extern void DsyncLifecycleInit(void);
-extern DsyncDbSlot *DsyncDbSlotFind(Oid dbid);
 extern void DsyncLauncherWake(void);
-extern void DsyncLauncherRequestProbe(Oid dbid);
 extern PGDLLEXPORT void dsync_launcher_main(Datum arg);
+
+/* lifecycle.c */
+extern void DsyncLifecycleInit(void);
+
+/* dbslot.c: the table of database slots */
+extern DsyncDbSlot *DsyncDbSlotLookup(Oid dbid);
+extern DsyncDbSlot *DsyncDbSlotAllocate(Oid dbid, bool reuse_absent);
+extern DsyncDbSlot *DsyncDbSlotFind(Oid dbid);
+extern bool DsyncDbSlotAvailable(Oid dbid);
+extern DsyncDbSlot *DsyncDbSlotClaim(Oid dbid, bool has_extension);
+extern void DsyncDbSlotWant(DsyncDbSlot *slot);
+extern void DsyncDbSlotSenderBegin(DsyncDbSlot *slot, int pid);
+extern void DsyncDbSlotSenderEnd(DsyncDbSlot *slot, int pid);
+extern const char *DsyncDbStateName(DsyncDbState state);
 
 /* reaper.c */
 extern PGDLLEXPORT void dsync_reaper_main(Datum arg);
@@ -426,14 +482,21 @@ extern void DsyncEventRecord(DsyncEventKind kind, const DsyncRow *row);
 extern void DsyncEventRecordRaw(DsyncEventKind kind, text *name, text *holder,
 								TimestampTz expires_at);
 extern void DsyncEventRecordRenewal(void);
-extern int	DsyncEventDrain(DsyncDbSlot *slot, List **events, uint64 *dropped,
-							uint64 *dropped_announced);
 extern char *DsyncEventPayload(const DsyncEvent *event);
 extern bool DsyncEventHasDeadline(DsyncEventKind kind);
 extern bool DsyncEventIsAnnounced(DsyncEventKind kind);
 extern const char *DsyncEventChannel(const char *name);
 extern void DsyncDeadlineLower(DsyncDbSlot *slot, TimestampTz deadline);
 extern void DsyncEventTimestamp(StringInfo buf, TimestampTz ts);
+
+/* queue.c: event queues in a shared pool of chunks */
+extern Size DsyncQueueEntrySize(const DsyncEvent *event);
+extern void DsyncQueuePoolInit(DsyncWorkerShared *shared, DsyncChunk *chunks, int nchunks);
+extern int	DsyncQueueFreeChunks(void);
+extern bool DsyncQueueAppend(DsyncDbSlot *slot, const DsyncEvent *event);
+extern void DsyncQueueReset(DsyncDbSlot *slot);
+extern int	DsyncQueueDrain(DsyncDbSlot *slot, List **events, uint64 *dropped,
+							uint64 *dropped_announced);
 
 /* stats.c */
 extern void DsyncStatAdd(DsyncCounter counter, int64 delta);

@@ -8,27 +8,31 @@
  * their commits on the cluster-wide notify lock (async.c, PreCommit_Notify).
  * Instead each backend keeps the events of its transaction in local memory
  * (dropping those of rolled-back savepoints), and its commit callback
- * appends them to its database's queue in shared memory, then sets the
- * reaper's latch.  The reaper sends whatever has accumulated in one
- * transaction of its own, so listeners get every committed change while
- * committers pay only for a short copy under an LWLock.
+ * appends them to its database's queue in shared memory (queue.c), then
+ * wakes the database's worker, or asks the launcher to start one.  The
+ * worker sends whatever has accumulated in one transaction of its own, so
+ * listeners get every committed change while committers pay only for a
+ * short copy under an LWLock.
  *
  * The commit callback runs after the commit record is written but before
  * the transaction's row locks are released, so the next change to the same
  * lease (which needs that row lock) is always queued after this one:
  * events of one lease are queued, and sent, in commit order.
  *
- * The queue also tells the reaper about every new deadline, so that it
- * never has to scan the table to know when to wake up next.  If the queue
- * is full, events are dropped rather than making commits wait; the reaper
- * notices, logs a warning and rebuilds its deadlines from the table, so
- * that expired leases are still cleared and announced.
+ * The queue also tells the worker about every new deadline, so that it
+ * never has to scan the table to know when to wake up next.  If the shared
+ * pool is full, events are dropped rather than making commits wait; the
+ * worker notices, logs a warning and rebuilds its deadlines from the
+ * table, so that expired leases are still cleared and announced.  Before
+ * commit, a backend makes sure its database has a slot, and warns its
+ * client if dsync cannot serve the database.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
@@ -40,19 +44,6 @@
 
 #include "dsync.h"
 
-/* An event as stored in a queue; name and holder bytes follow. */
-typedef struct DsyncQueueEntry
-{
-	uint32		len;			/* whole entry, MAXALIGN'd; 0: wrap to start */
-	uint16		kind;
-	uint16		namelen;
-	uint16		holderlen;
-	int32		slot;
-	int64		fencing;
-	TimestampTz expires_at;
-	char		data[FLEXIBLE_ARRAY_MEMBER];
-} DsyncQueueEntry;
-
 /* An event of the current transaction, with the nesting level it belongs to. */
 typedef struct DsyncPendingEvent
 {
@@ -63,9 +54,7 @@ typedef struct DsyncPendingEvent
 static List *pending_events = NIL;	/* in TopTransactionContext */
 static int64 pending_renewals = 0;	/* renewals made by this transaction */
 static bool callbacks_registered = false;
-static bool probe_requested = false;	/* once per backend */
 
-static Size DsyncEventEntrySize(const DsyncEvent *event);
 static void DsyncEventXactCallback(XactEvent event, void *arg);
 static void DsyncEventSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 									  SubTransactionId parentSubid, void *arg);
@@ -266,53 +255,17 @@ DsyncDeadlineLower(DsyncDbSlot *slot, TimestampTz deadline)
 }
 
 /*
- * DsyncQueueAppend
- *		Copy one event into a queue; false if it does not fit.  The caller
- *		holds the queue lock.
- */
-static bool
-DsyncQueueAppend(DsyncDbSlot *slot, const DsyncEvent *event)
-{
-	Size		size = (Size) dsync_event_queue_size * 1024;
-	int			namelen = strlen(event->name);
-	int			holderlen = strlen(event->holder);
-	uint32		len = DsyncEventEntrySize(event);
-	Size		pos = slot->queue_head % size;
-	Size		skip = (pos + len > size) ? size - pos : 0;
-	DsyncQueueEntry *entry;
-
-	if (slot->queue_head - slot->queue_tail + skip + len > size)
-		return false;
-	if (skip > 0)
-	{
-		/* Entries never wrap: mark the rest of the buffer as unused. */
-		((DsyncQueueEntry *) (slot->queue + pos))->len = 0;
-		slot->queue_head += skip;
-		pos = 0;
-	}
-	entry = (DsyncQueueEntry *) (slot->queue + pos);
-	entry->len = len;
-	entry->kind = (uint16) event->kind;
-	entry->namelen = namelen;
-	entry->holderlen = holderlen;
-	entry->slot = event->slot;
-	entry->fencing = event->fencing;
-	entry->expires_at = event->expires_at;
-	memcpy(entry->data, event->name, namelen);
-	memcpy(entry->data + namelen, event->holder, holderlen);
-	slot->queue_head += len;
-	return true;
-}
-
-/*
  * DsyncEventPublish
- *		Queue the committed transaction's events and wake the reaper.
+ *		Queue the committed transaction's events and see that a worker
+ *		comes for them.
  *
  * Runs in the commit callback, where an error would be a PANIC: nothing
- * here can fail.  Without a reaper slot for this database (it has not been
- * started yet, or dsync.max_databases is too small) the events are
- * dropped, and the launcher is asked, once per backend, to look at this
- * database: a starting reaper reads its deadlines from the table.
+ * here can fail.  The database's slot was made before commit
+ * (DsyncEventMakeRoom); if there was none to have, the backend has
+ * already been warned and the events are dropped.  A running worker is
+ * woken when there is something to announce or an earlier deadline; with
+ * no worker, the launcher is asked for one (DsyncDbSlotWant) or, for a
+ * deadline only, told the earlier time it must start one.
  */
 static void
 DsyncEventPublish(void)
@@ -320,22 +273,14 @@ DsyncEventPublish(void)
 	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
 	ListCell   *lc;
 	bool		wake = false;
+	bool		earlier = false;
 	int			procno;
 	uint64		dropped = 0;
 	uint64		dropped_announced = 0;
-	Size		size = (Size) dsync_event_queue_size * 1024;
+	Size		pool_bytes = (Size) dsync_workers->pool_size * DSYNC_CHUNK_DATA;
 
-	if (slot == NULL || slot->state == DSYNC_DB_ABSENT)
-	{
-		/* The extension is here, so the launcher missed it: tell it. */
-		if (!probe_requested)
-		{
-			probe_requested = true;
-			DsyncLauncherRequestProbe(MyDatabaseId);
-		}
-		if (slot == NULL)
-			return;
-	}
+	if (slot == NULL)
+		return;
 
 	LWLockAcquire(slot->queue_lock, LW_EXCLUSIVE);
 	if (slot->dbid != MyDatabaseId)
@@ -361,77 +306,100 @@ DsyncEventPublish(void)
 
 			DsyncDeadlineLower(slot, pe->event.expires_at);
 			if (before == 0 || (TimestampTz) before > pe->event.expires_at)
-				wake = true;
+				earlier = true;
 		}
 		if (DsyncEventIsAnnounced(pe->event.kind) && dsync_events)
 			wake = true;
 	}
 	slot->queue_dropped += dropped;
 	slot->queue_dropped_announced += dropped_announced;
-	if (slot->queue_head - slot->queue_tail > size / 2 || dropped > 0)
+	if (slot->queue_bytes > pool_bytes / 4 || dropped > 0)
 		wake = true;
 	LWLockRelease(slot->queue_lock);
 	DsyncEventCount(slot);
 
+	/* After queueing: a worker that leaves now sees the events (ReaperExit). */
 	procno = slot->pgprocno;
-	if (wake && procno >= 0)
-		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+	if (procno >= 0)
+	{
+		if (wake || earlier)
+			SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+	}
+	else if (wake)
+		DsyncDbSlotWant(slot);
+	else if (earlier)
+		DsyncLauncherWake();
 }
 
 /*
- * DsyncEventEntrySize
- *		Bytes an event takes in a queue.
+ * DsyncEventWarnUnserved
+ *		Tell the client, before its transaction commits, that its changes
+ *		will not be announced (nor expiries cleared) because dsync cannot
+ *		serve this database, and what to change.
  */
-static Size
-DsyncEventEntrySize(const DsyncEvent *event)
+static void
+DsyncEventWarnUnserved(DsyncDbSlot *slot)
 {
-	return MAXALIGN(offsetof(DsyncQueueEntry, data) + strlen(event->name) +
-					strlen(event->holder));
+	if (slot == NULL)
+		ereport(WARNING,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("dsync cannot serve database \"%s\": all %d database slots are in use",
+						get_database_name(MyDatabaseId), dsync_max_databases),
+				 errdetail("This transaction's lease changes are committed but not announced, "
+						   "and expired leases here are not cleared until a slot is free."),
+				 errhint("Raise dsync.max_databases and restart the server; the view "
+						 "dsync_databases shows which databases have a slot.")));
+	else if (slot->start_warned && slot->pid <= 0)
+		ereport(WARNING,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("dsync could not start a worker for database \"%s\"",
+						get_database_name(MyDatabaseId)),
+				 errdetail("All background worker slots are in use: lease changes are "
+						   "announced, and expired leases cleared, only once one is free."),
+				 errhint("Raise max_worker_processes: dsync needs dsync.max_workers (%d) of "
+						 "them, besides parallel query and other extensions.",
+						 dsync_max_workers)));
 }
 
 /*
  * DsyncEventMakeRoom
- *		Before committing, give a running reaper up to a second to make
- *		room in the queue for this transaction's events.
+ *		Before committing: make sure the database has a slot (warning the
+ *		client if it cannot), then give the workers up to a second to make
+ *		room in the shared event pool for this transaction's events.
  *
- * The commit callback cannot wait, so it drops what does not fit; this
- * makes that happen only when the reaper has stopped keeping up for a
- * whole second, not on every burst.  It is the one place where dsync
- * looks at something repeatedly (every millisecond, and only while the
- * queue is full).  A transaction with more events than the whole queue
+ * The commit callback can neither fail nor wait, so it drops what does not
+ * fit; this makes that happen only when the workers have stopped keeping
+ * up for a whole second, not on every burst.  It is the one place where
+ * dsync looks at something repeatedly (every millisecond, and only while
+ * the pool is full).  A transaction with more events than half the pool
  * holds does not wait.
  */
 static void
 DsyncEventMakeRoom(void)
 {
 	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
-	Size		size = (Size) dsync_event_queue_size * 1024;
+	Size		pool_bytes = (Size) dsync_workers->pool_size * DSYNC_CHUNK_DATA;
 	Size		needed = 0;
 	ListCell   *lc;
 
-	/* The reaper would only be waiting for itself. */
+	if (slot == NULL || slot->state != DSYNC_DB_ACTIVE)
+		slot = DsyncDbSlotClaim(MyDatabaseId, true);
+	DsyncEventWarnUnserved(slot);
+
+	/* A worker would only be waiting for itself. */
 	if (slot == NULL || slot->pid == MyProcPid)
 		return;
 	foreach(lc, pending_events)
-		needed += DsyncEventEntrySize(&((DsyncPendingEvent *) lfirst(lc))->event);
-	if (needed > size / 2)
+		needed += DsyncQueueEntrySize(&((DsyncPendingEvent *) lfirst(lc))->event);
+	if (needed > pool_bytes / 2)
 		return;
 
 	for (int waited = 0; waited < 1000; waited++)
 	{
-		Size		used;
-		int			procno;
-
-		LWLockAcquire(slot->queue_lock, LW_SHARED);
-		used = slot->queue_head - slot->queue_tail;
-		LWLockRelease(slot->queue_lock);
-		/* Twice what we need: the end of the buffer may be skipped. */
-		if (used + 2 * needed <= size)
+		/* Twice what we need: the end of a chunk may be left unused. */
+		if ((Size) DsyncQueueFreeChunks() * DSYNC_CHUNK_DATA >= 2 * needed + DSYNC_CHUNK_DATA)
 			return;
-		procno = slot->pgprocno;
-		if (procno < 0)
-			return;				/* no reaper to wait for */
-		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+		DsyncDbSlotWant(slot);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 1, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
@@ -466,72 +434,6 @@ DsyncEventXactCallback(XactEvent event, void *arg)
 		default:
 			break;
 	}
-}
-
-/*
- * DsyncEventDrain
- *		Take every queued event of a database, for its reaper.  Returns how
- *		many; *dropped gets (and resets) the count of events lost since the
- *		last call because the queue was full.
- */
-int
-DsyncEventDrain(DsyncDbSlot *slot, List **events, uint64 *dropped,
-				uint64 *dropped_announced)
-{
-	Size		size = (Size) dsync_event_queue_size * 1024;
-	uint64		tail;
-	uint64		head;
-	char	   *copy;
-	int			n = 0;
-
-	/*
-	 * Copy the bytes out under the lock and parse them afterwards: the
-	 * lock is what committing backends take in their commit callbacks.
-	 */
-	LWLockAcquire(slot->queue_lock, LW_EXCLUSIVE);
-	tail = slot->queue_tail;
-	head = slot->queue_head;
-	copy = palloc(head - tail + 1);
-	for (uint64 off = tail; off < head;)
-	{
-		Size		pos = off % size;
-		Size		chunk = Min(size - pos, head - off);
-
-		memcpy(copy + (off - tail), slot->queue + pos, chunk);
-		off += chunk;
-	}
-	slot->queue_tail = head;
-	*dropped = slot->queue_dropped;
-	*dropped_announced = slot->queue_dropped_announced;
-	slot->queue_dropped = 0;
-	slot->queue_dropped_announced = 0;
-	LWLockRelease(slot->queue_lock);
-
-	for (uint64 off = tail; off < head;)
-	{
-		Size		pos = off % size;
-		DsyncQueueEntry *entry = (DsyncQueueEntry *) (copy + (off - tail));
-		DsyncEvent *event;
-
-		if (size - pos < offsetof(DsyncQueueEntry, data) || entry->len == 0)
-		{
-			off += size - pos;	/* the writer wrapped to the start here */
-			continue;
-		}
-		event = palloc(sizeof(DsyncEvent));
-		event->kind = (DsyncEventKind) entry->kind;
-		event->slot = entry->slot;
-		event->fencing = entry->fencing;
-		event->seq = 0;
-		event->expires_at = entry->expires_at;
-		event->name = pnstrdup(entry->data, entry->namelen);
-		event->holder = pnstrdup(entry->data + entry->namelen, entry->holderlen);
-		*events = lappend(*events, event);
-		off += entry->len;
-		n++;
-	}
-	pfree(copy);
-	return n;
 }
 
 /*

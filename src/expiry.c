@@ -22,6 +22,17 @@
  * deletes it, so names used once do not pile up.  A semaphore's own
  * permit rows stay as long as its definition does.
  *
+ * Memory stays bounded whatever the tables hold: at most EXPIRY_MAX_ENTRIES
+ * deadlines are kept, the nearest ones, and a horizon says that every
+ * deadline not kept is at or after it.  A deadline at or after the horizon
+ * is not kept (a later read of the tables finds it); when there are too
+ * many, the latest are dropped and the horizon comes down to them.  When
+ * the horizon comes due, the tables are read again for the next nearest
+ * deadlines (ExpiryRescan), in one pass that keeps a bounded heap of the
+ * smallest.  At a million live leases the worker holds 100,000 deadlines
+ * (dsync.deadlines_in_memory) and reads the table once per 100,000
+ * expiries.
+ *
  * The clearing transaction publishes its xid (DsyncDbSlot.reaper_xid):
  * an acquirer that meets one of its row locks waits for it (store.c)
  * instead of reporting a free lease as busy.
@@ -33,6 +44,7 @@
 #include "access/xact.h"
 #include "commands/extension.h"
 #include "common/hashfn.h"
+#include "lib/binaryheap.h"
 #include "lib/pairingheap.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -46,6 +58,9 @@ PG_FUNCTION_INFO_V1(dsync_reap);
 
 /* How long to wait before looking again at a row someone has locked. */
 #define EXPIRY_BUSY_RETRY_MS	100
+
+/* The most deadlines kept in memory (and a quarter more before trimming). */
+#define EXPIRY_MAX_ENTRIES		dsync_deadlines_in_memory
 
 /*
  * An entry's key: the names point into expiry_cxt, so that an entry costs
@@ -70,6 +85,21 @@ typedef struct ExpiryEntry
 static HTAB *expiry_entries = NULL;
 static pairingheap *expiry_heap = NULL;
 static MemoryContext expiry_cxt = NULL;
+
+/* Every deadline not kept is at or after this (DT_NOEND: all are kept). */
+static TimestampTz expiry_horizon = DT_NOEND;
+
+/* A deadline read from the tables by a rescan, before it is kept. */
+typedef struct ExpiryFound
+{
+	ExpiryKind	kind;
+	int32		slot;
+	TimestampTz deadline;
+	char	   *name;
+	char	   *member;
+} ExpiryFound;
+
+static void ExpiryRescan(void);
 
 /*
  * ExpiryCompare
@@ -143,6 +173,7 @@ ExpiryReset(void)
 	expiry_heap->ph_compare = ExpiryCompare;
 	expiry_heap->ph_arg = NULL;
 	expiry_heap->ph_root = NULL;
+	expiry_horizon = DT_NOEND;
 }
 
 /*
@@ -155,10 +186,12 @@ ExpiryCount(void)
 	return expiry_entries ? hash_get_num_entries(expiry_entries) : 0;
 }
 
+static void ExpiryTrim(void);
+
 /*
  * ExpirySchedule
  *		Make sure a lease, permit or member is looked at no later than
- *		deadline.
+ *		deadline (if it is before the horizon; later, a rescan does).
  */
 static void
 ExpirySchedule(ExpiryKind kind, const char *name, const char *member, int32 slot,
@@ -177,7 +210,10 @@ ExpirySchedule(ExpiryKind kind, const char *name, const char *member, int32 slot
 	if (member)
 		key.hash ^= hash_bytes((const unsigned char *) member, strlen(member)) * 31;
 
-	entry = hash_search(expiry_entries, &key, HASH_ENTER, &found);
+	entry = hash_search(expiry_entries, &key, deadline < expiry_horizon ? HASH_ENTER : HASH_FIND,
+						&found);
+	if (entry == NULL)
+		return;					/* beyond the horizon: a rescan will find it */
 	if (found)
 	{
 		if (entry->deadline <= deadline)
@@ -192,6 +228,8 @@ ExpirySchedule(ExpiryKind kind, const char *name, const char *member, int32 slot
 	}
 	entry->deadline = deadline;
 	pairingheap_add(expiry_heap, &entry->node);
+	if (hash_get_num_entries(expiry_entries) > EXPIRY_MAX_ENTRIES + EXPIRY_MAX_ENTRIES / 4)
+		ExpiryTrim();
 }
 
 /*
@@ -208,6 +246,57 @@ ExpiryForget(ExpiryEntry *entry)
 	pfree(name);
 	if (member)
 		pfree(member);
+}
+
+/*
+ * ExpiryDeadlineOrder
+ *		qsort comparator: deadlines, earliest first.
+ */
+static int
+ExpiryDeadlineOrder(const void *a, const void *b)
+{
+	TimestampTz da = *(const TimestampTz *) a;
+	TimestampTz db = *(const TimestampTz *) b;
+
+	return (da > db) - (da < db);
+}
+
+/*
+ * ExpiryTrim
+ *		Keep only the EXPIRY_MAX_ENTRIES nearest deadlines; the horizon
+ *		comes down to the earliest one dropped.
+ */
+static void
+ExpiryTrim(void)
+{
+	long		n = hash_get_num_entries(expiry_entries);
+	TimestampTz *deadlines = palloc(sizeof(TimestampTz) * n);
+	TimestampTz cutoff;
+	HASH_SEQ_STATUS status;
+	ExpiryEntry *entry;
+	long		i = 0;
+	List	   *drop = NIL;
+	ListCell   *lc;
+
+	hash_seq_init(&status, expiry_entries);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		deadlines[i++] = entry->deadline;
+	qsort(deadlines, n, sizeof(TimestampTz), ExpiryDeadlineOrder);
+	cutoff = deadlines[EXPIRY_MAX_ENTRIES - 1];
+	pfree(deadlines);
+
+	hash_seq_init(&status, expiry_entries);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if (entry->deadline > cutoff)
+			drop = lappend(drop, entry);
+	foreach(lc, drop)
+	{
+		entry = lfirst(lc);
+		expiry_horizon = Min(expiry_horizon, entry->deadline);
+		pairingheap_remove(expiry_heap, &entry->node);
+		ExpiryForget(entry);
+	}
+	list_free(drop);
 }
 
 /*
@@ -252,9 +341,17 @@ ExpiryScheduleEvent(const DsyncEvent *event)
 TimestampTz
 ExpiryNext(void)
 {
-	if (pairingheap_is_empty(expiry_heap))
-		return 0;
-	return pairingheap_container(ExpiryEntry, node, pairingheap_first(expiry_heap))->deadline;
+	TimestampTz next = expiry_horizon == DT_NOEND ? 0 : expiry_horizon;
+
+	if (!pairingheap_is_empty(expiry_heap))
+	{
+		TimestampTz first = pairingheap_container(ExpiryEntry, node,
+												  pairingheap_first(expiry_heap))->deadline;
+
+		if (next == 0 || first < next)
+			next = first;
+	}
+	return next;
 }
 
 /*
@@ -285,20 +382,105 @@ ExpiryIdleDeadline(const DsyncRow *row)
 }
 
 /*
- * ExpiryRebuild
- *		Read every deadline from the tables.  In a transaction.
+ * ExpiryFoundOrder
+ *		binaryheap comparator: the latest deadline on top (a max-heap), so
+ *		that a rescan keeps the earliest ones.
  */
-void
-ExpiryRebuild(void)
+static int
+ExpiryFoundOrder(Datum a, Datum b, void *arg)
+{
+	TimestampTz da = ((ExpiryFound *) DatumGetPointer(a))->deadline;
+	TimestampTz db = ((ExpiryFound *) DatumGetPointer(b))->deadline;
+
+	return (da > db) - (da < db);
+}
+
+/*
+ * ExpiryRescanOffer
+ *		A deadline a rescan read: keep it among the nearest, or account for
+ *		it in the next horizon.
+ */
+static void
+ExpiryRescanOffer(binaryheap *found, int room, TimestampTz *rejected, ExpiryKind kind,
+				  const char *name, const char *member, int32 slot, TimestampTz deadline)
+{
+	ExpiryFound *f;
+
+	if (deadline == 0 || deadline < expiry_horizon)
+		return;					/* kept already, or nothing to watch */
+	if (found->bh_size >= room)
+	{
+		ExpiryFound *top = (ExpiryFound *) DatumGetPointer(binaryheap_first(found));
+
+		if (deadline >= top->deadline)
+		{
+			*rejected = Min(*rejected, deadline);
+			return;
+		}
+		*rejected = Min(*rejected, top->deadline);
+		(void) binaryheap_remove_first(found);
+		pfree(top->name);
+		if (top->member)
+			pfree(top->member);
+		pfree(top);
+	}
+	f = palloc(sizeof(ExpiryFound));
+	f->kind = kind;
+	f->slot = slot;
+	f->deadline = deadline;
+	f->name = pstrdup(name);
+	f->member = member ? pstrdup(member) : NULL;
+	binaryheap_add(found, PointerGetDatum(f));
+}
+
+/*
+ * ExpiryRescan
+ *		Read the tables for the nearest deadlines at or after the horizon
+ *		(those before it are all kept already), as many as there is room
+ *		for, and move the horizon to the earliest one left out.  In a
+ *		transaction.
+ */
+static void
+ExpiryRescan(void)
 {
 	const DsyncCatalog *catalog = DsyncCatalogFromExtension();
-	static const DsyncTable tables[] = {DSYNC_TABLE_LEASE, DSYNC_TABLE_PERMIT};
-
-	MemoryContext row_cxt = AllocSetContextCreate(CurrentMemoryContext, "dsync rebuild row",
+	static const DsyncTable tables[] = {DSYNC_TABLE_LEASE, DSYNC_TABLE_PERMIT, DSYNC_TABLE_MEMBER};
+	int			room;
+	MemoryContext scan_cxt = AllocSetContextCreate(CurrentMemoryContext, "dsync rescan",
+												   ALLOCSET_DEFAULT_SIZES);
+	MemoryContext row_cxt = AllocSetContextCreate(scan_cxt, "dsync rescan row",
 												  ALLOCSET_SMALL_SIZES);
 	MemoryContext oldcontext;
+	binaryheap *found;
+	TimestampTz rejected = DT_NOEND;
 
-	ExpiryReset();
+	/*
+	 * Kept deadlines may lie beyond the horizon (leases re-filed at their
+	 * renewed expiry).  If they leave little room, let them go: this very
+	 * pass finds them again, so the pass always makes progress.
+	 */
+	if (hash_get_num_entries(expiry_entries) > EXPIRY_MAX_ENTRIES - EXPIRY_MAX_ENTRIES / 10)
+	{
+		HASH_SEQ_STATUS status;
+		ExpiryEntry *entry;
+		List	   *drop = NIL;
+		ListCell   *lc;
+
+		hash_seq_init(&status, expiry_entries);
+		while ((entry = hash_seq_search(&status)) != NULL)
+			if (entry->deadline >= expiry_horizon)
+				drop = lappend(drop, entry);
+		foreach(lc, drop)
+		{
+			pairingheap_remove(expiry_heap, &((ExpiryEntry *) lfirst(lc))->node);
+			ExpiryForget(lfirst(lc));
+		}
+		list_free(drop);
+	}
+	room = EXPIRY_MAX_ENTRIES - (int) hash_get_num_entries(expiry_entries);
+	oldcontext = MemoryContextSwitchTo(scan_cxt);
+	found = binaryheap_allocate(Max(room, 1), ExpiryFoundOrder, NULL);
+
 	for (int i = 0; i < (int) lengthof(tables); i++)
 	{
 		DsyncStore	store;
@@ -310,45 +492,53 @@ ExpiryRebuild(void)
 		DsyncStoreOpenCatalog(&store, catalog, tables[i], false);
 		store.tolerant = true;
 		scan = DsyncScanAll(&store);
-		oldcontext = MemoryContextSwitchTo(row_cxt);
+		MemoryContextSwitchTo(row_cxt);
 		while ((row = DsyncScanNext(scan)) != NULL)
 		{
-			TimestampTz deadline = row->nulls[Anum_lease_holder - 1] ?
-				ExpiryIdleDeadline(row) : DsyncRowExpiry(row);
-
-			if (deadline != 0)
-				ExpirySchedule(tables[i] == DSYNC_TABLE_LEASE ? EXPIRY_LEASE : EXPIRY_PERMIT,
-							   TextDatumGetCString(row->values[Anum_lease_name - 1]), NULL,
-							   DsyncRowSlot(row), deadline);
+			MemoryContextSwitchTo(scan_cxt);
+			if (tables[i] == DSYNC_TABLE_MEMBER)
+				ExpiryRescanOffer(found, room, &rejected, EXPIRY_MEMBER,
+								  TextDatumGetCString(row->values[Anum_member_grp - 1]),
+								  TextDatumGetCString(row->values[Anum_member_member - 1]), 0,
+								  DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]));
+			else
+				ExpiryRescanOffer(found, room, &rejected,
+								  tables[i] == DSYNC_TABLE_LEASE ? EXPIRY_LEASE : EXPIRY_PERMIT,
+								  TextDatumGetCString(row->values[Anum_lease_name - 1]), NULL,
+								  DsyncRowSlot(row),
+								  row->nulls[Anum_lease_holder - 1] ?
+								  ExpiryIdleDeadline(row) : DsyncRowExpiry(row));
 			MemoryContextReset(row_cxt);
+			MemoryContextSwitchTo(row_cxt);
 		}
-		MemoryContextSwitchTo(oldcontext);
+		MemoryContextSwitchTo(scan_cxt);
 		DsyncScanEnd(scan);
 		DsyncStoreClose(&store);
 	}
 
-	if (OidIsValid(catalog->rels[DSYNC_TABLE_MEMBER]))
+	/* The horizon moves first, so that what was found is kept. */
+	expiry_horizon = rejected;
+	while (!binaryheap_empty(found))
 	{
-		DsyncStore	store;
-		DsyncScan  *scan;
-		DsyncRow   *row;
+		ExpiryFound *f = (ExpiryFound *) DatumGetPointer(binaryheap_remove_first(found));
 
-		DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_MEMBER, false);
-		store.tolerant = true;
-		scan = DsyncScanAll(&store);
-		oldcontext = MemoryContextSwitchTo(row_cxt);
-		while ((row = DsyncScanNext(scan)) != NULL)
-		{
-			ExpirySchedule(EXPIRY_MEMBER, TextDatumGetCString(row->values[Anum_member_grp - 1]),
-						   TextDatumGetCString(row->values[Anum_member_member - 1]), 0,
-						   DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]));
-			MemoryContextReset(row_cxt);
-		}
-		MemoryContextSwitchTo(oldcontext);
-		DsyncScanEnd(scan);
-		DsyncStoreClose(&store);
+		ExpirySchedule(f->kind, f->name, f->member, f->slot, f->deadline);
 	}
-	MemoryContextDelete(row_cxt);
+	MemoryContextSwitchTo(oldcontext);
+	MemoryContextDelete(scan_cxt);
+}
+
+/*
+ * ExpiryRebuild
+ *		Start from the tables alone: keep the nearest deadlines of every
+ *		lease, permit and member.  In a transaction.
+ */
+void
+ExpiryRebuild(void)
+{
+	ExpiryReset();
+	expiry_horizon = DT_NOBEGIN;	/* nothing kept: everything is beyond */
+	ExpiryRescan();
 }
 
 /*
@@ -534,6 +724,13 @@ ExpiryReapDue(DsyncDbSlot *slot, bool *more)
 		DsyncStoreOpenCatalog(&stores[kind], catalog, tables[kind], true);
 		stores[kind].tolerant = true;
 	}
+
+	/* The kept deadlines are used up before the horizon: read on. */
+	if (expiry_horizon != DT_NOEND && expiry_horizon <= GetCurrentTimestamp() &&
+		(pairingheap_is_empty(expiry_heap) ||
+		 pairingheap_container(ExpiryEntry, node,
+							   pairingheap_first(expiry_heap))->deadline >= expiry_horizon))
+		ExpiryRescan();
 
 	while (!pairingheap_is_empty(expiry_heap))
 	{

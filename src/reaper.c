@@ -78,6 +78,12 @@ static MemoryContext reaper_loop_cxt = NULL;	/* reset every time round */
 static TimestampTz reaper_notify_retry = 0;
 static DsyncDbSlot *reaper_slot = NULL;
 
+/* The worker leaves of its own accord (made way, or idle): no failure. */
+static bool reaper_leaving = false;
+
+/* When the worker last had something to do. */
+static TimestampTz busy_at = 0;
+
 /* Numbers to skip before the next event: lost events keep theirs. */
 static uint64 reaper_seq_skip = 0;
 
@@ -132,7 +138,7 @@ ReaperKeepUnsent(List *events)
  *		Take the queued events: note their deadlines and keep the ones to
  *		announce.
  */
-static void
+static int
 ReaperDrainQueue(void)
 {
 	List	   *events = NIL;
@@ -142,7 +148,8 @@ ReaperDrainQueue(void)
 	ListCell   *lc;
 	MemoryContext oldcontext = MemoryContextSwitchTo(reaper_loop_cxt);
 
-	DsyncEventDrain(reaper_slot, &events, &dropped, &dropped_announced);
+	int			n = DsyncQueueDrain(reaper_slot, &events, &dropped, &dropped_announced);
+
 	foreach(lc, events)
 	{
 		DsyncEvent *event = lfirst(lc);
@@ -172,6 +179,7 @@ ReaperDrainQueue(void)
 		PopActiveSnapshot();
 		CommitTransactionCommand();
 	}
+	return n;
 }
 
 /*
@@ -299,30 +307,46 @@ ReaperSendUnsent(void)
 
 /*
  * ReaperExit
- *		Give the slot back and tell the launcher, whatever the reason.
+ *		Give the slot back and tell the launcher, whatever the reason.  If
+ *		events were queued meanwhile, the database needs a worker again
+ *		(backends saw this one and did not ask the launcher).
  */
 static void
 ReaperExit(int code, Datum arg)
 {
 	DsyncDbSlot *slot = &dsync_workers->slots[DatumGetInt32(arg)];
+	bool		queued;
 
 	LWLockAcquire(dsync_workers->lock, LW_EXCLUSIVE);
 	if (slot->pid == MyProcPid)
 	{
 		slot->pid = 0;
 		slot->pgprocno = -1;
+		slot->serving_since = 0;
+		slot->settled = false;
 		slot->reaper_xid = InvalidTransactionId;
-		slot->restart_after = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-														  dsync_restart_delay);
+		DsyncDbSlotSenderEnd(slot, MyProcPid);
+		pg_atomic_write_u32(&slot->yield, 0);
+		/* Making way is no failure: come back as soon as work is due. */
+		slot->restart_after = (reaper_leaving && code == 0) ? 0 :
+			TimestampTzPlusMilliseconds(GetCurrentTimestamp(), dsync_restart_delay);
 	}
 	dsync_workers->rescan = dsync_workers->rescan || code != 0;
 	LWLockRelease(dsync_workers->lock);
+
+	LWLockAcquire(slot->queue_lock, LW_SHARED);
+	queued = slot->queue_bytes > 0 || slot->queue_dropped > 0;
+	LWLockRelease(slot->queue_lock);
+	/* Also a worker that failed or was stopped comes back (after a delay). */
+	if ((queued || code != 0) && slot->state == DSYNC_DB_ACTIVE)
+		DsyncDbSlotWant(slot);
 	DsyncLauncherWake();
 }
 
 /*
  * ReaperSetState
- *		Record what the reaper found in its database.
+ *		Record what the worker found in its database.  A database without
+ *		the extension keeps no queue.
  */
 static void
 ReaperSetState(DsyncDbState state)
@@ -330,8 +354,35 @@ ReaperSetState(DsyncDbState state)
 	LWLockAcquire(dsync_workers->lock, LW_EXCLUSIVE);
 	reaper_slot->state = state;
 	LWLockRelease(dsync_workers->lock);
-	/* The launcher probes one database at a time: this one is done. */
+	if (state == DSYNC_DB_ABSENT)
+	{
+		LWLockAcquire(reaper_slot->queue_lock, LW_EXCLUSIVE);
+		if (reaper_slot->state == DSYNC_DB_ABSENT)
+			DsyncQueueReset(reaper_slot);
+		LWLockRelease(reaper_slot->queue_lock);
+		pg_atomic_write_u32(&reaper_slot->wanted, 0);
+		pg_atomic_write_u64(&reaper_slot->next_deadline, 0);
+	}
 	DsyncLauncherWake();
+}
+
+/*
+ * ReaperIdle
+ *		Whether the worker has had nothing to do for
+ *		dsync.worker_idle_timeout and nothing is due within that time
+ *		either: then it leaves, giving its background worker slot back to
+ *		the server (parallel query, other extensions), and the launcher
+ *		starts a worker again when the next deadline comes or a backend
+ *		queues events.
+ */
+static bool
+ReaperIdle(TimestampTz next, TimestampTz now)
+{
+	if (dsync_worker_idle_timeout < 0)
+		return false;
+	if (now < TimestampTzPlusMilliseconds(busy_at, dsync_worker_idle_timeout))
+		return false;
+	return next == 0 || next > TimestampTzPlusMilliseconds(now, dsync_worker_idle_timeout);
 }
 
 /*
@@ -353,7 +404,13 @@ ReaperClaimSlot(int slotno, Oid dbid)
 	{
 		slot->pid = MyProcPid;
 		slot->pgprocno = MyProc->pgprocno;
+		slot->serving_since = GetCurrentTimestamp();
+		slot->settled = false;
+		slot->wanted_since = 0;
 		pg_atomic_write_u32(&slot->recheck, 0);
+		pg_atomic_write_u32(&slot->yield, 0);
+		pg_atomic_write_u32(&slot->wanted, 0);
+		DsyncDbSlotSenderBegin(slot, MyProcPid);
 	}
 	else if (slot->pid == -1)
 		slot->pid = 0;
@@ -410,9 +467,11 @@ dsync_reaper_main(Datum arg)
 	ReaperSetState(DSYNC_DB_ACTIVE);
 	ereport(DEBUG1, (errmsg("dsync reaper started")));
 
+	busy_at = GetCurrentTimestamp();
 	for (;;)
 	{
 		TimestampTz next;
+		TimestampTz now;
 		long		sleep_ms = -1;
 		bool		more;
 		bool		recheck;
@@ -426,17 +485,21 @@ dsync_reaper_main(Datum arg)
 		}
 		recheck = pg_atomic_exchange_u32(&reaper_slot->recheck, 0) != 0;
 
-		ReaperDrainQueue();
+		if (ReaperDrainQueue() > 0)
+			busy_at = GetCurrentTimestamp();
 		do
 		{
 			more = false;
 			next = ExpiryNext();
-			if ((recheck || (next != 0 && next <= GetCurrentTimestamp())) &&
-				ExpiryReapDue(reaper_slot, &more) < 0)
+			if (recheck || (next != 0 && next <= GetCurrentTimestamp()))
 			{
-				/* DROP EXTENSION: nothing is left to look after here. */
-				ReaperSetState(DSYNC_DB_ABSENT);
-				proc_exit(0);
+				busy_at = GetCurrentTimestamp();
+				if (ExpiryReapDue(reaper_slot, &more) < 0)
+				{
+					/* DROP EXTENSION: nothing is left to look after here. */
+					ReaperSetState(DSYNC_DB_ABSENT);
+					proc_exit(0);
+				}
 			}
 			recheck = false;
 			/* What it cleared is in the queue now, in commit order. */
@@ -453,17 +516,44 @@ dsync_reaper_main(Datum arg)
 		next = ExpiryNext();
 		pg_atomic_write_u64(&reaper_slot->next_deadline, (uint64) next);
 		LWLockAcquire(reaper_slot->queue_lock, LW_SHARED);
-		if (reaper_slot->queue_head != reaper_slot->queue_tail)
+		if (reaper_slot->queue_bytes > 0 || reaper_slot->queue_dropped > 0)
 			sleep_ms = 0;
 		LWLockRelease(reaper_slot->queue_lock);
-		if (next != 0 && sleep_ms != 0)
-		{
-			TimestampTz now = GetCurrentTimestamp();
 
-			sleep_ms = next > now ? (long) ((next - now + 999) / 1000) : 0;
+		/*
+		 * The launcher wants this worker for a database with more urgent
+		 * work: leave, once everything taken from the queue is sent (a
+		 * NOTIFY that failed keeps it here), with the next deadline in the
+		 * slot so that the launcher brings a worker back in time.
+		 */
+		/* First pass done: from now on the launcher may ask us to make way. */
+		if (!reaper_slot->settled && sleep_ms != 0)
+		{
+			LWLockAcquire(dsync_workers->lock, LW_EXCLUSIVE);
+			reaper_slot->settled = true;
+			LWLockRelease(dsync_workers->lock);
+			DsyncLauncherWake();
 		}
+		now = GetCurrentTimestamp();
+		if (sleep_ms != 0 && reaper_unsent == NIL &&
+			(pg_atomic_read_u32(&reaper_slot->yield) != 0 || ReaperIdle(next, now)))
+		{
+			reaper_leaving = true;
+			proc_exit(0);
+		}
+		if (next != 0 && sleep_ms != 0)
+			sleep_ms = next > now ? (long) ((next - now + 999) / 1000) : 0;
 		if (sleep_ms < 0 || sleep_ms > DSYNC_REAPER_SLEEP_CAP_MS)
 			sleep_ms = DSYNC_REAPER_SLEEP_CAP_MS;
+		/* Wake when the idle time is up, to leave then. */
+		if (dsync_worker_idle_timeout >= 0)
+		{
+			TimestampTz idle_end = TimestampTzPlusMilliseconds(busy_at, dsync_worker_idle_timeout);
+			long		idle_ms = idle_end > now ? (long) ((idle_end - now + 999) / 1000) : 0;
+
+			if (sleep_ms != 0 && idle_ms < sleep_ms)
+				sleep_ms = idle_ms;
+		}
 		if (reaper_unsent != NIL)
 		{
 			long		retry_ms = (long) ((reaper_notify_retry - GetCurrentTimestamp() + 999) / 1000);

@@ -52,8 +52,18 @@ DsyncShmemSize(void)
 }
 
 /*
+ * DsyncPoolChunks
+ *		Chunks in the shared event pool: dsync.event_queue_size in all.
+ */
+static int
+DsyncPoolChunks(void)
+{
+	return (int) (((Size) dsync_event_queue_size * 1024) / DSYNC_CHUNK_SIZE);
+}
+
+/*
  * DsyncWorkerShmemSize
- *		Bytes for the worker slots and their event queues.
+ *		Bytes for the database slots and the event pool.
  */
 static Size
 DsyncWorkerShmemSize(void)
@@ -63,38 +73,42 @@ DsyncWorkerShmemSize(void)
 	size = add_size(offsetof(DsyncWorkerShared, slots),
 					mul_size(dsync_max_databases, sizeof(DsyncDbSlot)));
 	size = MAXALIGN(size);
-	return add_size(size, mul_size(dsync_max_databases,
-								   (Size) dsync_event_queue_size * 1024));
+	return add_size(size, mul_size(DsyncPoolChunks(), sizeof(DsyncChunk)));
 }
 
 /*
  * DsyncWorkerShmemInit
- *		Lay out the worker slots, each with its queue and queue lock.  The
- *		named tranche holds dsync's main lock, the worker lock, then one
- *		lock per queue.
+ *		Lay out the database slots, each with its queue lock, and the
+ *		event pool.  The named tranche holds dsync's main lock, the worker
+ *		lock, then one lock per slot's queue.
  */
 static void
 DsyncWorkerShmemInit(void)
 {
 	LWLockPadded *locks = GetNamedLWLockTranche("dsync");
-	char	   *queues;
+	DsyncChunk *chunks;
 
 	memset(dsync_workers, 0, DsyncWorkerShmemSize());
 	dsync_workers->lock = &locks[1].lock;
 	dsync_workers->nslots = dsync_max_databases;
 	dsync_workers->launcher_pgprocno = -1;
-	queues = (char *) dsync_workers +
-		MAXALIGN(offsetof(DsyncWorkerShared, slots) +
-				 dsync_max_databases * sizeof(DsyncDbSlot));
+	chunks = (DsyncChunk *) ((char *) dsync_workers +
+							 MAXALIGN(offsetof(DsyncWorkerShared, slots) +
+									  dsync_max_databases * sizeof(DsyncDbSlot)));
+	DsyncQueuePoolInit(dsync_workers, chunks, DsyncPoolChunks());
 	for (int i = 0; i < dsync_max_databases; i++)
 	{
 		DsyncDbSlot *slot = &dsync_workers->slots[i];
 
 		slot->queue_lock = &locks[2 + i].lock;
-		slot->queue = queues + (Size) i * dsync_event_queue_size * 1024;
+		slot->queue_first = slot->queue_last = -1;
 		slot->pgprocno = -1;
 		pg_atomic_init_u64(&slot->next_deadline, 0);
 		pg_atomic_init_u32(&slot->recheck, 0);
+		pg_atomic_init_u32(&slot->yield, 0);
+		pg_atomic_init_u32(&slot->wanted, 0);
+		for (int c = 0; c < DSYNC_NUM_COUNTERS; c++)
+			pg_atomic_init_u64(&slot->counters[c], 0);
 	}
 }
 

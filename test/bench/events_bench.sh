@@ -277,7 +277,7 @@ BUILD=$WORKDIR/build
 mkdir "$BUILD"
 (
 	cd "$HERE"
-	cc -O2 -Wall -Wextra -Werror -I"$("$PG_CONFIG" --includedir)" events.c \
+	cc -O2 -Wall -Wextra -Werror -I"$("$PG_CONFIG" --includedir)" events.c benchlib.c \
 		-L"$("$PG_CONFIG" --libdir)" -lpq -o "$BUILD/events"
 )
 EVENTS=$BUILD/events

@@ -2,7 +2,7 @@
 SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS dsync;
-SELECT plan(127);
+SELECT plan(131);
 
 -- functions, argument types and return types
 SELECT has_function('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb']);
@@ -190,7 +190,14 @@ SELECT has_index('dsync_permit', 'dsync_permit_holder', ARRAY['name', 'holder', 
 SELECT has_view('dsync_stats');
 SELECT columns_are('dsync_stats', ARRAY['sender_pid', 'served', 'grants', 'renewals', 'releases',
 	'expiries', 'waits', 'wait_timeouts', 'wait_time', 'events_sent', 'events_lost',
-	'queue_used', 'queue_size']);
+	'queue_used', 'queue_size', 'sender_pids']);
+SELECT col_type_is('dsync_stats', 'sender_pids', 'integer[]');
+
+-- which databases dsync serves
+SELECT has_view('dsync_databases');
+SELECT columns_are('dsync_databases', ARRAY['datname', 'state', 'served', 'worker_pid',
+	'worker_since', 'next_deadline', 'queued_bytes']);
+SELECT table_privs_are('dsync_databases', 'public', ARRAY['SELECT']);
 SELECT is(pg_get_function_arguments('dsync_force_release(text,text,boolean)'::regprocedure),
 	'lease text, holder text, cancel_waits boolean', 'dsync_force_release with cancel_waits');
 
@@ -206,9 +213,9 @@ SELECT has_sequence('dsync_event_seq');
 
 -- every object belongs to the extension
 SELECT is((SELECT count(*) FROM pg_depend d JOIN pg_extension e ON d.refobjid = e.oid
-			WHERE e.extname = 'dsync' AND d.deptype = 'e'), 36::bigint,
-	'the extension owns its five tables, foreign table, three sequences, three views, '
-	'twenty-two functions, foreign data wrapper and server');
+			WHERE e.extname = 'dsync' AND d.deptype = 'e'), 38::bigint,
+	'the extension owns its five tables, foreign table, three sequences, four views, '
+	'twenty-three functions, foreign data wrapper and server');
 
 SELECT * FROM finish();
 ROLLBACK;

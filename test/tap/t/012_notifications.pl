@@ -114,20 +114,21 @@ cmp_ok($after_crash, '>', $after, 'seq keeps increasing across a crash');
 # --- lost events leave a gap --------------------------------------------------
 
 $listener->quit;
-$node->append_conf('postgresql.conf', "dsync.event_queue_size = 16kB\n");
+$node->append_conf('postgresql.conf', "dsync.event_queue_size = 64kB\n");
 $node->restart;
 $listener = Listener->new($node);
 my $last = last_seq('lost');
 $ch = $listener->listen('lost');
 q1($node, "SELECT dsync_stats_reset()");
-# More events than half the queue: the transaction does not wait for room.
-q1($node, "SELECT count(dsync_event_set('lost')) FROM generate_series(1, 1000)");
+# More events than half the queue (the smallest allowed, 64 kB, holds about
+# 1,600): the transaction does not wait for room.
+q1($node, "SELECT count(dsync_event_set('lost')) FROM generate_series(1, 3000)");
 my $lost = 0;
 wait_for($node, "SELECT events_lost > 0 FROM dsync_stats");
 $lost = q1($node, "SELECT events_lost FROM dsync_stats");
-cmp_ok($lost, '>', 0, 'events were lost (the queue is 16 kB)');
-@n = $listener->take($ch, 1000 - $lost);
-is(scalar(@n), 1000 - $lost, 'the events that were not lost arrive');
+cmp_ok($lost, '>', 0, 'events were lost (the queue is 64 kB)');
+@n = $listener->take($ch, 3000 - $lost);
+is(scalar(@n), 3000 - $lost, 'the events that were not lost arrive');
 @seq = map { $_->{json}{seq} // 0 } @n;
 is($seq[0] - $last - 1, $lost, 'the gap in seq before them is exactly the number lost');
 is(scalar(grep { $seq[$_] != $seq[ $_ - 1 ] + 1 } 1 .. $#seq), 0,

@@ -1,0 +1,274 @@
+/*-------------------------------------------------------------------------
+ *
+ * dbslot.c
+ *		The table of database slots in shared memory: which databases have
+ *		the extension, which have a worker now, and what they wait for.
+ *
+ * One slot per database that has, or may have, the extension
+ * (dsync.max_databases of them).  A slot's state says what is known of
+ * the database; its pid says whether a worker serves it now.  The
+ * launcher (launcher.c) moves slots along this table; workers (reaper.c),
+ * committing backends (events.c) and the utility hooks (lifecycle.c)
+ * report to it:
+ *
+ *	state	pid		meaning					leaves when
+ *	------	----	----------------------	----------------------------------
+ *	FREE	0		unused					a database is found or commits
+ *												dsync changes -> PROBE / ACTIVE
+ *	PROBE	0		may have the extension	launcher starts a worker -> pid -1
+ *	PROBE	-1, >0	a worker looks			worker finds it -> ACTIVE, or
+ *												not -> ABSENT (and exits)
+ *	ACTIVE	0		has it; no worker now	work is due (a deadline has come,
+ *												or events wait: "wanted") and a
+ *												worker is free -> pid -1
+ *	ACTIVE	-1		worker starting			the worker claims it -> pid > 0;
+ *												it fails -> 0, retried after
+ *												dsync.restart_delay
+ *	ACTIVE	>0		served					the launcher needs the worker for
+ *												a database with more urgent work
+ *												("yield"), DROP DATABASE and
+ *												the like ("held"), or an error
+ *												-> 0; DROP EXTENSION -> ABSENT
+ *	ABSENT	0		no extension			CREATE EXTENSION commits, or a
+ *												backend commits dsync changes
+ *												-> ACTIVE; database dropped ->
+ *												FREE
+ *
+ * A slot held by a backend (held_by: DROP DATABASE, ALTER DATABASE ...
+ * RENAME or SET TABLESPACE, CREATE DATABASE ... TEMPLATE) gets no worker
+ * while the statement runs.  A database with no slot (all in use) is not
+ * served: a backend that commits dsync changes there is told so with a
+ * WARNING (events.c), and dsync_databases shows which are.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/proc.h"
+#include "utils/timestamp.h"
+
+#include "dsync.h"
+
+/* Backend-local cache of this database's slot. */
+static DsyncDbSlot *my_slot = NULL;
+
+/*
+ * DsyncDbSlotLookup
+ *		The slot of a database, or NULL.  The caller holds the worker lock.
+ */
+DsyncDbSlot *
+DsyncDbSlotLookup(Oid dbid)
+{
+	for (int i = 0; i < dsync_workers->nslots; i++)
+	{
+		DsyncDbSlot *slot = &dsync_workers->slots[i];
+
+		if (slot->state != DSYNC_DB_FREE && slot->dbid == dbid)
+			return slot;
+	}
+	return NULL;
+}
+
+/*
+ * DsyncDbSlotAllocate
+ *		A slot for a database, made (in state PROBE) if it has none.  With
+ *		reuse_absent, the slot of a database known to lack the extension is
+ *		taken when no slot is free (for a database that has it: the other
+ *		one is probed again if it ever matters).  NULL if all are in use.
+ *		The caller holds the worker lock exclusively.
+ */
+DsyncDbSlot *
+DsyncDbSlotAllocate(Oid dbid, bool reuse_absent)
+{
+	DsyncDbSlot *slot = DsyncDbSlotLookup(dbid);
+	DsyncDbSlot *absent = NULL;
+
+	if (slot)
+		return slot;
+	for (int i = 0; i < dsync_workers->nslots; i++)
+	{
+		DsyncDbSlot *candidate = &dsync_workers->slots[i];
+
+		if (candidate->state == DSYNC_DB_FREE)
+		{
+			slot = candidate;
+			break;
+		}
+		if (reuse_absent && candidate->state == DSYNC_DB_ABSENT &&
+			candidate->pid == 0 && candidate->held_by == 0 && absent == NULL)
+			absent = candidate;
+	}
+	if (slot == NULL)
+		slot = absent;
+	if (slot == NULL)
+		return NULL;
+
+	slot->state = DSYNC_DB_PROBE;
+	slot->pid = 0;
+	slot->pgprocno = -1;
+	slot->held_by = 0;
+	slot->restart_after = 0;
+	slot->serving_since = 0;
+	slot->wanted_since = GetCurrentTimestamp();
+	slot->start_warned = false;
+	memset(slot->senders, 0, sizeof(slot->senders));
+	pg_atomic_write_u32(&slot->recheck, 0);
+	pg_atomic_write_u32(&slot->yield, 0);
+	pg_atomic_write_u32(&slot->wanted, 0);
+	pg_atomic_write_u64(&slot->next_deadline, 0);
+	for (int i = 0; i < DSYNC_NUM_COUNTERS; i++)
+		pg_atomic_write_u64(&slot->counters[i], 0);
+	/* Under the queue lock, so that no event lands in another database's queue. */
+	LWLockAcquire(slot->queue_lock, LW_EXCLUSIVE);
+	slot->dbid = dbid;
+	DsyncQueueReset(slot);
+	LWLockRelease(slot->queue_lock);
+	return slot;
+}
+
+/*
+ * DsyncDbSlotAvailable
+ *		Whether a database has a slot or could be given one now.
+ */
+bool
+DsyncDbSlotAvailable(Oid dbid)
+{
+	bool		available = false;
+
+	LWLockAcquire(dsync_workers->lock, LW_SHARED);
+	for (int i = 0; i < dsync_workers->nslots && !available; i++)
+	{
+		DsyncDbSlot *slot = &dsync_workers->slots[i];
+
+		available = slot->state == DSYNC_DB_FREE ||
+			(slot->dbid == dbid) ||
+			(slot->state == DSYNC_DB_ABSENT && slot->pid == 0 && slot->held_by == 0);
+	}
+	LWLockRelease(dsync_workers->lock);
+	return available;
+}
+
+/*
+ * DsyncDbSlotFind
+ *		This backend's view of a database's slot (NULL if none), cached:
+ *		a database keeps its slot while anyone is connected to it.
+ */
+DsyncDbSlot *
+DsyncDbSlotFind(Oid dbid)
+{
+	DsyncDbSlot *slot;
+
+	if (my_slot && my_slot->dbid == dbid && my_slot->state != DSYNC_DB_FREE)
+		return my_slot;
+	LWLockAcquire(dsync_workers->lock, LW_SHARED);
+	slot = DsyncDbSlotLookup(dbid);
+	LWLockRelease(dsync_workers->lock);
+	if (dbid == MyDatabaseId)
+		my_slot = slot;
+	return slot;
+}
+
+/*
+ * DsyncDbSlotClaim
+ *		Make sure a database has a slot; with has_extension (a backend has
+ *		just used it there), one in state ACTIVE, served when work is due.
+ *		NULL if every slot is in use.  Safe in commit callbacks: it only
+ *		takes an LWLock and sets a latch.
+ */
+DsyncDbSlot *
+DsyncDbSlotClaim(Oid dbid, bool has_extension)
+{
+	DsyncDbSlot *slot;
+
+	LWLockAcquire(dsync_workers->lock, LW_EXCLUSIVE);
+	slot = DsyncDbSlotAllocate(dbid, has_extension);
+	if (slot && (slot->state == DSYNC_DB_ABSENT || (has_extension && slot->state == DSYNC_DB_PROBE)))
+	{
+		slot->state = has_extension ? DSYNC_DB_ACTIVE : DSYNC_DB_PROBE;
+		slot->wanted_since = GetCurrentTimestamp();
+		slot->restart_after = 0;
+		/* A worker comes to read the tables, so service starts at once. */
+		if (has_extension)
+			pg_atomic_write_u32(&slot->wanted, 1);
+	}
+	if (slot && slot->state == DSYNC_DB_PROBE)
+		slot->restart_after = 0;
+	LWLockRelease(dsync_workers->lock);
+	if (dbid == MyDatabaseId)
+		my_slot = slot;
+	DsyncLauncherWake();
+	return slot;
+}
+
+/*
+ * DsyncDbSlotWant
+ *		Events wait in a database's queue and no worker may be running:
+ *		ask the launcher for one.  Safe in commit callbacks.
+ */
+void
+DsyncDbSlotWant(DsyncDbSlot *slot)
+{
+	int			procno = slot->pgprocno;
+
+	if (procno >= 0)
+	{
+		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+		return;
+	}
+	if (pg_atomic_exchange_u32(&slot->wanted, 1) == 0)
+	{
+		LWLockAcquire(dsync_workers->lock, LW_EXCLUSIVE);
+		slot->wanted_since = GetCurrentTimestamp();
+		LWLockRelease(dsync_workers->lock);
+		DsyncLauncherWake();
+	}
+}
+
+/*
+ * DsyncDbStateName
+ *		A state as the view dsync_databases shows it.
+ */
+const char *
+DsyncDbStateName(DsyncDbState state)
+{
+	switch (state)
+	{
+		case DSYNC_DB_PROBE:
+			return "probe";
+		case DSYNC_DB_ACTIVE:
+			return "active";
+		case DSYNC_DB_ABSENT:
+			return "absent";
+		default:
+			return "free";
+	}
+}
+
+/*
+ * DsyncDbSlotSenderBegin
+ *		The calling worker serves the slot's database from now on: note it
+ *		among the database's senders.  The caller holds the worker lock.
+ */
+void
+DsyncDbSlotSenderBegin(DsyncDbSlot *slot, int pid)
+{
+	memmove(&slot->senders[1], &slot->senders[0],
+			sizeof(DsyncSender) * (DSYNC_SENDER_HISTORY - 1));
+	slot->senders[0].pid = pid;
+	slot->senders[0].until = 0;
+}
+
+/*
+ * DsyncDbSlotSenderEnd
+ *		A worker stops serving the slot's database.  The caller holds the
+ *		worker lock.
+ */
+void
+DsyncDbSlotSenderEnd(DsyncDbSlot *slot, int pid)
+{
+	for (int i = 0; i < DSYNC_SENDER_HISTORY; i++)
+		if (slot->senders[i].pid == pid && slot->senders[i].until == 0)
+			slot->senders[i].until = GetCurrentTimestamp();
+}
+

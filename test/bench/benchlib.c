@@ -1,0 +1,527 @@
+/*
+ * benchlib.c: helpers shared by the libpq benchmark drivers; see
+ * benchlib.h.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "benchlib.h"
+
+
+
+void
+die(const char *fmt,...)
+{
+	va_list		ap;
+
+	fflush(stdout);
+	fprintf(stderr, "%s: ", bench_prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n");
+	exit(2);
+}
+
+void *
+xrealloc(void *p, size_t size)
+{
+	void	   *q = realloc(p, size);
+
+	if (q == NULL)
+		die("out of memory");
+	return q;
+}
+
+int64_t
+real_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t
+mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void
+sleep_us(int64_t us)
+{
+	struct timespec ts;
+
+	if (us <= 0)
+		return;
+	ts.tv_sec = us / 1000000;
+	ts.tv_nsec = (us % 1000000) * 1000;
+	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+		;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Connections and queries                                                */
+
+PGconn *
+connect_db(const char *dbname, const char *appname, const char *options)
+{
+	const char *keys[] = {"dbname", "application_name", "options", NULL};
+	const char *vals[] = {dbname, appname, options ? options : "", NULL};
+	PGconn	   *c = PQconnectdbParams(keys, vals, 1);
+
+	if (PQstatus(c) != CONNECTION_OK)
+		die("connection %s failed: %s", appname, PQerrorMessage(c));
+	return c;
+}
+
+/* Run sql with up to four text parameters; die unless it succeeds. */
+PGresult *
+run(PGconn *c, const char *sql, const char *p1, const char *p2,
+	const char *p3, const char *p4)
+{
+	const char *params[4] = {p1, p2, p3, p4};
+	int			n = p4 ? 4 : p3 ? 3 : p2 ? 2 : p1 ? 1 : 0;
+	PGresult   *r = PQexecParams(c, sql, n, NULL, params, NULL, NULL, 0);
+
+	if (PQresultStatus(r) != PGRES_TUPLES_OK && PQresultStatus(r) != PGRES_COMMAND_OK)
+		die("query failed: %s  %s", PQresultErrorMessage(r), sql);
+	return r;
+}
+
+/* Several statements in one string (LISTEN lists); die on error. */
+void
+run_script(PGconn *c, const char *sql)
+{
+	PGresult   *r = PQexec(c, sql);
+
+	if (PQresultStatus(r) != PGRES_TUPLES_OK && PQresultStatus(r) != PGRES_COMMAND_OK)
+		die("query failed: %s", PQresultErrorMessage(r));
+	PQclear(r);
+}
+
+int64_t
+int8_val(PGresult *r, int row, int col)
+{
+	if (PQntuples(r) <= row || PQgetisnull(r, row, col))
+		die("unexpected NULL or missing row (row %d, column %d)", row, col);
+	return strtoll(PQgetvalue(r, row, col), NULL, 10);
+}
+
+int64_t
+query_int8(PGconn *c, const char *sql, const char *p1, const char *p2, const char *p3)
+{
+	PGresult   *r = run(c, sql, p1, p2, p3, NULL);
+	int64_t		v = int8_val(r, 0, 0);
+
+	PQclear(r);
+	return v;
+}
+
+/* The schema-qualified name of the extension's lease table. */
+char *
+lease_table(PGconn *c)
+{
+	PGresult   *r = run(c, "SELECT quote_ident(extnamespace::regnamespace::text) || '.dsync_lease'"
+						"  FROM pg_extension WHERE extname = 'dsync'", NULL, NULL, NULL, NULL);
+	char	   *t;
+
+	if (PQntuples(r) != 1)
+		die("the dsync extension is not installed in this database");
+	t = strdup(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return t;
+}
+
+/*
+ * LISTEN on the channels, given as the rows of a query's first column, in
+ * one round trip.  Returns the channel names (malloc'd) in row order.
+ */
+char **
+listen_on(PGconn *listener, PGconn *helper, const char *channels_sql,
+		  const char *p1, const char *p2, const char *p3, int *count)
+{
+	PGresult   *r = run(helper, channels_sql, p1, p2, p3, NULL);
+	int			n = PQntuples(r);
+	char	  **names = calloc(n > 0 ? n : 1, sizeof(char *));
+	size_t		len = 0,
+				cap = 4096;
+	char	   *sql = xrealloc(NULL, cap);
+
+	if (names == NULL)
+		die("out of memory");
+	sql[0] = '\0';
+	for (int i = 0; i < n; i++)
+	{
+		const char *ch = PQgetvalue(r, i, 0);
+		char	   *id = PQescapeIdentifier(listener, ch, strlen(ch));
+		size_t		need;
+
+		if (id == NULL)
+			die("cannot quote a channel name: %s", PQerrorMessage(listener));
+		need = len + strlen(id) + 16;
+		if (need > cap)
+		{
+			cap = need * 2;
+			sql = xrealloc(sql, cap);
+		}
+		len += sprintf(sql + len, "LISTEN %s;", id);
+		PQfreemem(id);
+		names[i] = strdup(ch);
+	}
+	PQclear(r);
+	if (n > 0)
+		run_script(listener, sql);
+	free(sql);
+	*count = n;
+	return names;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Samples                                                                */
+
+
+void
+push(Samples *s, double x)
+{
+	if (s->n == s->cap)
+	{
+		s->cap = s->cap ? s->cap * 2 : 256;
+		s->v = xrealloc(s->v, s->cap * sizeof(double));
+	}
+	s->v[s->n++] = x;
+	s->sorted = false;
+}
+
+int
+cmp_double(const void *x, const void *y)
+{
+	double		a = *(const double *) x,
+				b = *(const double *) y;
+
+	return a < b ? -1 : a > b;
+}
+
+/* Nearest-rank percentile; p50 is the usual median.  0 when empty. */
+double
+pct(Samples *s, double p)
+{
+	int			k;
+
+	if (s->n == 0)
+		return 0;
+	if (!s->sorted)
+	{
+		qsort(s->v, s->n, sizeof(double), cmp_double);
+		s->sorted = true;
+	}
+	if (p == 50)
+		return s->n % 2 ? s->v[s->n / 2] : (s->v[s->n / 2 - 1] + s->v[s->n / 2]) / 2;
+	if (p <= 0)
+		return s->v[0];
+	k = (int) (p / 100.0 * s->n + 0.999999);
+	if (k < 1)
+		k = 1;
+	if (k > s->n)
+		k = s->n;
+	return s->v[k - 1];
+}
+
+int
+count_over(Samples *s, double limit)
+{
+	int			c = 0;
+
+	for (int i = 0; i < s->n; i++)
+		c += s->v[i] > limit;
+	return c;
+}
+
+void
+print_dist_header(void)
+{
+	printf("  %-52s %6s %9s %9s %9s %9s %9s\n", "(ms)", "n", "min", "median", "p90", "p99", "max");
+}
+
+void
+print_dist(const char *label, Samples *s)
+{
+	printf("  %-52s %6d %9.3f %9.3f %9.3f %9.3f %9.3f\n", label, s->n,
+		   pct(s, 0), pct(s, 50), pct(s, 90), pct(s, 99), pct(s, 100));
+}
+
+void
+emit_dist(const char *key, Samples *s)
+{
+	printf("@ %s_n %d\n", key, s->n);
+	if (s->n == 0)
+	{
+		printf("@ %s_median_ms NA\n@ %s_p99_ms NA\n@ %s_max_ms NA\n@ %s_min_ms NA\n",
+			   key, key, key, key);
+		return;
+	}
+	printf("@ %s_median_ms %.3f\n", key, pct(s, 50));
+	printf("@ %s_p99_ms %.3f\n", key, pct(s, 99));
+	printf("@ %s_max_ms %.3f\n", key, pct(s, 100));
+	printf("@ %s_min_ms %.3f\n", key, pct(s, 0));
+}
+
+/* ---------------------------------------------------------------------- */
+/* Event payloads                                                         */
+
+
+/* Pointer to the value of "key" in a flat JSON object, or NULL. */
+const char *
+json_value(const char *json, const char *key)
+{
+	char		pat[64];
+	const char *p = json;
+	size_t		len;
+
+	snprintf(pat, sizeof(pat), "\"%s\"", key);
+	len = strlen(pat);
+	while ((p = strstr(p, pat)) != NULL)
+	{
+		p += len;
+		while (*p == ' ')
+			p++;
+		if (*p == ':')
+		{
+			p++;
+			while (*p == ' ')
+				p++;
+			return p;
+		}
+	}
+	return NULL;
+}
+
+bool
+json_string(const char *p, char *out, size_t size)
+{
+	size_t		n = 0;
+
+	if (p == NULL || *p != '"')
+		return false;
+	for (p++; *p && *p != '"'; p++)
+	{
+		if (*p == '\\' && p[1])
+			p++;
+		if (n + 1 >= size)
+			return false;
+		out[n++] = *p;
+	}
+	out[n] = '\0';
+	return *p == '"';
+}
+
+/* "2026-11-21T10:00:30.5+00:00" (also a space for T, Z, +hh) to us. */
+bool
+parse_ts(const char *s, int64_t *us)
+{
+	struct tm	tm;
+	int			n = 0,
+				oh = 0,
+				om = 0,
+				sign = 1;
+	int64_t		frac = 0;
+	const char *p;
+	time_t		t;
+
+	memset(&tm, 0, sizeof(tm));
+	if (sscanf(s, "%4d-%2d-%2d%*1[T ]%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon,
+			   &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &n) != 6 || n == 0)
+		return false;
+	p = s + n;
+	if (*p == '.')
+	{
+		int64_t		scale = 100000;
+
+		for (p++; *p >= '0' && *p <= '9'; p++)
+		{
+			frac += (*p - '0') * scale;
+			scale /= 10;
+		}
+	}
+	if (*p == 'Z')
+		p++;
+	else if (*p == '+' || *p == '-')
+	{
+		sign = *p == '-' ? -1 : 1;
+		p++;
+		if (sscanf(p, "%2d", &oh) != 1)
+			return false;
+		p += 2;
+		if (*p == ':')
+			p++;
+		if (*p >= '0' && *p <= '9')
+		{
+			if (sscanf(p, "%2d", &om) != 1)
+				return false;
+			p += 2;
+		}
+	}
+	else
+		return false;
+	if (*p != '\0')
+		return false;
+	tm.tm_year -= 1900;
+	tm.tm_mon -= 1;
+	t = timegm(&tm);
+	*us = ((int64_t) t - sign * (oh * 3600 + om * 60)) * 1000000 + frac;
+	return true;
+}
+
+/*
+ * The format the spec asks for: UTC with a T and "+00:00" (RFC 3339), fractional seconds
+ * with trailing zeros trimmed (and no "." when they are all zero).
+ */
+bool
+ts_format_ok(const char *s)
+{
+	const char *shape = "dddd-dd-ddTdd:dd:dd";
+	size_t		i;
+
+	for (i = 0; shape[i]; i++)
+	{
+		if (shape[i] == 'd' ? !(s[i] >= '0' && s[i] <= '9') : s[i] != shape[i])
+			return false;
+	}
+	s += i;
+	if (*s == '.')
+	{
+		const char *start = ++s;
+
+		while (*s >= '0' && *s <= '9')
+			s++;
+		if (s == start || s - start > 6 || s[-1] == '0')
+			return false;
+	}
+	return strcmp(s, "+00:00") == 0;
+}
+
+bool
+parse_event(const char *payload, Event *e)
+{
+	const char *p;
+
+	memset(e, 0, sizeof(*e));
+	if (!json_string(json_value(payload, "event"), e->kind, sizeof(e->kind)))
+		return false;
+	if (!json_string(json_value(payload, "lease"), e->lease, sizeof(e->lease)))
+		return false;
+	json_string(json_value(payload, "holder"), e->holder, sizeof(e->holder));
+	if ((p = json_value(payload, "fencing")) != NULL && *p >= '0' && *p <= '9')
+	{
+		e->fencing = strtoll(p, NULL, 10);
+		e->has_fencing = true;
+	}
+	if (json_string(json_value(payload, "expires_at"), e->expires_text, sizeof(e->expires_text)))
+	{
+		if (!parse_ts(e->expires_text, &e->expires_us))
+			return false;
+		e->has_expires = true;
+	}
+	return true;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Waiting for notifications                                              */
+
+
+/*
+ * Wait up to timeout_ms for input on any of the connections and hand every
+ * notification to fn, with the client's real-time clock read as soon as
+ * poll() returned.  Returns how many were handled.
+ */
+int
+pump(PGconn **conns, int nconns, int timeout_ms, notify_fn fn, void *arg)
+{
+	struct pollfd pfd[MAX_LISTENERS];
+	int			rc,
+				handled = 0;
+	int64_t		now;
+
+	for (int i = 0; i < nconns; i++)
+	{
+		pfd[i].fd = PQsocket(conns[i]);
+		pfd[i].events = POLLIN;
+		pfd[i].revents = 0;
+	}
+	rc = poll(pfd, nconns, timeout_ms);
+	now = real_us();
+	if (rc < 0)
+	{
+		if (errno == EINTR)
+			return 0;
+		die("poll: %s", strerror(errno));
+	}
+	for (int i = 0; i < nconns; i++)
+	{
+		PGnotify   *n;
+
+		if (pfd[i].revents && !PQconsumeInput(conns[i]))
+			die("listener connection: %s", PQerrorMessage(conns[i]));
+		while ((n = PQnotifies(conns[i])) != NULL)
+		{
+			fn(i, n, now, arg);
+			PQfreemem(n);
+			handled++;
+		}
+	}
+	return handled;
+}
+
+/* ---------------------------------------------------------------------- */
+/* /proc                                                                  */
+
+/* utime + stime of a process, in ms; -1 if it cannot be read. */
+double
+proc_cpu_ms(int pid)
+{
+	char		path[64],
+				buf[4096],
+			   *p;
+	FILE	   *f;
+	size_t		len;
+	unsigned long utime,
+				stime;
+
+	if (pid <= 0)
+		return -1;
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	if ((f = fopen(path, "r")) == NULL)
+		return -1;
+	len = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[len] = '\0';
+	if ((p = strrchr(buf, ')')) == NULL ||
+		sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+			   &utime, &stime) != 2)
+		return -1;
+	return (utime + stime) * 1000.0 / sysconf(_SC_CLK_TCK);
+}
+
+int
+reaper_pid(PGconn *c)
+{
+	PGresult   *r = run(c, "SELECT pid FROM pg_stat_activity"
+						" WHERE datname = current_database() AND backend_type LIKE 'dsync%'"
+						" ORDER BY backend_start LIMIT 1", NULL, NULL, NULL, NULL);
+	int			pid = PQntuples(r) ? atoi(PQgetvalue(r, 0, 0)) : 0;
+
+	PQclear(r);
+	return pid;
+}
