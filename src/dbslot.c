@@ -40,12 +40,21 @@
  * served: a backend that commits dsync changes there is told so with a
  * WARNING (events.c), and dsync_databases shows which are.
  *
+ * Template databases are never served, like the launcher never probes
+ * them: a worker connected to one would make CREATE DATABASE from it
+ * fail, and a template's leases are only copied, not used.  A worker
+ * started for one (after CREATE EXTENSION there) marks it ABSENT and
+ * leaves; backends there are warned that nothing is announced.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
+#include "catalog/pg_database.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "dsync.h"
@@ -125,6 +134,26 @@ DsyncDbSlotAllocate(Oid dbid, bool reuse_absent)
 	DsyncQueueReset(slot);
 	LWLockRelease(slot->queue_lock);
 	return slot;
+}
+
+/*
+ * DsyncDbIsTemplate
+ *		Whether a database is a template (pg_database.datistemplate), which
+ *		dsync does not serve.  Needs a transaction; not for commit callbacks.
+ */
+bool
+DsyncDbIsTemplate(Oid dbid)
+{
+	HeapTuple	tuple;
+	bool		result = false;
+
+	tuple = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(dbid));
+	if (HeapTupleIsValid(tuple))
+	{
+		result = ((Form_pg_database) GETSTRUCT(tuple))->datistemplate;
+		ReleaseSysCache(tuple);
+	}
+	return result;
 }
 
 /*

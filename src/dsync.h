@@ -264,6 +264,7 @@ extern void DsyncLifecycleInit(void);
 extern DsyncDbSlot *DsyncDbSlotLookup(Oid dbid);
 extern DsyncDbSlot *DsyncDbSlotAllocate(Oid dbid, bool reuse_absent);
 extern DsyncDbSlot *DsyncDbSlotFind(Oid dbid);
+extern bool DsyncDbIsTemplate(Oid dbid);
 extern bool DsyncDbSlotAvailable(Oid dbid);
 extern DsyncDbSlot *DsyncDbSlotClaim(Oid dbid, bool has_extension);
 extern void DsyncDbSlotWant(DsyncDbSlot *slot);

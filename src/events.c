@@ -283,9 +283,13 @@ DsyncEventPublish(void)
 		return;
 
 	LWLockAcquire(slot->queue_lock, LW_EXCLUSIVE);
-	if (slot->dbid != MyDatabaseId)
+	if (slot->dbid != MyDatabaseId || slot->state != DSYNC_DB_ACTIVE)
 	{
-		/* The slot went to another database meanwhile. */
+		/*
+		 * The slot went to another database meanwhile, or nobody serves
+		 * this one (a template, or DROP EXTENSION committed): queued
+		 * events would hold pool space that no worker frees.
+		 */
 		LWLockRelease(slot->queue_lock);
 		return;
 	}
@@ -383,7 +387,19 @@ DsyncEventMakeRoom(void)
 	ListCell   *lc;
 
 	if (slot == NULL || slot->state != DSYNC_DB_ACTIVE)
+	{
+		if (DsyncDbIsTemplate(MyDatabaseId))
+		{
+			ereport(WARNING,
+					(errmsg("dsync does not serve template database \"%s\"",
+							get_database_name(MyDatabaseId)),
+					 errdetail("Lease changes here are committed but not announced, and "
+							   "expired leases here are not cleared."),
+					 errhint("Use dsync in the databases created from this template.")));
+			return;
+		}
 		slot = DsyncDbSlotClaim(MyDatabaseId, true);
+	}
 	DsyncEventWarnUnserved(slot);
 
 	/* A worker would only be waiting for itself. */

@@ -74,6 +74,11 @@ DsyncLifecycleDropped(void)
 		pg_atomic_write_u64(&slot->next_deadline, 0);
 	}
 	LWLockRelease(dsync_workers->lock);
+	/* With no worker to find out, nobody else would free the queue. */
+	LWLockAcquire(slot->queue_lock, LW_EXCLUSIVE);
+	if (slot->dbid == MyDatabaseId && slot->state == DSYNC_DB_ABSENT && slot->pid == 0)
+		DsyncQueueReset(slot);
+	LWLockRelease(slot->queue_lock);
 	pg_atomic_write_u32(&slot->recheck, 1);
 	procno = slot->pgprocno;
 	if (procno >= 0)
@@ -294,7 +299,8 @@ DsyncProcessUtility(PlannedStmt *pstmt, const char *queryString,
 
 	/* Any CREATE EXTENSION may have brought dsync along (CASCADE). */
 	if (IsA(parsetree, CreateExtensionStmt) &&
-		OidIsValid(get_extension_oid("dsync", true)))
+		OidIsValid(get_extension_oid("dsync", true)) &&
+		!DsyncDbIsTemplate(MyDatabaseId))
 	{
 		DsyncLifecycleNoteAtCommit(&probe_at_commit);
 		if (!DsyncDbSlotAvailable(MyDatabaseId))

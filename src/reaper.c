@@ -38,6 +38,7 @@
 #include "access/xlog.h"
 #include "catalog/pg_database.h"
 #include "commands/async.h"
+#include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "commands/sequence.h"
 #include "miscadmin.h"
@@ -454,6 +455,13 @@ dsync_reaper_main(Datum arg)
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	present = OidIsValid(get_extension_oid("dsync", true));
+	if (present && DsyncDbIsTemplate(dbid))
+	{
+		ereport(LOG,
+				(errmsg("dsync does not serve template database \"%s\"",
+						get_database_name(dbid))));
+		present = false;
+	}
 	if (present)
 		ExpiryRebuild();
 	PopActiveSnapshot();

@@ -208,6 +208,23 @@ is(reaper_pid('tmpl'), '', 'the template database tmpl has no reaper');
 is(total_reapers(), '2',
 	'exactly two reapers: none for postgres, template0, template1 or tmpl');
 
+# A lease change in a template database says that nothing is announced
+# there, and brings no worker in (CREATE DATABASE ... TEMPLATE tmpl would
+# fail while one is connected).
+my ($tret, $tout, $terr) = $node->psql('tmpl',
+	"SELECT dsync_acquire('in-template', 'h', interval '1 hour') IS NOT NULL");
+is($tout, 't', 'a lease can be taken in a template database');
+like($terr, qr/WARNING:  dsync does not serve template database "tmpl"/,
+	'and the client is warned that it is not announced there');
+($tret, $tout, $terr) = $node->psql('postgres', 'CREATE DATABASE fromtmpl TEMPLATE tmpl');
+is($tret, 0, 'CREATE DATABASE ... TEMPLATE tmpl works afterwards');
+is(reaper_pid('tmpl'), '', 'still no reaper in tmpl');
+ok(wait_reaper('fromtmpl'), 'the copy of the template, which has dsync, gets a worker');
+is($node->safe_psql('fromtmpl', "SELECT holder FROM dsync_lease WHERE name = 'in-template'"),
+	'h', 'the copy has the lease taken in the template');
+$node->safe_psql('postgres', 'DROP DATABASE fromtmpl');
+ok(wait_no_reaper('fromtmpl'), 'no reaper once the copy is dropped');
+
 my $lease_token = acquire('alpha', 'lifecycle', 'h1', '1 hour');
 like($lease_token, qr/^\d+$/, 'a lease is granted in alpha');
 
