@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages dsync needs to build, run, test and benchmark.
-# Idempotent; run as root on Debian 12 (bookworm).
+# Idempotent; run as root on Debian 12 (bookworm).  PostgreSQL 17 and 18
+# are tested in chroots (scripts/chroot.sh), not installed here.
 set -euo pipefail
 
 packages=(
@@ -13,6 +14,11 @@ packages=(
 	libipc-run-perl
 	libpq-dev
 	pgbouncer
+	clang
+	debootstrap
+	debhelper
+	fakeroot
+	postgresql-server-dev-all
 )
 
 missing=()

@@ -162,10 +162,16 @@ SELECT dsync_release('prep', 'w1') AS released;
 
 -- the read functions work in parallel mode (they take a fresh snapshot,
 -- so they are PARALLEL UNSAFE and run in the leader only)
-SET force_parallel_mode = on;
+-- (the setting is force_parallel_mode before PostgreSQL 16,
+-- debug_parallel_query from 16 on)
+SELECT set_config(CASE WHEN current_setting('server_version_num')::int >= 160000
+                       THEN 'debug_parallel_query' ELSE 'force_parallel_mode' END,
+                  'on', false) AS parallel_mode;
 SELECT dsync_leader('busy') AS leader_in_parallel_mode;
 SELECT count(*) > 0 AS leases_in_parallel_mode FROM dsync_leases;
-RESET force_parallel_mode;
+SELECT set_config(CASE WHEN current_setting('server_version_num')::int >= 160000
+                       THEN 'debug_parallel_query' ELSE 'force_parallel_mode' END,
+                  'off', false) AS parallel_mode;
 
 -- a lookup by name in the view is an index probe, with a constant or a
 -- parameter; other conditions are still applied to what it finds

@@ -148,7 +148,7 @@ DsyncCatalogCheckShape(DsyncTable table, Oid relid)
 	List	   *indexes = RelationGetIndexList(rel);
 	bool		ok = RelationGetDescr(rel)->natts == dsync_tables[table].natts &&
 		list_length(indexes) == dsync_tables[table].nindexes &&
-		OidIsValid(RelationGetPrimaryKeyIndex(rel));
+		OidIsValid(DsyncPrimaryKeyIndex(rel));
 
 	list_free(indexes);
 	table_close(rel, AccessShareLock);

@@ -19,6 +19,8 @@
 #include "utils/relcache.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
+
 /* Names (lease, holder, group, event) are at most this many bytes. */
 #define DSYNC_NAME_MAX_BYTES	255
 

@@ -460,7 +460,7 @@ dsync_launcher_main(Datum arg)
 	before_shmem_exit(DsyncLauncherExit, (Datum) 0);
 	LWLockAcquire(dsync_workers->lock, LW_EXCLUSIVE);
 	dsync_workers->launcher_pid = MyProcPid;
-	dsync_workers->launcher_pgprocno = MyProc->pgprocno;
+	dsync_workers->launcher_pgprocno = DsyncProcNumber(MyProc);
 	dsync_workers->rescan = true;
 	/* Workers a previous launcher was starting have started or failed. */
 	for (int i = 0; i < dsync_workers->nslots; i++)

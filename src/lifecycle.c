@@ -213,7 +213,7 @@ DsyncLifecycleHeldDatabase(Node *parsetree)
 	 * (where those statements fail anyway, except RENAME).  Anybody else
 	 * would get their error only after the worker had been stopped.
 	 */
-	if (!OidIsValid(dbid) || !pg_database_ownercheck(dbid, GetUserId()))
+	if (!OidIsValid(dbid) || !DsyncDatabaseOwnercheck(dbid, GetUserId()))
 		return InvalidOid;
 	if (!IsA(parsetree, RenameStmt) && IsTransactionBlock())
 		return InvalidOid;

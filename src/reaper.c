@@ -404,7 +404,7 @@ ReaperClaimSlot(int slotno, Oid dbid)
 	if (ok)
 	{
 		slot->pid = MyProcPid;
-		slot->pgprocno = MyProc->pgprocno;
+		slot->pgprocno = DsyncProcNumber(MyProc);
 		slot->serving_since = GetCurrentTimestamp();
 		slot->settled = false;
 		slot->wanted_since = 0;

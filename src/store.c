@@ -116,7 +116,7 @@ DsyncStoreOpenCatalog(DsyncStore *store, const DsyncCatalog *catalog,
 		DsyncCatalogReportDropped();
 
 	/* The table is locked now, so its indexes stay as they are. */
-	pkey = RelationGetPrimaryKeyIndex(store->rel);
+	pkey = DsyncPrimaryKeyIndex(store->rel);
 	indexes = RelationGetIndexList(store->rel);
 	foreach(lc, indexes)
 	{
@@ -389,7 +389,7 @@ DsyncScanBegin(DsyncStore *store, Relation index, int nkeys, ScanDirection direc
 		scan->hscan = table_beginscan(store->rel, SnapshotAny, 0, NULL);
 	else
 	{
-		scan->iscan = index_beginscan(store->rel, index, SnapshotAny, nkeys, 0);
+		scan->iscan = DsyncIndexBeginscan(store->rel, index, SnapshotAny, nkeys, 0);
 		scan->slot = table_slot_create(store->rel, NULL);
 	}
 	return scan;
@@ -755,7 +755,7 @@ DsyncStoreUpdate(DsyncStore *store, DsyncRow *row)
 	HeapTuple	tuple;
 
 	tuple = heap_form_tuple(RelationGetDescr(store->rel), row->values, row->nulls);
-	simple_heap_update(store->rel, &row->tid, tuple);
+	DsyncSimpleHeapUpdate(store->rel, &row->tid, tuple);
 	if (!HeapTupleIsHeapOnly(tuple))
 		DsyncStoreIndexInsert(store, tuple, row, true);
 	row->tid = tuple->t_self;
@@ -844,7 +844,7 @@ DsyncStoreKeyInFlight(DsyncStore *store, text *name, Datum second, bool *exists)
 	if (nkeys == 2)
 		ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber,
 					store->table == DSYNC_TABLE_MEMBER ? F_TEXTEQ : F_INT4EQ, second);
-	scan = index_beginscan(store->rel, store->index, &dirty, nkeys, 0);
+	scan = DsyncIndexBeginscan(store->rel, store->index, &dirty, nkeys, 0);
 	index_rescan(scan, keys, nkeys, NULL, 0);
 	slot = table_slot_create(store->rel, NULL);
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))

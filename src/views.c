@@ -177,9 +177,8 @@ LeaseScanGetPaths(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 
 	LeaseScanLookups(baserel->baserestrictinfo, baserel->relid, &lease, &holder);
 	cost = lease ? 10 : 10000;
-	add_path(baserel, (Path *) create_foreignscan_path(root, baserel, NULL, baserel->rows,
-													   cost / 10, cost, NIL, NULL, NULL,
-													   NIL));
+	add_path(baserel, (Path *) DsyncCreateForeignscanPath(root, baserel, baserel->rows,
+														  cost / 10, cost));
 }
 
 /*

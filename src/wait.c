@@ -371,7 +371,7 @@ DsyncWaitXactCallback(XactEvent event, void *arg)
 static DsyncWaiterSlot *
 DsyncWaitMySlot(void)
 {
-	return &dsync_shared->slots[MyProc->pgprocno];
+	return &dsync_shared->slots[DsyncProcNumber(MyProc)];
 }
 
 /*

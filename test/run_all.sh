@@ -1,63 +1,99 @@
 #!/usr/bin/env bash
-# Runs every dsync test on a Debian machine, as root:
-#   pg_regress and isolation specs (make installcheck), pgTAP (pg_prove),
-#   a concurrency stress test (libpq, test/stress), and the Perl TAP tests
-#   (PostgreSQL::Test::Cluster, run as postgres).
-# Each suite gets a throwaway server with dsync preloaded.  Prints one
-# "N passed, N failed" line at the end and exits non-zero on any failure.
+# Runs every dsync test on every PostgreSQL major we test, on a Debian
+# bookworm machine, as root:
+#   15 on this machine; 17 (Debian trixie) and 18 (Debian sid) each in a
+#   chroot made once by scripts/chroot.sh and cached outside the clone;
+#   in each, test/suites.sh (builds with gcc and clang, warnings as errors,
+#   then pg_regress, isolation, pgTAP, stress and Perl TAP);
+#   then the Debian package test (test/package.sh) on 15.
+# DSYNC_PG_MAJORS limits the run, e.g. DSYNC_PG_MAJORS=15 for a quick local
+# run (the package test runs when 15 is in the list).  Prints a line per
+# major and one "N passed, N failed" line at the end; exits non-zero on any
+# failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$(pwd)
+majors=${DSYNC_PG_MAJORS:-15 17 18}
 
-bash scripts/install-deps.sh || exit 1
-export PATH="/usr/lib/postgresql/15/bin:$PATH"
-
-echo "== build (warnings are errors)"
-make -s clean >/dev/null
-make -s >/dev/null || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
-make -s install >/dev/null || { echo "install failed"; echo "0 passed, 1 failed"; exit 1; }
+bash scripts/install-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 
 passed=0
 failed=0
-run_suite() {
-	local name=$1; shift
-	echo "== $name"
-	if "$@"; then
-		echo "-- $name: ok"
-		passed=$((passed + 1))
-	else
-		echo "-- $name: FAILED"
-		failed=$((failed + 1))
-		[ -f regression.diffs ] && head -200 regression.diffs
-		[ -f output_iso/regression.diffs ] && head -200 output_iso/regression.diffs
+summary=()
+log=$(mktemp -d /tmp/dsync-run.XXXXXX)
+
+# Adds a finished run's counts (its last "N passed, N failed" line) to the
+# totals and to the per-major summary.
+tally() {
+	local what=$1 out=$2 status=$3 started=$4
+	local counts p f secs
+	counts=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out" | tail -1)
+	p=${counts%% passed*}
+	f=${counts#*, }
+	f=${f%% failed}
+	if [ -z "$counts" ]; then
+		p=0
+		f=1
+	elif [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then
+		f=1
 	fi
+	secs=$(($(date +%s) - started))
+	passed=$((passed + p))
+	failed=$((failed + f))
+	summary+=("$(printf '%-26s %2d passed, %d failed  (%dm%02ds)' "$what:" "$p" "$f" $((secs / 60)) $((secs % 60)))")
 }
 
-# pg_virtualenv makes a throwaway cluster (owned by postgres) and points
-# libpq at it; the server settings are the ones the tests rely on.
-virtualenv() {
-	pg_virtualenv -o "shared_preload_libraries=dsync" -o "max_prepared_transactions=10" \
-		-o "log_min_messages=warning" "$@"
+# The chroots are made (or found in the cache) in the background while 15
+# runs on the machine itself.
+declare -A chroot_job
+for major in $majors; do
+	if [ "$major" != 15 ]; then
+		bash scripts/chroot.sh "$major" >"$log/chroot-$major.out" 2>&1 &
+		chroot_job[$major]=$!
+	fi
+done
+
+# One major inside its chroot: the tree is copied in, /proc and /dev/shm
+# are mounted for the run and unmounted after, whatever happens.
+run_in_chroot() {
+	local major=$1 root=$2
+	trap 'umount "$root/dev/shm" 2>/dev/null; umount "$root/proc" 2>/dev/null' RETURN
+	rm -rf "$root/build/dsync"
+	mkdir -p "$root/build/dsync"
+	tar -C "$top" --exclude=./.git -cf - . | tar -C "$root/build/dsync" -xf -
+	mountpoint -q "$root/proc" || mount -t proc proc "$root/proc" || return 1
+	mkdir -p "$root/dev/shm"
+	mountpoint -q "$root/dev/shm" || mount --bind /dev/shm "$root/dev/shm" || return 1
+	chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 \
+		PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+		bash /build/dsync/test/suites.sh "$major"
 }
 
-# pg_regress and the isolation specs run as dsync_tester, an ordinary login
-# role (neither superuser nor the extension's owner): test/regress.sh.
-run_suite "pg_regress + isolation (as an ordinary role)" virtualenv bash test/regress.sh
-run_suite "pgTAP" virtualenv bash -c \
-	'psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" && pg_prove -q --ext .sql test/pgtap/'
-
-# Concurrency stress: 16 clients at mixed isolation levels with blocking
-# waits while backends are terminated (checks overlap and token order),
-# then 8 clients looping on one lease (checks that turns go round-robin).
-run_suite "stress (16 clients with kills; fairness)" virtualenv bash test/stress/run.sh
-
-# Perl TAP tests run as an ordinary user on a copy of the tree.
-tapdir=$(mktemp -d /tmp/dsync-tap.XXXXXX)
-cp -a "$top/." "$tapdir/"
-chown -R postgres "$tapdir"
-run_suite "Perl TAP" runuser -u postgres -- make -s -C "$tapdir" prove-installcheck
-rm -rf "$tapdir"
+for major in $majors; do
+	started=$(date +%s)
+	out="$log/pg$major.log"
+	echo "==== PostgreSQL $major"
+	if [ "$major" = 15 ]; then
+		bash test/suites.sh 15 2>&1 | tee "$out"
+	elif wait "${chroot_job[$major]}"; then
+		run_in_chroot "$major" "$(tail -1 "$log/chroot-$major.out")" 2>&1 | tee "$out"
+	else
+		cat "$log/chroot-$major.out" | tee "$out"
+		false
+	fi
+	tally "PostgreSQL $major" "$out" "${PIPESTATUS[0]}" "$started"
+	if [ "$major" = 15 ]; then
+		started=$(date +%s)
+		out="$log/package.log"
+		echo "==== Debian package (PostgreSQL 15)"
+		bash test/package.sh 2>&1 | tee "$out"
+		tally "Debian package (15)" "$out" "${PIPESTATUS[0]}" "$started"
+	fi
+done
+rm -rf "$log"
 
 echo
+echo "==== summary"
+printf '%s\n' "${summary[@]}"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,0 +1,116 @@
+/*-------------------------------------------------------------------------
+ *
+ * compat.h
+ *		The differences between the PostgreSQL majors dsync supports (15,
+ *		16, 17, 18), in one place.
+ *
+ * Each macro or inline function below has the newest server's meaning and
+ * maps it onto the older ones, so the rest of the source is written once.
+ * Nothing here changes behaviour: only the spelling of the same call.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DSYNC_COMPAT_H
+#define DSYNC_COMPAT_H
+
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "catalog/pg_database.h"
+#include "optimizer/pathnode.h"
+#include "storage/proc.h"
+#include "utils/acl.h"
+#include "utils/relcache.h"
+
+#if PG_VERSION_NUM < 150000
+#error "dsync needs PostgreSQL 15 or later"
+#endif
+
+/* What the FDW's EXPLAIN callback uses moved to headers of its own in 18. */
+#if PG_VERSION_NUM >= 180000
+#include "commands/explain_format.h"
+#include "commands/explain_state.h"
+#else
+#include "commands/explain.h"
+#endif
+
+/*
+ * A PGPROC's number, which indexes ProcGlobal->allProcs: a field before
+ * 17, a macro from 17 on.
+ */
+#if PG_VERSION_NUM >= 170000
+#define DsyncProcNumber(proc)	GetNumberFromPGProc(proc)
+#else
+#define DsyncProcNumber(proc)	((proc)->pgprocno)
+#endif
+
+/*
+ * Whether a role owns a database: one function per object kind before 16,
+ * one for all kinds from 16 on.
+ */
+#if PG_VERSION_NUM >= 160000
+#define DsyncDatabaseOwnercheck(dbid, roleid) \
+	object_ownercheck(DatabaseRelationId, (dbid), (roleid))
+#else
+#define DsyncDatabaseOwnercheck(dbid, roleid) \
+	pg_database_ownercheck((dbid), (roleid))
+#endif
+
+/*
+ * simple_heap_update.  From 16 on it reports which indexes need the new
+ * version; dsync's tables have only btree indexes, so the answer is the
+ * same as HeapTupleIsHeapOnly() on the new tuple, which callers test on
+ * every major.
+ */
+static inline void
+DsyncSimpleHeapUpdate(Relation rel, ItemPointer otid, HeapTuple tuple)
+{
+#if PG_VERSION_NUM >= 160000
+	TU_UpdateIndexes update_indexes;
+
+	simple_heap_update(rel, otid, tuple, &update_indexes);
+#else
+	simple_heap_update(rel, otid, tuple);
+#endif
+}
+
+/* index_beginscan takes instrumentation from 18 on; dsync keeps none. */
+#if PG_VERSION_NUM >= 180000
+#define DsyncIndexBeginscan(heap, index, snapshot, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snapshot), NULL, (nkeys), (norderbys))
+#else
+#define DsyncIndexBeginscan(heap, index, snapshot, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snapshot), (nkeys), (norderbys))
+#endif
+
+/*
+ * create_foreignscan_path: 17 added the restriction clauses the path
+ * enforces (fdw_restrictinfo), 18 the count of disabled nodes below it.
+ * dsync's scan has neither.
+ */
+#if PG_VERSION_NUM >= 180000
+#define DsyncCreateForeignscanPath(root, rel, rows, startup, total) \
+	create_foreignscan_path((root), (rel), NULL, (rows), 0, (startup), (total), \
+							NIL, NULL, NULL, NIL, NIL)
+#elif PG_VERSION_NUM >= 170000
+#define DsyncCreateForeignscanPath(root, rel, rows, startup, total) \
+	create_foreignscan_path((root), (rel), NULL, (rows), (startup), (total), \
+							NIL, NULL, NULL, NIL, NIL)
+#else
+#define DsyncCreateForeignscanPath(root, rel, rows, startup, total) \
+	create_foreignscan_path((root), (rel), NULL, (rows), (startup), (total), \
+							NIL, NULL, NULL, NIL)
+#endif
+
+/*
+ * A table's primary key index.  18 can also return a deferrable one when
+ * asked; dsync never asks, which is what older majors always did.
+ */
+#if PG_VERSION_NUM >= 180000
+#define DsyncPrimaryKeyIndex(rel)	RelationGetPrimaryKeyIndex((rel), false)
+#else
+#define DsyncPrimaryKeyIndex(rel)	RelationGetPrimaryKeyIndex(rel)
+#endif
+
+#endif							/* DSYNC_COMPAT_H */

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Every dsync test suite against one PostgreSQL major, as root, on a
+# machine (or chroot) where that major's server, headers and pgTAP are
+# installed:
+#   build with gcc and with clang, warnings as errors (the shipped Makefile
+#   does not make warnings errors; CI does, through COPT);
+#   pg_regress and isolation specs (make installcheck, as an ordinary role);
+#   pgTAP (pg_prove); a concurrency stress test (libpq, test/stress);
+#   the Perl TAP tests (PostgreSQL::Test::Cluster, run as postgres).
+# Each suite gets a throwaway server with dsync preloaded.  test/run_all.sh
+# runs this once per major; it prints "N passed, N failed" at the end and
+# exits non-zero on any failure.
+#
+#   bash test/suites.sh 15
+set -uo pipefail
+cd "$(dirname "$0")/.."
+top=$(pwd)
+major=${1:?usage: test/suites.sh MAJOR}
+
+bindir=/usr/lib/postgresql/$major/bin
+if [ ! -x "$bindir/pg_config" ]; then
+	echo "PostgreSQL $major (server and headers) is not installed here"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
+export PATH="$bindir:$PATH"
+export PG_CONFIG="$bindir/pg_config"
+echo "== PostgreSQL $(pg_config --version | sed 's/^PostgreSQL //'), $(. /etc/os-release && echo "$PRETTY_NAME")"
+
+passed=0
+failed=0
+run_suite() {
+	local name=$1; shift
+	echo "== $name"
+	rm -f regression.diffs output_iso/regression.diffs
+	if "$@"; then
+		echo "-- $name: ok"
+		passed=$((passed + 1))
+	else
+		echo "-- $name: FAILED"
+		failed=$((failed + 1))
+		[ -f regression.diffs ] && head -200 regression.diffs
+		[ -f output_iso/regression.diffs ] && head -200 output_iso/regression.diffs
+	fi
+}
+
+# clang first (compile only), then gcc, which is what gets installed.  The
+# server's CFLAGS are gcc's (pg_config --cflags), so clang gets the same
+# warnings in its own spelling; -Wno-ignored-attributes because the
+# server's headers ask for gnu_printf, which clang does not know.
+clang_cflags="-Wall -Wmissing-prototypes -Wpointer-arith -Wdeclaration-after-statement
+	-Werror=vla -Wendif-labels -Wmissing-format-attribute -Wimplicit-fallthrough
+	-Wcast-function-type -Wformat-security -fno-strict-aliasing -fwrapv -g -O2
+	-Wno-ignored-attributes -Werror"
+build() {
+	if command -v clang >/dev/null 2>&1; then
+		make -s clean >/dev/null
+		make -s CC=clang CFLAGS="$(echo $clang_cflags)" COPT=-Werror >/dev/null || return 1
+	else
+		echo "(clang is not installed: gcc only)"
+	fi
+	make -s clean >/dev/null
+	make -s COPT=-Werror >/dev/null && make -s install >/dev/null
+}
+run_suite "build with gcc and clang, warnings as errors" build
+if [ "$failed" -gt 0 ]; then
+	echo "$passed passed, $failed failed"
+	exit 1
+fi
+
+# pg_virtualenv makes a throwaway cluster (owned by postgres) and points
+# libpq at it; the server settings are the ones the tests rely on.
+virtualenv() {
+	pg_virtualenv -v "$major" -o "shared_preload_libraries=dsync" \
+		-o "max_prepared_transactions=10" -o "log_min_messages=warning" "$@"
+}
+
+# pg_regress and the isolation specs run as dsync_tester, an ordinary login
+# role (neither superuser nor the extension's owner): test/regress.sh.
+run_suite "pg_regress + isolation (as an ordinary role)" virtualenv bash test/regress.sh
+run_suite "pgTAP" virtualenv bash -c \
+	'psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" && pg_prove -q --ext .sql test/pgtap/'
+
+# Concurrency stress: 16 clients at mixed isolation levels with blocking
+# waits while backends are terminated (checks overlap and token order),
+# then 8 clients looping on one lease (checks that turns go round-robin).
+run_suite "stress (16 clients with kills; fairness)" virtualenv bash test/stress/run.sh
+
+# Perl TAP tests run as an ordinary user on a copy of the tree.
+tapdir=$(mktemp -d /tmp/dsync-tap.XXXXXX)
+cp -a "$top/." "$tapdir/"
+chown -R postgres "$tapdir"
+run_suite "Perl TAP" runuser -u postgres -- env PATH="$PATH" PG_CONFIG="$PG_CONFIG" \
+	make -s -C "$tapdir" prove-installcheck
+rm -rf "$tapdir"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
