@@ -8,8 +8,8 @@
 #   then the Debian package test (test/package.sh) on 15.
 # DSYNC_PG_MAJORS limits the run, e.g. DSYNC_PG_MAJORS=15 for a quick local
 # run (the package test runs when 15 is in the list).  Prints a line per
-# major and one "N passed, N failed" line at the end; exits non-zero on any
-# failure.
+# major and one "N passed, N failed" line at the end, counting suites (the
+# package test is one); exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$(pwd)
@@ -22,12 +22,17 @@ failed=0
 summary=()
 log=$(mktemp -d /tmp/dsync-run.XXXXXX)
 
-# Adds a finished run's counts (its last "N passed, N failed" line) to the
-# totals and to the per-major summary.
+# Adds a finished run's counts to the totals and to the per-major summary:
+# its suites (its last "N passed, N failed" line), or with "one", the run
+# counted as a single suite.
 tally() {
-	local what=$1 out=$2 status=$3 started=$4
+	local what=$1 out=$2 status=$3 started=$4 one=${5:-}
 	local counts p f secs
-	counts=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out" | tail -1)
+	if [ -n "$one" ]; then
+		counts="$((status == 0)) passed, $((status != 0)) failed"
+	else
+		counts=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out" | tail -1)
+	fi
 	p=${counts%% passed*}
 	f=${counts#*, }
 	f=${f%% failed}
@@ -87,7 +92,7 @@ for major in $majors; do
 		out="$log/package.log"
 		echo "==== Debian package (PostgreSQL 15)"
 		bash test/package.sh 2>&1 | tee "$out"
-		tally "Debian package (15)" "$out" "${PIPESTATUS[0]}" "$started"
+		tally "Debian package (15)" "$out" "${PIPESTATUS[0]}" "$started" one
 	fi
 done
 rm -rf "$log"
