@@ -8,6 +8,8 @@ OBJS = \
 	src/catalog.o \
 	src/args.o \
 	src/store.o \
+	src/scan.o \
+	src/row.o \
 	src/fencing.o \
 	src/lease.o \
 	src/channel.o \
@@ -20,6 +22,7 @@ OBJS = \
 	src/lifecycle.o \
 	src/reaper.o \
 	src/expiry.o \
+	src/reap.o \
 	src/semaphore.o \
 	src/permit.o \
 	src/stats.o \
@@ -69,7 +72,7 @@ prove-installcheck:
 
 # Every module includes the shared header: rebuild them all when it changes.
 $(OBJS): src/dsync.h src/compat.h
-src/reaper.o src/expiry.o: src/reaper.h
+src/reaper.o src/expiry.o src/reap.o: src/reaper.h
 
 # The command-line tool (cli/dsync.c), a libpq client installed next to the
 # server's programs.  PGXS builds one kind of target per Makefile, so the

@@ -410,6 +410,11 @@ extern DsyncClaim DsyncStoreClaimKey(DsyncStore *store, text *name, Datum second
 									 bool wait);
 extern void DsyncStoreUnclaimKey(DsyncStore *store, text *name, Datum second);
 
+/* Used by scan.c: a row read from a tuple, and checked (row.c). */
+extern void DsyncStoreLoadRow(DsyncStore *store, HeapTuple tuple, DsyncRow *row);
+extern bool DsyncStoreCheckRow(DsyncStore *store, DsyncRow *row);
+extern const char *DsyncRowDamage(DsyncTable table, const DsyncRow *row);
+
 /* Row helpers. */
 extern bool DsyncRowIsLive(const DsyncRow *row, TimestampTz now);
 extern bool DsyncRowHolderIs(const DsyncRow *row, text *holder);

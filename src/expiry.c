@@ -2,7 +2,7 @@
  *
  * expiry.c
  *		The reaper's deadlines: which lease, permit or member is due next,
- *		clearing what has expired, and removing rows left unused.
+ *		kept in bounded memory, and the pass that handles the due ones.
  *
  * The reaper keeps every deadline it knows of in a pairing heap, one entry
  * per lease, permit or member.  It reads them from the tables once when it
@@ -13,14 +13,8 @@
  * it was renewed, files it under its new expiry.  The work of a pass is
  * therefore proportional to the rows that are due, not to all rows.
  *
- * An expired lease or permit is cleared in place (its holder set to NULL,
- * a HOT update) and announced as "expired"; an expired member is deleted
- * and announced as "left".  Whoever takes the name next must lock that
- * row, so its "acquired" is always queued after the "expired".  A released
- * (or cleared) row stays, so that the next grant of a name in use is a HOT
- * update; once it has been unused for dsync.idle_row_retention, the reaper
- * deletes it, so names used once do not pile up.  A semaphore's own
- * permit rows stay as long as its definition does.
+ * What happens to a row whose deadline has come (cleared, announced,
+ * removed, or looked at later) is decided in reap.c (ReapRow).
  *
  * Memory stays bounded whatever the tables hold: at most EXPIRY_MAX_ENTRIES
  * deadlines are kept, the nearest ones, and a horizon says that every
@@ -53,11 +47,6 @@
 #include "utils/snapmgr.h"
 
 #include "reaper.h"
-
-PG_FUNCTION_INFO_V1(dsync_reap);
-
-/* How long to wait before looking again at a row someone has locked. */
-#define EXPIRY_BUSY_RETRY_MS	100
 
 /* The most deadlines kept in memory (and a quarter more before trimming). */
 #define EXPIRY_MAX_ENTRIES		dsync_deadlines_in_memory
@@ -355,33 +344,6 @@ ExpiryNext(void)
 }
 
 /*
- * ExpiryIdleSince
- *		When a released lease or permit row was let go (renewed_at records
- *		it), or 0 if unknown.
- */
-static TimestampTz
-ExpiryIdleSince(const DsyncRow *row)
-{
-	if (row->nulls[Anum_lease_renewed_at - 1])
-		return 0;
-	return DatumGetTimestampTz(row->values[Anum_lease_renewed_at - 1]);
-}
-
-/*
- * ExpiryIdleDeadline
- *		When a released row becomes removable, or 0 if it never does
- *		(dsync.idle_row_retention = -1).
- */
-static TimestampTz
-ExpiryIdleDeadline(const DsyncRow *row)
-{
-	if (dsync_idle_row_retention < 0)
-		return 0;
-	return TimestampTzPlusMilliseconds(ExpiryIdleSince(row),
-									   (int64) dsync_idle_row_retention * 1000);
-}
-
-/*
  * ExpiryFoundOrder
  *		binaryheap comparator: the latest deadline on top (a max-heap), so
  *		that a rescan keeps the earliest ones.
@@ -507,7 +469,7 @@ ExpiryRescan(void)
 								  TextDatumGetCString(row->values[Anum_lease_name - 1]), NULL,
 								  DsyncRowSlot(row),
 								  row->nulls[Anum_lease_holder - 1] ?
-								  ExpiryIdleDeadline(row) : DsyncRowExpiry(row));
+								  ReapIdleDeadline(row) : DsyncRowExpiry(row));
 			MemoryContextReset(row_cxt);
 			MemoryContextSwitchTo(row_cxt);
 		}
@@ -539,150 +501,6 @@ ExpiryRebuild(void)
 	ExpiryReset();
 	expiry_horizon = DT_NOBEGIN;	/* nothing kept: everything is beyond */
 	ExpiryRescan();
-}
-
-/*
- * ExpiryPermitKept
- *		Whether a permit row belongs to its semaphore's current definition
- *		(and so is never removed for being unused).
- */
-static bool
-ExpiryPermitKept(const DsyncCatalog *catalog, text *name, int32 slot)
-{
-	DsyncStore	store;
-	DsyncScan  *scan;
-	DsyncRow   *row;
-	bool		kept;
-
-	if (!OidIsValid(catalog->rels[DSYNC_TABLE_SEMAPHORE]))
-		return false;
-	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_SEMAPHORE, false);
-	store.tolerant = true;
-	scan = DsyncScanName(&store, name);
-	row = DsyncScanNext(scan);
-	kept = row != NULL && slot < DatumGetInt32(row->values[Anum_semaphore_permits - 1]);
-	DsyncScanEnd(scan);
-	DsyncStoreClose(&store);
-	return kept;
-}
-
-/*
- * ExpiryPublishXid
- *		Before the first row lock of a reaper's transaction: acquirers that
- *		meet our row locks wait for us (see DsyncStoreLock) instead of
- *		reporting a free lease busy.
- */
-static void
-ExpiryPublishXid(DsyncDbSlot *slot)
-{
-	if (slot != NULL && !TransactionIdIsValid(slot->reaper_xid))
-		slot->reaper_xid = GetCurrentTransactionId();
-}
-
-/*
- * ExpiryLookAtRow
- *		A lease's or permit's deadline has come.  If it has expired, clear
- *		it (its "expired" event is queued at commit) and set *cleared; if it
- *		has been free for dsync.idle_row_retention, delete it.  Returns when
- *		to look at it again (0: never).
- */
-static TimestampTz
-ExpiryLookAtRow(DsyncStore *store, const ExpiryKey *key, TimestampTz now, bool *cleared,
-				DsyncDbSlot *slot)
-{
-	text	   *name = cstring_to_text(key->name);
-	DsyncScan  *scan = DsyncScanKey(store, name, Int32GetDatum(key->slot));
-	DsyncRow   *row = DsyncScanNext(scan);
-	TimestampTz idle_at;
-
-	DsyncScanEnd(scan);
-	if (row == NULL)
-		return 0;
-	if (DsyncRowIsLive(row, now))
-		return DsyncRowExpiry(row);
-
-	if (row->nulls[Anum_lease_holder - 1])
-	{
-		/* Released: remove it once it has been unused long enough. */
-		idle_at = ExpiryIdleDeadline(row);
-		if (idle_at == 0 || (store->table == DSYNC_TABLE_PERMIT &&
-							 ExpiryPermitKept(store->catalog, name, key->slot)))
-			return 0;
-		if (idle_at > now)
-			return idle_at;
-	}
-
-	ExpiryPublishXid(slot);
-	switch (DsyncStoreLock(store, row, LockTupleExclusive, LockWaitSkip))
-	{
-		case TM_Ok:
-			break;
-		case TM_WouldBlock:
-			/* Being taken over or guarded: look again soon. */
-			return TimestampTzPlusMilliseconds(now, EXPIRY_BUSY_RETRY_MS);
-		default:
-			/* Changed since we read it: look again now. */
-			return now;
-	}
-	now = GetCurrentTimestamp();
-	if (DsyncRowIsLive(row, now))
-		return DsyncRowExpiry(row);
-	if (row->nulls[Anum_lease_holder - 1])
-	{
-		idle_at = ExpiryIdleDeadline(row);
-		if (idle_at == 0)
-			return 0;
-		if (idle_at > now)
-			return idle_at;
-		DsyncStoreDelete(store, row);
-		return 0;
-	}
-	DsyncEventRecord(DSYNC_EVENT_EXPIRED, row);
-	DsyncLeaseSetReleased(row);
-	DsyncStoreUpdate(store, row);
-	*cleared = true;
-	return ExpiryIdleDeadline(row);
-}
-
-/*
- * ExpiryLookAtMember
- *		A group member's deadline has come: delete it if it has expired
- *		(announced as "left").  Like ExpiryLookAtRow.
- */
-static TimestampTz
-ExpiryLookAtMember(DsyncStore *store, const ExpiryKey *key, TimestampTz now, bool *cleared,
-				   DsyncDbSlot *slot)
-{
-	DsyncScan  *scan = DsyncScanKey(store, cstring_to_text(key->name),
-									CStringGetTextDatum(key->member));
-	DsyncRow   *row = DsyncScanNext(scan);
-	TimestampTz expiry;
-
-	DsyncScanEnd(scan);
-	if (row == NULL)
-		return 0;
-	expiry = DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]);
-	if (expiry > now)
-		return expiry;
-
-	ExpiryPublishXid(slot);
-	switch (DsyncStoreLock(store, row, LockTupleExclusive, LockWaitSkip))
-	{
-		case TM_Ok:
-			expiry = DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]);
-			if (expiry > GetCurrentTimestamp())
-				return expiry;
-			DsyncEventRecordRaw(DSYNC_EVENT_MEMBER_EXPIRED,
-								DatumGetTextPP(row->values[Anum_member_grp - 1]),
-								DatumGetTextPP(row->values[Anum_member_member - 1]), expiry);
-			DsyncStoreDelete(store, row);
-			*cleared = true;
-			return 0;
-		case TM_WouldBlock:
-			return TimestampTzPlusMilliseconds(now, EXPIRY_BUSY_RETRY_MS);
-		default:
-			return now;
-	}
 }
 
 /*
@@ -738,7 +556,6 @@ ExpiryReapDue(DsyncDbSlot *slot, bool *more)
 												   pairingheap_first(expiry_heap));
 		TimestampTz now = GetCurrentTimestamp();
 		TimestampTz next = 0;
-		bool		done = false;
 
 		if (entry->deadline > now)
 			break;
@@ -750,12 +567,21 @@ ExpiryReapDue(DsyncDbSlot *slot, bool *more)
 		CHECK_FOR_INTERRUPTS();
 		(void) pairingheap_remove_first(expiry_heap);
 
-		if (has[entry->key.kind] && entry->key.kind == EXPIRY_MEMBER)
-			next = ExpiryLookAtMember(&stores[EXPIRY_MEMBER], &entry->key, now, &done, slot);
-		else if (has[entry->key.kind])
-			next = ExpiryLookAtRow(&stores[entry->key.kind], &entry->key, now, &done, slot);
-		if (done)
-			cleared++;
+		if (has[entry->key.kind])
+		{
+			DsyncStore *store = &stores[entry->key.kind];
+			text	   *name = cstring_to_text(entry->key.name);
+			DsyncScan  *scan;
+			DsyncRow   *row;
+
+			scan = DsyncScanKey(store, name, entry->key.kind == EXPIRY_MEMBER ?
+								CStringGetTextDatum(entry->key.member) :
+								Int32GetDatum(entry->key.slot));
+			row = DsyncScanNext(scan);
+			DsyncScanEnd(scan);
+			if (row != NULL && ReapRow(store, row, now, slot, &next) == REAP_CLEARED)
+				cleared++;
+		}
 
 		if (next != 0)
 		{
@@ -773,106 +599,4 @@ ExpiryReapDue(DsyncDbSlot *slot, bool *more)
 	CommitTransactionCommand();
 	slot->reaper_xid = InvalidTransactionId;
 	return cleared;
-}
-
-/*
- * ReapTable
- *		dsync_reap's pass over one table of leases or permits: clear every
- *		expired holder it can lock without waiting (queueing "expired"),
- *		and delete rows left unused for dsync.idle_row_retention.  Returns
- *		how many expired holders it cleared.
- */
-static int64
-ReapTable(FunctionCallInfo fcinfo, DsyncTable table)
-{
-	DsyncStore	store;
-	DsyncScan  *scan;
-	DsyncRow   *row;
-	int64		cleared = 0;
-
-	DsyncStoreOpen(&store, fcinfo, table, true);
-	store.tolerant = true;
-	scan = DsyncScanAll(&store);
-	while ((row = DsyncScanNext(scan)) != NULL)
-	{
-		TimestampTz now = GetCurrentTimestamp();
-		bool		released = row->nulls[Anum_lease_holder - 1];
-		TimestampTz idle_at = released ? ExpiryIdleDeadline(row) : 0;
-
-		if (DsyncRowIsLive(row, now) || (released && (idle_at == 0 || idle_at > now)))
-		{
-			DsyncRowFree(&store, row);
-			continue;
-		}
-		if (released && table == DSYNC_TABLE_PERMIT &&
-			ExpiryPermitKept(store.catalog, DatumGetTextPP(row->values[Anum_lease_name - 1]),
-							 DsyncRowSlot(row)))
-			continue;
-		if (DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitSkip) != TM_Ok ||
-			DsyncRowIsLive(row, GetCurrentTimestamp()) ||
-			released != row->nulls[Anum_lease_holder - 1])
-			continue;
-		if (released)
-		{
-			DsyncStoreDelete(&store, row);
-			continue;
-		}
-		DsyncEventRecord(DSYNC_EVENT_EXPIRED, row);
-		DsyncLeaseSetReleased(row);
-		DsyncStoreUpdate(&store, row);
-		cleared++;
-	}
-	DsyncScanEnd(scan);
-	DsyncStoreClose(&store);
-	return cleared;
-}
-
-/*
- * dsync_reap
- *		SQL: dsync_reap() RETURNS bigint
- *
- * A reap pass in the caller's transaction, over the whole tables: clears
- * every expired lease and permit and deletes every expired group member
- * it can lock without waiting, and returns how many; also deletes rows
- * left unused for dsync.idle_row_retention (not counted).  The events are
- * sent by the reaper once this commits.  Not granted to PUBLIC.
- */
-Datum
-dsync_reap(PG_FUNCTION_ARGS)
-{
-	const DsyncCatalog *catalog = DsyncCatalogGet(fcinfo);
-	DsyncStore	store;
-	DsyncScan  *scan;
-	DsyncRow   *row;
-	int64		cleared;
-
-	DsyncPreventWrite("dsync_reap()");
-
-	cleared = ReapTable(fcinfo, DSYNC_TABLE_LEASE);
-	if (OidIsValid(catalog->rels[DSYNC_TABLE_PERMIT]))
-		cleared += ReapTable(fcinfo, DSYNC_TABLE_PERMIT);
-	if (!OidIsValid(catalog->rels[DSYNC_TABLE_MEMBER]))
-		PG_RETURN_INT64(cleared);
-
-	DsyncStoreOpen(&store, fcinfo, DSYNC_TABLE_MEMBER, true);
-	store.tolerant = true;
-	scan = DsyncScanAll(&store);
-	while ((row = DsyncScanNext(scan)) != NULL)
-	{
-		if (DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]) > GetCurrentTimestamp())
-			continue;
-		if (DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitSkip) != TM_Ok ||
-			DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]) > GetCurrentTimestamp())
-			continue;
-		DsyncEventRecordRaw(DSYNC_EVENT_MEMBER_EXPIRED,
-							DatumGetTextPP(row->values[Anum_member_grp - 1]),
-							DatumGetTextPP(row->values[Anum_member_member - 1]),
-							DatumGetTimestampTz(row->values[Anum_member_expires_at - 1]));
-		DsyncStoreDelete(&store, row);
-		cleared++;
-	}
-	DsyncScanEnd(scan);
-	DsyncStoreClose(&store);
-
-	PG_RETURN_INT64(cleared);
 }

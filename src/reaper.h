@@ -2,7 +2,7 @@
  *
  * reaper.h
  *		What the reaper's loop (reaper.c) uses of its deadline tracking
- *		and clearing (expiry.c).
+ *		(expiry.c) and of clearing due rows (reap.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -18,6 +18,19 @@ typedef enum ExpiryKind
 	EXPIRY_PERMIT,				/* a semaphore permit (dsync_permit) */
 	EXPIRY_MEMBER				/* a group member (dsync_member) */
 } ExpiryKind;
+
+/* What ReapRow did with a row (reap.c). */
+typedef enum ReapOutcome
+{
+	REAP_NOT_DUE,				/* held, alive, or not yet removable */
+	REAP_BUSY,					/* locked by someone else, or changed: later */
+	REAP_CLEARED,				/* expired holder cleared, or member deleted */
+	REAP_REMOVED				/* unused row deleted */
+} ReapOutcome;
+
+extern ReapOutcome ReapRow(DsyncStore *store, DsyncRow *row, TimestampTz now,
+						   DsyncDbSlot *slot, TimestampTz *next);
+extern TimestampTz ReapIdleDeadline(const DsyncRow *row);
 
 extern void ExpiryReset(void);
 extern void ExpiryScheduleEvent(const DsyncEvent *event);

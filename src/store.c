@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * store.c
- *		Direct access to the extension's tables.
+ *		Direct access to the extension's tables: opening them, locking and
+ *		changing rows, and claiming a new key.
  *
  * The dsync functions read and write their tables below the executor, for
  * three reasons:
@@ -20,12 +21,8 @@
  *
  *	- Speed.  No parsing, planning or executor start-up on the hot path.
  *
- * Scans are iterators that stop when the caller has what it needs, so a
- * lookup by key costs one index probe whatever else the table holds, and
- * nothing is materialised.  Every row read is checked (DsyncRowDamage):
- * anybody who can write the tables directly (a superuser) could leave a
- * NULL where dsync relies on a value, and that must be an error, never a
- * crash.
+ * Finding rows is in scan.c, and checking what a row says in row.c; this
+ * file opens the tables and locks, changes, inserts and deletes rows.
  *
  * Every change is followed by CommandCounterIncrement so that a later call
  * in the same statement sees it.  Every lock taken here is held until the
@@ -65,18 +62,6 @@
  * lock tag; PostgreSQL's own advisory locks use 1 and 2).
  */
 #define DSYNC_INSERT_LOCK_CLASS 0x6473
-
-struct DsyncScan
-{
-	DsyncStore *store;
-	MemoryContext cxt;			/* where the scan itself lives */
-	Snapshot	snapshot;		/* the latest committed state, registered */
-	IndexScanDesc iscan;		/* an index scan, or */
-	TableScanDesc hscan;		/* a whole-table scan */
-	TupleTableSlot *slot;
-	ScanDirection direction;
-	ScanKeyData keys[3];
-};
 
 /*
  * DsyncStoreOpen
@@ -179,124 +164,10 @@ DsyncStoreNewRow(void)
 }
 
 /*
- * DsyncRowNameDamage
- *		Why a name column is unusable, or NULL.
- */
-static const char *
-DsyncRowNameDamage(const DsyncRow *row, int attnum, const char *what)
-{
-	int			len;
-
-	if (row->nulls[attnum - 1])
-		return psprintf("%s is null", what);
-	len = VARSIZE_ANY_EXHDR(DatumGetPointer(row->values[attnum - 1]));
-	if (len < 1 || len > DSYNC_NAME_MAX_BYTES)
-		return psprintf("%s is %d bytes long", what, len);
-	return NULL;
-}
-
-/*
- * DsyncRowTimeDamage
- *		Why a timestamp column is unusable, or NULL.
- */
-static const char *
-DsyncRowTimeDamage(const DsyncRow *row, int attnum, const char *what)
-{
-	if (row->nulls[attnum - 1])
-		return psprintf("%s is null", what);
-	if (TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(row->values[attnum - 1])))
-		return psprintf("%s is not finite", what);
-	return NULL;
-}
-
-/*
- * DsyncRowTtlDamage
- *		Why a ttl column is unusable, or NULL.
- */
-static const char *
-DsyncRowTtlDamage(const DsyncRow *row, int attnum)
-{
-	int64		usec;
-
-	if (row->nulls[attnum - 1])
-		return "ttl is null";
-	if (!DsyncIntervalUsec(DatumGetIntervalP(row->values[attnum - 1]), &usec) || usec <= 0)
-		return "ttl is not a positive interval";
-	return NULL;
-}
-
-/*
- * DsyncRowDamage
- *		Why a row of a table cannot be used, or NULL if it can.
- *
- * dsync writes rows only through its functions, but a superuser can write
- * the tables directly.  Every column the code reads without a NULL check
- * is checked here, once, as the row is read.
- */
-static const char *
-DsyncRowDamage(DsyncTable table, const DsyncRow *row)
-{
-	const char *why = NULL;
-
-#define CHECK(expr) do { if (why == NULL) why = (expr); } while (0)
-	switch (table)
-	{
-		case DSYNC_TABLE_LEASE:
-		case DSYNC_TABLE_PERMIT:
-			CHECK(DsyncRowNameDamage(row, Anum_lease_name, "name"));
-			if (why == NULL && (row->nulls[Anum_lease_slot - 1] ||
-								DatumGetInt32(row->values[Anum_lease_slot - 1]) < 0))
-				why = "slot is null or negative";
-			if (row->nulls[Anum_lease_holder - 1])
-				break;			/* released: nothing else is read */
-			CHECK(DsyncRowNameDamage(row, Anum_lease_holder, "holder"));
-			if (why == NULL && row->nulls[Anum_lease_fencing - 1])
-				why = "fencing is null";
-			CHECK(DsyncRowTimeDamage(row, Anum_lease_acquired_at, "acquired_at"));
-			CHECK(DsyncRowTimeDamage(row, Anum_lease_renewed_at, "renewed_at"));
-			CHECK(DsyncRowTimeDamage(row, Anum_lease_expires_at, "expires_at"));
-			CHECK(DsyncRowTtlDamage(row, Anum_lease_ttl));
-			if (why == NULL && row->nulls[Anum_lease_owner - 1])
-				why = "owner is null";
-			break;
-		case DSYNC_TABLE_SEMAPHORE:
-			CHECK(DsyncRowNameDamage(row, Anum_semaphore_name, "name"));
-			if (why == NULL && (row->nulls[Anum_semaphore_permits - 1] ||
-								DatumGetInt32(row->values[Anum_semaphore_permits - 1]) < 1 ||
-								DatumGetInt32(row->values[Anum_semaphore_permits - 1]) > DSYNC_MAX_PERMITS))
-				why = "permits is null or out of range";
-			if (why == NULL && row->nulls[Anum_semaphore_owner - 1])
-				why = "owner is null";
-			break;
-		case DSYNC_TABLE_SIGNAL:
-			CHECK(DsyncRowNameDamage(row, Anum_signal_name, "name"));
-			if (why == NULL && (row->nulls[Anum_signal_seq - 1] ||
-								row->nulls[Anum_signal_owner - 1]))
-				why = "seq or owner is null";
-			break;
-		case DSYNC_TABLE_MEMBER:
-			CHECK(DsyncRowNameDamage(row, Anum_member_grp, "grp"));
-			CHECK(DsyncRowNameDamage(row, Anum_member_member, "member"));
-			CHECK(DsyncRowTimeDamage(row, Anum_member_joined_at, "joined_at"));
-			CHECK(DsyncRowTimeDamage(row, Anum_member_renewed_at, "renewed_at"));
-			CHECK(DsyncRowTimeDamage(row, Anum_member_expires_at, "expires_at"));
-			CHECK(DsyncRowTtlDamage(row, Anum_member_ttl));
-			if (why == NULL && row->nulls[Anum_member_owner - 1])
-				why = "owner is null";
-			break;
-		case DSYNC_NUM_TABLES:
-			Assert(false);
-			break;
-	}
-#undef CHECK
-	return why;
-}
-
-/*
  * DsyncStoreLoadRow
  *		Copy a heap tuple's columns into a row, so it outlives the buffer.
  */
-static void
+void
 DsyncStoreLoadRow(DsyncStore *store, HeapTuple tuple, DsyncRow *row)
 {
 	TupleDesc	desc = RelationGetDescr(store->rel);
@@ -334,7 +205,7 @@ DsyncRowFree(DsyncStore *store, DsyncRow *row)
  *		Refuse a damaged row: an error, or (for the reaper and the views,
  *		which must go on with the other rows) a warning and false.
  */
-static bool
+bool
 DsyncStoreCheckRow(DsyncStore *store, DsyncRow *row)
 {
 	const char *why = DsyncRowDamage(store->table, row);
@@ -350,269 +221,6 @@ DsyncStoreCheckRow(DsyncStore *store, DsyncRow *row)
 			 errdetail("It was not written by dsync's functions."),
 			 errhint("Delete the row (as a superuser); dsync ignores it meanwhile where it can.")));
 	return false;
-}
-
-/*
- * DsyncLatestSnapshot
- *		A snapshot of the latest committed state.
- *
- * GetLatestSnapshot refuses to run in parallel mode, which a query over
- * the views can be in (force_parallel_mode, or a plan the planner thinks
- * parallel-safe, since a foreign scan calls no function it could judge);
- * dsync's scans never run in a worker, so a snapshot taken here is as good.
- */
-static Snapshot
-DsyncLatestSnapshot(void)
-{
-	static SnapshotData latest = {SNAPSHOT_MVCC};
-
-	if (!IsInParallelMode())
-		return GetLatestSnapshot();
-	return GetSnapshotData(&latest);
-}
-
-/*
- * DsyncScanBegin
- *		Start a scan of an index with the given keys (nkeys 0: a scan of the
- *		whole table), as of the latest committed state.
- */
-static DsyncScan *
-DsyncScanBegin(DsyncStore *store, Relation index, int nkeys, ScanDirection direction)
-{
-	DsyncScan  *scan = palloc0(sizeof(DsyncScan));
-
-	scan->store = store;
-	scan->cxt = CurrentMemoryContext;
-	scan->snapshot = RegisterSnapshot(DsyncLatestSnapshot());
-	scan->direction = direction;
-	if (index == NULL)
-		scan->hscan = table_beginscan(store->rel, SnapshotAny, 0, NULL);
-	else
-	{
-		scan->iscan = DsyncIndexBeginscan(store->rel, index, SnapshotAny, nkeys, 0);
-		scan->slot = table_slot_create(store->rel, NULL);
-	}
-	return scan;
-}
-
-/*
- * DsyncScanRescan
- *		Position an index scan on the keys set up in scan->keys.
- */
-static DsyncScan *
-DsyncScanRescan(DsyncScan *scan, int nkeys)
-{
-	index_rescan(scan->iscan, scan->keys, nkeys, NULL, 0);
-	return scan;
-}
-
-/*
- * DsyncScanName
- *		Every row whose first key column is name.
- */
-DsyncScan *
-DsyncScanName(DsyncStore *store, text *name)
-{
-	DsyncScan  *scan = DsyncScanBegin(store, store->index, 1, ForwardScanDirection);
-
-	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
-	return DsyncScanRescan(scan, 1);
-}
-
-/*
- * DsyncScanKey
- *		The row with one whole primary key: (name, slot) of a lease or
- *		permit, (group, member) of a member, (name, seq) of a signal.
- */
-DsyncScan *
-DsyncScanKey(DsyncStore *store, text *name, Datum second)
-{
-	DsyncScan  *scan = DsyncScanBegin(store, store->index, 2, ForwardScanDirection);
-	RegProcedure eq;
-
-	switch (store->table)
-	{
-		case DSYNC_TABLE_MEMBER:
-			eq = F_TEXTEQ;
-			break;
-		case DSYNC_TABLE_SIGNAL:
-			eq = F_INT8EQ;
-			break;
-		default:
-			eq = F_INT4EQ;
-			break;
-	}
-	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
-	ScanKeyInit(&scan->keys[1], 2, BTEqualStrategyNumber, eq, second);
-	return DsyncScanRescan(scan, 2);
-}
-
-/*
- * DsyncScanFrom
- *		The rows of a lease or permit name from a slot on, in slot order.
- */
-DsyncScan *
-DsyncScanFrom(DsyncStore *store, text *name, int32 slot)
-{
-	DsyncScan  *scan = DsyncScanBegin(store, store->index, 2, ForwardScanDirection);
-
-	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
-	ScanKeyInit(&scan->keys[1], 2, BTGreaterEqualStrategyNumber, F_INT4GE,
-				Int32GetDatum(slot));
-	return DsyncScanRescan(scan, 2);
-}
-
-/*
- * DsyncScanLast
- *		The rows of a name, last key first (the highest permit slot).
- */
-DsyncScan *
-DsyncScanLast(DsyncStore *store, text *name)
-{
-	DsyncScan  *scan = DsyncScanBegin(store, store->index, 1, BackwardScanDirection);
-
-	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
-	return DsyncScanRescan(scan, 1);
-}
-
-/*
- * DsyncScanHolder
- *		The permits of a semaphore held (or last held) by holder: one probe
- *		of dsync_permit's (name, holder, slot) index, whatever the number
- *		of permits.
- */
-DsyncScan *
-DsyncScanHolder(DsyncStore *store, text *name, text *holder)
-{
-	DsyncScan  *scan;
-
-	Assert(store->table == DSYNC_TABLE_PERMIT && store->holder_index != NULL);
-	scan = DsyncScanBegin(store, store->holder_index, 2, ForwardScanDirection);
-	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
-	ScanKeyInit(&scan->keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(holder));
-	return DsyncScanRescan(scan, 2);
-}
-
-/*
- * DsyncScanFree
- *		The free permits of a semaphore (holder NULL) from a slot on, in
- *		slot order: one probe of the same index.
- */
-DsyncScan *
-DsyncScanFree(DsyncStore *store, text *name, int32 from_slot)
-{
-	DsyncScan  *scan;
-
-	Assert(store->table == DSYNC_TABLE_PERMIT && store->holder_index != NULL);
-	scan = DsyncScanBegin(store, store->holder_index, 3, ForwardScanDirection);
-	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
-	ScanKeyEntryInitialize(&scan->keys[1], SK_ISNULL | SK_SEARCHNULL, 2,
-						   InvalidStrategy, InvalidOid, InvalidOid, InvalidOid, (Datum) 0);
-	ScanKeyInit(&scan->keys[2], 3, BTGreaterEqualStrategyNumber, F_INT4GE,
-				Int32GetDatum(from_slot));
-	return DsyncScanRescan(scan, 3);
-}
-
-/*
- * DsyncScanAll
- *		Every row of the table, for the views, the reaper's start and the
- *		administrative functions.  Like the other scans it takes no SIREAD
- *		locks, so reading a view in a SERIALIZABLE transaction cannot make
- *		a concurrent dsync call fail serialization.
- */
-DsyncScan *
-DsyncScanAll(DsyncStore *store)
-{
-	return DsyncScanBegin(store, NULL, 0, ForwardScanDirection);
-}
-
-/*
- * DsyncScanNext
- *		The next row version the scan finds that is visible as of the
- *		latest committed state (plus this transaction's own changes), as a
- *		palloc'd copy, or NULL at the end.
- */
-DsyncRow *
-DsyncScanNext(DsyncScan *scan)
-{
-	for (;;)
-	{
-		HeapTuple	tuple;
-		Buffer		buffer;
-		bool		visible;
-		DsyncRow   *row;
-		MemoryContext oldcontext;
-
-		CHECK_FOR_INTERRUPTS();
-		/* Whatever the scan allocates must last as long as it does. */
-		oldcontext = MemoryContextSwitchTo(scan->cxt);
-		if (scan->hscan)
-		{
-			tuple = heap_getnext(scan->hscan, ForwardScanDirection);
-			buffer = tuple ? ((HeapScanDesc) scan->hscan)->rs_cbuf : InvalidBuffer;
-		}
-		else
-		{
-			BufferHeapTupleTableSlot *bslot = (BufferHeapTupleTableSlot *) scan->slot;
-
-			tuple = NULL;
-			buffer = InvalidBuffer;
-			if (index_getnext_slot(scan->iscan, scan->direction, scan->slot))
-			{
-				tuple = bslot->base.tuple;
-				buffer = bslot->buffer;
-			}
-		}
-		MemoryContextSwitchTo(oldcontext);
-		if (tuple == NULL)
-			return NULL;
-
-		LockBuffer(buffer, BUFFER_LOCK_SHARE);
-		visible = HeapTupleSatisfiesVisibility(tuple, scan->snapshot, buffer);
-		LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
-		if (!visible)
-			continue;
-
-		row = palloc(sizeof(DsyncRow));
-		DsyncStoreLoadRow(scan->store, tuple, row);
-		if (DsyncStoreCheckRow(scan->store, row))
-			return row;
-		DsyncRowFree(scan->store, row);
-	}
-}
-
-/*
- * DsyncScanEnd
- *		End a scan.
- */
-void
-DsyncScanEnd(DsyncScan *scan)
-{
-	if (scan->hscan)
-		table_endscan(scan->hscan);
-	else
-	{
-		ExecDropSingleTupleTableSlot(scan->slot);
-		index_endscan(scan->iscan);
-	}
-	UnregisterSnapshot(scan->snapshot);
-	pfree(scan);
-}
-
-/*
- * DsyncScanList
- *		Every row a scan finds, as a List, and end the scan.
- */
-List *
-DsyncScanList(DsyncScan *scan)
-{
-	List	   *rows = NIL;
-	DsyncRow   *row;
-
-	while ((row = DsyncScanNext(scan)) != NULL)
-		rows = lappend(rows, row);
-	DsyncScanEnd(scan);
-	return rows;
 }
 
 /*
@@ -918,74 +526,4 @@ DsyncStoreUnclaimKey(DsyncStore *store, text *name, Datum second)
 	LockRelease(&tag, ExclusiveLock, false);
 	if (store->table == DSYNC_TABLE_LEASE || store->table == DSYNC_TABLE_PERMIT)
 		DsyncWakeAtEnd(DsyncWaitKey(name));
-}
-
-/*
- * DsyncRowIsLive
- *		Whether a lease or permit row is held and has not expired at now.
- */
-bool
-DsyncRowIsLive(const DsyncRow *row, TimestampTz now)
-{
-	if (row->nulls[Anum_lease_holder - 1] || row->nulls[Anum_lease_expires_at - 1])
-		return false;
-	return DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]) > now;
-}
-
-/*
- * DsyncRowExpiry
- *		A held row's expiry.
- */
-TimestampTz
-DsyncRowExpiry(const DsyncRow *row)
-{
-	Assert(!row->nulls[Anum_lease_expires_at - 1]);
-	return DatumGetTimestampTz(row->values[Anum_lease_expires_at - 1]);
-}
-
-/*
- * DsyncRowSlot
- *		A lease or permit row's slot.
- */
-int32
-DsyncRowSlot(const DsyncRow *row)
-{
-	return DatumGetInt32(row->values[Anum_lease_slot - 1]);
-}
-
-/*
- * DsyncRowHolderIs
- *		Whether a row's holder is exactly the given one (byte for byte).
- */
-bool
-DsyncRowHolderIs(const DsyncRow *row, text *holder)
-{
-	if (row->nulls[Anum_lease_holder - 1])
-		return false;
-	return DsyncTextEquals(DatumGetTextPP(row->values[Anum_lease_holder - 1]), holder);
-}
-
-/*
- * DsyncTextEquals
- *		Whether two names are the same, byte for byte (names are compared
- *		as in the "C" collation of the tables' keys).
- */
-bool
-DsyncTextEquals(text *a, text *b)
-{
-	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
-		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
-}
-
-/*
- * DsyncRowOwnerIsCaller
- *		Whether the current role may act on what the row's owner acquired,
- *		joined or set: it must have the owner's privileges.
- */
-bool
-DsyncRowOwnerIsCaller(const DsyncRow *row, int owner_attnum)
-{
-	if (row->nulls[owner_attnum - 1])
-		return false;
-	return has_privs_of_role(GetUserId(), DatumGetObjectId(row->values[owner_attnum - 1]));
 }

@@ -1,0 +1,313 @@
+/*-------------------------------------------------------------------------
+ *
+ * scan.c
+ *		Finding rows of the extension's tables: by key, from a slot, by
+ *		holder, free permits, or all of them, as of the latest committed
+ *		state.
+ *
+ * Rows are found with an index scan under SnapshotAny and filtered with a
+ * fresh snapshot (GetLatestSnapshot), so a REPEATABLE READ or SERIALIZABLE
+ * caller acts on what has been committed now, not on its old snapshot;
+ * checking visibility here also keeps SSI out of it (no SIREAD locks, no
+ * serialization failure from dsync's own reads).  Scans are iterators that
+ * stop when the caller has what it needs, so a lookup by key costs one
+ * index probe whatever else the table holds, and nothing is materialised.
+ * Every row read is checked for damage (row.c) before it is returned.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "executor/tuptable.h"
+#include "miscadmin.h"
+#include "storage/bufmgr.h"
+#include "storage/procarray.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "dsync.h"
+
+struct DsyncScan
+{
+	DsyncStore *store;
+	MemoryContext cxt;			/* where the scan itself lives */
+	Snapshot	snapshot;		/* the latest committed state, registered */
+	IndexScanDesc iscan;		/* an index scan, or */
+	TableScanDesc hscan;		/* a whole-table scan */
+	TupleTableSlot *slot;
+	ScanDirection direction;
+	ScanKeyData keys[3];
+};
+
+/*
+ * DsyncLatestSnapshot
+ *		A snapshot of the latest committed state.
+ *
+ * GetLatestSnapshot refuses to run in parallel mode, which a query over
+ * the views can be in (force_parallel_mode, or a plan the planner thinks
+ * parallel-safe, since a foreign scan calls no function it could judge);
+ * dsync's scans never run in a worker, so a snapshot taken here is as good.
+ */
+static Snapshot
+DsyncLatestSnapshot(void)
+{
+	static SnapshotData latest = {SNAPSHOT_MVCC};
+
+	if (!IsInParallelMode())
+		return GetLatestSnapshot();
+	return GetSnapshotData(&latest);
+}
+
+/*
+ * DsyncScanBegin
+ *		Start a scan of an index with the given keys (nkeys 0: a scan of the
+ *		whole table), as of the latest committed state.
+ */
+static DsyncScan *
+DsyncScanBegin(DsyncStore *store, Relation index, int nkeys, ScanDirection direction)
+{
+	DsyncScan  *scan = palloc0(sizeof(DsyncScan));
+
+	scan->store = store;
+	scan->cxt = CurrentMemoryContext;
+	scan->snapshot = RegisterSnapshot(DsyncLatestSnapshot());
+	scan->direction = direction;
+	if (index == NULL)
+		scan->hscan = table_beginscan(store->rel, SnapshotAny, 0, NULL);
+	else
+	{
+		scan->iscan = DsyncIndexBeginscan(store->rel, index, SnapshotAny, nkeys, 0);
+		scan->slot = table_slot_create(store->rel, NULL);
+	}
+	return scan;
+}
+
+/*
+ * DsyncScanRescan
+ *		Position an index scan on the keys set up in scan->keys.
+ */
+static DsyncScan *
+DsyncScanRescan(DsyncScan *scan, int nkeys)
+{
+	index_rescan(scan->iscan, scan->keys, nkeys, NULL, 0);
+	return scan;
+}
+
+/*
+ * DsyncScanName
+ *		Every row whose first key column is name.
+ */
+DsyncScan *
+DsyncScanName(DsyncStore *store, text *name)
+{
+	DsyncScan  *scan = DsyncScanBegin(store, store->index, 1, ForwardScanDirection);
+
+	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
+	return DsyncScanRescan(scan, 1);
+}
+
+/*
+ * DsyncScanKey
+ *		The row with one whole primary key: (name, slot) of a lease or
+ *		permit, (group, member) of a member, (name, seq) of a signal.
+ */
+DsyncScan *
+DsyncScanKey(DsyncStore *store, text *name, Datum second)
+{
+	DsyncScan  *scan = DsyncScanBegin(store, store->index, 2, ForwardScanDirection);
+	RegProcedure eq;
+
+	switch (store->table)
+	{
+		case DSYNC_TABLE_MEMBER:
+			eq = F_TEXTEQ;
+			break;
+		case DSYNC_TABLE_SIGNAL:
+			eq = F_INT8EQ;
+			break;
+		default:
+			eq = F_INT4EQ;
+			break;
+	}
+	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
+	ScanKeyInit(&scan->keys[1], 2, BTEqualStrategyNumber, eq, second);
+	return DsyncScanRescan(scan, 2);
+}
+
+/*
+ * DsyncScanFrom
+ *		The rows of a lease or permit name from a slot on, in slot order.
+ */
+DsyncScan *
+DsyncScanFrom(DsyncStore *store, text *name, int32 slot)
+{
+	DsyncScan  *scan = DsyncScanBegin(store, store->index, 2, ForwardScanDirection);
+
+	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
+	ScanKeyInit(&scan->keys[1], 2, BTGreaterEqualStrategyNumber, F_INT4GE,
+				Int32GetDatum(slot));
+	return DsyncScanRescan(scan, 2);
+}
+
+/*
+ * DsyncScanLast
+ *		The rows of a name, last key first (the highest permit slot).
+ */
+DsyncScan *
+DsyncScanLast(DsyncStore *store, text *name)
+{
+	DsyncScan  *scan = DsyncScanBegin(store, store->index, 1, BackwardScanDirection);
+
+	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
+	return DsyncScanRescan(scan, 1);
+}
+
+/*
+ * DsyncScanHolder
+ *		The permits of a semaphore held (or last held) by holder: one probe
+ *		of dsync_permit's (name, holder, slot) index, whatever the number
+ *		of permits.
+ */
+DsyncScan *
+DsyncScanHolder(DsyncStore *store, text *name, text *holder)
+{
+	DsyncScan  *scan;
+
+	Assert(store->table == DSYNC_TABLE_PERMIT && store->holder_index != NULL);
+	scan = DsyncScanBegin(store, store->holder_index, 2, ForwardScanDirection);
+	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
+	ScanKeyInit(&scan->keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(holder));
+	return DsyncScanRescan(scan, 2);
+}
+
+/*
+ * DsyncScanFree
+ *		The free permits of a semaphore (holder NULL) from a slot on, in
+ *		slot order: one probe of the same index.
+ */
+DsyncScan *
+DsyncScanFree(DsyncStore *store, text *name, int32 from_slot)
+{
+	DsyncScan  *scan;
+
+	Assert(store->table == DSYNC_TABLE_PERMIT && store->holder_index != NULL);
+	scan = DsyncScanBegin(store, store->holder_index, 3, ForwardScanDirection);
+	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
+	ScanKeyEntryInitialize(&scan->keys[1], SK_ISNULL | SK_SEARCHNULL, 2,
+						   InvalidStrategy, InvalidOid, InvalidOid, InvalidOid, (Datum) 0);
+	ScanKeyInit(&scan->keys[2], 3, BTGreaterEqualStrategyNumber, F_INT4GE,
+				Int32GetDatum(from_slot));
+	return DsyncScanRescan(scan, 3);
+}
+
+/*
+ * DsyncScanAll
+ *		Every row of the table, for the views, the reaper's start and the
+ *		administrative functions.  Like the other scans it takes no SIREAD
+ *		locks, so reading a view in a SERIALIZABLE transaction cannot make
+ *		a concurrent dsync call fail serialization.
+ */
+DsyncScan *
+DsyncScanAll(DsyncStore *store)
+{
+	return DsyncScanBegin(store, NULL, 0, ForwardScanDirection);
+}
+
+/*
+ * DsyncScanNext
+ *		The next row version the scan finds that is visible as of the
+ *		latest committed state (plus this transaction's own changes), as a
+ *		palloc'd copy, or NULL at the end.
+ */
+DsyncRow *
+DsyncScanNext(DsyncScan *scan)
+{
+	for (;;)
+	{
+		HeapTuple	tuple;
+		Buffer		buffer;
+		bool		visible;
+		DsyncRow   *row;
+		MemoryContext oldcontext;
+
+		CHECK_FOR_INTERRUPTS();
+		/* Whatever the scan allocates must last as long as it does. */
+		oldcontext = MemoryContextSwitchTo(scan->cxt);
+		if (scan->hscan)
+		{
+			tuple = heap_getnext(scan->hscan, ForwardScanDirection);
+			buffer = tuple ? ((HeapScanDesc) scan->hscan)->rs_cbuf : InvalidBuffer;
+		}
+		else
+		{
+			BufferHeapTupleTableSlot *bslot = (BufferHeapTupleTableSlot *) scan->slot;
+
+			tuple = NULL;
+			buffer = InvalidBuffer;
+			if (index_getnext_slot(scan->iscan, scan->direction, scan->slot))
+			{
+				tuple = bslot->base.tuple;
+				buffer = bslot->buffer;
+			}
+		}
+		MemoryContextSwitchTo(oldcontext);
+		if (tuple == NULL)
+			return NULL;
+
+		LockBuffer(buffer, BUFFER_LOCK_SHARE);
+		visible = HeapTupleSatisfiesVisibility(tuple, scan->snapshot, buffer);
+		LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
+		if (!visible)
+			continue;
+
+		row = palloc(sizeof(DsyncRow));
+		DsyncStoreLoadRow(scan->store, tuple, row);
+		if (DsyncStoreCheckRow(scan->store, row))
+			return row;
+		DsyncRowFree(scan->store, row);
+	}
+}
+
+/*
+ * DsyncScanEnd
+ *		End a scan.
+ */
+void
+DsyncScanEnd(DsyncScan *scan)
+{
+	if (scan->hscan)
+		table_endscan(scan->hscan);
+	else
+	{
+		ExecDropSingleTupleTableSlot(scan->slot);
+		index_endscan(scan->iscan);
+	}
+	UnregisterSnapshot(scan->snapshot);
+	pfree(scan);
+}
+
+/*
+ * DsyncScanList
+ *		Every row a scan finds, as a List, and end the scan.
+ */
+List *
+DsyncScanList(DsyncScan *scan)
+{
+	List	   *rows = NIL;
+	DsyncRow   *row;
+
+	while ((row = DsyncScanNext(scan)) != NULL)
+		rows = lappend(rows, row);
+	DsyncScanEnd(scan);
+	return rows;
+}
