@@ -70,9 +70,10 @@ prove-installcheck:
 		PATH="$(PG_BINDIR):$$PATH" PG_REGRESS='$(PG_REGRESS_BIN)' \
 		$(PROVE) -I '$(PG_PERL)' -I . $(PROVE_FLAGS) t/*.pl
 
-# Every module includes the shared header: rebuild them all when it changes.
-$(OBJS): src/dsync.h src/compat.h
-src/reaper.o src/expiry.o src/reap.o: src/reaper.h
+# Each module includes the headers of what it uses; the compiler records
+# which (-MMD), so an edit rebuilds only the modules that depend on it.
+override CPPFLAGS += -MMD -MP
+-include $(OBJS:.o=.d)
 
 # The command-line tool (cli/dsync.c), a libpq client installed next to the
 # server's programs.  PGXS builds one kind of target per Makefile, so the
@@ -93,4 +94,4 @@ install-cli: $(CLI)
 	$(MKDIR_P) '$(DESTDIR)$(bindir)'
 	$(INSTALL_PROGRAM) $(CLI) '$(DESTDIR)$(bindir)/dsync'
 
-EXTRA_CLEAN = $(CLI)
+EXTRA_CLEAN = $(CLI) $(OBJS:.o=.d)

@@ -17,7 +17,9 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 
-#include "dsync.h"
+#include "compat.h"
+#include "args.h"
+#include "settings.h"
 
 /*
  * DsyncArgNameOrNull

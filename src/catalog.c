@@ -33,7 +33,8 @@
 #include "utils/relcache.h"
 #include "utils/syscache.h"
 
-#include "dsync.h"
+#include "catalog.h"
+#include "compat.h"
 
 static DsyncCatalog dsync_catalog;
 static bool dsync_catalog_valid = false;

@@ -17,7 +17,8 @@
 #include "common/sha2.h"
 #include "utils/builtins.h"
 
-#include "dsync.h"
+#include "args.h"
+#include "events.h"
 
 PG_FUNCTION_INFO_V1(dsync_channel);
 

@@ -27,6 +27,11 @@
 #error "dsync needs PostgreSQL 15 or later"
 #endif
 
+/* The varlena macros (VARSIZE_ANY_EXHDR and the like) moved in 16. */
+#if PG_VERSION_NUM >= 160000
+#include "varatt.h"
+#endif
+
 /* What the FDW's EXPLAIN callback uses moved to headers of its own in 18. */
 #if PG_VERSION_NUM >= 180000
 #include "commands/explain_format.h"

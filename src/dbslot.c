@@ -57,7 +57,10 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
-#include "dsync.h"
+#include "stats.h"
+#include "dbslot.h"
+#include "events.h"
+#include "workers.h"
 
 /* Backend-local cache of this database's slot. */
 static DsyncDbSlot *my_slot = NULL;

@@ -13,7 +13,9 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
-#include "dsync.h"
+#include "shmem.h"
+#include "settings.h"
+#include "workers.h"
 
 PG_MODULE_MAGIC;
 

@@ -42,7 +42,13 @@
 #include "utils/json.h"
 #include "utils/memutils.h"
 
-#include "dsync.h"
+#include "catalog.h"
+#include "stats.h"
+#include "dbslot.h"
+#include "settings.h"
+#include "store.h"
+#include "events.h"
+#include "workers.h"
 
 /* An event of the current transaction, with the nesting level it belongs to. */
 typedef struct DsyncPendingEvent

@@ -47,6 +47,11 @@
 #include "utils/snapmgr.h"
 
 #include "reaper.h"
+#include "catalog.h"
+#include "dbslot.h"
+#include "settings.h"
+#include "store.h"
+#include "events.h"
 
 /* The most deadlines kept in memory (and a quarter more before trimming). */
 #define EXPIRY_MAX_ENTRIES		dsync_deadlines_in_memory

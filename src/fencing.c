@@ -86,7 +86,9 @@
 #include "utils/guc.h"
 #include "utils/rel.h"
 
-#include "dsync.h"
+#include "catalog.h"
+#include "fencing.h"
+#include "shmem.h"
 
 /*
  * FencingSequenceLsn

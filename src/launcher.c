@@ -55,7 +55,10 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "dsync.h"
+#include "dbslot.h"
+#include "settings.h"
+#include "workers.h"
+#include "compat.h"
 
 /* A worker serves at least this long before it is asked to make way. */
 #define DSYNC_MIN_SERVE_MS		20

@@ -33,7 +33,13 @@
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 
-#include "dsync.h"
+#include "args.h"
+#include "catalog.h"
+#include "wait.h"
+#include "fencing.h"
+#include "store.h"
+#include "lease.h"
+#include "events.h"
 
 PG_FUNCTION_INFO_V1(dsync_acquire);
 PG_FUNCTION_INFO_V1(dsync_renew);

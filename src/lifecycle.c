@@ -38,7 +38,13 @@
 #include "utils/acl.h"
 #include "utils/timestamp.h"
 
-#include "dsync.h"
+#include "wait.h"
+#include "dbslot.h"
+#include "settings.h"
+#include "events.h"
+#include "workers.h"
+#include "role.h"
+#include "compat.h"
 
 /* How long a utility statement waits for a worker to leave its database. */
 #define DSYNC_HOLD_WAIT_MS		10000

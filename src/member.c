@@ -22,7 +22,11 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 
-#include "dsync.h"
+#include "args.h"
+#include "catalog.h"
+#include "store.h"
+#include "lease.h"
+#include "events.h"
 
 PG_FUNCTION_INFO_V1(dsync_join);
 PG_FUNCTION_INFO_V1(dsync_leave);

@@ -38,7 +38,12 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 
-#include "dsync.h"
+#include "compat.h"
+#include "args.h"
+#include "catalog.h"
+#include "store.h"
+#include "lease.h"
+#include "events.h"
 
 /*
  * DsyncPermitFindHeld

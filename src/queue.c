@@ -20,7 +20,9 @@
 
 #include "storage/spin.h"
 
-#include "dsync.h"
+#include "args.h"
+#include "dbslot.h"
+#include "events.h"
 
 /* An event as stored in a queue; name and holder bytes follow. */
 typedef struct DsyncQueueEntry

@@ -28,7 +28,13 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "dsync.h"
+#include "args.h"
+#include "catalog.h"
+#include "dbslot.h"
+#include "settings.h"
+#include "store.h"
+#include "lease.h"
+#include "events.h"
 #include "reaper.h"
 
 PG_FUNCTION_INFO_V1(dsync_reap);

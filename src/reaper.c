@@ -59,7 +59,14 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "reaper.h"
+#include "settings.h"
+#include "workers.h"
+#include "catalog.h"
+#include "stats.h"
+#include "dbslot.h"
+#include "events.h"
 
 /* Events kept after a failed NOTIFY before the oldest are dropped. */
 #define DSYNC_MAX_UNSENT		1000000

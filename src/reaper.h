@@ -9,7 +9,9 @@
 #ifndef DSYNC_REAPER_H
 #define DSYNC_REAPER_H
 
-#include "dsync.h"
+#include "dbslot.h"
+#include "events.h"
+#include "store.h"
 
 /* What a deadline is about. */
 typedef enum ExpiryKind

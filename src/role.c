@@ -38,7 +38,12 @@
 #include "utils/acl.h"
 #include "utils/builtins.h"
 
-#include "dsync.h"
+#include "catalog.h"
+#include "wait.h"
+#include "store.h"
+#include "lease.h"
+#include "events.h"
+#include "role.h"
 
 /* What to do with the rows a role owns. */
 typedef enum RoleAction

@@ -15,10 +15,14 @@
 #include "postgres.h"
 
 #include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "dsync.h"
+#include "compat.h"
+#include "args.h"
+#include "catalog.h"
+#include "store.h"
 
 /*
  * DsyncRowNameDamage

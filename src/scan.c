@@ -35,7 +35,9 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
-#include "dsync.h"
+#include "catalog.h"
+#include "store.h"
+#include "compat.h"
 
 struct DsyncScan
 {

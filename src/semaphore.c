@@ -18,7 +18,11 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 
-#include "dsync.h"
+#include "args.h"
+#include "catalog.h"
+#include "wait.h"
+#include "store.h"
+#include "lease.h"
 
 PG_FUNCTION_INFO_V1(dsync_semaphore_create);
 PG_FUNCTION_INFO_V1(dsync_semaphore_drop);

@@ -21,7 +21,12 @@
 #include "storage/proc.h"
 #include "storage/shmem.h"
 
-#include "dsync.h"
+#include "wait.h"
+#include "stats.h"
+#include "dbslot.h"
+#include "shmem.h"
+#include "settings.h"
+#include "events.h"
 
 DsyncShared *dsync_shared = NULL;
 DsyncWorkerShared *dsync_workers = NULL;

@@ -27,7 +27,11 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 
-#include "dsync.h"
+#include "args.h"
+#include "catalog.h"
+#include "wait.h"
+#include "store.h"
+#include "events.h"
 
 PG_FUNCTION_INFO_V1(dsync_event_set);
 PG_FUNCTION_INFO_V1(dsync_event_wait);

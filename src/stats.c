@@ -25,7 +25,8 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "dsync.h"
+#include "stats.h"
+#include "dbslot.h"
 
 PG_FUNCTION_INFO_V1(dsync_stats_row);
 PG_FUNCTION_INFO_V1(dsync_stats_reset);

@@ -55,7 +55,11 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
-#include "dsync.h"
+#include "catalog.h"
+#include "wait.h"
+#include "dbslot.h"
+#include "store.h"
+#include "compat.h"
 
 /*
  * Lock class for the per-key insert lock (the fourth field of an advisory

@@ -47,7 +47,10 @@
 #include "utils/rel.h"
 #include "utils/tuplestore.h"
 
-#include "dsync.h"
+#include "catalog.h"
+#include "store.h"
+#include "lease.h"
+#include "compat.h"
 
 PG_FUNCTION_INFO_V1(dsync_fdw_handler);
 PG_FUNCTION_INFO_V1(dsync_lease_rows);

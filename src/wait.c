@@ -69,7 +69,11 @@
 #include "utils/resowner.h"
 #include "utils/tuplestore.h"
 
-#include "dsync.h"
+#include "wait.h"
+#include "stats.h"
+#include "dbslot.h"
+#include "shmem.h"
+#include "compat.h"
 #include "libpq_compat.h"
 
 PG_FUNCTION_INFO_V1(dsync_waiter_rows);

@@ -1,0 +1,29 @@
+/*-------------------------------------------------------------------------
+ *
+ * args.h
+ *		Argument checks shared by every SQL-callable function (args.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DSYNC_ARGS_H
+#define DSYNC_ARGS_H
+
+#include "postgres.h"
+#include "fmgr.h"
+#include "utils/timestamp.h"
+
+/* Names (lease, holder, group, event) are at most this many bytes. */
+#define DSYNC_NAME_MAX_BYTES	255
+
+extern text *DsyncArgName(FunctionCallInfo fcinfo, int argno, const char *argname);
+extern text *DsyncArgNameOrNull(FunctionCallInfo fcinfo, int argno, const char *argname);
+extern bool DsyncIntervalUsec(const Interval *iv, int64 *result);
+extern int64 DsyncArgTtl(FunctionCallInfo fcinfo, int argno, const char *argname,
+						 bool null_ok, Interval **ttl_out);
+extern int64 DsyncCapTtl(int64 ttl_usec);
+extern void DsyncArgWait(FunctionCallInfo fcinfo, int argno, const char *argname,
+						 bool *forever, int64 *wait_usec);
+extern TimestampTz DsyncExpiry(TimestampTz now, int64 ttl_usec, const char *argname);
+extern void DsyncPreventWrite(const char *funcname);
+
+#endif							/* DSYNC_ARGS_H */

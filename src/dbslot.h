@@ -1,0 +1,129 @@
+/*-------------------------------------------------------------------------
+ *
+ * dbslot.h
+ *		The table of database slots in shared memory, and the workers that
+ *		serve them (dbslot.c; the state machine is written down there).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DSYNC_DBSLOT_H
+#define DSYNC_DBSLOT_H
+
+#include "postgres.h"
+#include "port/atomics.h"
+#include "storage/lwlock.h"
+#include "storage/spin.h"
+#include "utils/timestamp.h"
+#include "settings.h"
+#include "stats.h"
+
+/*
+ * Background workers (launcher.c, reaper.c).  One slot per database that
+ * has, or may have, the extension.  At most dsync.max_workers databases
+ * have a worker (a "reaper") at a time; the launcher starts one where work
+ * is due and, when all are busy, asks the least busy to make way (see the
+ * state table in launcher.c).  Each slot has its database's queue of
+ * committed events, made of chunks of a pool shared by all databases.
+ */
+typedef enum DsyncDbState
+{
+	DSYNC_DB_FREE = 0,			/* slot unused */
+	DSYNC_DB_PROBE,				/* may have the extension: a worker must look */
+	DSYNC_DB_ACTIVE,			/* has the extension: a worker runs when work is due */
+	DSYNC_DB_ABSENT				/* has no extension: no worker */
+} DsyncDbState;
+
+/* Workers that served a database lately, to tell their notifications. */
+#define DSYNC_SENDER_HISTORY	16
+
+typedef struct DsyncSender
+{
+	int			pid;
+	TimestampTz until;			/* 0 while it serves */
+} DsyncSender;
+
+typedef struct DsyncDbSlot
+{
+	/* Protected by DsyncWorkerShared.lock. */
+	Oid			dbid;
+	DsyncDbState state;
+	int			pid;			/* its worker, 0 if none, -1 while starting */
+	int			pgprocno;		/* the worker's PGPROC, for its latch */
+	int			held_by;		/* pid of a backend that needs the database alone */
+	TimestampTz restart_after;	/* no worker before this time */
+	TimestampTz serving_since;	/* when its worker started serving */
+	bool		settled;		/* its worker has done a first pass */
+	TimestampTz wanted_since;	/* probe asked for, or first event queued unserved */
+	bool		start_warned;	/* launcher: said it could not start one */
+	DsyncSender senders[DSYNC_SENDER_HISTORY];	/* newest first */
+	TransactionId reaper_xid;	/* the worker's clearing transaction, if any */
+
+	pg_atomic_uint32 recheck;	/* the extension may have been dropped */
+	pg_atomic_uint32 yield;		/* launcher: let another database have the worker */
+	pg_atomic_uint32 wanted;	/* events are queued and no worker runs */
+
+	/* The next deadline of the database (0: none known). */
+	pg_atomic_uint64 next_deadline;
+
+	/* Event queue: a list of pool chunks, protected by queue_lock. */
+	LWLock	   *queue_lock;
+	int			queue_first;	/* chunk read next, -1 if empty */
+	int			queue_last;		/* chunk written next, -1 if empty */
+	uint32		queue_read;		/* offset of the next entry in queue_first */
+	uint64		queue_bytes;	/* bytes queued */
+	uint64		queue_dropped;	/* events lost because the pool was full */
+	uint64		queue_dropped_announced;	/* of those, events for listeners */
+
+	pg_atomic_uint64 counters[DSYNC_NUM_COUNTERS];
+} DsyncDbSlot;
+
+/* The event queues' shared pool of chunks. */
+#define DSYNC_CHUNK_SIZE		8192
+#define DSYNC_CHUNK_DATA		(DSYNC_CHUNK_SIZE - 8)
+
+typedef struct DsyncChunk
+{
+	int32		next;			/* the next chunk of its queue, or -1 */
+	uint32		used;			/* bytes of data written */
+	char		data[DSYNC_CHUNK_DATA];
+} DsyncChunk;
+
+typedef struct DsyncWorkerShared
+{
+	LWLock	   *lock;			/* protects the slots (not their queues) */
+	int			launcher_pid;
+	int			launcher_pgprocno;
+	bool		rescan;			/* launcher: look for new databases */
+	int			nslots;
+
+	/* The chunk pool: a free list under its own spinlock. */
+	slock_t		pool_lock;
+	int			pool_free;		/* first free chunk, -1 if none */
+	int			pool_nfree;
+	int			pool_size;		/* chunks in all */
+	DsyncChunk *chunks;
+
+	DsyncDbSlot slots[FLEXIBLE_ARRAY_MEMBER];
+} DsyncWorkerShared;
+
+/* Workers for databases: dsync.max_workers counts the launcher too. */
+#define DSYNC_DB_WORKERS		(dsync_max_workers - 1)
+
+extern DsyncDbSlot *DsyncDbSlotLookup(Oid dbid);
+extern DsyncDbSlot *DsyncDbSlotAllocate(Oid dbid, bool reuse_absent);
+extern DsyncDbSlot *DsyncDbSlotFind(Oid dbid);
+extern bool DsyncDbIsTemplate(Oid dbid);
+extern bool DsyncDbSlotAvailable(Oid dbid);
+extern DsyncDbSlot *DsyncDbSlotClaim(Oid dbid, bool has_extension);
+extern void DsyncDbSlotWant(DsyncDbSlot *slot);
+extern void DsyncDbSlotSenderBegin(DsyncDbSlot *slot, int pid);
+extern void DsyncDbSlotSenderEnd(DsyncDbSlot *slot, int pid);
+extern const char *DsyncDbStateName(DsyncDbState state);
+
+extern PGDLLIMPORT DsyncWorkerShared *dsync_workers;
+
+/* stats.c: counting */
+extern void DsyncStatAdd(DsyncCounter counter, int64 delta);
+extern void DsyncStatAddSlot(DsyncDbSlot *slot, DsyncCounter counter, int64 delta);
+
+#endif							/* DSYNC_DBSLOT_H */

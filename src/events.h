@@ -1,0 +1,67 @@
+/*-------------------------------------------------------------------------
+ *
+ * events.h
+ *		Lease, membership and signal events: recorded in a transaction,
+ *		queued at commit, sent by the workers (events.c, queue.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DSYNC_EVENTS_H
+#define DSYNC_EVENTS_H
+
+#include "postgres.h"
+#include "lib/stringinfo.h"
+#include "utils/timestamp.h"
+#include "dbslot.h"
+#include "store.h"
+
+/* events.c: lease events recorded during a transaction, queued at commit */
+typedef enum DsyncEventKind
+{
+	DSYNC_EVENT_ACQUIRED = 1,
+	DSYNC_EVENT_RELEASED,
+	DSYNC_EVENT_EXPIRED,
+	DSYNC_EVENT_DEADLINE,		/* not announced: a renewal shortened a lease */
+	DSYNC_EVENT_JOINED,			/* name: group, holder: member */
+	DSYNC_EVENT_LEFT,
+	DSYNC_EVENT_MEMBER_EXPIRED, /* announced as "left" */
+	DSYNC_EVENT_MEMBER_DEADLINE,	/* not announced: a refresh shortened it */
+	DSYNC_EVENT_SET,			/* a one-to-one signal was stored */
+	DSYNC_EVENT_PERMIT_ACQUIRED,	/* as ACQUIRED, for a semaphore permit */
+	DSYNC_EVENT_PERMIT_DEADLINE,	/* as DEADLINE, for a semaphore permit */
+	DSYNC_EVENT_PERMIT_RELEASED,	/* as RELEASED, for a semaphore permit */
+	DSYNC_EVENT_RENEWED			/* not announced or queued: counted only */
+} DsyncEventKind;
+
+typedef struct DsyncEvent
+{
+	DsyncEventKind kind;
+	int32		slot;
+	int64		fencing;
+	int64		seq;			/* reaper: assigned when first sent; 0 before */
+	TimestampTz expires_at;		/* released: when it was released */
+	char	   *name;
+	char	   *holder;
+} DsyncEvent;
+
+extern void DsyncEventRecord(DsyncEventKind kind, const DsyncRow *row);
+extern void DsyncEventRecordRaw(DsyncEventKind kind, text *name, text *holder,
+								TimestampTz expires_at);
+extern void DsyncEventRecordRenewal(void);
+extern char *DsyncEventPayload(const DsyncEvent *event);
+extern bool DsyncEventHasDeadline(DsyncEventKind kind);
+extern bool DsyncEventIsAnnounced(DsyncEventKind kind);
+extern const char *DsyncEventChannel(const char *name);
+extern void DsyncDeadlineLower(DsyncDbSlot *slot, TimestampTz deadline);
+extern void DsyncEventTimestamp(StringInfo buf, TimestampTz ts);
+
+/* queue.c: event queues in a shared pool of chunks */
+extern Size DsyncQueueEntrySize(const DsyncEvent *event);
+extern void DsyncQueuePoolInit(DsyncWorkerShared *shared, DsyncChunk *chunks, int nchunks);
+extern int	DsyncQueueFreeChunks(void);
+extern bool DsyncQueueAppend(DsyncDbSlot *slot, const DsyncEvent *event);
+extern void DsyncQueueReset(DsyncDbSlot *slot);
+extern int	DsyncQueueDrain(DsyncDbSlot *slot, List **events, uint64 *dropped,
+							uint64 *dropped_announced);
+
+#endif							/* DSYNC_EVENTS_H */

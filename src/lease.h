@@ -1,0 +1,47 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease.h
+ *		Leases and semaphore permits: granting, renewing, releasing
+ *		(lease.c, permit.c, semaphore.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DSYNC_LEASE_H
+#define DSYNC_LEASE_H
+
+#include "postgres.h"
+#include "fmgr.h"
+#include "utils/timestamp.h"
+#include "store.h"
+
+typedef struct LeaseGrant
+{
+	text	   *holder;
+	Interval   *ttl;
+	int64		ttl_usec;
+	Datum		info;
+	bool		info_null;
+} LeaseGrant;
+
+extern text *DsyncLeaseLeader(FunctionCallInfo fcinfo, text *lease);
+extern void DsyncLeaseSetGrant(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant);
+extern void DsyncLeaseRenewRow(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant);
+extern void DsyncLeaseSetReleased(DsyncRow *row);
+extern void DsyncLeaseRelease(DsyncStore *store, DsyncRow *row);
+extern DsyncRow *DsyncLeaseFindPlain(DsyncStore *store, text *lease);
+
+/* permit.c: semaphore permits */
+extern bool DsyncPermitTryAcquire(FunctionCallInfo fcinfo, text *name, const LeaseGrant *grant,
+								  int permits, bool may_take, bool thorough,
+								  int64 *token);
+extern DsyncRow *DsyncPermitFindHeld(DsyncStore *store, text *name, text *holder,
+									 TimestampTz now);
+extern void DsyncPermitFill(const DsyncCatalog *catalog, text *name, int permits);
+extern void DsyncPermitDropFree(const DsyncCatalog *catalog, text *name);
+
+/* semaphore.c: definitions */
+extern int	DsyncSemaphorePermits(FunctionCallInfo fcinfo, text *name);
+extern int	DsyncSemaphorePermitsFor(FunctionCallInfo fcinfo, text *name, bool for_grant);
+extern int	DsyncSemaphoreCount(const DsyncCatalog *catalog, text *name, bool for_grant);
+
+#endif							/* DSYNC_LEASE_H */

@@ -1,0 +1,24 @@
+/*-------------------------------------------------------------------------
+ *
+ * settings.h
+ *		dsync's settings (GUCs), defined in dsync.c.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DSYNC_SETTINGS_H
+#define DSYNC_SETTINGS_H
+
+#include "postgres.h"
+
+extern int	dsync_max_databases;
+extern int	dsync_event_queue_size;
+extern int	dsync_reap_batch_size;
+extern int	dsync_restart_delay;
+extern bool dsync_events;
+extern int	dsync_max_ttl;
+extern int	dsync_idle_row_retention;
+extern int	dsync_deadlines_in_memory;
+extern int	dsync_max_workers;
+extern int	dsync_worker_idle_timeout;
+
+#endif							/* DSYNC_SETTINGS_H */

@@ -1,0 +1,92 @@
+/*-------------------------------------------------------------------------
+ *
+ * store.h
+ *		Direct access to the extension's tables: opening, scanning, locking
+ *		and changing rows (store.c, scan.c, row.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DSYNC_STORE_H
+#define DSYNC_STORE_H
+
+#include "postgres.h"
+#include "access/tableam.h"
+#include "fmgr.h"
+#include "nodes/lockoptions.h"
+#include "storage/itemptr.h"
+#include "utils/relcache.h"
+#include "utils/timestamp.h"
+#include "catalog.h"
+
+typedef struct DsyncRow
+{
+	ItemPointerData tid;		/* the row version this was read from */
+	Datum		values[DSYNC_MAX_ATTS];
+	bool		nulls[DSYNC_MAX_ATTS];
+} DsyncRow;
+
+typedef struct DsyncStore
+{
+	const DsyncCatalog *catalog;
+	DsyncTable	table;
+	Relation	rel;
+	Relation	index;			/* the primary key */
+	Relation	holder_index;	/* dsync_permit: (name, holder); else NULL */
+	LOCKMODE	lockmode;
+	bool		tolerant;		/* skip damaged rows with a warning */
+} DsyncStore;
+
+typedef struct DsyncScan DsyncScan;
+
+extern void DsyncStoreOpen(DsyncStore *store, FunctionCallInfo fcinfo, DsyncTable table,
+						   bool for_write);
+extern void DsyncStoreOpenCatalog(DsyncStore *store, const DsyncCatalog *catalog,
+								  DsyncTable table, bool for_write);
+extern void DsyncStoreClose(DsyncStore *store);
+extern void DsyncStoreCloseUnlock(DsyncStore *store);
+extern DsyncRow *DsyncStoreNewRow(void);
+
+extern DsyncScan *DsyncScanName(DsyncStore *store, text *name);
+extern DsyncScan *DsyncScanKey(DsyncStore *store, text *name, Datum second);
+extern DsyncScan *DsyncScanFrom(DsyncStore *store, text *name, int32 slot);
+extern DsyncScan *DsyncScanLast(DsyncStore *store, text *name);
+extern DsyncScan *DsyncScanHolder(DsyncStore *store, text *name, text *holder);
+extern DsyncScan *DsyncScanFree(DsyncStore *store, text *name, int32 from_slot);
+extern DsyncScan *DsyncScanAll(DsyncStore *store);
+extern DsyncRow *DsyncScanNext(DsyncScan *scan);
+extern void DsyncScanEnd(DsyncScan *scan);
+extern List *DsyncScanList(DsyncScan *scan);
+extern void DsyncRowFree(DsyncStore *store, DsyncRow *row);
+
+extern TM_Result DsyncStoreLock(DsyncStore *store, DsyncRow *row,
+								LockTupleMode mode, LockWaitPolicy policy);
+extern void DsyncStoreUpdate(DsyncStore *store, DsyncRow *row);
+extern void DsyncStoreInsert(DsyncStore *store, DsyncRow *row);
+extern void DsyncStoreDelete(DsyncStore *store, DsyncRow *row);
+
+/* Inserting a new key: see DsyncStoreClaimKey. */
+typedef enum DsyncClaim
+{
+	DSYNC_CLAIM_OK,				/* nobody has the key: insert it, then unlock */
+	DSYNC_CLAIM_EXISTS,			/* a committed row has it now: look again */
+	DSYNC_CLAIM_BUSY			/* another transaction is inserting or deleting it */
+} DsyncClaim;
+
+extern DsyncClaim DsyncStoreClaimKey(DsyncStore *store, text *name, Datum second,
+									 bool wait);
+extern void DsyncStoreUnclaimKey(DsyncStore *store, text *name, Datum second);
+
+/* Used by scan.c: a row read from a tuple, and checked (row.c). */
+extern void DsyncStoreLoadRow(DsyncStore *store, HeapTuple tuple, DsyncRow *row);
+extern bool DsyncStoreCheckRow(DsyncStore *store, DsyncRow *row);
+extern const char *DsyncRowDamage(DsyncTable table, const DsyncRow *row);
+
+/* Row helpers. */
+extern bool DsyncRowIsLive(const DsyncRow *row, TimestampTz now);
+extern bool DsyncRowHolderIs(const DsyncRow *row, text *holder);
+extern bool DsyncTextEquals(text *a, text *b);
+extern bool DsyncRowOwnerIsCaller(const DsyncRow *row, int owner_attnum);
+extern int32 DsyncRowSlot(const DsyncRow *row);
+extern TimestampTz DsyncRowExpiry(const DsyncRow *row);
+
+#endif							/* DSYNC_STORE_H */
