@@ -30,20 +30,18 @@ OBJS = \
 	src/signal.o \
 	src/member.o
 
-DATA = sql/dsync--1.0.sql sql/dsync--1.0--1.1.sql sql/dsync--1.1--1.2.sql
+# The install and upgrade scripts sit at the top, as in contrib.
+DATA = $(sort $(wildcard dsync--*.sql))
 PGFILEDESC = "dsync - leases, leader election and signals for PostgreSQL"
 
-# pg_regress inputs live in sql/ and expected/ (the install script in sql/
-# is not a test).  Every run needs dsync in shared_preload_libraries, which
-# the caller provides (see test/run_all.sh).
-REGRESS = setup args lease privileges channel semaphore signal member
+# sql/ and expected/ hold the pg_regress tests and nothing else;
+# test/isolation the isolation specs.  Both lists are every file there.
+# Every run needs dsync in shared_preload_libraries and the databases and
+# role that test/regress.sh prepares (test/run_all.sh does both).
+REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --load-extension=dsync
 
-ISOLATION = acquire_free acquire_expired acquire_release acquire_renew \
-	snapshot_rr snapshot_serializable serializable_view assert_held_expiry \
-	uncommitted_nowait wait_release wait_rollback wait_expiry wait_timeout \
-	wait_fifo wait_renew sem_last_permit sem_release_vs_acquire \
-	sem_create_race event_one_set_two_waiters event_set_rollback
+ISOLATION = $(patsubst test/isolation/specs/%.spec,%,$(sort $(wildcard test/isolation/specs/*.spec)))
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=dsync
 
 # Warnings are shown, not errors, so that other compilers can build dsync;

@@ -85,3 +85,24 @@ REVOKE ALL ON FUNCTION regress_rows(text, text), regress_semaphore(text),
 	regress_tamper_release(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION regress_rows(text, text), regress_semaphore(text),
 	regress_tamper_release(text) TO dsync_tester;
+
+-- regress_err(q) runs q and shows its SQLSTATE and message instead of
+-- failing, so that one pg_regress file can show many errors.  It runs
+-- with the caller's rights (SECURITY INVOKER).
+CREATE FUNCTION regress_err(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE q;
+	RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+	RETURN SQLSTATE || ': ' || SQLERRM;
+END $$;
+
+-- dsync.max_ttl is for superusers to set; the range checks of ttl are
+-- shown without that cap, through this administrator's function (the
+-- setting lasts until the end of the caller's transaction).
+CREATE FUNCTION regress_set_max_ttl(value text) RETURNS text
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+	SELECT set_config('dsync.max_ttl', value, true);
+$$;
+REVOKE ALL ON FUNCTION regress_set_max_ttl(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION regress_set_max_ttl(text) TO dsync_tester;

@@ -1,4 +1,9 @@
--- pgTAP: the shape of the SQL interface (API.md is the contract).
+-- pgTAP: the shape of the SQL interface (API.md is the contract): which
+-- functions exist with which argument and return types, the tables' keys
+-- and column types, who may execute or select what, and which objects the
+-- extension owns.  pg_regress checks behaviour and errors (sql/); this
+-- checks the catalogs, one named assertion per promise, independent of how
+-- psql prints them, so that a changed signature or privilege fails by name.
 SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS dsync;
