@@ -72,6 +72,8 @@ static DsyncDbSlot *my_slot = NULL;
 DsyncDbSlot *
 DsyncDbSlotLookup(Oid dbid)
 {
+	Assert(LWLockHeldByMe(dsync_workers->lock));
+
 	for (int i = 0; i < dsync_workers->nslots; i++)
 	{
 		DsyncDbSlot *slot = &dsync_workers->slots[i];
@@ -95,6 +97,8 @@ DsyncDbSlotAllocate(Oid dbid, bool reuse_absent)
 {
 	DsyncDbSlot *slot = DsyncDbSlotLookup(dbid);
 	DsyncDbSlot *absent = NULL;
+
+	Assert(LWLockHeldByMeInMode(dsync_workers->lock, LW_EXCLUSIVE));
 
 	if (slot)
 		return slot;
@@ -285,6 +289,9 @@ DsyncDbStateName(DsyncDbState state)
 void
 DsyncDbSlotSenderBegin(DsyncDbSlot *slot, int pid)
 {
+	Assert(LWLockHeldByMeInMode(dsync_workers->lock, LW_EXCLUSIVE));
+	Assert(pid > 0);
+
 	memmove(&slot->senders[1], &slot->senders[0],
 			sizeof(DsyncSender) * (DSYNC_SENDER_HISTORY - 1));
 	slot->senders[0].pid = pid;
@@ -299,6 +306,8 @@ DsyncDbSlotSenderBegin(DsyncDbSlot *slot, int pid)
 void
 DsyncDbSlotSenderEnd(DsyncDbSlot *slot, int pid)
 {
+	Assert(LWLockHeldByMeInMode(dsync_workers->lock, LW_EXCLUSIVE));
+
 	for (int i = 0; i < DSYNC_SENDER_HISTORY; i++)
 		if (slot->senders[i].pid == pid && slot->senders[i].until == 0)
 			slot->senders[i].until = GetCurrentTimestamp();

@@ -259,6 +259,8 @@ DsyncLauncherDue(DsyncDbSlot *slot)
 	TimestampTz due = 0;
 	uint64		deadline;
 
+	Assert(LWLockHeldByMe(dsync_workers->lock));
+
 	if (slot->state == DSYNC_DB_PROBE)
 		due = slot->wanted_since;
 	else if (slot->state == DSYNC_DB_ACTIVE)

@@ -138,6 +138,8 @@ DsyncQueueAppend(DsyncDbSlot *slot, const DsyncEvent *event)
 	DsyncChunk *last;
 	DsyncQueueEntry *entry;
 
+	Assert(LWLockHeldByMeInMode(slot->queue_lock, LW_EXCLUSIVE));
+
 	Assert(len <= DSYNC_CHUNK_DATA);
 	last = slot->queue_last >= 0 ? &dsync_workers->chunks[slot->queue_last] : NULL;
 	if (last == NULL || last->used + len > DSYNC_CHUNK_DATA)
@@ -181,6 +183,8 @@ DsyncQueueReset(DsyncDbSlot *slot)
 {
 	int			count = 0;
 	int			last = -1;
+
+	Assert(LWLockHeldByMeInMode(slot->queue_lock, LW_EXCLUSIVE));
 
 	for (int chunk = slot->queue_first; chunk >= 0; chunk = dsync_workers->chunks[chunk].next)
 	{

@@ -125,8 +125,11 @@ ReapOutcome
 ReapRow(DsyncStore *store, DsyncRow *row, TimestampTz now, DsyncDbSlot *slot,
 		TimestampTz *next)
 {
-	TimestampTz due = ReapDueAt(store, row, now);
+	TimestampTz due;
 
+	Assert(store->table == DSYNC_TABLE_LEASE || store->table == DSYNC_TABLE_PERMIT ||
+		   store->table == DSYNC_TABLE_MEMBER);
+	due = ReapDueAt(store, row, now);
 	*next = due;
 	if (due == 0 || due > now)
 		return REAP_NOT_DUE;

@@ -1,10 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * signal.c
- *		One-to-one events: a signal is stored until exactly one waiter
- *		consumes it.
+ *		One-to-one signals (the SQL functions dsync_event_*): a signal is
+ *		stored until exactly one waiter consumes it.
  *
- * Each pending signal is one row of dsync_signal, keyed by the event name
+ * Inside the code these are "signals"; "event" there means a lease or
+ * membership event announced by NOTIFY (events.c).  Each pending signal is
+ * one row of dsync_signal, keyed by the signal's name
  * and a sequence number, and owned by the role that set it: as with
  * leases, only roles with that role's privileges may consume or clear it,
  * so another tenant cannot steal it.  Setting inserts a row, so setters
@@ -14,7 +16,7 @@
  * changes are transactional, so a rolled-back set never happened and a
  * rolled-back wait gives its signal back (the row's deletion is undone and
  * the next waiter is woken).  Blocked waiters queue per name and role in
- * arrival order (wait.c, with keys of their own so that an event and a
+ * arrival order (wait.c, with keys of their own so that a signal and a
  * lease of the same name never share a queue) and only the first in line
  * of a role may consume; each commit that stores a signal wakes the queue.
  *
@@ -119,7 +121,7 @@ dsync_event_set(PG_FUNCTION_ARGS)
 	DsyncStoreClose(&store);
 
 	DsyncEventRecordRaw(DSYNC_EVENT_SET, name, NULL, 0);
-	DsyncWakeAtEnd(DsyncWaitKeyEvent(name));
+	DsyncWakeAtEnd(DsyncWaitKeySignal(name));
 	PG_RETURN_VOID();
 }
 
@@ -165,7 +167,7 @@ dsync_event_wait(PG_FUNCTION_ARGS)
 
 	args.fcinfo = fcinfo;
 	args.name = name;
-	spec.key = DsyncWaitKeyEvent(name);
+	spec.key = DsyncWaitKeySignal(name);
 	spec.roleid = GetUserId();
 	spec.kind = "event";
 	spec.name = name;

@@ -76,6 +76,8 @@ DsyncStatSenders(DsyncDbSlot *slot)
 	TimestampTz since = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													-DSYNC_SENDER_GRACE_MS);
 
+	Assert(LWLockHeldByMe(dsync_workers->lock));
+
 	for (int i = 0; slot != NULL && i < DSYNC_SENDER_HISTORY; i++)
 		if (slot->senders[i].pid > 0 &&
 			(slot->senders[i].until == 0 || slot->senders[i].until >= since))

@@ -239,7 +239,7 @@ DsyncStoreWakeAtEnd(DsyncStore *store, text *name)
 	if (store->table == DSYNC_TABLE_LEASE || store->table == DSYNC_TABLE_PERMIT)
 		DsyncWakeAtEnd(DsyncWaitKey(name));
 	else if (store->table == DSYNC_TABLE_SIGNAL)
-		DsyncWakeAtEnd(DsyncWaitKeyEvent(name));
+		DsyncWakeAtEnd(DsyncWaitKeySignal(name));
 }
 
 /*
@@ -366,6 +366,8 @@ DsyncStoreUpdate(DsyncStore *store, DsyncRow *row)
 {
 	HeapTuple	tuple;
 
+	Assert(store->lockmode == RowExclusiveLock);
+	Assert(ItemPointerIsValid(&row->tid));
 	tuple = heap_form_tuple(RelationGetDescr(store->rel), row->values, row->nulls);
 	DsyncSimpleHeapUpdate(store->rel, &row->tid, tuple);
 	if (!HeapTupleIsHeapOnly(tuple))
@@ -387,6 +389,7 @@ DsyncStoreInsert(DsyncStore *store, DsyncRow *row)
 {
 	HeapTuple	tuple;
 
+	Assert(store->lockmode == RowExclusiveLock);
 	tuple = heap_form_tuple(RelationGetDescr(store->rel), row->values, row->nulls);
 	simple_heap_insert(store->rel, tuple);
 	DsyncStoreIndexInsert(store, tuple, row, false);
@@ -403,6 +406,9 @@ DsyncStoreInsert(DsyncStore *store, DsyncRow *row)
 void
 DsyncStoreDelete(DsyncStore *store, DsyncRow *row)
 {
+	Assert(store->lockmode == RowExclusiveLock);
+	Assert(ItemPointerIsValid(&row->tid));
+
 	simple_heap_delete(store->rel, &row->tid);
 	DsyncXactChanged();
 	CommandCounterIncrement();

@@ -121,12 +121,12 @@ DsyncWaitKey(text *name)
 }
 
 /*
- * DsyncWaitKeyEvent
- *		The wait key of an event name: not the same as a lease of that name,
- *		so that the two queues never mix.
+ * DsyncWaitKeySignal
+ *		The wait key of a signal's name: not the same as a lease of that
+ *		name, so that the two queues never mix.
  */
 uint64
-DsyncWaitKeyEvent(text *name)
+DsyncWaitKeySignal(text *name)
 {
 	return hash_bytes_extended((const unsigned char *) VARDATA_ANY(name),
 							   VARSIZE_ANY_EXHDR(name),

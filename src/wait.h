@@ -41,7 +41,7 @@ typedef struct DsyncWaiterSlot
 } DsyncWaiterSlot;
 
 extern uint64 DsyncWaitKey(text *name);
-extern uint64 DsyncWaitKeyEvent(text *name);
+extern uint64 DsyncWaitKeySignal(text *name);
 extern void DsyncWakeAtEnd(uint64 key);
 extern void DsyncWakeDatabaseAtEnd(void);
 extern bool DsyncWaitMayTake(uint64 key, Oid roleid);
@@ -61,7 +61,7 @@ typedef bool (*DsyncTryFunc) (void *arg, bool may_take, bool thorough,
 
 typedef struct DsyncWaitSpec
 {
-	uint64		key;			/* DsyncWaitKey or DsyncWaitKeyEvent */
+	uint64		key;			/* DsyncWaitKey or DsyncWaitKeySignal */
 	Oid			roleid;			/* queue per role (signals), or InvalidOid */
 	const char *kind;			/* for dsync_waiters */
 	text	   *name;

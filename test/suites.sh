@@ -2,8 +2,10 @@
 # Every dsync test suite against one PostgreSQL major, as root, on a
 # machine (or chroot) where that major's server, headers and pgTAP are
 # installed:
-#   build with gcc and with clang, warnings as errors (the shipped Makefile
-#   does not make warnings errors; CI does, through COPT);
+#   build with clang and with gcc, warnings as errors (the shipped Makefile
+#   does not make warnings errors; CI does, through COPT), and install a
+#   gcc build with dsync's Asserts enabled (-DUSE_ASSERT_CHECKING), which
+#   every suite below then runs against;
 #   pg_regress and isolation specs (make installcheck, as an ordinary role);
 #   pgTAP (pg_prove); a concurrency stress test (libpq, test/stress);
 #   the Perl TAP tests (PostgreSQL::Test::Cluster, run as postgres).
@@ -44,7 +46,8 @@ run_suite() {
 	fi
 }
 
-# clang first (compile only), then gcc, which is what gets installed.  The
+# clang first and gcc without Asserts (compile only), then gcc with
+# Asserts, which is what gets installed.  The
 # server's CFLAGS are gcc's (pg_config --cflags), so clang gets the same
 # warnings in its own spelling; -Wno-ignored-attributes because the
 # server's headers ask for gnu_printf, which clang does not know.
@@ -60,9 +63,13 @@ build() {
 		echo "(clang is not installed: gcc only)"
 	fi
 	make -s clean >/dev/null
-	make -s COPT=-Werror >/dev/null && make -s install >/dev/null
+	make -s COPT=-Werror >/dev/null || return 1
+	# What gets installed and tested: gcc with dsync's own Asserts on
+	# (the server itself is a release build).
+	make -s clean >/dev/null
+	make -s COPT="-Werror -DUSE_ASSERT_CHECKING" >/dev/null && make -s install >/dev/null
 }
-run_suite "build with gcc and clang, warnings as errors" build
+run_suite "build with clang and gcc, warnings as errors; install with Asserts" build
 if [ "$failed" -gt 0 ]; then
 	echo "$passed passed, $failed failed"
 	exit 1
