@@ -354,28 +354,43 @@ DsyncStoreIndexInsert(DsyncStore *store, HeapTuple tuple, DsyncRow *row, bool up
 }
 
 /*
- * DsyncStoreUpdate
- *		Write a locked row back with its new values.
+ * DsyncStoreWrite
+ *		Write a row's values as a new row (insert), or as the new version of
+ *		the locked row it was read from (update), with its index entries.
  *
- * Only key columns are indexed, so this is a HOT update whenever the page
- * has room (which the tables' fillfactor sees to) and, for permits, the
- * holder does not change; otherwise the indexes get the new version too.
+ * Only key columns are indexed, so an update is a HOT update whenever the
+ * page has room (which the tables' fillfactor sees to) and, for permits,
+ * the holder does not change; otherwise the indexes get the new version
+ * too.  Either way the row then points at the version written.
  */
-void
-DsyncStoreUpdate(DsyncStore *store, DsyncRow *row)
+static void
+DsyncStoreWrite(DsyncStore *store, DsyncRow *row, bool update)
 {
 	HeapTuple	tuple;
 
 	Assert(store->lockmode == RowExclusiveLock);
-	Assert(ItemPointerIsValid(&row->tid));
+	Assert(!update || ItemPointerIsValid(&row->tid));
 	tuple = heap_form_tuple(RelationGetDescr(store->rel), row->values, row->nulls);
-	DsyncSimpleHeapUpdate(store->rel, &row->tid, tuple);
-	if (!HeapTupleIsHeapOnly(tuple))
-		DsyncStoreIndexInsert(store, tuple, row, true);
+	if (update)
+		DsyncSimpleHeapUpdate(store->rel, &row->tid, tuple);
+	else
+		simple_heap_insert(store->rel, tuple);
+	if (!update || !HeapTupleIsHeapOnly(tuple))
+		DsyncStoreIndexInsert(store, tuple, row, update);
 	row->tid = tuple->t_self;
 	heap_freetuple(tuple);
 	DsyncXactChanged();
 	CommandCounterIncrement();
+}
+
+/*
+ * DsyncStoreUpdate
+ *		Write a locked row back with its new values.
+ */
+void
+DsyncStoreUpdate(DsyncStore *store, DsyncRow *row)
+{
+	DsyncStoreWrite(store, row, true);
 }
 
 /*
@@ -387,16 +402,7 @@ DsyncStoreUpdate(DsyncStore *store, DsyncRow *row)
 void
 DsyncStoreInsert(DsyncStore *store, DsyncRow *row)
 {
-	HeapTuple	tuple;
-
-	Assert(store->lockmode == RowExclusiveLock);
-	tuple = heap_form_tuple(RelationGetDescr(store->rel), row->values, row->nulls);
-	simple_heap_insert(store->rel, tuple);
-	DsyncStoreIndexInsert(store, tuple, row, false);
-	row->tid = tuple->t_self;
-	heap_freetuple(tuple);
-	DsyncXactChanged();
-	CommandCounterIncrement();
+	DsyncStoreWrite(store, row, false);
 }
 
 /*
