@@ -73,23 +73,17 @@ prove-installcheck:
 override CPPFLAGS += -MMD -MP
 -include $(OBJS:.o=.d)
 
-# The command-line tool (cli/dsync.c), a libpq client installed next to the
-# server's programs.  PGXS builds one kind of target per Makefile, so the
-# tool has rules of its own.
-CLI = cli/dsync
-LIBPQ_INCLUDE := $(shell $(PG_CONFIG) --includedir)
-LIBPQ_LIBDIR := $(shell $(PG_CONFIG) --libdir)
-CLI_CFLAGS = -O2 -g -Wall -Wextra -Wno-unused-parameter $(COPT)
-
-all: $(CLI)
-
-$(CLI): cli/dsync.c
-	$(CC) $(CLI_CFLAGS) -I'$(LIBPQ_INCLUDE)' -o $@ $< -L'$(LIBPQ_LIBDIR)' -lpq
-
+# The command-line tool: cli/, a PGXS PROGRAM of its own (cli/Makefile),
+# built, installed and cleaned with the extension.
+.PHONY: cli install-cli clean-cli
+all: cli
+cli:
+	$(MAKE) -C cli PG_CONFIG='$(PG_CONFIG)'
 install: install-cli
-.PHONY: install-cli
-install-cli: $(CLI)
-	$(MKDIR_P) '$(DESTDIR)$(bindir)'
-	$(INSTALL_PROGRAM) $(CLI) '$(DESTDIR)$(bindir)/dsync'
+install-cli: cli
+	$(MAKE) -C cli install PG_CONFIG='$(PG_CONFIG)'
+clean: clean-cli
+clean-cli:
+	$(MAKE) -C cli clean PG_CONFIG='$(PG_CONFIG)'
 
-EXTRA_CLEAN = $(CLI) $(OBJS:.o=.d)
+EXTRA_CLEAN = $(OBJS:.o=.d)

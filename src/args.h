@@ -11,9 +11,8 @@
 #include "postgres.h"
 #include "fmgr.h"
 #include "utils/timestamp.h"
+#include "dsync_limits.h"
 
-/* Names (lease, holder, group, event) are at most this many bytes. */
-#define DSYNC_NAME_MAX_BYTES	255
 
 extern text *DsyncArgName(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern text *DsyncArgNameOrNull(FunctionCallInfo fcinfo, int argno, const char *argname);

@@ -11,6 +11,7 @@
 
 #include "postgres.h"
 #include "fmgr.h"
+#include "dsync_limits.h"
 
 /*
  * Columns of dsync_lease (plain leases) and dsync_permit (semaphore
@@ -56,8 +57,6 @@
 /* The widest dsync table; a DsyncRow can hold a row of any of them. */
 #define DSYNC_MAX_ATTS			Natts_lease
 
-/* Most permits a semaphore may have. */
-#define DSYNC_MAX_PERMITS		65535
 
 typedef enum DsyncTable
 {

@@ -1,0 +1,445 @@
+/*-------------------------------------------------------------------------
+ *
+ * common.c
+ *		What every command uses: messages, signals (a self-pipe),
+ *		connecting, queries with deadlines, and telling a pooler apart.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dsync_cli.h"
+
+int			signal_pipe[2] = {-1, -1};
+const char *progname = "dsync";
+
+/*
+ * Fatal
+ *		Print an error and exit.
+ */
+void
+Fatal(int code, const char *fmt,...)
+{
+	va_list		ap;
+	char		buf[4096];
+	size_t		len;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	/* libpq's messages end in a newline: print one line. */
+	len = strlen(buf);
+	while (len > 0 && buf[len - 1] == '\n')
+		buf[--len] = '\0';
+	fprintf(stderr, "%s: %s\n", progname, buf);
+	exit(code);
+}
+
+/*
+ * Note
+ *		A line of progress on stderr.
+ */
+void
+Note(const char *fmt,...)
+{
+	va_list		ap;
+	char		buf[4096];
+	size_t		len;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	len = strlen(buf);
+	while (len > 0 && buf[len - 1] == '\n')
+		buf[--len] = '\0';
+	fprintf(stderr, "%s: %s\n", progname, buf);
+}
+
+/*
+ * FatalResult
+ *		A server error that ends the tool: say what failed, and exit with
+ *		the code that says why.  A missing extension (or an installation
+ *		without what this tool needs) is a configuration error, not a lost
+ *		lease.
+ */
+void
+FatalResult(const char *what, PGconn *conn, PGresult *res)
+{
+	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	const char *msg = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+
+	if (msg == NULL)
+		msg = res ? PQresultErrorMessage(res) : PQerrorMessage(conn);
+	if (state == NULL)
+		Fatal(EXIT_UNAVAILABLE, "%s: %s", what, msg);
+	if (strcmp(state, "42883") == 0 || strcmp(state, "42P01") == 0 ||
+		strcmp(state, "42704") == 0 || strcmp(state, "3F000") == 0)
+		Fatal(EXIT_CONFIG, "%s: %s\n"
+			  "%s: the dsync extension (version 1.2 or later) is not installed in database \"%s\"; "
+			  "run CREATE EXTENSION dsync there (or ALTER EXTENSION dsync UPDATE), "
+			  "with dsync in shared_preload_libraries",
+			  what, msg, progname, PQdb(conn));
+	if (strcmp(state, "42501") == 0)
+		Fatal(EXIT_NOPERM, "%s: %s", what, msg);
+	if (strncmp(state, "22", 2) == 0)
+		Fatal(EXIT_DATAERR, "%s: %s", what, msg);
+	Fatal(EXIT_UNAVAILABLE, "%s: %s (SQLSTATE %s)", what, msg, state);
+}
+
+/*
+ * NowMs
+ *		Monotonic milliseconds.
+ */
+int64_t
+NowMs(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * OnSignal
+ *		Signal handler: write the signal number to the self-pipe.
+ */
+static void
+OnSignal(int signo)
+{
+	int			saved = errno;
+	unsigned char b = (unsigned char) signo;
+
+	if (write(signal_pipe[1], &b, 1) < 0)
+	{
+		/* pipe full: the main loop is already behind; nothing to do */
+	}
+	errno = saved;
+}
+
+/*
+ * SetupSignals
+ *		Route INT, TERM, HUP and CHLD through the self-pipe.
+ */
+void
+SetupSignals(void)
+{
+	struct sigaction sa;
+
+	if (pipe(signal_pipe) != 0)
+		Fatal(EXIT_OSERR, "could not create pipe: %s", strerror(errno));
+	for (int i = 0; i < 2; i++)
+	{
+		fcntl(signal_pipe[i], F_SETFL, fcntl(signal_pipe[i], F_GETFL) | O_NONBLOCK);
+		fcntl(signal_pipe[i], F_SETFD, FD_CLOEXEC);
+	}
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = OnSignal;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	sigaction(SIGCHLD, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+/*
+ * ReadSignal
+ *		The next signal from the self-pipe, or 0.
+ */
+int
+ReadSignal(void)
+{
+	unsigned char b;
+
+	if (read(signal_pipe[0], &b, 1) == 1)
+		return b;
+	return 0;
+}
+
+/*
+ * Connect
+ *		Open a connection; NULL (with a note) if the server cannot be
+ *		reached.  A connect timeout keeps a dead server from blocking for
+ *		long.
+ */
+PGconn *
+Connect(const Options *opt, bool quiet)
+{
+	return ConnectBy(opt, quiet, -1);
+}
+
+/*
+ * ConnectBy
+ *		Open a connection without blocking past deadline_ms (monotonic; -1:
+ *		only libpq's connect_timeout), so that a reconnect cannot delay
+ *		stopping the command.  NULL (with a note unless quiet) on failure.
+ */
+PGconn *
+ConnectBy(const Options *opt, bool quiet, int64_t deadline_ms)
+{
+	const char *keys[] = {"dbname", "connect_timeout", "application_name", NULL};
+	const char *values[] = {opt->dsn ? opt->dsn : "", CONNECT_TIMEOUT_S, "dsync", NULL};
+	PGconn	   *conn = PQconnectStartParams(keys, values, 1);
+	PostgresPollingStatusType status = PGRES_POLLING_WRITING;
+
+	if (conn == NULL)
+		return NULL;
+	while (PQstatus(conn) != CONNECTION_BAD &&
+		   status != PGRES_POLLING_OK && status != PGRES_POLLING_FAILED)
+	{
+		struct pollfd fd;
+		int			timeout = (int) CONNECT_TIMEOUT_MS;
+
+		if (deadline_ms >= 0)
+		{
+			int64_t		left = deadline_ms - NowMs();
+
+			if (left <= 0)
+			{
+				if (!quiet)
+					Note("could not connect in time");
+				PQfinish(conn);
+				return NULL;
+			}
+			if (left < timeout)
+				timeout = (int) left;
+		}
+		fd.fd = PQsocket(conn);
+		fd.events = status == PGRES_POLLING_READING ? POLLIN : POLLOUT;
+		if (fd.fd < 0 || poll(&fd, 1, timeout) < 0)
+			break;
+		if (fd.revents == 0 && deadline_ms < 0)
+			break;				/* libpq's own timeout would have ended it */
+		if (fd.revents == 0)
+			continue;			/* the deadline check above decides */
+		status = PQconnectPoll(conn);
+	}
+	if (PQstatus(conn) != CONNECTION_OK)
+	{
+		if (!quiet)
+			Note("could not connect: %s", PQerrorMessage(conn));
+		PQfinish(conn);
+		return NULL;
+	}
+	return conn;
+}
+
+/*
+ * WaitResult
+ *		Wait for the result of a query sent with PQsendQueryParams, until
+ *		deadline_ms (monotonic; -1: none).  Signals that arrive meanwhile
+ *		go to on_signal.  Returns the result (the caller clears it), or
+ *		NULL if the connection failed or the deadline passed, in which case
+ *		*timed_out says which.
+ */
+PGresult *
+WaitResult(PGconn *conn, int64_t deadline_ms, void (*on_signal) (int, void *),
+		   void *arg, bool *timed_out)
+{
+	PGresult   *result = NULL;
+	PGresult   *r;
+
+	*timed_out = false;
+	for (;;)
+	{
+		struct pollfd fds[2];
+		int			timeout = -1;
+		int			n;
+
+		if (PQconsumeInput(conn) == 0)
+			return NULL;
+		while (!PQisBusy(conn))
+		{
+			r = PQgetResult(conn);
+			if (r == NULL)
+				return result;
+			if (result)
+				PQclear(result);
+			result = r;
+		}
+		/* Once a result is in, the rest follows at once: never drop it. */
+		if (deadline_ms >= 0 && result == NULL)
+		{
+			int64_t		left = deadline_ms - NowMs();
+
+			if (left <= 0)
+			{
+				*timed_out = true;
+				if (result)
+					PQclear(result);
+				return NULL;
+			}
+			timeout = (int) (left > 1000 ? 1000 : left);
+		}
+		fds[0].fd = PQsocket(conn);
+		fds[0].events = POLLIN;
+		fds[1].fd = signal_pipe[0];
+		fds[1].events = POLLIN;
+		n = poll(fds, 2, timeout);
+		if (n < 0 && errno != EINTR)
+			Fatal(EXIT_OSERR, "poll failed: %s", strerror(errno));
+		if (n > 0 && (fds[1].revents & POLLIN))
+		{
+			int			signo;
+
+			while ((signo = ReadSignal()) != 0)
+				if (on_signal)
+					on_signal(signo, arg);
+		}
+	}
+}
+
+/*
+ * Query
+ *		Run a parameterised query and wait for it (see WaitResult).
+ */
+PGresult *
+Query(PGconn *conn, const char *sql, int nparams, const char *const *params,
+	  int64_t deadline_ms, void (*on_signal) (int, void *), void *arg,
+	  bool *timed_out)
+{
+	*timed_out = false;
+	if (!PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
+		return NULL;
+	return WaitResult(conn, deadline_ms, on_signal, arg, timed_out);
+}
+
+/*
+ * IntervalParam
+ *		A duration as an interval literal.
+ */
+char *
+IntervalParam(int64_t ms, char *buf, size_t len)
+{
+	snprintf(buf, len, "%lld milliseconds", (long long) ms);
+	return buf;
+}
+
+/*
+ * DefaultHolder
+ *		host:pid:random, unique enough to tell holders apart.
+ */
+char *
+DefaultHolder(void)
+{
+	char		host[256];
+	static char holder[512];
+	unsigned int seed = (unsigned int) (getpid() ^ time(NULL) ^ (uintptr_t) &host);
+
+	if (gethostname(host, sizeof(host)) != 0)
+		strcpy(host, "localhost");
+	host[sizeof(host) - 1] = '\0';
+	srand(seed);
+	snprintf(holder, sizeof(holder), "%s:%d:%08x", host, (int) getpid(),
+			 (unsigned int) rand() ^ ((unsigned int) rand() << 16));
+	return holder;
+}
+
+/*
+ * BehindPooler
+ *		Whether the connection goes through a connection pooler: the
+ *		backend process libpq was told of when it connected is not the one
+ *		that runs our queries (PgBouncer sends a key of its own).
+ */
+static bool
+BehindPooler(PGconn *conn)
+{
+	PGresult   *res = PQexec(conn, "SELECT pg_backend_pid()");
+	bool		pooled = false;
+
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		pooled = atoi(PQgetvalue(res, 0, 0)) != PQbackendPID(conn);
+	PQclear(res);
+	return pooled;
+}
+
+/*
+ * ListenWorks
+ *		Whether notifications reach this connection while it is idle: LISTEN
+ *		on a channel of its own, NOTIFY it from another connection, and
+ *		wait up to two seconds.  Through a pooler in transaction mode they
+ *		do not: the LISTEN ran on whichever server connection the pooler
+ *		lent for that transaction, which goes back to the pool after it.
+ */
+static bool
+ListenWorks(const Options *opt, PGconn *conn)
+{
+	char		channel[64];
+	char		sql[128];
+	PGconn	   *other;
+	PGresult   *res;
+	bool		got = false;
+	int64_t		deadline = NowMs() + 2000;
+
+	snprintf(channel, sizeof(channel), "dsync_probe_%d_%lld", (int) getpid(),
+			 (long long) NowMs());
+	snprintf(sql, sizeof(sql), "LISTEN \"%s\"", channel);
+	PQclear(PQexec(conn, sql));
+	other = Connect(opt, true);
+	if (other == NULL)
+		return true;			/* cannot tell: assume it works */
+	snprintf(sql, sizeof(sql), "NOTIFY \"%s\"", channel);
+	PQclear(PQexec(other, sql));
+	PQfinish(other);
+	while (!got && NowMs() < deadline)
+	{
+		struct pollfd fd;
+		PGnotify   *notify;
+
+		fd.fd = PQsocket(conn);
+		fd.events = POLLIN;
+		(void) poll(&fd, 1, (int) (deadline - NowMs()));
+		if (PQconsumeInput(conn) == 0)
+			break;
+		while ((notify = PQnotifies(conn)) != NULL)
+		{
+			got = got || strcmp(notify->relname, channel) == 0;
+			PQfreemem(notify);
+		}
+	}
+	snprintf(sql, sizeof(sql), "UNLISTEN \"%s\"", channel);
+	res = PQexec(conn, sql);
+	PQclear(res);
+	return got;
+}
+
+/*
+ * CheckPooler
+ *		Say what a connection pooler means for this command: a blocked wait
+ *		holds a server connection for as long as it lasts, and LISTEN does
+ *		not work in transaction mode (fatal for watch, which prints events;
+ *		lock and elect then learn of a lost lease at the next renewal).
+ */
+void
+CheckPooler(const Options *opt, PGconn *conn, bool watching)
+{
+	if (!BehindPooler(conn))
+		return;
+	if (!ListenWorks(opt, conn))
+	{
+		if (watching)
+			Fatal(EXIT_CONFIG,
+				  "LISTEN does not work through this connection: it goes through a "
+				  "connection pooler in transaction mode, which lends each transaction "
+				  "any server connection; connect dsync watch to PostgreSQL directly, "
+				  "or to a pool in session mode");
+		Note("connected through a pooler in transaction mode, where LISTEN does not "
+			 "work: a lease taken away by someone else is noticed at the next renewal "
+			 "(every ttl/3), not at once");
+	}
+	if (!watching)
+		Note("connected through a connection pooler: waiting for the lease holds one "
+			 "server connection of the pool for as long as the wait lasts");
+}

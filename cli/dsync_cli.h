@@ -1,0 +1,135 @@
+/*-------------------------------------------------------------------------
+ *
+ * dsync_cli.h
+ *		What the parts of the dsync command-line tool share: exit codes,
+ *		options, the holding loop's state, and each part's functions.
+ *
+ *	main.c		the command line: options, the command word, usage
+ *	common.c	messages, signals, connecting, queries with deadlines,
+ *				pooler detection
+ *	hold.c		running the command while holding a lease: renewing,
+ *				listening, stopping the command when the lease is lost
+ *	lock.c		dsync lock and dsync elect: acquiring, joining, campaigning
+ *	watch.c		dsync watch and dsync status
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DSYNC_CLI_H
+#define DSYNC_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "libpq-fe.h"
+
+/* The permit limit and name length the server checks too. */
+#include "dsync_limits.h"
+
+/* The Makefile passes the extension's version (dsync.control). */
+#ifndef DSYNC_VERSION
+#error "DSYNC_VERSION must be defined (the Makefile takes it from dsync.control)"
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define pg_attribute_noreturn_cli __attribute__((noreturn))
+#define pg_attribute_printf_cli(f, a) __attribute__((format(printf, f, a)))
+#else
+#define pg_attribute_noreturn_cli
+#define pg_attribute_printf_cli(f, a)
+#endif
+
+/*
+ * Exit codes (sysexits.h).  70 means only "a held lease was lost": scripts
+ * may act on it, so nothing else uses it.
+ */
+#define EXIT_USAGE			64
+#define EXIT_DATAERR		65
+#define EXIT_UNAVAILABLE	69
+#define EXIT_LEASE_LOST		70
+#define EXIT_OSERR			71
+#define EXIT_TEMPFAIL		75
+#define EXIT_NOPERM			77
+#define EXIT_CONFIG			78
+
+/* libpq's connect_timeout, which bounds a reconnect attempt. */
+#define CONNECT_TIMEOUT_S	"2"
+#define CONNECT_TIMEOUT_MS	2000
+
+/* Options shared by the commands. */
+typedef struct Options
+{
+	const char *dsn;
+	const char *name;
+	const char *holder;
+	const char *info;
+	int64_t		ttl_ms;
+	int64_t		wait_ms;		/* -1: wait without limit */
+	int64_t		grace_ms;
+	int			permits;
+	bool		json;
+	char	  **command;
+} Options;
+
+/* The command word, parsed once (main.c). */
+typedef enum DsyncCommand
+{
+	DSYNC_CMD_LOCK,
+	DSYNC_CMD_ELECT,
+	DSYNC_CMD_WATCH,
+	DSYNC_CMD_STATUS
+} DsyncCommand;
+
+/* What the holding loop knows. */
+typedef struct Holding
+{
+	const Options *opt;
+	const char *lease;
+	PGconn	   *conn;
+	pid_t		child;
+	int			status;			/* child's wait status, once it exited */
+	bool		exited;
+	bool		lost;			/* the lease was lost: child told to stop */
+	int64_t		kill_at;		/* when to SIGKILL a child told to stop */
+	int64_t		expires_ms;		/* when the lease expires, local clock, conservative */
+	int64_t		renew_at;
+	bool		renew_failing;	/* the last renewal could not reach the server */
+	int			stop_signal;	/* a signal asked us to stop (elect: campaigning) */
+} Holding;
+
+/* common.c */
+extern int	signal_pipe[2];
+extern const char *progname;
+extern void CheckPooler(const Options *opt, PGconn *conn, bool watching);
+extern PGconn *Connect(const Options *opt, bool quiet);
+extern PGconn *ConnectBy(const Options *opt, bool quiet, int64_t deadline_ms);
+extern char *DefaultHolder(void);
+extern void Fatal(int code, const char *fmt,...) pg_attribute_noreturn_cli pg_attribute_printf_cli(2, 3);
+extern void FatalResult(const char *what, PGconn *conn, PGresult *res) pg_attribute_noreturn_cli;
+extern char *IntervalParam(int64_t ms, char *buf, size_t len);
+extern void Note(const char *fmt,...) pg_attribute_printf_cli(1, 2);
+extern int64_t NowMs(void);
+extern PGresult *Query(PGconn *conn, const char *sql, int nparams, const char *const *params, int64_t deadline_ms, void (*on_signal) (int, void *), void *arg, bool *timed_out);
+extern int ReadSignal(void);
+extern void SetupSignals(void);
+extern PGresult *WaitResult(PGconn *conn, int64_t deadline_ms, void (*on_signal) (int, void *), void *arg, bool *timed_out);
+
+/* hold.c */
+extern int ChildExitCode(int status);
+extern void HoldWhileRunning(Holding *h, const char *group);
+extern void HoldingSignal(int signo, void *arg);
+extern void Release(Holding *h, const char *group);
+extern void SetExpiry(Holding *h, int64_t sent_ms, double left_ms);
+extern void StartChild(Holding *h, const char *token);
+
+/* lock.c */
+extern int CommandElect(Options *opt);
+extern int CommandLock(Options *opt);
+
+/* watch.c */
+extern int CommandStatus(Options *opt);
+extern int CommandWatch(Options *opt);
+
+#endif							/* DSYNC_CLI_H */

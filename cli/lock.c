@@ -1,0 +1,310 @@
+/*-------------------------------------------------------------------------
+ *
+ * lock.c
+ *		dsync lock and dsync elect: acquiring a lease (or a permit),
+ *		joining a group and campaigning, then holding (hold.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dsync_cli.h"
+
+/*
+ * LockSignalWhileWaiting
+ *		A signal while blocked in the acquire: remember it, to give up.
+ */
+static void
+LockSignalWhileWaiting(int signo, void *arg)
+{
+	if (signo != SIGCHLD)
+		*(int *) arg = signo;
+}
+
+/*
+ * Acquire
+ *		Take the lease, blocking in the server for up to wait_ms (-1: no
+ *		limit).  Returns the token (malloc'd), or NULL if the wait ran out;
+ *		*signo is set if a signal interrupted the wait.
+ */
+static char *
+Acquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms,
+		Holding *h, int *signo, bool *conn_lost)
+{
+	char		ttl[64];
+	char		wait[64];
+	const char *params[5];
+	PGresult   *res;
+	bool		timed_out;
+	char	   *token = NULL;
+	int64_t		sent = NowMs();
+
+	params[0] = lease;
+	params[1] = opt->holder;
+	params[2] = IntervalParam(opt->ttl_ms, ttl, sizeof(ttl));
+	params[3] = wait_ms < 0 ? NULL : IntervalParam(wait_ms, wait, sizeof(wait));
+	params[4] = opt->info;
+	*signo = 0;
+
+	/*
+	 * Besides the token: the time left on the lease and how long the
+	 * statement had run when that was measured (it may have waited long),
+	 * both by the server's clock.
+	 */
+	if (!PQsendQueryParams(conn,
+						   "SELECT t, extract(epoch FROM l.expires_at - clock_timestamp()) * 1000,"
+						   "       extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000"
+						   "  FROM dsync_acquire($1, $2, $3::interval, $4::interval, $5::jsonb) AS t"
+						   "  LEFT JOIN dsync_leases l ON l.lease = $1 AND l.holder = $2",
+						   5, NULL, params, NULL, NULL, 0))
+		Fatal(EXIT_UNAVAILABLE, "could not send the acquire: %s", PQerrorMessage(conn));
+	for (;;)
+	{
+		res = WaitResult(conn, NowMs() + 100, LockSignalWhileWaiting, signo, &timed_out);
+		if (res != NULL || !timed_out)
+			break;
+		if (*signo)
+		{
+			/* Give up waiting: cancel the statement and take its outcome. */
+			PGcancel   *cancel = PQgetCancel(conn);
+			char		err[256];
+
+			if (cancel)
+			{
+				PQcancel(cancel, err, sizeof(err));
+				PQfreeCancel(cancel);
+			}
+			res = WaitResult(conn, NowMs() + 5000, NULL, NULL, &timed_out);
+			break;
+		}
+	}
+	if (res == NULL)
+	{
+		if (*signo)
+			return NULL;
+		if (conn_lost)
+		{
+			Note("connection lost while waiting: %s", PQerrorMessage(conn));
+			*conn_lost = true;
+			return NULL;
+		}
+		Fatal(EXIT_UNAVAILABLE, "connection lost while acquiring: %s", PQerrorMessage(conn));
+	}
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+	{
+		if (*signo || (conn_lost && PQstatus(conn) != CONNECTION_OK))
+		{
+			if (conn_lost && !*signo)
+				*conn_lost = true;
+			PQclear(res);
+			return NULL;		/* cancelled, or the connection went */
+		}
+		{
+			char		what[600];
+
+			snprintf(what, sizeof(what), "could not acquire \"%s\"", lease);
+			FatalResult(what, conn, res);
+		}
+	}
+	if (!PQgetisnull(res, 0, 0))
+	{
+		token = strdup(PQgetvalue(res, 0, 0));
+		if (h)
+			SetExpiry(h, sent + (int64_t) atof(PQgetvalue(res, 0, 2)),
+					  PQgetisnull(res, 0, 1) ? (double) opt->ttl_ms :
+					  atof(PQgetvalue(res, 0, 1)));
+	}
+	PQclear(res);
+	return token;
+}
+
+/*
+ * CommandLock
+ *		dsync lock: run the command under the lease.
+ */
+int
+CommandLock(Options *opt)
+{
+	Holding		h;
+	char	   *token;
+	int			signo;
+
+	memset(&h, 0, sizeof(h));
+	h.opt = opt;
+	h.lease = opt->name;
+	h.child = -1;
+	h.kill_at = -1;
+	h.conn = Connect(opt, false);
+	if (h.conn == NULL)
+		return EXIT_UNAVAILABLE;
+	CheckPooler(opt, h.conn, false);
+	Note("holder %s", opt->holder);
+
+	if (opt->permits > 1)
+	{
+		char		permits[16];
+		const char *params[2] = {opt->name, permits};
+		PGresult   *res;
+		bool		timed_out;
+
+		snprintf(permits, sizeof(permits), "%d", opt->permits);
+		res = Query(h.conn, "SELECT dsync_semaphore_create($1, $2::int)", 2, params,
+					-1, NULL, NULL, &timed_out);
+		if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK)
+			FatalResult("could not create the semaphore", h.conn, res);
+		PQclear(res);
+	}
+
+	token = Acquire(h.conn, opt, opt->name, opt->wait_ms, &h, &signo, NULL);
+	if (signo)
+	{
+		Note("interrupted while waiting for \"%s\"", opt->name);
+		if (token)
+			Release(&h, NULL);	/* granted just as we gave up */
+		return 128 + signo;
+	}
+	if (token == NULL)
+	{
+		Note("could not get \"%s\" within the wait", opt->name);
+		return EXIT_TEMPFAIL;
+	}
+	Note("acquired \"%s\" (fencing token %s)", opt->name, token);
+
+	StartChild(&h, token);
+	HoldWhileRunning(&h, NULL);
+	/* Also after a stop for failed renewals: if we still hold it, let go. */
+	Release(&h, NULL);
+	if (h.conn)
+		PQfinish(h.conn);
+	if (h.lost)
+	{
+		Note("the command was stopped because the lease was lost");
+		return EXIT_LEASE_LOST;
+	}
+	return ChildExitCode(h.status);
+}
+
+/*
+ * Join
+ *		Join (or refresh membership of) the group.  False if the server
+ *		could not be reached.
+ */
+static bool
+Join(Holding *h)
+{
+	char		ttl[64];
+	const char *params[4] = {h->lease, h->opt->holder, NULL, h->opt->info};
+	PGresult   *res;
+	bool		timed_out;
+	bool		ok;
+
+	params[2] = IntervalParam(h->opt->ttl_ms, ttl, sizeof(ttl));
+	res = Query(h->conn, "SELECT dsync_join($1, $2, $3::interval, $4::jsonb)", 4, params,
+				NowMs() + 10000, HoldingSignal, h, &timed_out);
+	ok = res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK;
+	if (res && !ok)
+		FatalResult("could not join the group", h->conn, res);
+	if (res)
+		PQclear(res);
+	return ok;
+}
+
+/*
+ * CommandElect
+ *		dsync elect: campaign, run the command while leader, campaign again
+ *		after losing leadership; exit when the command exits by itself.
+ */
+int
+CommandElect(Options *opt)
+{
+	Holding		h;
+
+	memset(&h, 0, sizeof(h));
+	h.opt = opt;
+	h.lease = opt->name;
+	h.child = -1;
+	h.kill_at = -1;
+	h.conn = Connect(opt, false);
+	if (h.conn == NULL)
+		return EXIT_UNAVAILABLE;
+	CheckPooler(opt, h.conn, false);
+	Note("candidate %s in group \"%s\"", opt->holder, opt->name);
+
+	for (;;)
+	{
+		char	   *token = NULL;
+		int			signo = 0;
+		bool		conn_lost = false;
+
+		/* Campaign: block in the server, a third of the ttl at a time. */
+		while (token == NULL)
+		{
+			if (h.conn == NULL || PQstatus(h.conn) != CONNECTION_OK)
+			{
+				if (h.conn)
+					PQfinish(h.conn);
+				h.conn = Connect(opt, true);
+				if (h.conn == NULL)
+				{
+					sleep(1);
+					if ((signo = ReadSignal()) != 0 && signo != SIGCHLD)
+						return 128 + signo;
+					continue;
+				}
+			}
+			if (!Join(&h))
+				continue;
+			if (h.stop_signal)
+			{
+				Release(&h, opt->name);
+				return 128 + h.stop_signal;
+			}
+			token = Acquire(h.conn, opt, opt->name, opt->ttl_ms / 3, &h, &signo, &conn_lost);
+			if (signo)
+			{
+				if (token)
+					free(token);
+				Release(&h, opt->name);
+				return 128 + signo;
+			}
+			if (conn_lost)
+			{
+				/* Reconnect and campaign again (the loop above). */
+				PQfinish(h.conn);
+				h.conn = NULL;
+				conn_lost = false;
+			}
+		}
+
+		Note("leader of \"%s\" (fencing token %s)", opt->name, token);
+		StartChild(&h, token);
+		free(token);
+		HoldWhileRunning(&h, opt->name);
+		if (!h.lost)
+		{
+			Release(&h, opt->name);
+			if (h.conn)
+				PQfinish(h.conn);
+			return ChildExitCode(h.status);
+		}
+		if (h.stop_signal)
+		{
+			/* Asked to stop while the command was being stopped. */
+			Release(&h, opt->name);
+			return 128 + h.stop_signal;
+		}
+		Note("no longer leader of \"%s\"; campaigning again", opt->name);
+		h.renew_at = 0;
+	}
+}

@@ -1,0 +1,330 @@
+/*-------------------------------------------------------------------------
+ *
+ * main.c
+ *		The dsync command-line tool: run a command under a lease or only
+ *		while leader, watch events, show leases.  Built on libpq; this
+ *		file is the command line (dsync_cli.h lists the other parts).
+ *
+ *	dsync lock NAME [--ttl 30s] [--wait DURATION] [--permits N] -- CMD...
+ *	dsync elect GROUP [--ttl 15s] [--id ID] [--info JSON] -- CMD...
+ *	dsync watch GROUP|NAME [--json]
+ *	dsync status [NAME]
+ *
+ * The safety rule: the command never keeps running on a lease the tool no
+ * longer holds.  The lease is renewed every third of its ttl.  If a renewal
+ * says the lease is gone, the command gets SIGTERM at once and SIGKILL
+ * after --grace.  If the server cannot be reached, the tool reconnects, and
+ * if it cannot renew in time, it stops the command so that it is dead
+ * (SIGKILL sent) a safety margin before the lease would expire.  The
+ * lease's expiry is tracked with the server's clock: the tool only ever
+ * uses "time left", measured from before it sent the request.
+ *
+ * All waiting is done with poll() on the connection's socket, a self-pipe
+ * for signals, and timers; lease waits block inside the server.  While
+ * holding, the tool LISTENs on the lease's channel, so that a release or
+ * takeover by anybody (dsync_force_release) is acted on within
+ * milliseconds, not at the next renewal.  On Linux the command is killed
+ * if the tool itself dies (PR_SET_PDEATHSIG).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dsync_cli.h"
+
+/*
+ * Usage
+ *		Print usage to the given stream.
+ */
+static void
+Usage(FILE *out)
+{
+	fprintf(out,
+			"dsync: leases, leader election and events from PostgreSQL (dsync extension)\n"
+			"\n"
+			"Usage:\n"
+			"  dsync [--dsn DSN] lock NAME [--ttl 30s] [--wait DURATION] [--permits N]\n"
+			"                   [--holder ID] [--grace 5s] -- COMMAND [ARGS...]\n"
+			"  dsync [--dsn DSN] elect GROUP [--ttl 15s] [--id ID] [--info JSON]\n"
+			"                   [--grace 5s] -- COMMAND [ARGS...]\n"
+			"  dsync [--dsn DSN] watch GROUP|NAME [--json]\n"
+			"  dsync [--dsn DSN] status [NAME]\n"
+			"  dsync --help | --version\n"
+			"\n"
+			"lock   runs COMMAND while holding the lease NAME (or one permit of an\n"
+			"       N-permit semaphore), renewing it every ttl/3, and releases it when\n"
+			"       COMMAND exits; exits with COMMAND's status, or 75 if --wait ran out.\n"
+			"       Without --wait it waits as long as it takes.\n"
+			"elect  joins GROUP and campaigns for its lease; runs COMMAND only while\n"
+			"       leader, and campaigns again if leadership is lost.\n"
+			"watch  prints lease, membership and event notifications as they happen.\n"
+			"status shows live leases: holder, fencing token, time left, waiters.\n"
+			"\n"
+			"If the lease is lost, COMMAND gets SIGTERM at once and SIGKILL after --grace;\n"
+			"if the server cannot be reached in time, COMMAND is stopped before the lease\n"
+			"expires.  SIGINT, SIGTERM and SIGHUP are passed on to COMMAND.  COMMAND sees\n"
+			"DSYNC_LEASE, DSYNC_HOLDER and DSYNC_FENCING_TOKEN.\n"
+			"\n"
+			"Durations: 500ms, 30s, 5m, 1h (a bare number is seconds).  The connection\n"
+			"comes from --dsn or the usual libpq environment (PGHOST, PGDATABASE, ...).\n"
+			"Exit codes: 64 usage, 65 bad argument, 69 server unavailable or error,\n"
+			"70 lease lost (and only then), 71 system error, 75 wait ran out,\n"
+			"77 permission denied, 78 the extension is not installed, 128+N signal N.\n");
+}
+
+/*
+ * UsageError
+ *		Complain about the command line and exit 64.
+ */
+static void UsageError(const char *fmt,...) pg_attribute_noreturn_cli pg_attribute_printf_cli(1, 2);
+
+static void
+UsageError(const char *fmt,...)
+{
+	va_list		ap;
+
+	fprintf(stderr, "%s: ", progname);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry \"dsync --help\" for more information.\n");
+	exit(EXIT_USAGE);
+}
+
+/*
+ * ParseDuration
+ *		"500ms", "30s", "5m", "1h" or a bare number of seconds, in ms.
+ */
+static int64_t
+ParseDuration(const char *opt, const char *text, bool allow_zero)
+{
+	char	   *end;
+	double		value;
+	double		scale = 1000;
+
+	errno = 0;
+	value = strtod(text, &end);
+	if (end == text || errno != 0 || !(value >= 0) || value > 1e15)
+		UsageError("invalid %s \"%s\": expected a duration such as 30s", opt, text);
+	if (strcmp(end, "ms") == 0)
+		scale = 1;
+	else if (strcmp(end, "s") == 0 || *end == '\0')
+		scale = 1000;
+	else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
+		scale = 60000;
+	else if (strcmp(end, "h") == 0)
+		scale = 3600000;
+	else
+		UsageError("invalid %s \"%s\": unknown unit \"%s\" (use ms, s, m or h)", opt, text, end);
+	value *= scale;
+	if (value > 365.0 * 24 * 3600 * 1000)
+		UsageError("invalid %s \"%s\": too long", opt, text);
+	if (value < 1 && !allow_zero)
+		UsageError("invalid %s \"%s\": must be positive", opt, text);
+	return (int64_t) value;
+}
+
+/*
+ * ParseCommand
+ *		The command word, as the one value every later decision looks at.
+ */
+static DsyncCommand
+ParseCommand(const char *word)
+{
+	static const struct
+	{
+		const char *word;
+		DsyncCommand command;
+	}			commands[] = {
+		{"lock", DSYNC_CMD_LOCK},
+		{"elect", DSYNC_CMD_ELECT},
+		{"watch", DSYNC_CMD_WATCH},
+		{"status", DSYNC_CMD_STATUS},
+	};
+
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (strcmp(word, commands[i].word) == 0)
+			return commands[i].command;
+	UsageError("unknown command \"%s\"", word);
+	return DSYNC_CMD_STATUS;	/* not reached */
+}
+
+/*
+ * main
+ *		Parse the command line and dispatch.
+ */
+int
+main(int argc, char **argv)
+{
+	static struct option long_options[] = {
+		{"dsn", required_argument, NULL, 'd'},
+		{"ttl", required_argument, NULL, 't'},
+		{"wait", required_argument, NULL, 'w'},
+		{"permits", required_argument, NULL, 'p'},
+		{"holder", required_argument, NULL, 'H'},
+		{"id", required_argument, NULL, 'i'},
+		{"info", required_argument, NULL, 'I'},
+		{"grace", required_argument, NULL, 'g'},
+		{"json", no_argument, NULL, 'j'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0}
+	};
+	Options		opt;
+	const char *cmd;
+	DsyncCommand command;
+	int			c;
+	bool		ttl_given = false;
+	bool		saw_dashdash = false;
+
+	memset(&opt, 0, sizeof(opt));
+	opt.wait_ms = -1;
+	opt.grace_ms = 5000;
+	opt.permits = 1;
+
+	/* Options before the command word, then the command's own. */
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "+hV", long_options, NULL)) != -1)
+	{
+		switch (c)
+		{
+			case 'd':
+				opt.dsn = optarg;
+				break;
+			case 'h':
+				Usage(stdout);
+				return 0;
+			case 'V':
+				printf("dsync %s\n", DSYNC_VERSION);
+				return 0;
+			default:
+				UsageError("only --dsn may come before the command (lock, elect, watch or status)");
+		}
+	}
+	if (optind >= argc)
+		UsageError("no command given");
+	cmd = argv[optind++];
+	command = ParseCommand(cmd);
+
+	/*
+	 * The command's options, and its one operand (a name) before, between
+	 * or after them; "--" ends them.
+	 */
+	opterr = 0;
+	for (;;)
+	{
+		while ((c = getopt_long(argc, argv, "+:hV", long_options, NULL)) != -1)
+		{
+			switch (c)
+			{
+				case 'd':
+					opt.dsn = optarg;
+					break;
+				case 't':
+					opt.ttl_ms = ParseDuration("--ttl", optarg, false);
+					ttl_given = true;
+					break;
+				case 'w':
+					opt.wait_ms = ParseDuration("--wait", optarg, true);
+					break;
+				case 'p':
+					{
+						char	   *end;
+						long		v = strtol(optarg, &end, 10);
+
+						if (*end != '\0' || v < 1 || v > DSYNC_MAX_PERMITS)
+							UsageError("invalid --permits \"%s\": expected 1 to %d", optarg,
+									   DSYNC_MAX_PERMITS);
+						opt.permits = (int) v;
+					}
+					break;
+				case 'H':
+				case 'i':
+					opt.holder = optarg;
+					break;
+				case 'I':
+					opt.info = optarg;
+					break;
+				case 'g':
+					opt.grace_ms = ParseDuration("--grace", optarg, true);
+					break;
+				case 'j':
+					opt.json = true;
+					break;
+				case 'h':
+					Usage(stdout);
+					return 0;
+				case 'V':
+					printf("dsync %s\n", DSYNC_VERSION);
+					return 0;
+				case ':':
+					UsageError("option \"%s\" needs a value", argv[optind - 1]);
+					break;
+				default:
+					UsageError("invalid option \"%s\" for \"%s\"", argv[optind - 1], cmd);
+			}
+		}
+		if (strcmp(argv[optind - 1], "--") == 0)
+		{
+			saw_dashdash = true;
+			break;
+		}
+		if (optind >= argc)
+			break;
+		if (opt.name != NULL)
+			break;				/* a second operand: complained about below */
+		opt.name = argv[optind++];
+	}
+
+	if (command == DSYNC_CMD_LOCK || command == DSYNC_CMD_ELECT)
+	{
+		bool		elect = command == DSYNC_CMD_ELECT;
+
+		if (opt.name == NULL || opt.name[0] == '\0')
+			UsageError("%s needs a %s name", cmd, elect ? "group" : "lease");
+		if (!saw_dashdash && optind < argc)
+			UsageError("unexpected argument \"%s\" (the command goes after \"--\")", argv[optind]);
+		if (!saw_dashdash || optind >= argc)
+			UsageError("%s needs \"-- COMMAND [ARGS...]\"", cmd);
+		if (elect && (opt.permits != 1 || opt.wait_ms >= 0))
+			UsageError("elect takes no --permits or --wait");
+		if (!elect && opt.json)
+			UsageError("lock takes no --json");
+		opt.command = &argv[optind];
+		if (!ttl_given)
+			opt.ttl_ms = elect ? 15000 : 30000;
+		if (opt.ttl_ms < 300)
+			UsageError("--ttl must be at least 300ms");
+		if (opt.holder == NULL)
+			opt.holder = DefaultHolder();
+		SetupSignals();
+		return elect ? CommandElect(&opt) : CommandLock(&opt);
+	}
+
+	if (optind < argc)
+		UsageError("unexpected argument \"%s\"", argv[optind]);
+	if (opt.command || opt.holder || opt.info || ttl_given || opt.wait_ms >= 0 ||
+		opt.permits != 1)
+		UsageError("%s takes no --ttl, --wait, --permits, --holder, --id or --info", cmd);
+	if (command == DSYNC_CMD_WATCH)
+	{
+		if (opt.name == NULL)
+			UsageError("watch needs a group or lease name");
+		SetupSignals();
+		return CommandWatch(&opt);
+	}
+	if (opt.json)
+		UsageError("status takes no --json");
+	return CommandStatus(&opt);
+}

@@ -1,0 +1,308 @@
+/*-------------------------------------------------------------------------
+ *
+ * watch.c
+ *		dsync watch and dsync status: printing notifications as they
+ *		come, and the live leases.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dsync_cli.h"
+
+/*
+ * JsonField
+ *		A crude extraction of a string or number field from a flat JSON
+ *		object produced by dsync (for human-readable output only).
+ */
+static const char *
+JsonField(const char *json, const char *field, char *buf, size_t len)
+{
+	char		key[64];
+	const char *p;
+	size_t		n = 0;
+
+	snprintf(key, sizeof(key), "\"%s\":", field);
+	p = strstr(json, key);
+	if (p == NULL)
+		return NULL;
+	p += strlen(key);
+	if (*p == '"')
+	{
+		p++;
+		while (*p && *p != '"' && n + 1 < len)
+		{
+			if (*p == '\\' && p[1])
+				p++;
+			buf[n++] = *p++;
+		}
+	}
+	else
+		while (*p && *p != ',' && *p != '}' && n + 1 < len)
+			buf[n++] = *p++;
+	buf[n] = '\0';
+	return buf;
+}
+
+/*
+ * PrintEvent
+ *		One line per event: the payload with --json, else a sentence.
+ */
+static void
+PrintEvent(const char *payload, bool json)
+{
+	char		event[32], name[600], who[600], fencing[32], expires[64], reason[32];
+	char		stamp[32];
+	time_t		now = time(NULL);
+
+	if (json)
+	{
+		printf("%s\n", payload);
+		fflush(stdout);
+		return;
+	}
+	strftime(stamp, sizeof(stamp), "%H:%M:%S", localtime(&now));
+	if (!JsonField(payload, "event", event, sizeof(event)))
+		strcpy(event, "?");
+	if (!JsonField(payload, "lease", name, sizeof(name)) &&
+		!JsonField(payload, "group", name, sizeof(name)) &&
+		!JsonField(payload, "name", name, sizeof(name)))
+		strcpy(name, "?");
+	if (!JsonField(payload, "holder", who, sizeof(who)) &&
+		!JsonField(payload, "member", who, sizeof(who)))
+		who[0] = '\0';
+	if (!JsonField(payload, "fencing", fencing, sizeof(fencing)))
+		fencing[0] = '\0';
+	if (!JsonField(payload, "expires_at", expires, sizeof(expires)))
+		expires[0] = '\0';
+	if (!JsonField(payload, "reason", reason, sizeof(reason)))
+		reason[0] = '\0';
+
+	printf("%s %-8s %s", stamp, event, name);
+	if (who[0])
+		printf(" %s %s", strcmp(event, "joined") == 0 || strcmp(event, "left") == 0 ?
+			   "member" : "holder", who);
+	if (fencing[0])
+		printf(" fencing %s", fencing);
+	if (strcmp(reason, "expired") == 0)
+		printf(" (expired%s%s)", expires[0] ? " at " : "", expires);
+	else if (reason[0])
+		printf(" (%s)", reason);
+	else if (expires[0] && strcmp(event, "expired") != 0)
+		printf(" until %s", expires);
+	printf("\n");
+	fflush(stdout);
+}
+
+/*
+ * ReadSender
+ *		The process that sends this database's dsync notifications
+ *		(dsync_stats.sender_pid): 0 if none runs now, -1 if the installed
+ *		version cannot say (then every notification is taken as dsync's).
+ */
+static int
+ReadSender(PGconn *conn)
+{
+	PGresult   *res = PQexec(conn, "SELECT sender_pid FROM dsync_stats");
+	int			pid = -1;
+
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		pid = PQgetisnull(res, 0, 0) ? 0 : atoi(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	return pid;
+}
+
+/*
+ * IsSender
+ *		Whether pid sent this database's dsync notifications lately
+ *		(dsync_stats.sender_pids: the database's workers take turns, so the
+ *		sender of a notification may have left by the time it is read): 1
+ *		yes, 0 no, -1 if the installed version cannot say.
+ */
+static int
+IsSender(PGconn *conn, int pid)
+{
+	char		pidtext[16];
+	const char *params[1] = {pidtext};
+	PGresult   *res;
+	int			result = -1;
+
+	snprintf(pidtext, sizeof(pidtext), "%d", pid);
+	res = PQexecParams(conn, "SELECT $1::integer = ANY (sender_pids) FROM dsync_stats",
+					   1, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		result = strcmp(PQgetvalue(res, 0, 0), "t") == 0 ? 1 : 0;
+	PQclear(res);
+	return result;
+}
+
+/*
+ * FromSender
+ *		Whether a notification was sent by dsync: any role may NOTIFY a
+ *		dsync channel.  A pid we do not know makes us ask again, as the
+ *		sender changes whenever a worker comes to the database.
+ */
+static bool
+FromSender(PGconn *conn, int *sender, int be_pid)
+{
+	int			known;
+
+	if (*sender < 0 || be_pid == *sender)
+		return true;
+	known = IsSender(conn, be_pid);
+	if (known < 0)
+	{
+		/* Before 1.2: only the current sender is known. */
+		*sender = ReadSender(conn);
+		known = *sender < 0 || be_pid == *sender;
+	}
+	if (known)
+	{
+		*sender = be_pid;
+		return true;
+	}
+	Note("ignoring a notification from process %d, which is not dsync's sender", be_pid);
+	return false;
+}
+
+/*
+ * CommandWatch
+ *		dsync watch: LISTEN on the name's channel and print each event that
+ *		dsync sent; reconnect if the connection drops.
+ */
+int
+CommandWatch(Options *opt)
+{
+	for (;;)
+	{
+		PGconn	   *conn = Connect(opt, false);
+		const char *params[1] = {opt->name};
+		PGresult   *res;
+		char	   *sql;
+		bool		timed_out;
+		int			sender;
+
+		if (conn == NULL)
+		{
+			int			signo;
+
+			sleep(1);
+			if ((signo = ReadSignal()) != 0 && signo != SIGCHLD)
+				return 0;
+			continue;
+		}
+		res = Query(conn, "SELECT dsync_channel($1)", 1, params, -1, NULL, NULL, &timed_out);
+		if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK)
+			FatalResult("could not find the channel to watch", conn, res);
+		{
+			char	   *ident = PQescapeIdentifier(conn, PQgetvalue(res, 0, 0),
+												   strlen(PQgetvalue(res, 0, 0)));
+
+			sql = malloc(strlen(ident) + 16);
+			sprintf(sql, "LISTEN %s", ident);
+			PQfreemem(ident);
+		}
+		PQclear(res);
+		CheckPooler(opt, conn, true);
+		sender = ReadSender(conn);
+		if (sender < 0)
+			Note("this version of the extension does not say which process sends "
+				 "its notifications: run ALTER EXTENSION dsync UPDATE");
+		res = PQexec(conn, sql);
+		free(sql);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK)
+			FatalResult("could not listen", conn, res);
+		PQclear(res);
+		if (!opt->json)
+			Note("watching \"%s\"", opt->name);
+
+		for (;;)
+		{
+			struct pollfd fds[2];
+			PGnotify   *notify;
+			int			signo;
+
+			fds[0].fd = PQsocket(conn);
+			fds[0].events = POLLIN;
+			fds[1].fd = signal_pipe[0];
+			fds[1].events = POLLIN;
+			if (poll(fds, 2, -1) < 0 && errno != EINTR)
+				Fatal(EXIT_OSERR, "poll failed: %s", strerror(errno));
+			while ((signo = ReadSignal()) != 0)
+				if (signo != SIGCHLD)
+				{
+					PQfinish(conn);
+					return 0;
+				}
+			if (PQconsumeInput(conn) == 0)
+			{
+				Note("connection lost: %s", PQerrorMessage(conn));
+				break;
+			}
+			while ((notify = PQnotifies(conn)) != NULL)
+			{
+				if (FromSender(conn, &sender, notify->be_pid))
+					PrintEvent(notify->extra, opt->json);
+				PQfreemem(notify);
+			}
+		}
+		PQfinish(conn);
+	}
+}
+
+/*
+ * CommandStatus
+ *		dsync status: a table of live leases.
+ */
+int
+CommandStatus(Options *opt)
+{
+	PGconn	   *conn = Connect(opt, false);
+	const char *params[1] = {opt->name};
+	PGresult   *res;
+	bool		timed_out;
+	int			n;
+
+	if (conn == NULL)
+		return EXIT_UNAVAILABLE;
+	/* A name is looked up (an index probe), not filtered from a scan. */
+	res = Query(conn, opt->name ?
+				"SELECT l.lease, l.holder, l.fencing, l.permits,"
+				"       to_char(greatest(l.expires_at - clock_timestamp(), '0'::interval), 'HH24:MI:SS.MS'),"
+				"       (SELECT count(*) FROM dsync_waiters w WHERE w.name = l.lease AND w.kind <> 'event'),"
+				"       l.owner"
+				"  FROM dsync_leases l WHERE l.lease = $1"
+				" ORDER BY l.lease, l.fencing" :
+				"SELECT l.lease, l.holder, l.fencing, l.permits,"
+				"       to_char(greatest(l.expires_at - clock_timestamp(), '0'::interval), 'HH24:MI:SS.MS'),"
+				"       (SELECT count(*) FROM dsync_waiters w WHERE w.name = l.lease AND w.kind <> 'event'),"
+				"       l.owner"
+				"  FROM dsync_leases l"
+				" ORDER BY l.lease, l.fencing",
+				opt->name ? 1 : 0, params, -1, NULL, NULL, &timed_out);
+	if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK)
+		FatalResult("could not read leases", conn, res);
+	n = PQntuples(res);
+	printf("%-24s %-32s %16s %7s %12s %7s %s\n", "LEASE", "HOLDER", "FENCING", "PERMITS",
+		   "TIME LEFT", "WAITERS", "OWNER");
+	for (int i = 0; i < n; i++)
+		printf("%-24s %-32s %16s %7s %12s %7s %s\n", PQgetvalue(res, i, 0),
+			   PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), PQgetvalue(res, i, 3),
+			   PQgetvalue(res, i, 4), PQgetvalue(res, i, 5), PQgetvalue(res, i, 6));
+	if (n == 0)
+		printf("(no live leases%s%s)\n", opt->name ? " named " : "", opt->name ? opt->name : "");
+	PQclear(res);
+	PQfinish(conn);
+	return 0;
+}
