@@ -25,6 +25,26 @@ int			signal_pipe[2] = {-1, -1};
 const char *progname = "dsync";
 
 /*
+ * PrintLine
+ *		One message line on stderr, prefixed with the program's name.
+ *		libpq's messages end in a newline: they still print as one line.
+ */
+static void PrintLine(const char *fmt, va_list ap) pg_attribute_printf_cli(1, 0);
+
+static void
+PrintLine(const char *fmt, va_list ap)
+{
+	char		buf[4096];
+	size_t		len;
+
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	len = strlen(buf);
+	while (len > 0 && buf[len - 1] == '\n')
+		buf[--len] = '\0';
+	fprintf(stderr, "%s: %s\n", progname, buf);
+}
+
+/*
  * Fatal
  *		Print an error and exit.
  */
@@ -32,17 +52,10 @@ void
 Fatal(int code, const char *fmt,...)
 {
 	va_list		ap;
-	char		buf[4096];
-	size_t		len;
 
 	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
+	PrintLine(fmt, ap);
 	va_end(ap);
-	/* libpq's messages end in a newline: print one line. */
-	len = strlen(buf);
-	while (len > 0 && buf[len - 1] == '\n')
-		buf[--len] = '\0';
-	fprintf(stderr, "%s: %s\n", progname, buf);
 	exit(code);
 }
 
@@ -54,16 +67,10 @@ void
 Note(const char *fmt,...)
 {
 	va_list		ap;
-	char		buf[4096];
-	size_t		len;
 
 	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
+	PrintLine(fmt, ap);
 	va_end(ap);
-	len = strlen(buf);
-	while (len > 0 && buf[len - 1] == '\n')
-		buf[--len] = '\0';
-	fprintf(stderr, "%s: %s\n", progname, buf);
 }
 
 /*

@@ -130,6 +130,26 @@ Acquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms,
 }
 
 /*
+ * HoldingStart
+ *		A fresh holding state for the lease or group opt names, connected;
+ *		false if the server cannot be reached.
+ */
+static bool
+HoldingStart(Holding *h, const Options *opt)
+{
+	memset(h, 0, sizeof(*h));
+	h->opt = opt;
+	h->lease = opt->name;
+	h->child = -1;
+	h->kill_at = -1;
+	h->conn = Connect(opt, false);
+	if (h->conn == NULL)
+		return false;
+	CheckPooler(opt, h->conn, false);
+	return true;
+}
+
+/*
  * CommandLock
  *		dsync lock: run the command under the lease.
  */
@@ -140,15 +160,8 @@ CommandLock(Options *opt)
 	char	   *token;
 	int			signo;
 
-	memset(&h, 0, sizeof(h));
-	h.opt = opt;
-	h.lease = opt->name;
-	h.child = -1;
-	h.kill_at = -1;
-	h.conn = Connect(opt, false);
-	if (h.conn == NULL)
+	if (!HoldingStart(&h, opt))
 		return EXIT_UNAVAILABLE;
-	CheckPooler(opt, h.conn, false);
 	Note("holder %s", opt->holder);
 
 	if (opt->permits > 1)
@@ -230,15 +243,8 @@ CommandElect(Options *opt)
 {
 	Holding		h;
 
-	memset(&h, 0, sizeof(h));
-	h.opt = opt;
-	h.lease = opt->name;
-	h.child = -1;
-	h.kill_at = -1;
-	h.conn = Connect(opt, false);
-	if (h.conn == NULL)
+	if (!HoldingStart(&h, opt))
 		return EXIT_UNAVAILABLE;
-	CheckPooler(opt, h.conn, false);
 	Note("candidate %s in group \"%s\"", opt->holder, opt->name);
 
 	for (;;)
