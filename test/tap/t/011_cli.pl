@@ -1,4 +1,4 @@
-# The dsync command-line tool (cli/dsync.c), run as a user would run it,
+# The dsync command-line tool (cli/), run as a user would run it,
 # against a server with the extension.
 #
 # The tool's contract (its usage text and header comment): "lock runs
@@ -357,7 +357,7 @@ is(wait_exit($p), 0, 'lock --holder exits 0');
 like($p->{err}, qr/^dsync: holder worker-7$/m, 'the given holder is printed on stderr');
 is(q1("SELECT dsync_leader('named') IS NULL"), 't', 'lease released');
 
-# The name may also come after the lock's options (cli/dsync.c: "The
+# The name may also come after the lock's options (cli/main.c: "The
 # command's operand may come before or after its options").
 ($code, $out, $err) = run_dsync('lock', '--ttl', '3s', '--holder', 'ho', 'late-name',
 	'--', 'sh', '-c', 'echo "$DSYNC_LEASE $DSYNC_HOLDER"');
