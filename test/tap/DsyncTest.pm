@@ -13,7 +13,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-our @EXPORT = qw(dsync_node wait_for q1 reaper_pid);
+our @EXPORT = qw(dsync_node stop_at_end wait_for q1 reaper_pid);
 
 my @nodes;
 
@@ -27,6 +27,13 @@ END
 		$n->stop('immediate', fail_ok => 1)
 		  unless -e $n->data_dir . '/postmaster.pid';
 	}
+}
+
+# Have nodes a test made itself stopped by the END block above.
+sub stop_at_end
+{
+	push @nodes, @_;
+	return;
 }
 
 # A started node with dsync preloaded and the extension in database

@@ -38,6 +38,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+
+use lib '.';
+use DsyncTest qw(stop_at_end);
 use Time::HiRes qw(time usleep);
 
 # Generous bound for things the spec says happen within a few seconds.
@@ -48,18 +51,8 @@ $node->init;
 $node->append_conf('postgresql.conf',
 	"shared_preload_libraries = 'dsync'\ndsync.max_workers = 10\ndsync.worker_idle_timeout = -1\n");
 $node->start;
-my @nodes_to_check = ($node);
+stop_at_end($node);
 
-# If the server died, tell Cluster.pm so (stop with fail_ok), or its
-# teardown would BAIL_OUT and stop the remaining test files too.
-END
-{
-	for my $n (grep { defined } @nodes_to_check)
-	{
-		$n->stop('immediate', fail_ok => 1)
-		  unless -e $n->data_dir . '/postmaster.pid';
-	}
-}
 
 # --- helpers ---------------------------------------------------------------
 

@@ -37,6 +37,9 @@ use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+
+use lib '.';
+use DsyncTest qw(stop_at_end);
 use Time::HiRes qw(time usleep);
 
 my $event_timeout = 30;    # seconds; events normally arrive in milliseconds
@@ -45,18 +48,8 @@ my $node = PostgreSQL::Test::Cluster->new('events');
 $node->init;
 $node->append_conf('postgresql.conf', "shared_preload_libraries = 'dsync'\n");
 $node->start;
-my @nodes_to_check = ($node);
+stop_at_end($node);
 
-# If the server died, tell Cluster.pm so (stop with fail_ok), or its
-# teardown would BAIL_OUT and stop the remaining test files too.
-END
-{
-	for my $n (grep { defined } @nodes_to_check)
-	{
-		$n->stop('immediate', fail_ok => 1)
-		  unless -e $n->data_dir . '/postmaster.pid';
-	}
-}
 $node->safe_psql('postgres', 'CREATE EXTENSION dsync');
 $node->safe_psql('postgres', 'CREATE ROLE plain LOGIN');
 

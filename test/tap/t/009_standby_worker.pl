@@ -35,6 +35,9 @@ use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+
+use lib '.';
+use DsyncTest qw(stop_at_end);
 use Time::HiRes qw(time usleep);
 
 my $event_timeout = 30;    # seconds
@@ -44,18 +47,8 @@ $primary->init(allows_streaming => 1);
 $primary->append_conf('postgresql.conf',
 	"shared_preload_libraries = 'dsync'\nmax_prepared_transactions = 5\n");
 $primary->start;
-my @nodes_to_check = ($primary);
+stop_at_end($primary);
 
-# If the server died, tell Cluster.pm so (stop with fail_ok), or its
-# teardown would BAIL_OUT and stop the remaining test files too.
-END
-{
-	for my $n (grep { defined } @nodes_to_check)
-	{
-		$n->stop('immediate', fail_ok => 1)
-		  unless -e $n->data_dir . '/postmaster.pid';
-	}
-}
 $primary->safe_psql('postgres', 'CREATE EXTENSION dsync');
 
 my $reaper_sql = "SELECT pid FROM pg_stat_activity "
@@ -89,7 +82,7 @@ $primary->backup('bkp');
 my $standby = PostgreSQL::Test::Cluster->new('standby');
 $standby->init_from_backup($primary, 'bkp', has_streaming => 1);
 $standby->start;
-push @nodes_to_check, $standby;
+stop_at_end($standby);
 $primary->wait_for_catchup($standby);
 
 # --- the hot standby: no workers, reads work, writes fail ------------------
