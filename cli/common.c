@@ -118,6 +118,27 @@ NowMs(void)
 }
 
 /*
+ * SetSignalHandlers
+ *		The disposition of the signals the tool handles: handler for
+ *		SIGINT, SIGTERM, SIGHUP and SIGCHLD (restarting system calls), and
+ *		pipe_handler for SIGPIPE.  The child resets them all to SIG_DFL.
+ */
+void
+SetSignalHandlers(void (*handler) (int), void (*pipe_handler) (int))
+{
+	static const int signals[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = handler;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART;
+	for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)
+		sigaction(signals[i], &sa, NULL);
+	signal(SIGPIPE, pipe_handler);
+}
+
+/*
  * OnSignal
  *		Signal handler: write the signal number to the self-pipe.
  */
@@ -141,8 +162,6 @@ OnSignal(int signo)
 void
 SetupSignals(void)
 {
-	struct sigaction sa;
-
 	if (pipe(signal_pipe) != 0)
 		Fatal(EXIT_OSERR, "could not create pipe: %s", strerror(errno));
 	for (int i = 0; i < 2; i++)
@@ -150,15 +169,7 @@ SetupSignals(void)
 		fcntl(signal_pipe[i], F_SETFL, fcntl(signal_pipe[i], F_GETFL) | O_NONBLOCK);
 		fcntl(signal_pipe[i], F_SETFD, FD_CLOEXEC);
 	}
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = OnSignal;
-	sigemptyset(&sa.sa_mask);
-	sa.sa_flags = SA_RESTART;
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	sigaction(SIGCHLD, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	SetSignalHandlers(OnSignal, SIG_IGN);
 }
 
 /*

@@ -113,6 +113,7 @@ extern void Note(const char *fmt,...) pg_attribute_printf_cli(1, 2);
 extern int64_t NowMs(void);
 extern PGresult *Query(PGconn *conn, const char *sql, int nparams, const char *const *params, int64_t deadline_ms, void (*on_signal) (int, void *), void *arg, bool *timed_out);
 extern int ReadSignal(void);
+extern void SetSignalHandlers(void (*handler) (int), void (*pipe_handler) (int));
 extern void SetupSignals(void);
 extern PGresult *WaitResult(PGconn *conn, int64_t deadline_ms, void (*on_signal) (int, void *), void *arg, bool *timed_out);
 

@@ -101,15 +101,7 @@ StartChild(Holding *h, const char *token)
 		Fatal(EXIT_OSERR, "could not fork: %s", strerror(errno));
 	if (pid == 0)
 	{
-		struct sigaction sa;
-
-		memset(&sa, 0, sizeof(sa));
-		sa.sa_handler = SIG_DFL;
-		sigaction(SIGINT, &sa, NULL);
-		sigaction(SIGTERM, &sa, NULL);
-		sigaction(SIGHUP, &sa, NULL);
-		sigaction(SIGCHLD, &sa, NULL);
-		signal(SIGPIPE, SIG_DFL);
+		SetSignalHandlers(SIG_DFL, SIG_DFL);
 #ifdef __linux__
 		/*
 		 * If dsync itself is killed (SIGKILL, OOM), nobody renews the lease

@@ -161,6 +161,20 @@ ParseCommand(const char *word)
 }
 
 /*
+ * HelpOrVersion
+ *		-h or -V, before or after the command word: print and exit 0.
+ */
+static int
+HelpOrVersion(int c)
+{
+	if (c == 'h')
+		Usage(stdout);
+	else
+		printf("dsync %s\n", DSYNC_VERSION);
+	return 0;
+}
+
+/*
  * main
  *		Parse the command line and dispatch.
  */
@@ -197,20 +211,11 @@ main(int argc, char **argv)
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "+hV", long_options, NULL)) != -1)
 	{
-		switch (c)
-		{
-			case 'd':
-				opt.dsn = optarg;
-				break;
-			case 'h':
-				Usage(stdout);
-				return 0;
-			case 'V':
-				printf("dsync %s\n", DSYNC_VERSION);
-				return 0;
-			default:
-				UsageError("only --dsn may come before the command (lock, elect, watch or status)");
-		}
+		if (c == 'h' || c == 'V')
+			return HelpOrVersion(c);
+		if (c != 'd')
+			UsageError("only --dsn may come before the command (lock, elect, watch or status)");
+		opt.dsn = optarg;
 	}
 	if (optind >= argc)
 		UsageError("no command given");
@@ -263,11 +268,8 @@ main(int argc, char **argv)
 					opt.json = true;
 					break;
 				case 'h':
-					Usage(stdout);
-					return 0;
 				case 'V':
-					printf("dsync %s\n", DSYNC_VERSION);
-					return 0;
+					return HelpOrVersion(c);
 				case ':':
 					UsageError("option \"%s\" needs a value", argv[optind - 1]);
 					break;

@@ -135,19 +135,15 @@ DsyncEventRecordRaw(DsyncEventKind kind, text *name, text *holder,
 	memset(&row, 0, sizeof(row));
 	for (int i = 0; i < DSYNC_MAX_ATTS; i++)
 		row.nulls[i] = true;
-	row.values[Anum_lease_name - 1] = PointerGetDatum(name);
-	row.nulls[Anum_lease_name - 1] = false;
-	row.values[Anum_lease_slot - 1] = Int32GetDatum(0);
-	row.nulls[Anum_lease_slot - 1] = false;
+	DsyncRowSet(&row, Anum_lease_name, PointerGetDatum(name));
+	DsyncRowSet(&row, Anum_lease_slot, Int32GetDatum(0));
 	if (holder)
 	{
-		row.values[Anum_lease_holder - 1] = PointerGetDatum(holder);
-		row.nulls[Anum_lease_holder - 1] = false;
+		DsyncRowSet(&row, Anum_lease_holder, PointerGetDatum(holder));
 	}
 	if (expires_at != 0)
 	{
-		row.values[Anum_lease_expires_at - 1] = TimestampTzGetDatum(expires_at);
-		row.nulls[Anum_lease_expires_at - 1] = false;
+		DsyncRowSet(&row, Anum_lease_expires_at, TimestampTzGetDatum(expires_at));
 	}
 	DsyncEventRecord(kind, &row);
 }

@@ -173,6 +173,24 @@ FencingWaitForStandby(XLogRecPtr lsn)
 }
 
 /*
+ * FencingSysCache
+ *		The sequence's entry in a syscache (pg_class or pg_sequence); the
+ *		caller releases it.  Its absence is an internal error: the catalog
+ *		entry was found a moment ago.
+ */
+static HeapTuple
+FencingSysCache(int cacheid, Oid seqoid)
+{
+	HeapTuple	tuple = SearchSysCache1(cacheid, ObjectIdGetDatum(seqoid));
+
+	if (!HeapTupleIsValid(tuple))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg_internal("cache lookup failed for sequence %u", seqoid)));
+	return tuple;
+}
+
+/*
  * FencingSequenceIncrement
  *		The sequence's increment: the size of the block one nextval()
  *		reserves.  Read from the catalog rather than assumed, so that an
@@ -181,13 +199,9 @@ FencingWaitForStandby(XLogRecPtr lsn)
 static int64
 FencingSequenceIncrement(Oid seqoid)
 {
-	HeapTuple	tuple = SearchSysCache1(SEQRELID, ObjectIdGetDatum(seqoid));
+	HeapTuple	tuple = FencingSysCache(SEQRELID, seqoid);
 	int64		increment;
 
-	if (!HeapTupleIsValid(tuple))
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg_internal("cache lookup failed for sequence %u", seqoid)));
 	increment = ((Form_pg_sequence) GETSTRUCT(tuple))->seqincrement;
 	ReleaseSysCache(tuple);
 	if (increment < 1)
@@ -209,15 +223,11 @@ FencingSequenceIncrement(Oid seqoid)
 static void
 FencingSetval(Oid seqoid, int64 value)
 {
-	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(seqoid));
+	HeapTuple	tuple = FencingSysCache(RELOID, seqoid);
 	Oid			owner;
 	Oid			saved_userid;
 	int			saved_secctx;
 
-	if (!HeapTupleIsValid(tuple))
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg_internal("cache lookup failed for relation %u", seqoid)));
 	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	ReleaseSysCache(tuple);
 

@@ -131,23 +131,16 @@ DsyncLeaseSetGrant(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant)
 	int64		token = DsyncNextFencingToken(store->catalog);
 	TimestampTz now = GetCurrentTimestamp();
 
-	row->values[Anum_lease_holder - 1] = PointerGetDatum(grant->holder);
-	row->nulls[Anum_lease_holder - 1] = false;
-	row->values[Anum_lease_fencing - 1] = Int64GetDatum(token);
-	row->nulls[Anum_lease_fencing - 1] = false;
-	row->values[Anum_lease_acquired_at - 1] = TimestampTzGetDatum(now);
-	row->nulls[Anum_lease_acquired_at - 1] = false;
-	row->values[Anum_lease_renewed_at - 1] = TimestampTzGetDatum(now);
-	row->nulls[Anum_lease_renewed_at - 1] = false;
-	row->values[Anum_lease_expires_at - 1] =
-		TimestampTzGetDatum(DsyncExpiry(now, grant->ttl_usec, "ttl"));
-	row->nulls[Anum_lease_expires_at - 1] = false;
-	row->values[Anum_lease_ttl - 1] = IntervalPGetDatum(grant->ttl);
-	row->nulls[Anum_lease_ttl - 1] = false;
+	DsyncRowSet(row, Anum_lease_holder, PointerGetDatum(grant->holder));
+	DsyncRowSet(row, Anum_lease_fencing, Int64GetDatum(token));
+	DsyncRowSet(row, Anum_lease_acquired_at, TimestampTzGetDatum(now));
+	DsyncRowSet(row, Anum_lease_renewed_at, TimestampTzGetDatum(now));
+	DsyncRowSet(row, Anum_lease_expires_at,
+				TimestampTzGetDatum(DsyncExpiry(now, grant->ttl_usec, "ttl")));
+	DsyncRowSet(row, Anum_lease_ttl, IntervalPGetDatum(grant->ttl));
 	row->values[Anum_lease_info - 1] = grant->info;
 	row->nulls[Anum_lease_info - 1] = grant->info_null;
-	row->values[Anum_lease_owner - 1] = ObjectIdGetDatum(GetUserId());
-	row->nulls[Anum_lease_owner - 1] = false;
+	DsyncRowSet(row, Anum_lease_owner, ObjectIdGetDatum(GetUserId()));
 }
 
 /*
@@ -193,8 +186,7 @@ DsyncLeaseRenewRow(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant)
 	row->values[Anum_lease_ttl - 1] = IntervalPGetDatum(grant->ttl);
 	if (!grant->info_null)
 	{
-		row->values[Anum_lease_info - 1] = grant->info;
-		row->nulls[Anum_lease_info - 1] = false;
+		DsyncRowSet(row, Anum_lease_info, grant->info);
 	}
 	DsyncStoreUpdate(store, row);
 	LeaseRecordDeadline(store, row, previous);
@@ -212,8 +204,7 @@ DsyncLeaseSetReleased(DsyncRow *row)
 {
 	row->nulls[Anum_lease_holder - 1] = true;
 	row->nulls[Anum_lease_info - 1] = true;
-	row->values[Anum_lease_renewed_at - 1] = TimestampTzGetDatum(GetCurrentTimestamp());
-	row->nulls[Anum_lease_renewed_at - 1] = false;
+	DsyncRowSet(row, Anum_lease_renewed_at, TimestampTzGetDatum(GetCurrentTimestamp()));
 }
 
 /*
@@ -343,10 +334,8 @@ LeaseTryAcquire(LeaseStores *stores, text *lease, const LeaseGrant *grant,
 					break;
 			}
 			fresh = DsyncStoreNewRow();
-			fresh->values[Anum_lease_name - 1] = PointerGetDatum(lease);
-			fresh->nulls[Anum_lease_name - 1] = false;
-			fresh->values[Anum_lease_slot - 1] = Int32GetDatum(0);
-			fresh->nulls[Anum_lease_slot - 1] = false;
+			DsyncRowSet(fresh, Anum_lease_name, PointerGetDatum(lease));
+			DsyncRowSet(fresh, Anum_lease_slot, Int32GetDatum(0));
 			DsyncLeaseSetGrant(&stores->lease, fresh, grant);
 			DsyncStoreInsert(&stores->lease, fresh);
 			DsyncStoreUnclaimKey(&stores->lease, lease, Int32GetDatum(0));
@@ -535,27 +524,50 @@ dsync_renew(PG_FUNCTION_ARGS)
 }
 
 /*
+ * LeaseHeldCall
+ *		The body of dsync_release and dsync_assert_held: lock the lease
+ *		(argument 0) held by holder (argument 1) in mode, which lasts until
+ *		the caller's transaction ends, and release it if mode is the
+ *		release's.  Returns its fencing token, or -1 if holder does not
+ *		hold it.
+ */
+static int64
+LeaseHeldCall(FunctionCallInfo fcinfo, const char *fname, LockTupleMode mode,
+			  text **lease, text **holder)
+{
+	LeaseStores stores;
+	DsyncStore *store;
+	DsyncRow   *row;
+	int64		token = -1;
+
+	*lease = DsyncArgName(fcinfo, 0, "lease");
+	*holder = DsyncArgName(fcinfo, 1, "holder");
+	DsyncPreventWrite(fname);
+
+	LeaseStoresOpen(&stores, fcinfo, true);
+	row = LeaseLockHeld(&stores, *lease, *holder, mode, &store);
+	if (row)
+	{
+		token = DatumGetInt64(row->values[Anum_lease_fencing - 1]);
+		if (mode != LockTupleShare)
+			DsyncLeaseRelease(store, row);
+	}
+	LeaseStoresClose(&stores);
+	return token;
+}
+
+/*
  * dsync_release
  *		SQL: dsync_release(lease, holder) RETURNS boolean
  */
 Datum
 dsync_release(PG_FUNCTION_ARGS)
 {
-	text	   *lease = DsyncArgName(fcinfo, 0, "lease");
-	text	   *holder = DsyncArgName(fcinfo, 1, "holder");
-	LeaseStores stores;
-	DsyncStore *store;
-	DsyncRow   *row;
+	text	   *lease,
+			   *holder;
 
-	DsyncPreventWrite("dsync_release()");
-
-	LeaseStoresOpen(&stores, fcinfo, true);
-	row = LeaseLockHeld(&stores, lease, holder, LockTupleNoKeyExclusive, &store);
-	if (row)
-		DsyncLeaseRelease(store, row);
-	LeaseStoresClose(&stores);
-
-	PG_RETURN_BOOL(row != NULL);
+	PG_RETURN_BOOL(LeaseHeldCall(fcinfo, "dsync_release()", LockTupleNoKeyExclusive,
+								 &lease, &holder) >= 0);
 }
 
 /*
@@ -617,25 +629,18 @@ dsync_leader(PG_FUNCTION_ARGS)
 Datum
 dsync_assert_held(PG_FUNCTION_ARGS)
 {
-	text	   *lease = DsyncArgName(fcinfo, 0, "lease");
-	text	   *holder = DsyncArgName(fcinfo, 1, "holder");
-	LeaseStores stores;
-	DsyncStore *store;
-	DsyncRow   *row;
+	text	   *lease,
+			   *holder;
+	int64		token = LeaseHeldCall(fcinfo, "dsync_assert_held()", LockTupleShare,
+									  &lease, &holder);
 
-	DsyncPreventWrite("dsync_assert_held()");
-
-	LeaseStoresOpen(&stores, fcinfo, true);
-	row = LeaseLockHeld(&stores, lease, holder, LockTupleShare, &store);
-	LeaseStoresClose(&stores);
-
-	if (row == NULL)
+	if (token < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("lease \"%s\" is not held by \"%s\"",
 						text_to_cstring(lease), text_to_cstring(holder)),
 				 errdetail("It has expired, was released or taken over, or was acquired by a role you are not a member of.")));
-	PG_RETURN_INT64(DatumGetInt64(row->values[Anum_lease_fencing - 1]));
+	PG_RETURN_INT64(token);
 }
 
 /*

@@ -142,8 +142,7 @@ dsync_join(PG_FUNCTION_ARGS)
 		}
 		else if (!info_null)
 		{
-			row->values[Anum_member_info - 1] = info;
-			row->nulls[Anum_member_info - 1] = false;
+			DsyncRowSet(row, Anum_member_info, info);
 		}
 		row->values[Anum_member_renewed_at - 1] = TimestampTzGetDatum(now);
 		row->values[Anum_member_expires_at - 1] = TimestampTzGetDatum(expiry);

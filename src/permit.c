@@ -243,10 +243,8 @@ PermitGrow(DsyncStore *store, text *name, int permits, int free_besides,
 			break;
 	}
 	fresh = DsyncStoreNewRow();
-	fresh->values[Anum_lease_name - 1] = PointerGetDatum(name);
-	fresh->nulls[Anum_lease_name - 1] = false;
-	fresh->values[Anum_lease_slot - 1] = Int32GetDatum(slot);
-	fresh->nulls[Anum_lease_slot - 1] = false;
+	DsyncRowSet(fresh, Anum_lease_name, PointerGetDatum(name));
+	DsyncRowSet(fresh, Anum_lease_slot, Int32GetDatum(slot));
 	DsyncLeaseSetGrant(store, fresh, grant);
 	DsyncStoreInsert(store, fresh);
 	DsyncStoreUnclaimKey(store, name, Int32GetDatum(slot));
@@ -364,12 +362,10 @@ DsyncPermitFill(const DsyncCatalog *catalog, text *name, int permits)
 			continue;
 		CHECK_FOR_INTERRUPTS();
 		fresh = DsyncStoreNewRow();
-		fresh->values[Anum_lease_name - 1] = PointerGetDatum(name);
-		fresh->nulls[Anum_lease_name - 1] = false;
-		fresh->values[Anum_lease_slot - 1] = Int32GetDatum(slot);
-		fresh->nulls[Anum_lease_slot - 1] = false;
-		fresh->values[Anum_lease_renewed_at - 1] = TimestampTzGetDatum(GetCurrentTimestamp());
-		fresh->nulls[Anum_lease_renewed_at - 1] = false;
+		DsyncRowSet(fresh, Anum_lease_name, PointerGetDatum(name));
+		DsyncRowSet(fresh, Anum_lease_slot, Int32GetDatum(slot));
+		DsyncRowSet(fresh, Anum_lease_renewed_at,
+					TimestampTzGetDatum(GetCurrentTimestamp()));
 		DsyncStoreInsert(&store, fresh);
 	}
 	DsyncStoreClose(&store);

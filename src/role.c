@@ -247,6 +247,21 @@ RoleMayActFor(List *roleids)
 }
 
 /*
+ * RoleScanAll
+ *		DROP OWNED or REASSIGN OWNED of roleids, in every table.
+ */
+static void
+RoleScanAll(List *roleids, RoleAction action, Oid newrole)
+{
+	const DsyncCatalog *catalog = DsyncCatalogFromExtension();
+	ListCell   *lc;
+
+	foreach(lc, roleids)
+		for (int table = 0; table < DSYNC_NUM_TABLES; table++)
+			(void) RoleScanTable(catalog, table, lfirst_oid(lc), action, newrole);
+}
+
+/*
  * DsyncRoleUtility
  *		Called by the utility hook before DROP ROLE, DROP OWNED and
  *		REASSIGN OWNED run, in a database that has the extension.
@@ -280,11 +295,7 @@ DsyncRoleUtility(Node *parsetree)
 			roleids = RoleOids(((DropOwnedStmt *) parsetree)->roles);
 			if (!RoleMayActFor(roleids))
 				return;
-			catalog = DsyncCatalogFromExtension();
-			foreach(lc, roleids)
-				for (int table = 0; table < DSYNC_NUM_TABLES; table++)
-					(void) RoleScanTable(catalog, table, lfirst_oid(lc), ROLE_DROP_OWNED,
-										 InvalidOid);
+			RoleScanAll(roleids, ROLE_DROP_OWNED, InvalidOid);
 			break;
 		case T_ReassignOwnedStmt:
 			{
@@ -295,11 +306,7 @@ DsyncRoleUtility(Node *parsetree)
 				if (!OidIsValid(newrole) || !RoleMayActFor(roleids) ||
 					!has_privs_of_role(GetUserId(), newrole))
 					return;
-				catalog = DsyncCatalogFromExtension();
-				foreach(lc, roleids)
-					for (int table = 0; table < DSYNC_NUM_TABLES; table++)
-						(void) RoleScanTable(catalog, table, lfirst_oid(lc), ROLE_REASSIGN,
-											 newrole);
+				RoleScanAll(roleids, ROLE_REASSIGN, newrole);
 			}
 			break;
 		default:

@@ -72,6 +72,35 @@ DsyncRowTtlDamage(const DsyncRow *row, int attnum)
 }
 
 /*
+ * DsyncRowLifetimeDamage
+ *		Why the lifetime of a lease or member row is unusable, or NULL:
+ *		both keep their start, renewal and expiry times and their ttl in
+ *		four columns in a row, from start_attnum on.
+ */
+static const char *
+DsyncRowLifetimeDamage(const DsyncRow *row, int start_attnum, const char *start_name)
+{
+	const char *why = DsyncRowTimeDamage(row, start_attnum, start_name);
+
+	if (why == NULL)
+		why = DsyncRowTimeDamage(row, start_attnum + 1, "renewed_at");
+	if (why == NULL)
+		why = DsyncRowTimeDamage(row, start_attnum + 2, "expires_at");
+	if (why == NULL)
+		why = DsyncRowTtlDamage(row, start_attnum + 3);
+	return why;
+}
+
+StaticAssertDecl(Anum_lease_renewed_at == Anum_lease_acquired_at + 1 &&
+				 Anum_lease_expires_at == Anum_lease_acquired_at + 2 &&
+				 Anum_lease_ttl == Anum_lease_acquired_at + 3,
+				 "a lease row's lifetime columns follow each other");
+StaticAssertDecl(Anum_member_renewed_at == Anum_member_joined_at + 1 &&
+				 Anum_member_expires_at == Anum_member_joined_at + 2 &&
+				 Anum_member_ttl == Anum_member_joined_at + 3,
+				 "a member row's lifetime columns follow each other");
+
+/*
  * DsyncRowDamage
  *		Why a row of a table cannot be used, or NULL if it can.
  *
@@ -98,10 +127,7 @@ DsyncRowDamage(DsyncTable table, const DsyncRow *row)
 			CHECK(DsyncRowNameDamage(row, Anum_lease_holder, "holder"));
 			if (why == NULL && row->nulls[Anum_lease_fencing - 1])
 				why = "fencing is null";
-			CHECK(DsyncRowTimeDamage(row, Anum_lease_acquired_at, "acquired_at"));
-			CHECK(DsyncRowTimeDamage(row, Anum_lease_renewed_at, "renewed_at"));
-			CHECK(DsyncRowTimeDamage(row, Anum_lease_expires_at, "expires_at"));
-			CHECK(DsyncRowTtlDamage(row, Anum_lease_ttl));
+			CHECK(DsyncRowLifetimeDamage(row, Anum_lease_acquired_at, "acquired_at"));
 			if (why == NULL && row->nulls[Anum_lease_owner - 1])
 				why = "owner is null";
 			break;
@@ -123,10 +149,7 @@ DsyncRowDamage(DsyncTable table, const DsyncRow *row)
 		case DSYNC_TABLE_MEMBER:
 			CHECK(DsyncRowNameDamage(row, Anum_member_grp, "grp"));
 			CHECK(DsyncRowNameDamage(row, Anum_member_member, "member"));
-			CHECK(DsyncRowTimeDamage(row, Anum_member_joined_at, "joined_at"));
-			CHECK(DsyncRowTimeDamage(row, Anum_member_renewed_at, "renewed_at"));
-			CHECK(DsyncRowTimeDamage(row, Anum_member_expires_at, "expires_at"));
-			CHECK(DsyncRowTtlDamage(row, Anum_member_ttl));
+			CHECK(DsyncRowLifetimeDamage(row, Anum_member_joined_at, "joined_at"));
 			if (why == NULL && row->nulls[Anum_member_owner - 1])
 				why = "owner is null";
 			break;

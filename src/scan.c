@@ -106,16 +106,27 @@ DsyncScanRescan(DsyncScan *scan, int nkeys)
 }
 
 /*
+ * ScanByName
+ *		Every row whose first key column is name, in key order or in
+ *		reverse.
+ */
+static DsyncScan *
+ScanByName(DsyncStore *store, text *name, ScanDirection dir)
+{
+	DsyncScan  *scan = DsyncScanBegin(store, store->index, 1, dir);
+
+	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
+	return DsyncScanRescan(scan, 1);
+}
+
+/*
  * DsyncScanName
  *		Every row whose first key column is name.
  */
 DsyncScan *
 DsyncScanName(DsyncStore *store, text *name)
 {
-	DsyncScan  *scan = DsyncScanBegin(store, store->index, 1, ForwardScanDirection);
-
-	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
-	return DsyncScanRescan(scan, 1);
+	return ScanByName(store, name, ForwardScanDirection);
 }
 
 /*
@@ -168,10 +179,7 @@ DsyncScanFrom(DsyncStore *store, text *name, int32 slot)
 DsyncScan *
 DsyncScanLast(DsyncStore *store, text *name)
 {
-	DsyncScan  *scan = DsyncScanBegin(store, store->index, 1, BackwardScanDirection);
-
-	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
-	return DsyncScanRescan(scan, 1);
+	return ScanByName(store, name, BackwardScanDirection);
 }
 
 /*

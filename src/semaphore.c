@@ -167,14 +167,11 @@ dsync_semaphore_create(PG_FUNCTION_ARGS)
 	}
 
 	row = DsyncStoreNewRow();
-	row->values[Anum_semaphore_name - 1] = PointerGetDatum(name);
-	row->nulls[Anum_semaphore_name - 1] = false;
-	row->values[Anum_semaphore_permits - 1] = Int32GetDatum(permits);
-	row->nulls[Anum_semaphore_permits - 1] = false;
-	row->values[Anum_semaphore_created_at - 1] = TimestampTzGetDatum(GetCurrentTimestamp());
-	row->nulls[Anum_semaphore_created_at - 1] = false;
-	row->values[Anum_semaphore_owner - 1] = ObjectIdGetDatum(GetUserId());
-	row->nulls[Anum_semaphore_owner - 1] = false;
+	DsyncRowSet(row, Anum_semaphore_name, PointerGetDatum(name));
+	DsyncRowSet(row, Anum_semaphore_permits, Int32GetDatum(permits));
+	DsyncRowSet(row, Anum_semaphore_created_at,
+				TimestampTzGetDatum(GetCurrentTimestamp()));
+	DsyncRowSet(row, Anum_semaphore_owner, ObjectIdGetDatum(GetUserId()));
 	DsyncStoreInsert(&store, row);
 	DsyncPermitFill(store.catalog, name, permits);
 	DsyncStoreUnclaimKey(&store, name, (Datum) 0);

@@ -109,14 +109,10 @@ dsync_event_set(PG_FUNCTION_ARGS)
 				 errhint("Run ALTER EXTENSION dsync UPDATE.")));
 	seq = nextval_internal(store.catalog->signal_seq, false);
 	row = DsyncStoreNewRow();
-	row->values[Anum_signal_name - 1] = PointerGetDatum(name);
-	row->nulls[Anum_signal_name - 1] = false;
-	row->values[Anum_signal_seq - 1] = Int64GetDatum(seq);
-	row->nulls[Anum_signal_seq - 1] = false;
-	row->values[Anum_signal_set_at - 1] = TimestampTzGetDatum(GetCurrentTimestamp());
-	row->nulls[Anum_signal_set_at - 1] = false;
-	row->values[Anum_signal_owner - 1] = ObjectIdGetDatum(GetUserId());
-	row->nulls[Anum_signal_owner - 1] = false;
+	DsyncRowSet(row, Anum_signal_name, PointerGetDatum(name));
+	DsyncRowSet(row, Anum_signal_seq, Int64GetDatum(seq));
+	DsyncRowSet(row, Anum_signal_set_at, TimestampTzGetDatum(GetCurrentTimestamp()));
+	DsyncRowSet(row, Anum_signal_owner, ObjectIdGetDatum(GetUserId()));
 	DsyncStoreInsert(&store, row);
 	DsyncStoreClose(&store);
 

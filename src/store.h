@@ -46,6 +46,15 @@ extern void DsyncStoreClose(DsyncStore *store);
 extern void DsyncStoreCloseUnlock(DsyncStore *store);
 extern DsyncRow *DsyncStoreNewRow(void);
 
+/* Set a column (attnum counts from 1, as the Anum_ constants do). */
+static inline void
+DsyncRowSet(DsyncRow *row, int attnum, Datum value)
+{
+	Assert(attnum >= 1 && attnum <= DSYNC_MAX_ATTS);
+	row->values[attnum - 1] = value;
+	row->nulls[attnum - 1] = false;
+}
+
 extern DsyncScan *DsyncScanName(DsyncStore *store, text *name);
 extern DsyncScan *DsyncScanKey(DsyncStore *store, text *name, Datum second);
 extern DsyncScan *DsyncScanFrom(DsyncStore *store, text *name, int32 slot);

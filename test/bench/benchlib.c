@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <getopt.h>
 
 #include "benchlib.h"
 
@@ -487,9 +488,12 @@ pump(PGconn **conns, int nconns, int timeout_ms, notify_fn fn, void *arg)
 /* ---------------------------------------------------------------------- */
 /* /proc                                                                  */
 
-/* utime + stime of a process, in ms; -1 if it cannot be read. */
-double
-proc_cpu_ms(int pid)
+/*
+ * CPU ticks (utime + stime) and context switches of a process, from
+ * /proc/<pid>/stat and /proc/<pid>/status.  False if they cannot be read.
+ */
+bool
+proc_read(int pid, ProcSample *out)
 {
 	char		path[64],
 				buf[4096],
@@ -499,19 +503,43 @@ proc_cpu_ms(int pid)
 	unsigned long utime,
 				stime;
 
+	memset(out, 0, sizeof(*out));
 	if (pid <= 0)
-		return -1;
+		return false;
 	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
 	if ((f = fopen(path, "r")) == NULL)
-		return -1;
+		return false;
 	len = fread(buf, 1, sizeof(buf) - 1, f);
 	fclose(f);
 	buf[len] = '\0';
+	/* Fields after the command name: state is field 3, utime 14, stime 15. */
 	if ((p = strrchr(buf, ')')) == NULL ||
 		sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
 			   &utime, &stime) != 2)
+		return false;
+	out->ticks = (long) (utime + stime);
+
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	if ((f = fopen(path, "r")) == NULL)
+		return false;
+	while (fgets(buf, sizeof(buf), f))
+	{
+		sscanf(buf, "voluntary_ctxt_switches: %ld", &out->vcsw);
+		sscanf(buf, "nonvoluntary_ctxt_switches: %ld", &out->ivcsw);
+	}
+	fclose(f);
+	return true;
+}
+
+/* utime + stime of a process, in ms; -1 if it cannot be read. */
+double
+proc_cpu_ms(int pid)
+{
+	ProcSample	s;
+
+	if (!proc_read(pid, &s))
 		return -1;
-	return (utime + stime) * 1000.0 / sysconf(_SC_CLK_TCK);
+	return s.ticks * 1000.0 / sysconf(_SC_CLK_TCK);
 }
 
 int
@@ -524,4 +552,359 @@ reaper_pid(PGconn *c)
 
 	PQclear(r);
 	return pid;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Command-line options                                                   */
+
+/*
+ * getopt over a table of options, each storing its argument as an int, a
+ * double or a string; usage() (which should exit) on anything else.
+ * Returns optind.
+ */
+int
+parse_options(int argc, char **argv, const BenchOption *opts, void (*usage) (void))
+{
+	char		spec[128];
+	size_t		len = 0;
+	int			opt;
+
+	for (const BenchOption *o = opts; o->letter; o++)
+	{
+		spec[len++] = o->letter;
+		spec[len++] = ':';
+	}
+	spec[len] = '\0';
+	while ((opt = getopt(argc, argv, spec)) != -1)
+	{
+		const BenchOption *o = opts;
+
+		while (o->letter && o->letter != opt)
+			o++;
+		if (!o->letter)
+			usage();
+		else if (o->kind == OPT_INT)
+			*(int *) o->dest = atoi(optarg);
+		else if (o->kind == OPT_DOUBLE)
+			*(double *) o->dest = atof(optarg);
+		else
+			*(const char **) o->dest = optarg;
+	}
+	return optind;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Hand-off drivers: interleaved variants measured on the server clock    */
+
+static Variant *variants;
+static int	nvariants;
+static FILE *raw_file;
+
+/* Register the variants; raw_path (optional) gets every sample as CSV. */
+void
+variants_init(Variant *v, int n, const char *raw_path)
+{
+	variants = v;
+	nvariants = n;
+	if (raw_path && (raw_file = fopen(raw_path, "w")) == NULL)
+		die("cannot write %s: %s", raw_path, strerror(errno));
+	if (raw_file)
+		fprintf(raw_file, "variant,ms\n");
+}
+
+/* Something went wrong in an iteration of variant v (or, v < 0, outside). */
+void
+anomaly(int v, const char *fmt,...)
+{
+	va_list		ap;
+
+	printf("anomaly (%s): ", v >= 0 ? variants[v].key : "check");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+	if (v >= 0)
+		variants[v].anomalies++;
+}
+
+void
+add_sample(int v, int64_t usec, bool measured)
+{
+	if (!measured)
+		return;
+	push(&variants[v].samples, usec / 1000.0);
+	if (raw_file)
+		fprintf(raw_file, "%s,%.3f\n", variants[v].key, usec / 1000.0);
+}
+
+/*
+ * Warm up, then run each of the first nrun variants once per iteration
+ * (the others only collect figures), the order rotating from one iteration
+ * to the next so that noise on a shared machine hits them alike.  Returns
+ * the measured part's duration in seconds.
+ */
+double
+run_interleaved(int nrun, int iterations, int warmup, void (*fn) (int v, bool measured))
+{
+	int64_t		start;
+
+	for (int i = 0; i < warmup; i++)
+		for (int v = 0; v < nrun; v++)
+			fn(v, false);
+	start = mono_us();
+	for (int i = 0; i < iterations; i++)
+		for (int j = 0; j < nrun; j++)
+			fn((i + j) % nrun, true);
+	if (raw_file)
+		fclose(raw_file);
+	raw_file = NULL;
+	return (mono_us() - start) / 1e6;
+}
+
+/* Per variant: the minimum, the outliers and the anomalies. */
+void
+print_outliers(void)
+{
+	printf("\nOutliers and anomalies (anomalous iterations give no sample):\n");
+	for (int v = 0; v < nvariants; v++)
+	{
+		Samples    *s = &variants[v].samples;
+
+		printf("  %-12s min %7.3f ms   > 2 ms: %3d   > 10 ms: %3d   > 1 s: %3d   anomalies: %d\n",
+			   variants[v].key, pct(s, 0), count_over(s, 2), count_over(s, 10),
+			   count_over(s, 1000), variants[v].anomalies);
+	}
+}
+
+PGconn *
+connect_commit(const char *dbname, const char *appname, const char *commit)
+{
+	char		options[128];
+
+	snprintf(options, sizeof(options), "-c synchronous_commit=%s", commit);
+	return connect_db(dbname, appname, options);
+}
+
+void
+send_query(PGconn *c, const char *sql, const char *p1, const char *p2)
+{
+	const char *params[2] = {p1, p2};
+	int			n = p2 ? 2 : p1 ? 1 : 0;
+
+	if (!PQsendQueryParams(c, sql, n, NULL, params, NULL, NULL, 0))
+		die("send failed: %s", PQerrorMessage(c));
+}
+
+/* The one result of an async query (blocking); NULL, and an anomaly, on error. */
+PGresult *
+collect(PGconn *c, int v, const char *what)
+{
+	PGresult   *r,
+			   *res = NULL;
+
+	while ((r = PQgetResult(c)) != NULL)
+	{
+		if (PQresultStatus(r) != PGRES_TUPLES_OK)
+		{
+			anomaly(v, "%s failed: %s", what, PQresultErrorMessage(r));
+			PQclear(r);
+			continue;
+		}
+		if (res)
+			PQclear(res);
+		res = r;
+	}
+	return res;
+}
+
+bool
+null_at(PGresult *r, int col)
+{
+	return PQntuples(r) < 1 || PQgetisnull(r, 0, col);
+}
+
+int64_t
+int8_at(PGresult *r, int col)
+{
+	return int8_val(r, 0, col);
+}
+
+bool
+bool_at(PGresult *r, int col)
+{
+	return !null_at(r, col) && PQgetvalue(r, 0, col)[0] == 't';
+}
+
+/*
+ * Poll from the monitor session until the waiter's backend is asleep: in a
+ * dsync wait of the given kind ('lease', 'semaphore', 'event'), or, for
+ * kind NULL, waiting for an advisory lock.  Returns the server time (us)
+ * at which that was seen, or -1 if the waiter finished its query instead
+ * or did not get there within 5 seconds.
+ */
+int64_t
+wait_until_asleep(PGconn *monitor, PGconn *waiter, const char *kind)
+{
+	const char *sql = kind ?
+		"SELECT a.wait_event_type = 'Extension'"
+		"       AND EXISTS (SELECT 1 FROM dsync_waiters x WHERE x.pid = a.pid AND x.kind = $2), "
+		US("clock_timestamp()") " FROM pg_stat_activity a WHERE a.pid = $1" :
+		"SELECT a.wait_event_type = 'Lock' AND a.wait_event = 'advisory', "
+		US("clock_timestamp()") " FROM pg_stat_activity a WHERE a.pid = $1";
+	char		pid[16];
+	int64_t		give_up = mono_us() + 5000000;
+
+	snprintf(pid, sizeof(pid), "%d", PQbackendPID(waiter));
+	for (;;)
+	{
+		PGresult   *r = run(monitor, sql, pid, kind, NULL, NULL);
+		bool		asleep = bool_at(r, 0);
+		int64_t		at = PQntuples(r) ? int8_at(r, 1) : 0;
+
+		PQclear(r);
+		if (asleep)
+			return at;
+		if (!PQconsumeInput(waiter))
+			die("waiter connection: %s", PQerrorMessage(waiter));
+		if (!PQisBusy(waiter) || mono_us() > give_up)
+			return -1;
+		sleep_us(200);
+	}
+}
+
+/* Release whatever anyone holds of name, after an anomaly. */
+void
+force_clean(PGconn *monitor, const char *name)
+{
+	PQclear(run(monitor, "SELECT dsync_force_release($1)", name, NULL, NULL, NULL));
+}
+
+/*
+ * Take name for holder with the given ttl, without waiting.  Returns the
+ * fencing token, or -1 after an anomaly (and a clean-up of name).
+ */
+int64_t
+take(int v, PGconn *c, PGconn *monitor, const char *name, const char *holder,
+	 const char *ttl)
+{
+	PGresult   *r = run(c, "SELECT dsync_acquire($1, $2, $3::interval)", name, holder, ttl, NULL);
+	int64_t		token = null_at(r, 0) ? -1 : int8_at(r, 0);
+
+	PQclear(r);
+	if (token < 0)
+	{
+		anomaly(v, "%s could not take %s", holder, name);
+		force_clean(monitor, name);
+	}
+	return token;
+}
+
+/* Release name held by holder; an anomaly if the release returns false. */
+void
+release_as(int v, PGconn *c, const char *name, const char *holder)
+{
+	PGresult   *r = run(c, "SELECT dsync_release($1, $2)", name, holder, NULL, NULL);
+
+	if (!bool_at(r, 0))
+		anomaly(v, "%s's release of %s returned false", holder, name);
+	PQclear(r);
+}
+
+/*
+ * One dsync hand-off of name, which holder 'A' took with fencing token
+ * token_a: the waiter blocks in dsync_acquire as holder wname (confirmed
+ * asleep in a wait of the given kind), then the releaser commits A's
+ * release.  Both timestamps come from the server clock; A's is taken
+ * before its commit, which is when the release takes effect, so the
+ * commit is part of the figure.  Returns the latency (us), the waiter then
+ * holding name, or -1 after an anomaly.
+ */
+int64_t
+dsync_handoff(int v, PGconn *releaser, PGconn *waiter, PGconn *monitor,
+			  const char *name, const char *kind, const char *wname, int64_t token_a)
+{
+	PGresult   *r;
+	int64_t		token_w,
+				t_release,
+				t_grant;
+	bool		released;
+
+	send_query(waiter, "SELECT dsync_acquire($1, $2, '30 s', '30 s'), " US("clock_timestamp()"),
+			   name, wname);
+	if (wait_until_asleep(monitor, waiter, kind) < 0)
+	{
+		PQclear(run(releaser, "SELECT dsync_release($1, 'A')", name, NULL, NULL, NULL));
+		r = collect(waiter, v, "the waiter's acquire");
+		anomaly(v, "%s never showed as asleep in a dsync wait (its acquire returned %s)",
+				wname, r == NULL ? "an error" : null_at(r, 0) ? "NULL" : PQgetvalue(r, 0, 0));
+		PQclear(r);
+		force_clean(monitor, name);
+		return -1;
+	}
+
+	r = run(releaser, "SELECT dsync_release($1, 'A'), " US("clock_timestamp()"),
+			name, NULL, NULL, NULL);
+	released = bool_at(r, 0);
+	t_release = int8_at(r, 1);
+	PQclear(r);
+
+	r = collect(waiter, v, "the waiter's acquire");
+	if (r == NULL || null_at(r, 0))
+	{
+		anomaly(v, "%s's acquire returned %s (A's release returned %s)", wname,
+				r ? "NULL" : "an error", released ? "true" : "false");
+		PQclear(r);
+		force_clean(monitor, name);
+		return -1;
+	}
+	token_w = int8_at(r, 0);
+	t_grant = int8_at(r, 1);
+	PQclear(r);
+	if (!released)
+		anomaly(v, "A's release returned false");
+	if (token_w <= token_a)
+		anomaly(v, "fencing token did not grow: A %" PRId64 ", %s %" PRId64,
+				token_a, wname, token_w);
+	return t_grant - t_release;
+}
+
+/*
+ * The baseline: the waiter blocks in pg_advisory_lock(key) (confirmed
+ * asleep), the holder unlocks it.  pg_advisory_unlock takes effect at once,
+ * with no commit, so the holder reads the server clock both before and
+ * after it: *from_before and *from_after are the waiter's grant measured
+ * from each (us).  False after an anomaly.
+ */
+bool
+advisory_handoff(int v, PGconn *holder, PGconn *waiter, PGconn *monitor, const char *key,
+				 int64_t *from_before, int64_t *from_after)
+{
+	PGresult   *r;
+	int64_t		t_before,
+				t_after;
+
+	PQclear(run(holder, "SELECT pg_advisory_lock($1::int8)", key, NULL, NULL, NULL));
+	send_query(waiter, "SELECT pg_advisory_lock($1::int8), " US("clock_timestamp()"), key, NULL);
+	if (wait_until_asleep(monitor, waiter, NULL) < 0)
+	{
+		anomaly(v, "the waiter never showed as waiting for the advisory lock");
+		PQclear(run(holder, "SELECT pg_advisory_unlock_all()", NULL, NULL, NULL, NULL));
+		PQclear(collect(waiter, v, "the advisory lock"));
+		PQclear(run(waiter, "SELECT pg_advisory_unlock_all()", NULL, NULL, NULL, NULL));
+		return false;
+	}
+	r = run(holder, "SELECT " US("clock_timestamp()") ", pg_advisory_unlock($1::int8), "
+			US("clock_timestamp()"), key, NULL, NULL, NULL);
+	t_before = int8_at(r, 0);
+	t_after = int8_at(r, 2);
+	PQclear(r);
+	r = collect(waiter, v, "the advisory lock");
+	if (r == NULL)
+		die("advisory lock failed");
+	*from_before = int8_at(r, 1) - t_before;
+	*from_after = int8_at(r, 1) - t_after;
+	PQclear(r);
+	PQclear(run(waiter, "SELECT pg_advisory_unlock($1::int8)", key, NULL, NULL, NULL));
+	return true;
 }

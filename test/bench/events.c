@@ -244,6 +244,8 @@ floor_notify(int conn, const PGnotify *n, int64_t arrival, void *arg)
 	f->got = true;
 }
 
+static void usage(void);
+
 static int
 mode_latency(int argc, char **argv)
 {
@@ -252,8 +254,7 @@ mode_latency(int argc, char **argv)
 				base_ms = 1000,
 				step_ms = 17,
 				floor_iters = 200,
-				timeout_ms = 5000,
-				opt;
+				timeout_ms = 5000;
 	const char *dbname,
 			   *raw_path = NULL;
 	FILE	   *raw = NULL;
@@ -278,34 +279,14 @@ mode_latency(int argc, char **argv)
 				floor_lost = 0;
 	int			reaper;
 
-	while ((opt = getopt(argc, argv, "n:r:b:s:f:t:o:")) != -1)
 	{
-		switch (opt)
-		{
-			case 'n':
-				n = atoi(optarg);
-				break;
-			case 'r':
-				rounds = atoi(optarg);
-				break;
-			case 'b':
-				base_ms = atoi(optarg);
-				break;
-			case 's':
-				step_ms = atoi(optarg);
-				break;
-			case 'f':
-				floor_iters = atoi(optarg);
-				break;
-			case 't':
-				timeout_ms = atoi(optarg);
-				break;
-			case 'o':
-				raw_path = optarg;
-				break;
-			default:
-				return -1;
-		}
+		const BenchOption opts[] = {
+			{'n', OPT_INT, &n}, {'r', OPT_INT, &rounds}, {'b', OPT_INT, &base_ms},
+			{'s', OPT_INT, &step_ms}, {'f', OPT_INT, &floor_iters},
+			{'t', OPT_INT, &timeout_ms}, {'o', OPT_STRING, &raw_path}, {0}
+		};
+
+		parse_options(argc, argv, opts, usage);
 	}
 	if (optind != argc - 1 || n < 1 || rounds < 1 || base_ms < 100 || step_ms < 0 ||
 		floor_iters < 0 || timeout_ms < 100)
@@ -596,7 +577,6 @@ mode_listen(int argc, char **argv)
 				channels = 100,
 				names = 100000,
 				ttl_s = 30,
-				opt,
 				nch;
 	const char *dbname;
 	PGconn	   *conns[MAX_LISTENERS];
@@ -616,25 +596,13 @@ mode_listen(int argc, char **argv)
 	double		backend_cpu = 0;
 	bool		cpu_ok = true;
 
-	while ((opt = getopt(argc, argv, "c:k:m:T:")) != -1)
 	{
-		switch (opt)
-		{
-			case 'c':
-				nconn = atoi(optarg);
-				break;
-			case 'k':
-				channels = atoi(optarg);
-				break;
-			case 'm':
-				names = atoi(optarg);
-				break;
-			case 'T':
-				ttl_s = atoi(optarg);
-				break;
-			default:
-				return -1;
-		}
+		const BenchOption opts[] = {
+			{'c', OPT_INT, &nconn}, {'k', OPT_INT, &channels}, {'m', OPT_INT, &names},
+			{'T', OPT_INT, &ttl_s}, {0}
+		};
+
+		parse_options(argc, argv, opts, usage);
 	}
 	if (optind != argc - 1 || nconn < 1 || nconn > MAX_LISTENERS || channels < 1 ||
 		names < (long) nconn * channels || ttl_s < 1)
@@ -763,7 +731,6 @@ mode_sync(int argc, char **argv)
 {
 	const char *lease = "events-sync";
 	int			timeout_s = 30,
-				opt,
 				nch;
 	PGconn	   *c,
 			   *l;
@@ -773,19 +740,12 @@ mode_sync(int argc, char **argv)
 				deadline;
 	char	  **ch;
 
-	while ((opt = getopt(argc, argv, "n:t:")) != -1)
 	{
-		switch (opt)
-		{
-			case 'n':
-				lease = optarg;
-				break;
-			case 't':
-				timeout_s = atoi(optarg);
-				break;
-			default:
-				return -1;
-		}
+		const BenchOption opts[] = {
+			{'n', OPT_STRING, &lease}, {'t', OPT_INT, &timeout_s}, {0}
+		};
+
+		parse_options(argc, argv, opts, usage);
 	}
 	if (optind != argc - 1 || timeout_s < 1)
 		return -1;
@@ -933,7 +893,6 @@ mode_mass(int argc, char **argv)
 				poll_ms = 10,
 				progress_ms = 250,
 				timeout_s = 60,
-				opt,
 				nch,
 				reaper;
 	double		lead_s = 15,
@@ -969,37 +928,15 @@ mode_mass(int argc, char **argv)
 				arrivals = {0};
 	char	  **ch;
 
-	while ((opt = getopt(argc, argv, "n:x:e:l:b:p:P:t:")) != -1)
 	{
-		switch (opt)
-		{
-			case 'n':
-				n = atoi(optarg);
-				break;
-			case 'x':
-				extra = atoi(optarg);
-				break;
-			case 'e':
-				every = atoi(optarg);
-				break;
-			case 'l':
-				lead_s = atof(optarg);
-				break;
-			case 'b':
-				batch = atoi(optarg);
-				break;
-			case 'p':
-				poll_ms = atoi(optarg);
-				break;
-			case 'P':
-				progress_ms = atoi(optarg);
-				break;
-			case 't':
-				timeout_s = atoi(optarg);
-				break;
-			default:
-				return -1;
-		}
+		const BenchOption opts[] = {
+			{'n', OPT_INT, &n}, {'x', OPT_INT, &extra}, {'e', OPT_INT, &every},
+			{'l', OPT_DOUBLE, &lead_s}, {'b', OPT_INT, &batch},
+			{'p', OPT_INT, &poll_ms}, {'P', OPT_INT, &progress_ms},
+			{'t', OPT_INT, &timeout_s}, {0}
+		};
+
+		parse_options(argc, argv, opts, usage);
 	}
 	if (optind != argc - 1 || n < 1 || extra < 0 || every < 1 || every > n ||
 		lead_s < 1 || batch < 1 || poll_ms < 1 || progress_ms < poll_ms || timeout_s < 1)

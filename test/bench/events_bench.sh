@@ -112,40 +112,17 @@
 #
 set -euo pipefail
 
-ROUNDS=${BENCH_ROUNDS:-3}
-SECONDS_PER_RUN=${BENCH_SECONDS:-10}
-WARMUP=${BENCH_WARMUP:-3}
-PROTOCOL=${BENCH_PROTOCOL:-prepared}
-LEASES=${BENCH_LEASES:-200}
-TTL_BASE_MS=${BENCH_TTL_BASE_MS:-1000}
-TTL_STEP_MS=${BENCH_TTL_STEP_MS:-17}
-FLOOR_ITERS=${BENCH_FLOOR_ITERS:-200}
-LISTENERS=${BENCH_LISTENERS:-4}
-LISTEN_CHANNELS=${BENCH_LISTEN_CHANNELS:-100}
-MASS=${BENCH_MASS:-50000}
-MASS_EXTRA=${BENCH_MASS_EXTRA:-50000}
-MASS_SAMPLE=${BENCH_MASS_SAMPLE:-100}
-MASS_LEAD=${BENCH_MASS_LEAD:-15}
-MASS_BATCH=${BENCH_MASS_BATCH:-5000}
-POLL_MS=${BENCH_POLL_MS:-10}
-MASS_TIMEOUT=${BENCH_MASS_TIMEOUT:-60}
-BARRIER_TIMEOUT=${BENCH_BARRIER_TIMEOUT:-60}
-PARTS=${BENCH_PARTS:-123}
-EVENTS_OFF=${BENCH_EVENTS_OFF:-1}
-SERVER_CONF=${BENCH_SERVER_CONF:-}
-KEEP=${BENCH_KEEP:-0}
-
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
-PG_CONFIG=${PG_CONFIG:-pg_config}
 HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/server.sh"
+bench_settings LEASES=200 TTL_BASE_MS=1000 TTL_STEP_MS=17 FLOOR_ITERS=200 \
+	LISTENERS=4 LISTEN_CHANNELS=100 MASS=50000 MASS_EXTRA=50000 MASS_SAMPLE=100 \
+	MASS_LEAD=15 MASS_BATCH=5000 POLL_MS=10 MASS_TIMEOUT=60 BARRIER_TIMEOUT=60 \
+	PARTS=123 EVENTS_OFF=1 'SERVER_CONF='
+bench_throughput_settings 10 3
+
 CLIENT_COUNTS=(4 16)
 NAMES=100000
 CLK_TCK=$(getconf CLK_TCK)
-
-if [ "$(id -u)" -ne 0 ]; then
-	echo "run this as root (the server itself runs as postgres)" >&2
-	exit 1
-fi
 
 # ---------------------------------------------------------------------------
 # The throwaway server (test/bench/server.sh)
@@ -153,24 +130,11 @@ fi
 
 # One reaper per database: part 3 creates 2 x BENCH_ROUNDS databases.
 # Transactions of BENCH_MASS_BATCH first acquires hold that many locks.
-. "$HERE/server.sh"
-bench_server_start events "max_connections = 40
+bench_server_start events "$THROUGHPUT_CONF
 max_worker_processes = 32
 max_locks_per_transaction = 256
-shared_buffers = 256MB
-wal_buffers = 16MB
-max_wal_size = 8GB
-min_wal_size = 1GB
-checkpoint_timeout = 30min
-log_checkpoints = off
 $SERVER_CONF"
 KEEP_NOTE="driver output: $WORKDIR/*.out"
-DSYNC_SO="$("$PG_CONFIG" --pkglibdir)/dsync.so"
-DSYNC_SO_STAMP=$(stat -c '%y' "$DSYNC_SO")
-
-export PGHOST=$WORKDIR PGPORT=$PORT PGUSER=postgres
-unset PGOPTIONS PGDATABASE PGSERVICE
-
 LISTENER_PID=
 stop_listener() {
 	if [ -n "$LISTENER_PID" ]; then
@@ -179,62 +143,8 @@ stop_listener() {
 		LISTENER_PID=
 	fi
 }
-# Also on early exits: "make install" rewrites dsync.so in place (same
-# inode), under the running server; that alone can crash it.
-so_note() {
-	if [ "$(stat -c '%y' "$DSYNC_SO")" != "$DSYNC_SO_STAMP" ]; then
-		echo
-		echo "note: $DSYNC_SO was re-installed during this run (now $(stat -c '%y' "$DSYNC_SO"));"
-		echo "      the figures are for the library the server loaded at start ($DSYNC_SO_STAMP),"
-		echo "      and a crash after the re-install may be due to it."
-	fi
-}
-trap 'stop_listener; so_note; bench_server_cleanup' EXIT
-
-q() {
-	"$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$1" -c "$2"
-}
-
-# val FILE KEY: the value of "@ KEY value" in a driver's output
-val() {
-	sed -n "s/^@ $2 //p" "$1" | tail -n 1
-}
-
-# show FILE: the driver's readable lines
-show() {
-	grep -v '^@ ' "$1" || true
-}
-
-# median of the numbers given as arguments ("NA" if none)
-median() {
-	local nums
-	nums=$(printf '%s\n' "$@" | grep -E '^-?[0-9.]+$' || true)
-	if [ -z "$nums" ]; then
-		echo NA
-		return
-	fi
-	sort -g <<<"$nums" | awk '{ v[NR] = $1 }
-		END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
-
-# wait_idle DB: wait until no other client session is connected to DB.
-wait_idle() {
-	local n
-	for _ in $(seq 1 100); do
-		n=$(q "$1" "SELECT count(*) FROM pg_stat_activity
-		             WHERE datname = current_database() AND pid <> pg_backend_pid()
-		               AND backend_type = 'client backend'")
-		[ "$n" = 0 ] && { sleep 0.2; return 0; }
-		sleep 0.1
-	done
-	echo "warning: sessions still connected to $1" >&2
-}
-
-# reaper_pid DB: pid of DB's dsync background worker, empty if none
-reaper_pid() {
-	q "$1" "SELECT pid FROM pg_stat_activity
-	         WHERE datname = current_database() AND backend_type LIKE 'dsync%'
-	         ORDER BY backend_start LIMIT 1"
+bench_before_cleanup() {
+	stop_listener
 }
 
 # wait_reaper DB: wait up to 10 s for DB's reaper; print its pid
@@ -273,24 +183,16 @@ dropped_since() {
 # The driver
 # ---------------------------------------------------------------------------
 
-BUILD=$WORKDIR/build
-mkdir "$BUILD"
-(
-	cd "$HERE"
-	cc -O2 -Wall -Wextra -Werror -I"$("$PG_CONFIG" --includedir)" events.c benchlib.c \
-		-L"$("$PG_CONFIG" --libdir)" -lpq -o "$BUILD/events"
-)
-EVENTS=$BUILD/events
+bench_build events
+EVENTS=$WORKDIR/build/events
 
 q postgres "CREATE DATABASE bench"
 q bench "CREATE EXTENSION dsync"
 DSYNC_SCHEMA=$(q bench "SELECT quote_ident(extnamespace::regnamespace::text) FROM pg_extension WHERE extname = 'dsync'")
 BENCH_REAPER=$(wait_reaper bench)
 
-echo "dsync events benchmark"
-echo "  server:   $("$PGBIN/postgres" --version), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "  data:     $(df -T "$WORKDIR" | awk 'NR == 2 { print $2 " on " $1 }'), fsync on, shared_buffers=256MB"
-echo "  dsync.so: installed $DSYNC_SO_STAMP"
+bench_header "dsync events benchmark"
+echo "  settings: shared_buffers=256MB"
 if [ -n "$BENCH_REAPER" ]; then
 	echo "  reaper:   pid $BENCH_REAPER ($(q bench "SELECT backend_type FROM pg_stat_activity WHERE pid = $BENCH_REAPER"))"
 else
@@ -340,14 +242,8 @@ bench() {
 		exit 1
 	}
 	printf '== clients=%s\n%s\n' "$clients" "$out" >>"$RUN_LOG"
-	if ! grep -q '^number of failed transactions: 0 ' <<<"$out"; then
-		echo "pgbench reported failed transactions:" >&2
-		echo "$out" >&2
-		exit 1
-	fi
-	tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out")
+	tps=$(pgbench_tps "$clients clients" "$out")
 	cycles=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
-	[ -n "$tps" ] && [ -n "$cycles" ] || { echo "no tps in pgbench output:" >&2; echo "$out" >&2; exit 1; }
 	echo "$tps $cycles"
 }
 
@@ -394,19 +290,11 @@ if [[ $PARTS == *2* ]]; then
 	echo
 	echo "## 2. Acquire+release throughput with and without LISTENers"
 	echo
-	# One released row per name, in transactions of 1000 (each first
-	# acquire holds a lock until its transaction ends); the releases are
-	# one transaction of $NAMES, as in lease_bench.sh.
+	# One released row per name (server.sh: transactions of 1000 acquires,
+	# then one transaction of $NAMES releases).
 	mark=$(log_mark)
 	t0=$(date +%s.%N)
-	q bench "DO \$\$ BEGIN
-	           FOR b IN 0 .. $NAMES / 1000 - 1 LOOP
-	             PERFORM dsync_acquire(i::text, 'prefill', '30 seconds')
-	                FROM generate_series(b * 1000 + 1, b * 1000 + 1000) i;
-	             COMMIT;
-	           END LOOP;
-	         END \$\$" >/dev/null
-	q bench "SELECT count(dsync_release(i::text, 'prefill')) FROM generate_series(1, $NAMES) i" >/dev/null
+	prefill_released bench "$NAMES"
 	t1=$(date +%s.%N)
 	drain=$(barrier)
 	DROPS_PREFILL=$(dropped_since "$mark")
@@ -427,10 +315,7 @@ if [[ $PARTS == *2* ]]; then
 	rotation=0
 	for round in $(seq 1 "$ROUNDS"); do
 		for clients in "${CLIENT_COUNTS[@]}"; do
-			order=()
-			for i in "${!VARIANTS2[@]}"; do
-				order+=("${VARIANTS2[$(((i + rotation) % ${#VARIANTS2[@]}))]}")
-			done
+			mapfile -t order < <(rotated "$rotation" "${VARIANTS2[@]}")
 			rotation=$((rotation + 1))
 			for v in "${order[@]}"; do
 				q bench "CHECKPOINT"

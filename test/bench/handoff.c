@@ -43,19 +43,16 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
-#include <stdbool.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <libpq-fe.h>
+#include "benchlib.h"
 
 /* A server timestamp in microseconds since the Unix epoch, as int8. */
-#define TS "(extract(epoch FROM clock_timestamp()) * 1000000)::int8"
+#define TS US("clock_timestamp()")
 
 enum
 {
@@ -67,18 +64,12 @@ enum
 	NVARIANTS
 };
 
-static const char *const variant_key[NVARIANTS] = {
-	"dsync-off", "dsync-on", "advisory", "table-poll", "expiry"
+const char *bench_prog = "handoff";
+
+static Variant variants[NVARIANTS] = {
+	{.key = "dsync-off"}, {.key = "dsync-on"}, {.key = "advisory"},
+	{.key = "table-poll"}, {.key = "expiry"}
 };
-
-typedef struct Samples
-{
-	double	   *ms;
-	int			n;
-	int			anomalies;		/* iterations that went wrong (reported) */
-} Samples;
-
-static Samples samples[NVARIANTS];
 
 /* Settings, from the command line. */
 static int	iterations = 200;
@@ -88,6 +79,7 @@ static int	expiry_ttl_ms = 200;
 static int	idle_seconds = 3;
 static int	traffic_cycles = 1000;
 static const char *raw_path = NULL;
+static int	expiry_warmups = 0;
 static unsigned int seed = 0;
 
 /* Sessions: releasers (synchronous_commit off / on), waiter, monitor. */
@@ -95,38 +87,6 @@ static PGconn *a_off;
 static PGconn *a_on;
 static PGconn *b;
 static PGconn *m;
-static int	b_pid;
-
-static FILE *raw;
-
-static void
-die(const char *fmt,...)
-{
-	va_list		ap;
-
-	fflush(stdout);
-	fprintf(stderr, "handoff: ");
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\n");
-	exit(2);
-}
-
-static void
-anomaly(int variant, const char *fmt,...)
-{
-	va_list		ap;
-
-	printf("anomaly (%s): ", variant >= 0 ? variant_key[variant] : "check");
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-	if (variant >= 0)
-		samples[variant].anomalies++;
-}
 
 static int64_t
 mono_ns(void)
@@ -148,162 +108,6 @@ sleep_until_ns(int64_t t)
 		;
 }
 
-static void
-sleep_us(int64_t us)
-{
-	sleep_until_ns(mono_ns() + us * 1000);
-}
-
-static PGconn *
-connect_as(const char *dbname, const char *appname, const char *commit)
-{
-	char		options[128];
-	const char *keys[] = {"dbname", "application_name", "options", NULL};
-	const char *vals[4];
-	PGconn	   *c;
-
-	snprintf(options, sizeof(options), "-c synchronous_commit=%s", commit);
-	vals[0] = dbname;
-	vals[1] = appname;
-	vals[2] = options;
-	vals[3] = NULL;
-	c = PQconnectdbParams(keys, vals, 1);
-	if (PQstatus(c) != CONNECTION_OK)
-		die("connection %s failed: %s", appname, PQerrorMessage(c));
-	return c;
-}
-
-/* Run sql with up to three text parameters; die unless it returns rows. */
-static PGresult *
-run(PGconn *c, const char *sql, const char *p1, const char *p2, const char *p3)
-{
-	const char *params[3] = {p1, p2, p3};
-	int			n = p3 ? 3 : p2 ? 2 : p1 ? 1 : 0;
-	PGresult   *r = PQexecParams(c, sql, n, NULL, params, NULL, NULL, 0);
-
-	if (PQresultStatus(r) != PGRES_TUPLES_OK && PQresultStatus(r) != PGRES_COMMAND_OK)
-		die("query failed: %s\n  %s", PQresultErrorMessage(r), sql);
-	return r;
-}
-
-static void
-run_discard(PGconn *c, const char *sql, const char *p1, const char *p2, const char *p3)
-{
-	PQclear(run(c, sql, p1, p2, p3));
-}
-
-static void
-send_async(PGconn *c, const char *sql, const char *p1, const char *p2)
-{
-	const char *params[2] = {p1, p2};
-	int			n = p2 ? 2 : p1 ? 1 : 0;
-
-	if (!PQsendQueryParams(c, sql, n, NULL, params, NULL, NULL, 0))
-		die("send failed: %s", PQerrorMessage(c));
-}
-
-/* Collect the one result of an async query (blocking); NULL on error. */
-static PGresult *
-collect(PGconn *c, const char *what)
-{
-	PGresult   *r,
-			   *res = NULL;
-
-	while ((r = PQgetResult(c)) != NULL)
-	{
-		if (PQresultStatus(r) != PGRES_TUPLES_OK)
-		{
-			anomaly(-1, "%s failed: %s", what, PQresultErrorMessage(r));
-			PQclear(r);
-			continue;
-		}
-		if (res)
-			PQclear(res);
-		res = r;
-	}
-	return res;
-}
-
-static bool
-isnull(PGresult *r, int col)
-{
-	return PQntuples(r) < 1 || PQgetisnull(r, 0, col);
-}
-
-static int64_t
-int8_at(PGresult *r, int col)
-{
-	if (isnull(r, col))
-		die("unexpected NULL in column %d", col);
-	return strtoll(PQgetvalue(r, 0, col), NULL, 10);
-}
-
-static bool
-bool_at(PGresult *r, int col)
-{
-	return !isnull(r, col) && PQgetvalue(r, 0, col)[0] == 't';
-}
-
-static void
-add_sample(int v, int64_t usec, bool measured)
-{
-	Samples    *s = &samples[v];
-
-	if (!measured)
-		return;
-	s->ms[s->n++] = usec / 1000.0;
-	if (raw)
-		fprintf(raw, "%s,%.3f\n", variant_key[v], usec / 1000.0);
-}
-
-enum wait_kind
-{
-	WAIT_DSYNC,
-	WAIT_ADVISORY
-};
-
-/*
- * Poll from the monitor session until b is asleep in the given kind of
- * wait.  Returns the server time (us) at which that was seen, or -1 if b
- * finished its query instead, or did not get there within 5 seconds.
- */
-static int64_t
-wait_until_asleep(enum wait_kind kind)
-{
-	static const char *const sql[] = {
-		"SELECT a.wait_event_type = 'Extension'"
-		"       AND EXISTS (SELECT 1 FROM dsync_waiters w WHERE w.pid = a.pid), " TS
-		"  FROM pg_stat_activity a WHERE a.pid = $1",
-		"SELECT a.wait_event_type = 'Lock' AND a.wait_event = 'advisory', " TS
-		"  FROM pg_stat_activity a WHERE a.pid = $1",
-	};
-	char		pid[16];
-	int64_t		give_up = mono_ns() + 5 * (int64_t) 1000000000;
-
-	snprintf(pid, sizeof(pid), "%d", b_pid);
-	for (;;)
-	{
-		PGresult   *r = run(m, sql[kind], pid, NULL, NULL);
-		bool		asleep = bool_at(r, 0);
-		int64_t		at = PQntuples(r) ? int8_at(r, 1) : 0;
-
-		PQclear(r);
-		if (asleep)
-			return at;
-		if (!PQconsumeInput(b))
-			die("waiter connection: %s", PQerrorMessage(b));
-		if (!PQisBusy(b) || mono_ns() > give_up)
-			return -1;
-		sleep_us(200);
-	}
-}
-
-static void
-force_clean(const char *lease)
-{
-	run_discard(m, "SELECT dsync_force_release($1)", lease, NULL, NULL);
-}
-
 /* ---------------------------------------------------------------------- */
 
 /* dsync hand-off from release (committed by a) to b's grant. */
@@ -312,94 +116,26 @@ iter_dsync(int v, bool measured)
 {
 	PGconn	   *a = v == V_DSYNC_ON ? a_on : a_off;
 	const char *lease = v == V_DSYNC_ON ? "handoff-on" : "handoff-off";
-	PGresult   *r;
 	int64_t		token_a,
-				token_b,
-				t_release,
-				t_grant;
-	bool		released;
+				latency;
 
-	r = run(a, "SELECT dsync_acquire($1, 'A', '30 s')", lease, NULL, NULL);
-	if (isnull(r, 0))
-	{
-		PQclear(r);
-		anomaly(v, "A could not take %s", lease);
-		force_clean(lease);
+	if ((token_a = take(v, a, m, lease, "A", "30 s")) < 0)
 		return;
-	}
-	token_a = int8_at(r, 0);
-	PQclear(r);
-
-	send_async(b, "SELECT dsync_acquire($1, 'B', '30 s', '10 s'), " TS, lease, NULL);
-	if (wait_until_asleep(WAIT_DSYNC) < 0)
-	{
-		anomaly(v, "B never showed as asleep in a dsync wait");
-		run_discard(a, "SELECT dsync_release($1, 'A')", lease, NULL, NULL);
-		PQclear(collect(b, "B's acquire"));
-		force_clean(lease);
+	if ((latency = dsync_handoff(v, a, b, m, lease, "lease", "B", token_a)) < 0)
 		return;
-	}
-
-	r = run(a, "SELECT dsync_release($1, 'A'), " TS, lease, NULL, NULL);
-	released = bool_at(r, 0);
-	t_release = int8_at(r, 1);
-	PQclear(r);
-
-	r = collect(b, "B's acquire");
-	if (r == NULL || isnull(r, 0))
-	{
-		anomaly(v, "B's acquire returned %s (A's release returned %s)",
-				r ? "NULL" : "an error", released ? "true" : "false");
-		PQclear(r);
-		force_clean(lease);
-		return;
-	}
-	token_b = int8_at(r, 0);
-	t_grant = int8_at(r, 1);
-	PQclear(r);
-	if (!released)
-		anomaly(v, "A's release returned false");
-	if (token_b <= token_a)
-		anomaly(v, "fencing token did not grow: A %" PRId64 ", B %" PRId64, token_a, token_b);
-
-	r = run(b, "SELECT dsync_release($1, 'B')", lease, NULL, NULL);
-	if (!bool_at(r, 0))
-		anomaly(v, "B's release returned false");
-	PQclear(r);
-
-	add_sample(v, t_grant - t_release, measured);
+	release_as(v, b, lease, "B");
+	add_sample(v, latency, measured);
 }
 
-/* pg_advisory_lock hand-off. */
+/* pg_advisory_lock hand-off, from the ts after the unlock. */
 static void
 iter_advisory(bool measured)
 {
-	const char *key = "4242";
-	PGresult   *r;
-	int64_t		t_release,
-				t_grant;
+	int64_t		from_before,
+				from_after;
 
-	run_discard(a_off, "SELECT pg_advisory_lock($1::int8)", key, NULL, NULL);
-	send_async(b, "SELECT pg_advisory_lock($1::int8), " TS, key, NULL);
-	if (wait_until_asleep(WAIT_ADVISORY) < 0)
-	{
-		anomaly(V_ADVISORY, "B never showed as waiting for the advisory lock");
-		run_discard(a_off, "SELECT pg_advisory_unlock_all()", NULL, NULL, NULL);
-		PQclear(collect(b, "B's advisory lock"));
-		run_discard(b, "SELECT pg_advisory_unlock_all()", NULL, NULL, NULL);
-		return;
-	}
-	r = run(a_off, "SELECT pg_advisory_unlock($1::int8), " TS, key, NULL, NULL);
-	t_release = int8_at(r, 1);
-	PQclear(r);
-	r = collect(b, "B's advisory lock");
-	if (r == NULL)
-		die("advisory lock failed");
-	t_grant = int8_at(r, 1);
-	PQclear(r);
-	run_discard(b, "SELECT pg_advisory_unlock($1::int8)", key, NULL, NULL);
-
-	add_sample(V_ADVISORY, t_grant - t_release, measured);
+	if (advisory_handoff(V_ADVISORY, a_off, b, m, "4242", &from_before, &from_after))
+		add_sample(V_ADVISORY, from_after, measured);
 }
 
 #define TABLE_ACQUIRE \
@@ -423,11 +159,11 @@ iter_table(bool measured)
 	bool		deleted = false;
 	PGresult   *r;
 
-	r = run(a_off, TABLE_ACQUIRE, lease, "A", NULL);
+	r = run(a_off, TABLE_ACQUIRE, lease, "A", NULL, NULL);
 	if (PQntuples(r) != 1)
 		die("table baseline: A could not take the lease");
 	PQclear(r);
-	r = run(b, TABLE_ACQUIRE, lease, "B", NULL);
+	r = run(b, TABLE_ACQUIRE, lease, "B", NULL, NULL);
 	if (PQntuples(r) != 0)
 		die("table baseline: B took a lease A holds");
 	PQclear(r);
@@ -440,7 +176,7 @@ iter_table(bool measured)
 		if (!deleted && t_delete <= next_poll)
 		{
 			sleep_until_ns(t_delete);
-			r = run(a_off, TABLE_RELEASE, lease, "A", NULL);
+			r = run(a_off, TABLE_RELEASE, lease, "A", NULL, NULL);
 			if (PQntuples(r) != 1)
 				die("table baseline: A's delete found no row");
 			t_release = int8_at(r, 0);
@@ -449,7 +185,7 @@ iter_table(bool measured)
 			continue;
 		}
 		sleep_until_ns(next_poll);
-		r = run(b, TABLE_ACQUIRE, lease, "B", NULL);
+		r = run(b, TABLE_ACQUIRE, lease, "B", NULL, NULL);
 		if (PQntuples(r) == 1)
 		{
 			t_grant = int8_at(r, 0);
@@ -461,7 +197,7 @@ iter_table(bool measured)
 			anomaly(V_TABLE, "B's poll failed after A's delete");
 		next_poll = mono_ns() + poll_ns;
 	}
-	r = run(b, TABLE_RELEASE, lease, "B", NULL);
+	r = run(b, TABLE_RELEASE, lease, "B", NULL, NULL);
 	if (PQntuples(r) != 1)
 		die("table baseline: B's delete found no row");
 	PQclear(r);
@@ -480,36 +216,32 @@ iter_expiry(bool measured)
 				asleep_at,
 				t_grant;
 
-	snprintf(ttl, sizeof(ttl), "%d milliseconds", expiry_ttl_ms);
-	r = run(a_off, "SELECT dsync_acquire($1, 'A', $2::interval)", lease, ttl, NULL);
-	if (isnull(r, 0))
-	{
-		PQclear(r);
-		anomaly(V_EXPIRY, "A could not take %s", lease);
-		force_clean(lease);
+	/* Each try takes a ttl: warm up only a few times. */
+	if (!measured && ++expiry_warmups > 3)
 		return;
-	}
-	PQclear(r);
+	snprintf(ttl, sizeof(ttl), "%d milliseconds", expiry_ttl_ms);
+	if (take(V_EXPIRY, a_off, m, lease, "A", ttl) < 0)
+		return;
 	r = run(m, "SELECT (extract(epoch FROM expires_at) * 1000000)::int8 FROM dsync_leases"
-			" WHERE lease = $1 AND holder = 'A'", lease, NULL, NULL);
+			" WHERE lease = $1 AND holder = 'A'", lease, NULL, NULL, NULL);
 	if (PQntuples(r) != 1)
 		die("expiry: A's lease is not in dsync_leases");
 	expires_at = int8_at(r, 0);
 	PQclear(r);
 
-	send_async(b, "SELECT dsync_acquire($1, 'B', '30 s', '10 s'), " TS, lease, NULL);
-	asleep_at = wait_until_asleep(WAIT_DSYNC);
-	r = collect(b, "B's acquire");
-	if (r == NULL || isnull(r, 0))
+	send_query(b, "SELECT dsync_acquire($1, 'B', '30 s', '10 s'), " TS, lease, NULL);
+	asleep_at = wait_until_asleep(m, b, "lease");
+	r = collect(b, V_EXPIRY, "B's acquire");
+	if (r == NULL || null_at(r, 0))
 	{
 		anomaly(V_EXPIRY, "B's acquire returned %s", r ? "NULL" : "an error");
 		PQclear(r);
-		force_clean(lease);
+		force_clean(m, lease);
 		return;
 	}
 	t_grant = int8_at(r, 1);
 	PQclear(r);
-	run_discard(b, "SELECT dsync_release($1, 'B')", lease, NULL, NULL);
+	PQclear(run(b, "SELECT dsync_release($1, 'B')", lease, NULL, NULL, NULL));
 
 	if (asleep_at < 0 || asleep_at >= expires_at)
 	{
@@ -544,47 +276,14 @@ run_variant(int v, bool measured)
 
 /* ---------------------------------------------------------------------- */
 
-typedef struct ProcSample
-{
-	long		ticks;			/* utime + stime, clock ticks */
-	long		vcsw;			/* voluntary context switches */
-	long		ivcsw;			/* involuntary context switches */
-} ProcSample;
-
+/* /proc readings of a backend that must be readable. */
 static ProcSample
 proc_sample(int pid)
 {
-	ProcSample	s = {0, 0, 0};
-	char		path[64],
-				buf[4096],
-			   *p;
-	FILE	   *f;
-	size_t		len;
-	unsigned long utime,
-				stime;
+	ProcSample	s;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	if ((f = fopen(path, "r")) == NULL)
-		die("cannot open %s: %s", path, strerror(errno));
-	len = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[len] = '\0';
-	/* Fields after the command name: state is field 3, utime 14, stime 15. */
-	if ((p = strrchr(buf, ')')) == NULL ||
-		sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
-			   &utime, &stime) != 2)
-		die("cannot parse %s", path);
-	s.ticks = (long) (utime + stime);
-
-	snprintf(path, sizeof(path), "/proc/%d/status", pid);
-	if ((f = fopen(path, "r")) == NULL)
-		die("cannot open %s: %s", path, strerror(errno));
-	while (fgets(buf, sizeof(buf), f))
-	{
-		sscanf(buf, "voluntary_ctxt_switches: %ld", &s.vcsw);
-		sscanf(buf, "nonvoluntary_ctxt_switches: %ld", &s.ivcsw);
-	}
-	fclose(f);
+	if (!proc_read(pid, &s))
+		die("cannot read /proc/%d/stat and status: %s", pid, strerror(errno));
 	return s;
 }
 
@@ -618,36 +317,36 @@ check_sleeping_waiter(void)
 				t_grant;
 	PGresult   *r;
 
-	printf("\nA waiter asleep in dsync_acquire (backend pid %d), from /proc:\n", b_pid);
-	run_discard(a_off, "SELECT dsync_acquire($1, 'A', '10 minutes')", lease, NULL, NULL);
-	send_async(b, "SELECT dsync_acquire($1, 'B', '30 s', '10 minutes'), " TS, lease, NULL);
-	if (wait_until_asleep(WAIT_DSYNC) < 0)
+	printf("\nA waiter asleep in dsync_acquire (backend pid %d), from /proc:\n", PQbackendPID(b));
+	PQclear(run(a_off, "SELECT dsync_acquire($1, 'A', '10 minutes')", lease, NULL, NULL, NULL));
+	send_query(b, "SELECT dsync_acquire($1, 'B', '30 s', '10 minutes'), " TS, lease, NULL);
+	if (wait_until_asleep(m, b, "lease") < 0)
 	{
 		anomaly(-1, "the idle waiter never showed as asleep");
-		force_clean(lease);
-		PQclear(collect(b, "idle waiter"));
+		force_clean(m, lease);
+		PQclear(collect(b, -1, "idle waiter"));
 		return;
 	}
 
-	s0 = proc_sample(b_pid);
+	s0 = proc_sample(PQbackendPID(b));
 	t0 = mono_ns();
 	sleep_us((int64_t) idle_seconds * 1000000);
-	s1 = proc_sample(b_pid);
+	s1 = proc_sample(PQbackendPID(b));
 	t1 = mono_ns();
 	print_proc_delta("idle", s0, s1, (t1 - t0) / 1e9);
 
 	/* a_on is free here; use it with synchronous_commit off for speed. */
-	run_discard(a_on, "SET synchronous_commit = off", NULL, NULL, NULL);
+	PQclear(run(a_on, "SET synchronous_commit = off", NULL, NULL, NULL, NULL));
 	for (int i = 0; i < traffic_cycles; i++)
 	{
 		char		name[32];
 
 		snprintf(name, sizeof(name), "other-%d", i);
-		run_discard(a_on, "SELECT dsync_acquire($1, 'C', '30 s')", name, NULL, NULL);
-		run_discard(a_on, "SELECT dsync_release($1, 'C')", name, NULL, NULL);
+		PQclear(run(a_on, "SELECT dsync_acquire($1, 'C', '30 s')", name, NULL, NULL, NULL));
+		PQclear(run(a_on, "SELECT dsync_release($1, 'C')", name, NULL, NULL, NULL));
 	}
-	run_discard(a_on, "RESET synchronous_commit", NULL, NULL, NULL);
-	s2 = proc_sample(b_pid);
+	PQclear(run(a_on, "RESET synchronous_commit", NULL, NULL, NULL, NULL));
+	s2 = proc_sample(PQbackendPID(b));
 	t2 = mono_ns();
 	{
 		char		what[96];
@@ -658,56 +357,23 @@ check_sleeping_waiter(void)
 	printf("    (%d commits, each broadcasting one of 1024 channels: about %.1f expected to hit the waiter's)\n",
 		   2 * traffic_cycles, 2.0 * traffic_cycles / 1024);
 
-	r = run(a_off, "SELECT dsync_release($1, 'A'), " TS, lease, NULL, NULL);
+	r = run(a_off, "SELECT dsync_release($1, 'A'), " TS, lease, NULL, NULL, NULL);
 	t_release = int8_at(r, 1);
 	PQclear(r);
-	r = collect(b, "idle waiter");
-	if (r == NULL || isnull(r, 0))
+	r = collect(b, -1, "idle waiter");
+	if (r == NULL || null_at(r, 0))
 		anomaly(-1, "the idle waiter was not granted the lease after the release");
 	else
 	{
 		t_grant = int8_at(r, 1);
 		printf("  hand-off to this waiter after %.1f s asleep: %.3f ms\n",
 			   (t2 - t0) / 1e9, (t_grant - t_release) / 1000.0);
-		run_discard(b, "SELECT dsync_release($1, 'B')", lease, NULL, NULL);
+		PQclear(run(b, "SELECT dsync_release($1, 'B')", lease, NULL, NULL, NULL));
 	}
 	PQclear(r);
 }
 
 /* ---------------------------------------------------------------------- */
-
-static int
-cmp_double(const void *x, const void *y)
-{
-	double		a = *(const double *) x,
-				b = *(const double *) y;
-
-	return a < b ? -1 : a > b;
-}
-
-/* Nearest-rank percentile of sorted values; p50 is the usual median. */
-static double
-percentile(const double *v, int n, double p)
-{
-	int			k;
-
-	if (n == 0)
-		return 0;
-	if (p == 50)
-		return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-	k = (int) (p / 100.0 * n + 0.999999);
-	if (k < 1)
-		k = 1;
-	if (k > n)
-		k = n;
-	return v[k - 1];
-}
-
-static double
-median_of(int v)
-{
-	return percentile(samples[v].ms, samples[v].n, 50);
-}
 
 static void
 usage(void)
@@ -719,12 +385,38 @@ usage(void)
 	exit(2);
 }
 
+/* The targets of the hand-off benchmark, printed and never asserted. */
+static void
+print_targets(void)
+{
+	double		d_off = pct(&variants[V_DSYNC_OFF].samples, 50),
+				d_on = pct(&variants[V_DSYNC_ON].samples, 50),
+				adv = pct(&variants[V_ADVISORY].samples, 50),
+				tab = pct(&variants[V_TABLE].samples, 50),
+				exp = pct(&variants[V_EXPIRY].samples, 50);
+	bool		have_off = variants[V_DSYNC_OFF].samples.n > 0;
+
+	printf("\nRatios of medians:\n");
+	printf("  dsync (sync_commit=off) / pg_advisory_lock   %8.1fx\n", adv > 0 ? d_off / adv : 0);
+	printf("  dsync (sync_commit=on)  / pg_advisory_lock   %8.1fx\n", adv > 0 ? d_on / adv : 0);
+	printf("  50 ms polling table     / dsync (off)        %8.1fx\n", d_off > 0 ? tab / d_off : 0);
+
+	printf("\nTargets (printed, not asserted; hand-off figures use the sync_commit=off releaser):\n");
+	printf("  dsync hand-off median < 2 ms                 %-8s (%.3f ms; sync_commit=on: %.3f ms)\n",
+		   have_off && d_off < 2.0 ? "met" : "NOT MET", d_off, d_on);
+	printf("  dsync median within 10x of advisory median   %-8s (%.1fx; sync_commit=on: %.1fx)\n",
+		   have_off && adv > 0 && d_off <= 10 * adv ? "met" : "NOT MET",
+		   adv > 0 ? d_off / adv : 0, adv > 0 ? d_on / adv : 0);
+	printf("  expiry-to-grant median < 10 ms               %-8s (%.3f ms)\n",
+		   variants[V_EXPIRY].samples.n > 0 && exp < 10.0 ? "met" : "NOT MET", exp);
+}
+
 int
 main(int argc, char **argv)
 {
 	const char *dbname;
-	int			opt;
-	int64_t		start;
+	int			seed_arg = 0;
+	double		seconds;
 	static const char *const label[NVARIANTS] = {
 		"dsync hand-off, releaser sync_commit=off",
 		"dsync hand-off, releaser sync_commit=on",
@@ -732,141 +424,44 @@ main(int argc, char **argv)
 		"lease table, client polls every %d ms",
 		"dsync expiry-to-grant, ttl %d ms",
 	};
+	const BenchOption opts[] = {
+		{'n', OPT_INT, &iterations}, {'w', OPT_INT, &warmup},
+		{'p', OPT_INT, &poll_ms}, {'e', OPT_INT, &expiry_ttl_ms},
+		{'i', OPT_INT, &idle_seconds}, {'c', OPT_INT, &traffic_cycles},
+		{'s', OPT_INT, &seed_arg}, {'r', OPT_STRING, &raw_path}, {0}
+	};
 
-	while ((opt = getopt(argc, argv, "n:w:p:e:i:c:s:r:")) != -1)
-	{
-		switch (opt)
-		{
-			case 'n':
-				iterations = atoi(optarg);
-				break;
-			case 'w':
-				warmup = atoi(optarg);
-				break;
-			case 'p':
-				poll_ms = atoi(optarg);
-				break;
-			case 'e':
-				expiry_ttl_ms = atoi(optarg);
-				break;
-			case 'i':
-				idle_seconds = atoi(optarg);
-				break;
-			case 'c':
-				traffic_cycles = atoi(optarg);
-				break;
-			case 's':
-				seed = (unsigned int) strtoul(optarg, NULL, 10);
-				break;
-			case 'r':
-				raw_path = optarg;
-				break;
-			default:
-				usage();
-		}
-	}
-	if (optind != argc - 1 || iterations < 1 || warmup < 0 || poll_ms < 1 ||
-		expiry_ttl_ms < 50 || idle_seconds < 0 || traffic_cycles < 0)
+	if (parse_options(argc, argv, opts, usage) != argc - 1 || iterations < 1 || warmup < 0 ||
+		poll_ms < 1 || expiry_ttl_ms < 50 || idle_seconds < 0 || traffic_cycles < 0)
 		usage();
-	dbname = argv[optind];
-	if (seed == 0)
-		seed = (unsigned int) (time(NULL) ^ getpid());
+	dbname = argv[argc - 1];
+	seed = seed_arg ? (unsigned int) seed_arg : (unsigned int) (time(NULL) ^ getpid());
 	srandom(seed);
+	variants_init(variants, NVARIANTS, raw_path);
 
-	for (int v = 0; v < NVARIANTS; v++)
-	{
-		samples[v].ms = calloc(iterations, sizeof(double));
-		if (samples[v].ms == NULL)
-			die("out of memory");
-	}
-	if (raw_path && (raw = fopen(raw_path, "w")) == NULL)
-		die("cannot write %s: %s", raw_path, strerror(errno));
-	if (raw)
-		fprintf(raw, "variant,ms\n");
+	a_off = connect_commit(dbname, "handoff A (sync off)", "off");
+	a_on = connect_commit(dbname, "handoff A (sync on)", "on");
+	b = connect_commit(dbname, "handoff B (waiter)", "off");
+	m = connect_commit(dbname, "handoff M (monitor)", "off");
 
-	a_off = connect_as(dbname, "handoff A (sync off)", "off");
-	a_on = connect_as(dbname, "handoff A (sync on)", "on");
-	b = connect_as(dbname, "handoff B (waiter)", "off");
-	m = connect_as(dbname, "handoff M (monitor)", "off");
-	b_pid = PQbackendPID(b);
-
-	/* Warm-up: every variant, unmeasured (expiry only a few times). */
-	for (int i = 0; i < warmup; i++)
-		for (int v = 0; v < NVARIANTS; v++)
-			if (v != V_EXPIRY || i < 3)
-				run_variant(v, false);
-
-	start = mono_ns();
-	for (int i = 0; i < iterations; i++)
-		for (int j = 0; j < NVARIANTS; j++)
-			run_variant((i + j) % NVARIANTS, true);
+	seconds = run_interleaved(NVARIANTS, iterations, warmup, run_variant);
 	printf("%d iterations of %d interleaved variants in %.1f s (random seed %u)\n\n",
-		   iterations, NVARIANTS, (mono_ns() - start) / 1e9, seed);
+		   iterations, NVARIANTS, seconds, seed);
 
-	printf("%-44s %5s %8s %8s %8s %8s %8s\n", "latency (server clock, ms)",
-		   "n", "min", "median", "p90", "p99", "max");
+	print_dist_header();
 	for (int v = 0; v < NVARIANTS; v++)
 	{
-		Samples    *s = &samples[v];
 		char		name[96];
 
-		qsort(s->ms, s->n, sizeof(double), cmp_double);
-		snprintf(name, sizeof(name), label[v],
-				 v == V_TABLE ? poll_ms : expiry_ttl_ms);
-		printf("%-44s %5d %8.3f %8.3f %8.3f %8.3f %8.3f\n", name, s->n,
-			   s->n ? s->ms[0] : 0, percentile(s->ms, s->n, 50),
-			   percentile(s->ms, s->n, 90), percentile(s->ms, s->n, 99),
-			   s->n ? s->ms[s->n - 1] : 0);
+		snprintf(name, sizeof(name), label[v], v == V_TABLE ? poll_ms : expiry_ttl_ms);
+		print_dist(name, &variants[v].samples);
 	}
-
-	printf("\nOutliers and anomalies:\n");
-	for (int v = 0; v < NVARIANTS; v++)
-	{
-		Samples    *s = &samples[v];
-		int			over2 = 0,
-					over10 = 0,
-					over1000 = 0;
-
-		for (int k = 0; k < s->n; k++)
-		{
-			over2 += s->ms[k] > 2;
-			over10 += s->ms[k] > 10;
-			over1000 += s->ms[k] > 1000;
-		}
-		printf("  %-12s > 2 ms: %3d   > 10 ms: %3d   > 1 s: %3d   anomalies: %d\n",
-			   variant_key[v], over2, over10, over1000, s->anomalies);
-	}
-
-	{
-		double		d_off = median_of(V_DSYNC_OFF),
-					d_on = median_of(V_DSYNC_ON),
-					adv = median_of(V_ADVISORY),
-					tab = median_of(V_TABLE),
-					exp = median_of(V_EXPIRY);
-		bool		ok;
-
-		printf("\nRatios of medians:\n");
-		printf("  dsync (sync_commit=off) / pg_advisory_lock   %8.1fx\n", adv > 0 ? d_off / adv : 0);
-		printf("  dsync (sync_commit=on)  / pg_advisory_lock   %8.1fx\n", adv > 0 ? d_on / adv : 0);
-		printf("  50 ms polling table     / dsync (off)        %8.1fx\n", d_off > 0 ? tab / d_off : 0);
-
-		printf("\nTargets (printed, not asserted; hand-off figures use the sync_commit=off releaser):\n");
-		ok = samples[V_DSYNC_OFF].n > 0 && d_off < 2.0;
-		printf("  dsync hand-off median < 2 ms                 %-8s (%.3f ms; sync_commit=on: %.3f ms)\n",
-			   ok ? "met" : "NOT MET", d_off, d_on);
-		ok = samples[V_DSYNC_OFF].n > 0 && adv > 0 && d_off <= 10 * adv;
-		printf("  dsync median within 10x of advisory median   %-8s (%.1fx; sync_commit=on: %.1fx)\n",
-			   ok ? "met" : "NOT MET", adv > 0 ? d_off / adv : 0, adv > 0 ? d_on / adv : 0);
-		ok = samples[V_EXPIRY].n > 0 && exp < 10.0;
-		printf("  expiry-to-grant median < 10 ms               %-8s (%.3f ms)\n",
-			   ok ? "met" : "NOT MET", exp);
-	}
+	print_outliers();
+	print_targets();
 
 	if (idle_seconds > 0 || traffic_cycles > 0)
 		check_sleeping_waiter();
 
-	if (raw)
-		fclose(raw);
 	PQfinish(a_off);
 	PQfinish(a_on);
 	PQfinish(b);

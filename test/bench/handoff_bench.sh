@@ -60,70 +60,26 @@
 #
 set -euo pipefail
 
-HANDOFFS=${BENCH_HANDOFFS:-200}
-WARMUP=${BENCH_WARMUP:-10}
-POLL_MS=${BENCH_POLL_MS:-50}
-EXPIRY_TTL_MS=${BENCH_EXPIRY_TTL_MS:-200}
-IDLE_SECONDS=${BENCH_IDLE_SECONDS:-3}
-TRAFFIC=${BENCH_TRAFFIC:-1000}
-SEED=${BENCH_SEED:-0}
-KEEP=${BENCH_KEEP:-0}
-
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
-PG_CONFIG=${PG_CONFIG:-pg_config}
 HERE=$(cd "$(dirname "$0")" && pwd)
-
-if [ "$(id -u)" -ne 0 ]; then
-	echo "run this as root (the server itself runs as postgres)" >&2
-	exit 1
-fi
-
-# ---------------------------------------------------------------------------
-# The throwaway server (test/bench/server.sh)
-# ---------------------------------------------------------------------------
-
 . "$HERE/server.sh"
+bench_settings HANDOFFS=200 WARMUP=10 POLL_MS=50 EXPIRY_TTL_MS=200 \
+	IDLE_SECONDS=3 TRAFFIC=1000 SEED=0
+
 bench_server_start handoff "max_connections = 20"
 KEEP_NOTE="raw samples: $WORKDIR/samples.csv"
-
-export PGHOST=$WORKDIR PGPORT=$PORT PGUSER=postgres
-unset PGOPTIONS PGDATABASE PGSERVICE
-
-q() {
-	"$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$1" -c "$2"
-}
 
 q postgres "CREATE DATABASE bench"
 q bench "CREATE EXTENSION dsync"
 q bench "CREATE TABLE lease (name text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL)"
 
-# ---------------------------------------------------------------------------
-# The driver
-# ---------------------------------------------------------------------------
-
-BUILD=$WORKDIR/build
-mkdir "$BUILD"
-(
-	cd "$HERE"
-	cc -O2 -Wall -Wextra -Werror -I"$("$PG_CONFIG" --includedir)" handoff.c \
-		-L"$("$PG_CONFIG" --libdir)" -lpq -o "$BUILD/handoff"
-)
-
-echo "dsync hand-off latency benchmark"
-echo "  server:   $("$PGBIN/postgres" --version), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "  data:     $(df -T "$WORKDIR" | awk 'NR == 2 { print $2 " on " $1 }'), fsync on, defaults otherwise"
+bench_build handoff
+bench_header "dsync hand-off latency benchmark"
 echo "  settings: $HANDOFFS iterations (+$WARMUP warm-up), poll ${POLL_MS} ms, expiry ttl ${EXPIRY_TTL_MS} ms"
 echo
 
-status=0
-"$BUILD/handoff" -n "$HANDOFFS" -w "$WARMUP" -p "$POLL_MS" -e "$EXPIRY_TTL_MS" \
-	-i "$IDLE_SECONDS" -c "$TRAFFIC" -s "$SEED" -r "$WORKDIR/samples.csv" bench || status=$?
+bench_driver handoff -n "$HANDOFFS" -w "$WARMUP" -p "$POLL_MS" -e "$EXPIRY_TTL_MS" \
+	-i "$IDLE_SECONDS" -c "$TRAFFIC" -s "$SEED" -r "$WORKDIR/samples.csv" bench
 
-if [ "$status" -ne 0 ]; then
-	echo "the driver failed (exit $status); last lines of the server log:" >&2
-	tail -n 30 "$SERVER_LOG" >&2
-	exit "$status"
-fi
 if grep -Eq 'PANIC|FATAL|TRAP|terminated by signal' "$SERVER_LOG"; then
 	echo
 	echo "server log has errors:"

@@ -57,67 +57,24 @@
 #
 set -euo pipefail
 
-SECONDS_PER_RUN=${BENCH_SECONDS:-15}
-WARMUP=${BENCH_WARMUP:-3}
-ROUNDS=${BENCH_ROUNDS:-1}
-PROTOCOL=${BENCH_PROTOCOL:-prepared}
-PREFILL=${BENCH_PREFILL:-1}
-RENEW_COMMIT=${BENCH_RENEW_COMMIT:-off}
-KEEP=${BENCH_KEEP_LOG:-0}
-FLOOR=${BENCH_FLOOR:-0}
-
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/server.sh"
+bench_settings RENEW_COMMIT=off FLOOR=0
+bench_throughput_settings 15 1
+
 VARIANTS=(dsync table advisory)
 [ "$FLOOR" = 1 ] && VARIANTS+=(floor)
 CLIENT_COUNTS=(4 16)
 COMMIT_MODES=(off on)
 NAMES=100000
 
-if [ "$(id -u)" -ne 0 ]; then
-	echo "run this as root (the server itself runs as postgres)" >&2
-	exit 1
-fi
-
 # ---------------------------------------------------------------------------
 # The throwaway server (test/bench/server.sh)
 # ---------------------------------------------------------------------------
 
-. "$HERE/server.sh"
-bench_server_start bench "max_connections = 40
-shared_buffers = 256MB
-wal_buffers = 16MB
-max_wal_size = 8GB
-min_wal_size = 1GB
-checkpoint_timeout = 30min
-log_checkpoints = off"
+bench_server_start bench "$THROUGHPUT_CONF"
 RUN_LOG=$WORKDIR/pgbench.log
 KEEP_NOTE="pgbench output: $RUN_LOG"
-DSYNC_SO="$("$PGBIN/pg_config" --pkglibdir)/dsync.so"
-DSYNC_SO_STAMP=$(stat -c '%y' "$DSYNC_SO")
-
-export PGHOST=$WORKDIR PGPORT=$PORT PGUSER=postgres
-unset PGOPTIONS PGDATABASE
-
-# q DB SQL: run SQL, print the unaligned result (one value per line).
-q() {
-	"$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$1" -c "$2"
-}
-
-# wait_idle DB: wait until no other client session is connected to DB,
-# so that every pgbench backend has exited and flushed its statistics.
-wait_idle() {
-	local n
-	for _ in $(seq 1 100); do
-		n=$(q "$1" "SELECT count(*) FROM pg_stat_activity
-		             WHERE datname = current_database() AND pid <> pg_backend_pid()
-		               AND backend_type = 'client backend'")
-		[ "$n" = 0 ] && { sleep 0.2; return 0; }
-		sleep 0.1
-	done
-	echo "warning: sessions still connected to $1" >&2
-}
-
 # bench DB SCRIPT CLIENTS COMMIT SECONDS: run pgbench, print its tps.
 bench() {
 	local db=$1 script=$2 clients=$3 commit=$4 secs=$5 out tps
@@ -130,25 +87,12 @@ bench() {
 		exit 1
 	}
 	printf '== %s clients=%s commit=%s\n%s\n' "$script" "$clients" "$commit" "$out" >>"$RUN_LOG"
-	if ! grep -q '^number of failed transactions: 0 ' <<<"$out"; then
-		echo "pgbench reported failed transactions for $script:" >&2
-		echo "$out" >&2
-		exit 1
-	fi
-	tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out")
-	[ -n "$tps" ] || { echo "no tps in pgbench output:" >&2; echo "$out" >&2; exit 1; }
+	tps=$(pgbench_tps "$script" "$out")
 	wait_idle "$db"
 	echo "$tps"
 }
 
-# median of the numbers given as arguments
-median() {
-	printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 }
-		END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
-
-echo "dsync lease benchmark"
-echo "  server:   $("$PGBIN/postgres" --version), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_header "dsync lease benchmark"
 echo "  settings: shared_buffers=256MB, fsync on, pgbench -M $PROTOCOL -j 2,"
 echo "            ${SECONDS_PER_RUN}s per run, ${WARMUP}s warm-up per variant, $ROUNDS round(s), median reported"
 
@@ -182,17 +126,7 @@ echo "  the server committed $((commits_after - commits_before)) transactions me
 echo "  So one pgbench \"transaction\" = one cycle = two server transactions, and cycles/s = pgbench tps."
 
 if [ "$PREFILL" = 1 ]; then
-	# In batches of 1000 per transaction: each first acquire of a name
-	# holds a lock (dsync's insert lock) until its transaction ends, and
-	# 100,000 of them would not fit in the lock table.
-	q bench "DO \$\$ BEGIN
-	           FOR b IN 0 .. $NAMES / 1000 - 1 LOOP
-	             PERFORM dsync_acquire(i::text, 'prefill', '30 seconds')
-	                FROM generate_series(b * 1000 + 1, b * 1000 + 1000) i;
-	             COMMIT;
-	           END LOOP;
-	         END \$\$" >/dev/null
-	q bench "SELECT count(dsync_release(i::text, 'prefill')) FROM generate_series(1, $NAMES) i" >/dev/null
+	prefill_released bench "$NAMES"
 fi
 q bench "VACUUM ANALYZE lease" >/dev/null
 q bench "VACUUM ANALYZE $DSYNC_TABLE" >/dev/null
@@ -210,10 +144,7 @@ for round in $(seq 1 "$ROUNDS"); do
 	for commit in "${COMMIT_MODES[@]}"; do
 		for clients in "${CLIENT_COUNTS[@]}"; do
 			# Rotate the order of the variants from one configuration to the next.
-			order=()
-			for i in "${!VARIANTS[@]}"; do
-				order+=("${VARIANTS[$(((i + rotation) % ${#VARIANTS[@]}))]}")
-			done
+			mapfile -t order < <(rotated "$rotation" "${VARIANTS[@]}")
 			rotation=$((rotation + 1))
 			for v in "${order[@]}"; do
 				# Every run starts right after a checkpoint, so none of them
@@ -304,7 +235,3 @@ echo "(target: >= 90% HOT, and run 2 should not grow the table the way run 1 may
 
 echo
 echo "dsync.so measured: the one installed at $DSYNC_SO_STAMP"
-if [ "$(stat -c '%y' "$DSYNC_SO")" != "$DSYNC_SO_STAMP" ]; then
-	echo "note: $DSYNC_SO was re-installed during this run; the figures are for the"
-	echo "      library the server loaded at start, not for the one installed now."
-fi

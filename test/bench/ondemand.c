@@ -267,35 +267,31 @@ mode_manydb(char **dbs, int ndb, int rounds, int lead_ms)
 	free(x);
 }
 
+static void
+usage(void)
+{
+	die("usage: ondemand ondemand|manydb [-r rounds] [-t ttl_ms] [-l lead_ms] db...");
+}
+
 int
 main(int argc, char **argv)
 {
 	int			rounds = 20;
 	int			ttl_ms = 1500;
 	int			lead_ms = 3000;
-	int			opt;
 	const char *mode;
 
 	if (argc < 2)
-		die("usage: ondemand ondemand|manydb [-r rounds] [-t ttl_ms] [-l lead_ms] db...");
+		usage();
 	mode = argv[1];
 	optind = 2;
-	while ((opt = getopt(argc, argv, "r:t:l:")) != -1)
 	{
-		switch (opt)
-		{
-			case 'r':
-				rounds = atoi(optarg);
-				break;
-			case 't':
-				ttl_ms = atoi(optarg);
-				break;
-			case 'l':
-				lead_ms = atoi(optarg);
-				break;
-			default:
-				die("unknown option");
-		}
+		const BenchOption opts[] = {
+			{'r', OPT_INT, &rounds}, {'t', OPT_INT, &ttl_ms}, {'l', OPT_INT, &lead_ms},
+			{0}
+		};
+
+		parse_options(argc, argv, opts, usage);
 	}
 	if (optind >= argc)
 		die("no database given");

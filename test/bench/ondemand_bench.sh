@@ -45,50 +45,21 @@
 #
 set -euo pipefail
 
-PARTS=${BENCH_PARTS:-1234}
-NDB=${BENCH_DATABASES:-30}
-MEM_SIZES=${BENCH_MEM_SIZES:-"100000 1000000"}
-KEEP=${BENCH_KEEP:-0}
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
-PG_CONFIG=${PG_CONFIG:-pg_config}
 HERE=$(cd "$(dirname "$0")" && pwd)
-
-if [ "$(id -u)" -ne 0 ]; then
-	echo "run this as root (the server itself runs as postgres)" >&2
-	exit 1
-fi
-
 . "$HERE/server.sh"
+bench_settings PARTS=1234 'MEM_SIZES=100000 1000000'
+NDB=${BENCH_DATABASES:-30}
+
 bench_server_start ondemand "max_connections = 200
 shared_buffers = 256MB
 max_wal_size = 4GB
 log_min_messages = log
 synchronous_commit = off"
 KEEP_NOTE="driver output: $WORKDIR/*.out"
-export PGHOST=$WORKDIR PGPORT=$PORT PGUSER=postgres
-unset PGOPTIONS PGDATABASE PGSERVICE
+bench_build events
+bench_build ondemand
 
-q() {
-	"$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$1" -c "$2"
-}
-
-# val FILE KEY: the value of "@ KEY value" in a driver's output
-val() {
-	sed -n "s/^@ $2 //p" "$1" | tail -n 1
-}
-
-BUILD=$WORKDIR/build
-mkdir "$BUILD"
-(
-	cd "$HERE"
-	for d in events ondemand; do
-		cc -O2 -Wall -Wextra -Werror -I"$("$PG_CONFIG" --includedir)" $d.c benchlib.c \
-			-L"$("$PG_CONFIG" --libdir)" -lpq -o "$BUILD/$d"
-	done
-)
-
-echo "dsync: background work for many databases"
-echo "  server:  $("$PGBIN/postgres" --version), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_header "dsync: background work for many databases"
 echo "  workers: max_worker_processes $(q postgres 'SHOW max_worker_processes'), dsync.max_workers $(q postgres 'SHOW dsync.max_workers')"
 declare -A R=()
 
@@ -97,7 +68,7 @@ if [[ $PARTS == *1* ]]; then
 	echo "## 1. Expiry-to-NOTIFY, worker resident"
 	q postgres "CREATE DATABASE resident"
 	q resident "CREATE EXTENSION dsync"
-	"$BUILD/events" latency -n 200 -r "${BENCH_ROUNDS:-3}" -b 1000 -s 17 -f 20 resident >"$WORKDIR/resident.out"
+	"$WORKDIR/build/events" latency -n 200 -r "${BENCH_ROUNDS:-3}" -b 1000 -s 17 -f 20 resident >"$WORKDIR/resident.out"
 	grep -v '^@ ' "$WORKDIR/resident.out" | grep -v floor || true
 	for k in median p99 max; do R[res_$k]=$(val "$WORKDIR/resident.out" expiry_${k}_ms); done
 	R[res_n]=$(val "$WORKDIR/resident.out" expiry_n)
@@ -111,7 +82,7 @@ if [[ $PARTS == *2* ]]; then
 	q postgres "ALTER SYSTEM SET dsync.worker_idle_timeout = '200ms'"
 	q postgres "SELECT pg_reload_conf()" >/dev/null
 	sleep 1
-	"$BUILD/ondemand" ondemand -r "${BENCH_ROUNDS:-30}" -t 1500 od >"$WORKDIR/od.out"
+	"$WORKDIR/build/ondemand" ondemand -r "${BENCH_ROUNDS:-30}" -t 1500 od >"$WORKDIR/od.out"
 	grep -v '^@ ' "$WORKDIR/od.out"
 	for k in median p99 max; do R[od_$k]=$(val "$WORKDIR/od.out" ondemand_${k}_ms); done
 	R[od_n]=$(val "$WORKDIR/od.out" ondemand_n)
@@ -129,7 +100,7 @@ if [[ $PARTS == *3* ]]; then
 		dbs+=("many_$i")
 	done
 	sleep 2
-	"$BUILD/ondemand" manydb -r "${BENCH_ROUNDS:-3}" -l 3000 "${dbs[@]}" >"$WORKDIR/many.out"
+	"$WORKDIR/build/ondemand" manydb -r "${BENCH_ROUNDS:-3}" -l 3000 "${dbs[@]}" >"$WORKDIR/many.out"
 	grep -v '^@ ' "$WORKDIR/many.out"
 	for k in median p99 max; do R[many_$k]=$(val "$WORKDIR/many.out" manydb_${k}_ms); done
 	R[many_n]=$(val "$WORKDIR/many.out" manydb_n)

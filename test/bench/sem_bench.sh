@@ -88,83 +88,25 @@
 #
 set -euo pipefail
 
-HANDOFFS=${BENCH_HANDOFFS:-200}
-WARMUP_ITERS=${BENCH_WARMUP_ITERS:-10}
-ROUNDS=${BENCH_ROUNDS:-3}
-SECONDS_PER_RUN=${BENCH_SECONDS:-10}
-WARMUP=${BENCH_WARMUP:-3}
-CLIENTS=${BENCH_CLIENTS:-16}
-PERMITS=${BENCH_PERMITS:-4}
-PROTOCOL=${BENCH_PROTOCOL:-prepared}
-PREFILL=${BENCH_PREFILL:-1}
-PARTS=${BENCH_PARTS:-12}
-# shellcheck disable=SC2034  # KEEP and KEEP_NOTE are read by server.sh
-KEEP=${BENCH_KEEP:-0}
-
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
-PG_CONFIG=${PG_CONFIG:-pg_config}
 HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/server.sh"
+bench_settings HANDOFFS=200 WARMUP_ITERS=10 CLIENTS=16 PERMITS=4 PARTS=12
+bench_throughput_settings 10 3
+
 NAMES=100000
 SEM_NAME=bench-sem$PERMITS
 LEASE_NAME=bench-lease1
 VARIANTS=(sem lease1 advisory4 advisory1 cycle)
 [ "${BENCH_SNAPSHOT:-1}" = 1 ] && VARIANTS+=(sem_snap)
 
-if [ "$(id -u)" -ne 0 ]; then
-	echo "run this as root (the server itself runs as postgres)" >&2
-	exit 1
-fi
-
 # ---------------------------------------------------------------------------
 # The throwaway server (test/bench/server.sh)
 # ---------------------------------------------------------------------------
 
-. "$HERE/server.sh"
-bench_server_start sem "max_connections = 40
-shared_buffers = 256MB
-wal_buffers = 16MB
-max_wal_size = 8GB
-min_wal_size = 1GB
-checkpoint_timeout = 30min
-log_checkpoints = off
+bench_server_start sem "$THROUGHPUT_CONF
 log_line_prefix = '%m [%p] %a: '"
 # shellcheck disable=SC2034
 KEEP_NOTE="pgbench output: $WORKDIR/pgbench.out, raw samples: $WORKDIR/samples.csv"
-DSYNC_SO="$("$PG_CONFIG" --pkglibdir)/dsync.so"
-DSYNC_SO_STAMP=$(stat -c '%y' "$DSYNC_SO")
-
-export PGHOST=$WORKDIR PGPORT=$PORT PGUSER=postgres
-unset PGOPTIONS PGDATABASE PGSERVICE
-
-q() {
-	"$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$1" -c "$2"
-}
-
-# median of the numbers given as arguments ("NA" if none)
-median() {
-	local nums
-	nums=$(printf '%s\n' "$@" | grep -E '^-?[0-9.]+$' || true)
-	if [ -z "$nums" ]; then
-		echo NA
-		return
-	fi
-	sort -g <<<"$nums" | awk '{ v[NR] = $1 }
-		END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
-
-# wait_idle DB: wait until no other client session is connected to DB.
-wait_idle() {
-	local n
-	for _ in $(seq 1 100); do
-		n=$(q "$1" "SELECT count(*) FROM pg_stat_activity
-		             WHERE datname = current_database() AND pid <> pg_backend_pid()
-		               AND backend_type = 'client backend'")
-		[ "$n" = 0 ] && { sleep 0.2; return 0; }
-		sleep 0.1
-	done
-	echo "warning: sessions still connected to $1" >&2
-}
-
 # server_log_errors: ERROR/FATAL/PANIC lines of the server log, but for the
 # cancels this script causes itself (it stops the sampler and the
 # snapshot-holding session of part 2 that way)
@@ -177,13 +119,7 @@ server_log_errors() {
 # Build the driver, create the database
 # ---------------------------------------------------------------------------
 
-BUILD=$WORKDIR/build
-mkdir "$BUILD"
-(
-	cd "$HERE"
-	cc -O2 -Wall -Wextra -Werror -I"$("$PG_CONFIG" --includedir)" sem_handoff.c \
-		-L"$("$PG_CONFIG" --libdir)" -lpq -o "$BUILD/sem_handoff"
-)
+bench_build sem_handoff
 
 q postgres "CREATE DATABASE bench"
 q bench "CREATE EXTENSION dsync"
@@ -191,10 +127,8 @@ q bench "CREATE TABLE miss (name text, what text, client int, at timestamptz DEF
 DSYNC_SCHEMA=$(q bench "SELECT quote_ident(extnamespace::regnamespace::text) FROM pg_extension WHERE extname = 'dsync'")
 DSYNC_TABLE="$DSYNC_SCHEMA.dsync_lease"
 
-echo "dsync semaphore and event benchmark"
-echo "  server:   $("$PGBIN/postgres" --version), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "  data:     $(df -T "$WORKDIR" | awk 'NR == 2 { print $2 " on " $1 }'), fsync on, shared_buffers=256MB"
-echo "  dsync.so: installed $DSYNC_SO_STAMP"
+bench_header "dsync semaphore and event benchmark"
+echo "  settings: shared_buffers=256MB"
 
 # ---------------------------------------------------------------------------
 # Part 1: wake-up latency
@@ -204,13 +138,7 @@ if [[ $PARTS == *1* ]]; then
 	echo
 	echo "## 1. Wake-up latency (server clock)"
 	echo
-	status=0
-	"$BUILD/sem_handoff" -n "$HANDOFFS" -w "$WARMUP_ITERS" -r "$WORKDIR/samples.csv" bench || status=$?
-	if [ "$status" -ne 0 ]; then
-		echo "the driver failed (exit $status); last lines of the server log:" >&2
-		tail -n 30 "$SERVER_LOG" >&2
-		exit "$status"
-	fi
+	bench_driver sem_handoff -n "$HANDOFFS" -w "$WARMUP_ITERS" -r "$WORKDIR/samples.csv" bench
 fi
 
 # ---------------------------------------------------------------------------
@@ -302,16 +230,8 @@ SQL
 	[ "$created" = t ] || { echo "dsync_semaphore_create returned $created" >&2; exit 1; }
 
 	if [ "$PREFILL" = 1 ]; then
-		# As lease_bench.sh: one released row per name of cycle_dsync.sql,
-		# in batches of 1000 first acquires per transaction.
-		q bench "DO \$\$ BEGIN
-		           FOR b IN 0 .. $NAMES / 1000 - 1 LOOP
-		             PERFORM dsync_acquire(i::text, 'prefill', '30 seconds')
-		                FROM generate_series(b * 1000 + 1, b * 1000 + 1000) i;
-		             COMMIT;
-		           END LOOP;
-		         END \$\$" >/dev/null
-		q bench "SELECT count(dsync_release(i::text, 'prefill')) FROM generate_series(1, $NAMES) i" >/dev/null
+		# One released row per name of cycle_dsync.sql.
+		prefill_released bench "$NAMES"
 	fi
 	q bench "VACUUM ANALYZE $DSYNC_TABLE" >/dev/null
 
@@ -356,13 +276,7 @@ SQL
 			samp=$(grep -E '^[0-9]+$' "$WORKDIR/sampler.out" | sort -n | tail -n 1)
 			samp=${samp:-NA}
 		fi
-		if ! grep -q '^number of failed transactions: 0 ' <<<"$out"; then
-			echo "pgbench reported failed transactions for $v:" >&2
-			echo "$out" >&2
-			exit 1
-		fi
-		tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out")
-		[ -n "$tps" ] || { echo "no tps in pgbench output:" >&2; echo "$out" >&2; exit 1; }
+		tps=$(pgbench_tps "$v" "$out")
 		ncycles=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
 		misses=$(q bench "SELECT count(*) FILTER (WHERE what LIKE 'acquire%') || ' ' || count(*) FILTER (WHERE what LIKE 'release%') FROM miss")
 		# Per-transaction logs: client_id transaction_no time_us script_no epoch us
@@ -406,10 +320,7 @@ SQL
 	declare -A TPS=() NULLS=() FALSES=() MAXHELD=() NSAMP=() CMIN=() CMAX=() P99=() LMAX=() CSW=()
 	rotation=0
 	for round in $(seq 1 "$ROUNDS"); do
-		order=()
-		for i in "${!VARIANTS[@]}"; do
-			order+=("${VARIANTS[$(((i + rotation) % ${#VARIANTS[@]}))]}")
-		done
+		mapfile -t order < <(rotated "$rotation" "${VARIANTS[@]}")
 		rotation=$((rotation + 1))
 		for v in "${order[@]}"; do
 			q bench "CHECKPOINT"
@@ -488,8 +399,4 @@ if [ -n "$errors" ]; then
 	head -n 20 <<<"$errors"
 else
 	echo "server log: no ERROR, FATAL or PANIC lines"
-fi
-if [ "$(stat -c '%y' "$DSYNC_SO")" != "$DSYNC_SO_STAMP" ]; then
-	echo "note: $DSYNC_SO was re-installed during this run; the figures are for the"
-	echo "      library the server loaded at start, not for the one installed now."
 fi

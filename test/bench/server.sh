@@ -1,13 +1,82 @@
-# Sourced by the benchmark scripts: a throwaway PostgreSQL 15 server of
-# their own, owned by postgres, listening only on a Unix socket in its own
-# directory, with dsync preloaded; stopped and removed on exit.
+# Sourced by the benchmark scripts: what every one of them does around its
+# measurements, written once.
 #
 #   bench_server_start TAG 'extra postgresql.conf lines'
 #
-# sets WORKDIR, PGDATA_DIR, SERVER_LOG and PORT.  The caller sets PGBIN,
-# and KEEP=1 (plus an optional KEEP_NOTE) to keep the directory.
+# starts a throwaway PostgreSQL server of the script's own, owned by
+# postgres, listening only on a Unix socket in its own directory, with
+# dsync preloaded; it is stopped and removed on exit.  It sets WORKDIR,
+# PGDATA_DIR, SERVER_LOG, PORT, DSYNC_SO and DSYNC_SO_STAMP and points
+# PGHOST/PGPORT/PGUSER at the server.  The caller may set KEEP=1 (plus an
+# optional KEEP_NOTE) to keep the directory, and may define
+# bench_before_cleanup to stop its own background work first.
+#
+# The helpers below (q, val, show, median, wait_idle, reaper_pid,
+# bench_build, bench_driver, bench_header) are what the scripts shared by
+# copy before.
+
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PG_CONFIG=${PG_CONFIG:-pg_config}
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "run this as root (the server itself runs as postgres)" >&2
+	exit 1
+fi
+
+# bench_settings NAME=DEFAULT...: each NAME from the environment's
+# BENCH_NAME, or DEFAULT.
+bench_settings() {
+	local kv name env
+	for kv in "$@"; do
+		name=${kv%%=*}
+		env=BENCH_$name
+		printf -v "$name" '%s' "${!env:-${kv#*=}}"
+	done
+}
+
+# The directory is kept with BENCH_KEEP=1 (lease_bench.sh: BENCH_KEEP_LOG).
+KEEP=${BENCH_KEEP:-${BENCH_KEEP_LOG:-0}}
+
+# bench_throughput_settings SECONDS ROUNDS: the settings of the pgbench
+# runs, from BENCH_SECONDS (default SECONDS per run), BENCH_ROUNDS (default
+# ROUNDS), BENCH_WARMUP (3 s per variant), BENCH_PROTOCOL (prepared) and
+# BENCH_PREFILL (1: prefill dsync_lease with released rows).
+bench_throughput_settings() {
+	SECONDS_PER_RUN=${BENCH_SECONDS:-$1}
+	ROUNDS=${BENCH_ROUNDS:-$2}
+	WARMUP=${BENCH_WARMUP:-3}
+	PROTOCOL=${BENCH_PROTOCOL:-prepared}
+	PREFILL=${BENCH_PREFILL:-1}
+}
+
+# Settings for throughput runs: room for pgbench's clients, and no
+# checkpoint inside a run (each run starts right after one).
+THROUGHPUT_CONF="max_connections = 40
+shared_buffers = 256MB
+wal_buffers = 16MB
+max_wal_size = 8GB
+min_wal_size = 1GB
+checkpoint_timeout = 30min
+log_checkpoints = off"
+
+# A re-install of dsync.so under the running server ("make install" writes
+# it in place) alone can crash it; say so whenever it happened.
+bench_so_note() {
+	[ -n "${DSYNC_SO:-}" ] || return 0
+	if [ "$(stat -c '%y' "$DSYNC_SO")" != "$DSYNC_SO_STAMP" ]; then
+		echo
+		echo "note: $DSYNC_SO was re-installed during this run (now $(stat -c '%y' "$DSYNC_SO"));"
+		echo "      the figures are for the library the server loaded at start ($DSYNC_SO_STAMP),"
+		echo "      and a crash after the re-install may be due to it."
+	fi
+}
 
 bench_server_cleanup() {
+	if declare -F bench_before_cleanup >/dev/null; then
+		bench_before_cleanup
+	fi
+	bench_so_note
 	if [ -f "$PGDATA_DIR/postmaster.pid" ]; then
 		runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -m fast -w stop >/dev/null 2>&1 ||
 			runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -m immediate -w stop >/dev/null 2>&1 || true
@@ -59,4 +128,129 @@ CONF
 		cat "$SERVER_LOG" >&2
 		exit 1
 	fi
+	DSYNC_SO="$("$PG_CONFIG" --pkglibdir)/dsync.so"
+	DSYNC_SO_STAMP=$(stat -c '%y' "$DSYNC_SO")
+	export PGHOST=$WORKDIR PGPORT=$PORT PGUSER=postgres
+	unset PGOPTIONS PGDATABASE PGSERVICE
+}
+
+# q DB SQL: run SQL, print the unaligned result (one value per line).
+q() {
+	"$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$1" -c "$2"
+}
+
+# val FILE KEY: the value of "@ KEY value" in a driver's output
+val() {
+	sed -n "s/^@ $2 //p" "$1" | tail -n 1
+}
+
+# show FILE: the driver's readable lines
+show() {
+	grep -v '^@ ' "$1" || true
+}
+
+# median of the numbers given as arguments ("NA" if none)
+median() {
+	local nums
+	nums=$(printf '%s\n' "$@" | grep -E '^-?[0-9.]+$' || true)
+	if [ -z "$nums" ]; then
+		echo NA
+		return
+	fi
+	sort -g <<<"$nums" | awk '{ v[NR] = $1 }
+		END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# wait_idle DB: wait until no other client session is connected to DB,
+# so that every pgbench backend has exited and flushed its statistics.
+wait_idle() {
+	local n
+	for _ in $(seq 1 100); do
+		n=$(q "$1" "SELECT count(*) FROM pg_stat_activity
+		             WHERE datname = current_database() AND pid <> pg_backend_pid()
+		               AND backend_type = 'client backend'")
+		[ "$n" = 0 ] && { sleep 0.2; return 0; }
+		sleep 0.1
+	done
+	echo "warning: sessions still connected to $1" >&2
+}
+
+# reaper_pid DB: pid of DB's dsync background worker, empty if none
+reaper_pid() {
+	q "$1" "SELECT pid FROM pg_stat_activity
+	         WHERE datname = current_database() AND backend_type LIKE 'dsync%'
+	         ORDER BY backend_start LIMIT 1"
+}
+
+# pgbench_tps WHAT OUTPUT: the tps of a pgbench run's output; exits the
+# script if pgbench reported failed transactions or no tps.
+pgbench_tps() {
+	local tps
+	if ! grep -q '^number of failed transactions: 0 ' <<<"$2"; then
+		echo "pgbench reported failed transactions for $1:" >&2
+		echo "$2" >&2
+		exit 1
+	fi
+	tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$2")
+	[ -n "$tps" ] || { echo "no tps in pgbench output:" >&2; echo "$2" >&2; exit 1; }
+	echo "$tps"
+}
+
+# rotated K ITEM...: the items, one per line, rotated left by K, so that
+# the order of the variants changes from one run to the next.
+rotated() {
+	local k=$1 n i
+	shift
+	n=$#
+	local items=("$@")
+	for ((i = 0; i < n; i++)); do
+		echo "${items[$(((i + k) % n))]}"
+	done
+}
+
+# prefill_released DB N: one released row for each of the names 1..N,
+# the steady state of a long-running system.  The acquires go in batches
+# of 1000 per transaction: each first acquire of a name holds a lock until
+# its transaction ends, and N of them would not fit in the lock table.
+prefill_released() {
+	q "$1" "DO \$\$ BEGIN
+	          FOR b IN 0 .. $2 / 1000 - 1 LOOP
+	            PERFORM dsync_acquire(i::text, 'prefill', '30 seconds')
+	               FROM generate_series(b * 1000 + 1, b * 1000 + 1000) i;
+	            COMMIT;
+	          END LOOP;
+	        END \$\$" >/dev/null
+	q "$1" "SELECT count(dsync_release(i::text, 'prefill')) FROM generate_series(1, $2) i" >/dev/null
+}
+
+# bench_build DRIVER: compile DRIVER.c with benchlib.c into
+# $WORKDIR/build/DRIVER, warnings as errors.
+bench_build() {
+	mkdir -p "$WORKDIR/build"
+	(
+		cd "$BENCH_DIR"
+		cc -O2 -Wall -Wextra -Werror -I"$("$PG_CONFIG" --includedir)" "$1.c" benchlib.c \
+			-L"$("$PG_CONFIG" --libdir)" -lpq -o "$WORKDIR/build/$1"
+	)
+}
+
+# bench_driver DRIVER ARGS...: run a built driver; if it fails, show the
+# end of the server log and exit with its status.
+bench_driver() {
+	local driver=$1 status=0
+	shift
+	"$WORKDIR/build/$driver" "$@" || status=$?
+	if [ "$status" -ne 0 ]; then
+		echo "the driver failed (exit $status); last lines of the server log:" >&2
+		tail -n 30 "$SERVER_LOG" >&2
+		exit "$status"
+	fi
+}
+
+# bench_header TITLE: the title and the machine the figures come from.
+bench_header() {
+	echo "$1"
+	echo "  server:   $("$PGBIN/postgres" --version), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "  data:     $(df -T "$WORKDIR" | awk 'NR == 2 { print $2 " on " $1 }'), fsync on"
+	echo "  dsync.so: installed $DSYNC_SO_STAMP"
 }
