@@ -42,22 +42,26 @@ xrealloc(void *p, size_t size)
 	return q;
 }
 
-int64_t
-real_us(void)
+static int64_t
+clock_us(clockid_t clock)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
+	clock_gettime(clock, &ts);
 	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Wall-clock microseconds, comparable with the server's timestamps. */
+int64_t
+real_us(void)
+{
+	return clock_us(CLOCK_REALTIME);
 }
 
 int64_t
 mono_us(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	return clock_us(CLOCK_MONOTONIC);
 }
 
 void

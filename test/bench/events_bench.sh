@@ -206,9 +206,7 @@ declare -A SUM=()
 # Part 1: expiry-to-NOTIFY latency
 # ---------------------------------------------------------------------------
 
-if [[ $PARTS == *1* ]]; then
-	echo
-	echo "## 1. Expiry-to-NOTIFY latency"
+if bench_part 1 "Expiry-to-NOTIFY latency"; then
 	echo
 	OUT1=$WORKDIR/latency.out
 	mark=$(log_mark)
@@ -286,9 +284,7 @@ fmt_s() {
 	awk -v m="$1" 'BEGIN { if (m == "NA" || m == "") print "NA"; else printf "%.2f", m / 1000 }'
 }
 
-if [[ $PARTS == *2* ]]; then
-	echo
-	echo "## 2. Acquire+release throughput with and without LISTENers"
+if bench_part 2 "Acquire+release throughput with and without LISTENers"; then
 	echo
 	# One released row per name (server.sh: transactions of 1000 acquires,
 	# then one transaction of $NAMES releases).
@@ -427,9 +423,7 @@ fi
 # Part 3: many leases expiring together
 # ---------------------------------------------------------------------------
 
-if [[ $PARTS == *3* ]]; then
-	echo
-	echo "## 3. $MASS leases expiring together"
+if bench_part 3 "$MASS leases expiring together"; then
 	declare -A MASSV=()
 	for round in $(seq 1 "$ROUNDS"); do
 		if [ $((round % 2)) = 1 ]; then order=(plain extra); else order=(extra plain); fi

@@ -63,9 +63,7 @@ bench_header "dsync: background work for many databases"
 echo "  workers: max_worker_processes $(q postgres 'SHOW max_worker_processes'), dsync.max_workers $(q postgres 'SHOW dsync.max_workers')"
 declare -A R=()
 
-if [[ $PARTS == *1* ]]; then
-	echo
-	echo "## 1. Expiry-to-NOTIFY, worker resident"
+if bench_part 1 "Expiry-to-NOTIFY, worker resident"; then
 	q postgres "CREATE DATABASE resident"
 	q resident "CREATE EXTENSION dsync"
 	"$WORKDIR/build/events" latency -n 200 -r "${BENCH_ROUNDS:-3}" -b 1000 -s 17 -f 20 resident >"$WORKDIR/resident.out"
@@ -74,9 +72,7 @@ if [[ $PARTS == *1* ]]; then
 	R[res_n]=$(val "$WORKDIR/resident.out" expiry_n)
 fi
 
-if [[ $PARTS == *2* ]]; then
-	echo
-	echo "## 2. Expiry-to-NOTIFY, worker started on demand"
+if bench_part 2 "Expiry-to-NOTIFY, worker started on demand"; then
 	q postgres "CREATE DATABASE od"
 	q od "CREATE EXTENSION dsync"
 	q postgres "ALTER SYSTEM SET dsync.worker_idle_timeout = '200ms'"
@@ -90,9 +86,7 @@ if [[ $PARTS == *2* ]]; then
 	q postgres "SELECT pg_reload_conf()" >/dev/null
 fi
 
-if [[ $PARTS == *3* ]]; then
-	echo
-	echo "## 3. $NDB databases, one expiry each at the same moment"
+if bench_part 3 "$NDB databases, one expiry each at the same moment"; then
 	dbs=()
 	for i in $(seq 1 "$NDB"); do
 		q postgres "CREATE DATABASE many_$i"
@@ -113,9 +107,7 @@ worker_of() {
 	q "$1" "SELECT worker_pid FROM dsync_databases WHERE datname = current_database()"
 }
 
-if [[ $PARTS == *4* ]]; then
-	echo
-	echo "## 4. Worker memory with many live leases"
+if bench_part 4 "Worker memory with many live leases"; then
 	q postgres "CREATE DATABASE mem"
 	q mem "CREATE EXTENSION dsync"
 	have=0

@@ -134,9 +134,7 @@ echo "  settings: shared_buffers=256MB"
 # Part 1: wake-up latency
 # ---------------------------------------------------------------------------
 
-if [[ $PARTS == *1* ]]; then
-	echo
-	echo "## 1. Wake-up latency (server clock)"
+if bench_part 1 "Wake-up latency (server clock)"; then
 	echo
 	bench_driver sem_handoff -n "$HANDOFFS" -w "$WARMUP_ITERS" -r "$WORKDIR/samples.csv" bench
 fi

@@ -247,6 +247,14 @@ bench_driver() {
 	fi
 }
 
+# bench_part N TITLE: true, after a heading, if part N is among the
+# BENCH_PARTS to run.
+bench_part() {
+	[[ $PARTS == *$1* ]] || return 1
+	echo
+	echo "## $1. $2"
+}
+
 # bench_header TITLE: the title and the machine the figures come from.
 bench_header() {
 	echo "$1"
