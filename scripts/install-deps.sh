@@ -19,6 +19,12 @@ packages=(
 	debhelper
 	fakeroot
 	postgresql-server-dev-all
+	python3-psycopg
+	python3-psycopg-pool
+	python3-pytest
+	python3-asyncpg
+	python3-sqlalchemy
+	python3-psycopg2
 )
 
 missing=()
@@ -30,6 +36,14 @@ if [ ${#missing[@]} -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The Node client's tests need node and npm (any Node 18 or later; the
+# machine's own if it has one, else Debian's).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+	echo "== installing: nodejs npm"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
 fi
 # The tests start PgBouncer themselves; the packaged service is not wanted.
 if command -v systemctl >/dev/null 2>&1; then

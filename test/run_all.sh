@@ -5,7 +5,9 @@
 #   chroot made once by scripts/chroot.sh and cached outside the clone;
 #   in each, test/suites.sh (builds with gcc and clang, warnings as errors,
 #   then pg_regress, isolation, pgTAP, stress and Perl TAP);
-#   then the Debian package test (test/package.sh) on 15.
+#   then on 15 the client libraries (test/clients.sh: Python and Node,
+#   directly and through PgBouncer) and the Debian package test
+#   (test/package.sh).
 # DSYNC_PG_MAJORS limits the run, e.g. DSYNC_PG_MAJORS=15 for a quick local
 # run (the package test runs when 15 is in the list).  Prints a line per
 # major and one "N passed, N failed" line at the end, counting suites (the
@@ -88,6 +90,11 @@ for major in $majors; do
 	fi
 	tally "PostgreSQL $major" "$out" "${PIPESTATUS[0]}" "$started"
 	if [ "$major" = 15 ]; then
+		started=$(date +%s)
+		out="$log/clients.log"
+		echo "==== client libraries (PostgreSQL 15)"
+		bash test/clients.sh 2>&1 | tee "$out"
+		tally "client libraries (15)" "$out" "${PIPESTATUS[0]}" "$started"
 		started=$(date +%s)
 		out="$log/package.log"
 		echo "==== Debian package (PostgreSQL 15)"

@@ -1,0 +1,455 @@
+'use strict';
+/*
+ * dsync for Node: Lock, LeaderElection, watch and withLock over dsync's
+ * SQL functions, on node-postgres.  Fencing tokens are BigInt everywhere,
+ * in results and in notification payloads alike.  A held lock is kept by
+ * a keeper on a connection of its own: it renews every ttl/3, listens for
+ * the lease's release or expiry, and declares the lock lost shortly before
+ * the last confirmed expiry if no renewal got through.
+ */
+
+const { EventEmitter } = require('node:events');
+const os = require('node:os');
+const crypto = require('node:crypto');
+const pg = require('pg');
+
+const WAIT_SLICE_MS = 5000;
+
+// int8 as BigInt for our queries only, not for the application's.
+const types = {
+  getTypeParser(oid, format) {
+    if (oid === 20 && format !== 'binary') return (v) => BigInt(v);
+    return pg.types.getTypeParser(oid, format);
+  },
+};
+
+const SQL = {
+  acquire: 'SELECT dsync_acquire($1::text, $2::text, $3::interval, $4::interval, $5::jsonb) AS v',
+  renew: 'SELECT dsync_renew($1::text, $2::text, $3::interval) AS v',
+  release: 'SELECT dsync_release($1::text, $2::text) AS v',
+  assertHeld: 'SELECT dsync_assert_held($1::text, $2::text) AS v',
+  held: 'SELECT fencing, expires_at FROM dsync_leases WHERE lease = $1::text AND holder = $2::text',
+  locked: 'SELECT EXISTS (SELECT 1 FROM dsync_leases WHERE lease = $1::text) AS v',
+  leader: 'SELECT dsync_leader($1::text) AS v',
+  semCreate: 'SELECT dsync_semaphore_create($1::text, $2::int) AS v',
+  join: 'SELECT dsync_join($1::text, $2::text, $3::interval, $4::jsonb) AS v',
+  leave: 'SELECT dsync_leave($1::text, $2::text) AS v',
+  members: 'SELECT member, info, joined_at, expires_at, is_leader FROM dsync_members($1::text) ORDER BY member',
+  channels: 'SELECT n, dsync_channel(n) AS ch FROM unnest($1::text[]) AS n',
+  state: 'SELECT lease, holder, fencing, expires_at FROM dsync_leases WHERE lease = ANY($1::text[]) ORDER BY lease, holder',
+  backendPid: 'SELECT pg_backend_pid() AS v',
+  stats: 'SELECT * FROM dsync_stats',
+};
+
+class DsyncError extends Error {}
+class LockLost extends DsyncError {}
+class ListenUnavailable extends DsyncError {}
+
+function seconds(value, what) {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
+    throw new TypeError(`${what} must be a non-negative number of seconds`);
+  }
+  return value;
+}
+
+// A number of seconds as an interval literal the server parses exactly.
+function interval(sec) {
+  return `${(Math.round(sec * 1e6) / 1e6).toFixed(6)} seconds`;
+}
+
+function nameArg(value, what) {
+  if (typeof value !== 'string' || value === '') throw new TypeError(`${what} must be a non-empty string`);
+  return value;
+}
+
+function defaultHolder() {
+  return `${os.hostname()}:${process.pid}:${crypto.randomBytes(4).toString('hex')}`;
+}
+
+function jsonb(info) {
+  return info === undefined || info === null ? null : JSON.stringify(info);
+}
+
+// node-postgres gives timestamptz as Date; keep it so (time zone aware).
+function parseTime(text) {
+  return text === undefined || text === null ? null : new Date(text);
+}
+
+/*
+ * The event a dsync notification carries, or null.  Integers that may
+ * exceed 2^53 (fencing, seq) become BigInt without passing through a
+ * JavaScript number.
+ */
+function parsePayload(channel, payload) {
+  let data;
+  try {
+    data = JSON.parse(String(payload).replace(/"(fencing|seq)":\s*(\d+)/g, '"$1":"$2"'));
+  } catch (e) {
+    return null;
+  }
+  if (data === null || typeof data !== 'object' || typeof data.event !== 'string') return null;
+  const name = data.lease ?? data.group ?? data.name;
+  if (typeof name !== 'string') return null;
+  return {
+    kind: data.event,
+    name,
+    holder: data.holder ?? data.member ?? null,
+    fencing: data.fencing !== undefined && data.fencing !== null ? BigInt(data.fencing) : null,
+    expiresAt: parseTime(data.expires_at),
+    seq: data.seq !== undefined && data.seq !== null ? BigInt(data.seq) : null,
+    channel,
+    raw: data,
+  };
+}
+
+class Connector {
+  constructor(opts) {
+    const { connectionString, config, pool } = opts;
+    const given = [connectionString, config, pool].filter((x) => x !== undefined).length;
+    if (given !== 1) throw new TypeError('give exactly one of connectionString, config and pool');
+    this.pool = pool;
+    this.config = pool ? pool.options : config ?? { connectionString };
+  }
+
+  client() {
+    return new pg.Client(this.config);
+  }
+
+  async query(text, values) {
+    if (this.pool) {
+      const r = await this.pool.query({ text, values, types });
+      return r.rows;
+    }
+    const c = this.client();
+    await c.connect();
+    try {
+      return (await c.query({ text, values, types })).rows;
+    } finally {
+      await c.end();
+    }
+  }
+
+  async value(text, values) {
+    const rows = await this.query(text, values);
+    return rows.length ? rows[0].v : null;
+  }
+}
+
+async function behindPooler(client) {
+  const r = await client.query(SQL.backendPid);
+  return r.rows[0].v !== client.processID;
+}
+
+async function listenOn(client, names) {
+  const r = await client.query({ text: SQL.channels, values: [names] });
+  const chans = new Map();
+  for (const row of r.rows) {
+    chans.set(row.ch, row.n);
+    await client.query(`LISTEN ${client.escapeIdentifier(row.ch)}`);
+  }
+  return chans;
+}
+
+async function senderPids(client) {
+  const r = await client.query(SQL.stats);
+  const row = r.rows[0] || {};
+  const pids = row.sender_pids ?? (row.sender_pid ? [row.sender_pid] : []);
+  return new Set((pids || []).filter((p) => p !== null).map(Number));
+}
+
+/*
+ * A lease held for ttl seconds and renewed while held.  Emits 'lost'
+ * (with the reason) the moment the lease is known to be gone.
+ */
+class Lock extends EventEmitter {
+  constructor(name, opts = {}) {
+    super();
+    this.name = nameArg(name, 'name');
+    this.ttl = seconds(opts.ttl ?? 30, 'ttl');
+    if (this.ttl <= 0) throw new TypeError('ttl must be positive');
+    this.holder = opts.holder !== undefined ? nameArg(opts.holder, 'holder') : defaultHolder();
+    this.info = opts.info;
+    this.listen = opts.listen;
+    this.permits = opts.permits;
+    this.connector = new Connector(opts);
+    this.token = null;
+    this.lost = false;
+    this.lostReason = null;
+    this._keeper = null;
+    this._created = false;
+  }
+
+  async acquire({ blocking = true, timeout = null } = {}) {
+    const deadline = timeout === null ? null : Date.now() + seconds(timeout, 'timeout') * 1000;
+    if (this.permits !== undefined && !this._created) {
+      await this.connector.value(SQL.semCreate, [this.name, this.permits]);
+      this._created = true;
+    }
+    for (;;) {
+      let waitMs = 0;
+      if (blocking) waitMs = deadline === null ? WAIT_SLICE_MS : Math.max(0, Math.min(WAIT_SLICE_MS, deadline - Date.now()));
+      const token = await this.connector.value(SQL.acquire, [this.name, this.holder, interval(this.ttl), interval(waitMs / 1000), jsonb(this.info)]);
+      if (token !== null) {
+        this.token = token;
+        if (!this._keeper) await this._startKeeper();
+        return true;
+      }
+      if (!blocking || (deadline !== null && Date.now() >= deadline)) return false;
+    }
+  }
+
+  async release() {
+    await this._stopKeeper();
+    const released = await this.connector.value(SQL.release, [this.name, this.holder]);
+    this.token = null;
+    return released === true;
+  }
+
+  async renew() {
+    const expiry = await this.connector.value(SQL.renew, [this.name, this.holder, interval(this.ttl)]);
+    if (expiry === null) this._setLost('the renewal found the lease no longer held');
+    else if (this._keeper) this._keeper.confirmed = expiry;
+    return expiry;
+  }
+
+  async locked() {
+    return (await this.connector.value(SQL.locked, [this.name])) === true;
+  }
+
+  async owned() {
+    return (await this.connector.query(SQL.held, [this.name, this.holder])).length > 0;
+  }
+
+  check() {
+    if (this.lost) throw new LockLost(`lease "${this.name}" of holder "${this.holder}" was lost: ${this.lostReason}`);
+  }
+
+  // In the caller's transaction, on the caller's client: the token (BigInt).
+  async guard(client) {
+    const r = await client.query({ text: SQL.assertHeld, values: [this.name, this.holder], types });
+    return r.rows[0].v;
+  }
+
+  _setLost(why) {
+    if (this.lost) return;
+    this.lost = true;
+    this.lostReason = why;
+    this.emit('lost', why);
+  }
+
+  async _startKeeper() {
+    this.lost = false;
+    this.lostReason = null;
+    const k = { client: this.connector.client(), confirmed: null, timers: [], stopped: false };
+    this._keeper = k;
+    k.client.on('error', () => {});
+    await k.client.connect();
+    const held = await k.client.query({ text: SQL.held, values: [this.name, this.holder], types });
+    if (!held.rows.length) {
+      this._setLost('the lease was not held by the time the keeper started');
+      return;
+    }
+    k.confirmed = held.rows[0].expires_at;
+    if (this.listen !== false && !(await behindPooler(k.client))) {
+      k.client.on('notification', (msg) => {
+        const ev = parsePayload(msg.channel, msg.payload);
+        if (ev && ev.name === this.name && ev.holder === this.holder &&
+            (ev.kind === 'released' || ev.kind === 'expired')) {
+          this._setLost(`the lease was ${ev.kind}`);
+        }
+      });
+      await listenOn(k.client, [this.name]);
+    }
+    const margin = Math.min(1000, this.ttl * 100);
+    const tick = async () => {
+      if (k.stopped || this.lost) return;
+      try {
+        const r = await k.client.query({ text: SQL.renew, values: [this.name, this.holder, interval(this.ttl)], types });
+        const expiry = r.rows[0].v;
+        if (expiry === null) this._setLost('the renewal found the lease no longer held');
+        else k.confirmed = expiry;
+      } catch (e) {
+        // A broken keeper connection: the watchdog decides.
+      }
+    };
+    const watchdog = () => {
+      if (k.stopped || this.lost) return;
+      if (k.confirmed && k.confirmed.getTime() - margin <= Date.now()) {
+        this._setLost('no renewal could be confirmed before the lease expired');
+      }
+    };
+    k.timers.push(setInterval(tick, (this.ttl * 1000) / 3));
+    k.timers.push(setInterval(watchdog, Math.max(10, margin / 2)));
+  }
+
+  async _stopKeeper() {
+    const k = this._keeper;
+    this._keeper = null;
+    if (!k) return;
+    k.stopped = true;
+    for (const t of k.timers) clearInterval(t);
+    await k.client.end().catch(() => {});
+  }
+
+  async close() {
+    await this._stopKeeper();
+  }
+}
+
+// A lease with permits: at most `permits` holders at once.
+class Semaphore extends Lock {
+  constructor(name, permits, opts = {}) {
+    if (!Number.isInteger(permits) || permits < 1) throw new TypeError('permits must be a positive integer');
+    super(name, { ...opts, permits });
+  }
+}
+
+// Run fn while holding the lock; released in all cases.
+async function withLock(name, fn, opts = {}) {
+  const lock = new Lock(name, opts);
+  if (!(await lock.acquire({ timeout: opts.timeout ?? null }))) {
+    throw new DsyncError(`could not acquire lease "${name}" within the timeout`);
+  }
+  try {
+    return await fn(lock);
+  } finally {
+    await lock.release().catch(() => {});
+    await lock.close();
+  }
+}
+
+/*
+ * Leader election: emits 'elected' (token), 'lost' (reason) and
+ * 'members' (the group's live members, at each refresh).
+ */
+class LeaderElection extends EventEmitter {
+  constructor(group, opts = {}) {
+    super();
+    this.group = nameArg(group, 'group');
+    this.ttl = seconds(opts.ttl ?? 15, 'ttl');
+    this.member = opts.member !== undefined ? nameArg(opts.member, 'member') : defaultHolder();
+    this.info = opts.info;
+    this.lock = new Lock(this.group, { ...opts, ttl: this.ttl, holder: this.member });
+    this.lock.on('lost', (why) => {
+      if (this.isLeader) {
+        this.isLeader = false;
+        this.emit('lost', why);
+      }
+    });
+    this.isLeader = false;
+    this._stopping = false;
+    this._loop = null;
+  }
+
+  get token() {
+    return this.isLeader ? this.lock.token : null;
+  }
+
+  async leaderExists() {
+    return (await this.lock.connector.value(SQL.leader, [this.group])) !== null;
+  }
+
+  async members() {
+    const rows = await this.lock.connector.query(SQL.members, [this.group]);
+    return rows.map((r) => ({ member: r.member, info: r.info, joinedAt: r.joined_at, expiresAt: r.expires_at, isLeader: r.is_leader }));
+  }
+
+  start() {
+    this._stopping = false;
+    this._loop = this._run().catch((e) => this.emit('error', e));
+    return this;
+  }
+
+  async _run() {
+    const period = (this.ttl * 1000) / 3;
+    let nextJoin = 0;
+    while (!this._stopping) {
+      if (Date.now() >= nextJoin) {
+        await this.lock.connector.value(SQL.join, [this.group, this.member, interval(this.ttl), jsonb(this.info)]);
+        nextJoin = Date.now() + period;
+        this.emit('members', await this.members());
+      }
+      if (this.isLeader) {
+        await new Promise((r) => setTimeout(r, Math.max(0, Math.min(period, nextJoin - Date.now()))));
+        continue;
+      }
+      const slice = Math.max(0.05, Math.min(period, nextJoin - Date.now()) / 1000);
+      if (await this.lock.acquire({ timeout: slice })) {
+        if (this._stopping) break;
+        this.isLeader = true;
+        this.emit('elected', this.lock.token);
+      }
+    }
+  }
+
+  async stop() {
+    this._stopping = true;
+    if (this._loop) await this._loop;
+    this._loop = null;
+    const wasLeader = this.isLeader;
+    this.isLeader = false;
+    await this.lock.release().catch(() => {});
+    await this.lock.connector.value(SQL.leave, [this.group, this.member]).catch(() => {});
+    await this.lock.close();
+    if (wasLeader) this.emit('lost', 'stopped');
+  }
+}
+
+/*
+ * The events of the given names as an async iterator: first the current
+ * state (kind "state", one per live holder), then each notification dsync
+ * sent.  Ends after `timeout` seconds without an event (default: never).
+ */
+async function* watch(names, opts = {}) {
+  names = names.map((n) => nameArg(n, 'name'));
+  const connector = new Connector(opts);
+  const client = connector.client();
+  const queue = [];
+  let wake = null;
+  client.on('notification', (msg) => {
+    queue.push(msg);
+    if (wake) wake();
+  });
+  client.on('error', (e) => {
+    queue.push(e);
+    if (wake) wake();
+  });
+  await client.connect();
+  try {
+    if (await behindPooler(client)) {
+      throw new ListenUnavailable('LISTEN does not work through this connection: it goes through a connection pooler in transaction mode; watch needs a direct connection (or a pool in session mode)');
+    }
+    const chans = await listenOn(client, names);
+    let senders = await senderPids(client);
+    const state = await client.query({ text: SQL.state, values: [names], types });
+    for (const r of state.rows) {
+      yield { kind: 'state', name: r.lease, holder: r.holder, fencing: r.fencing, expiresAt: r.expires_at, seq: null, channel: null, raw: {} };
+    }
+    for (;;) {
+      if (!queue.length) {
+        const got = await new Promise((resolve) => {
+          wake = () => resolve(true);
+          if (opts.timeout !== undefined && opts.timeout !== null) setTimeout(() => resolve(false), seconds(opts.timeout, 'timeout') * 1000);
+        });
+        wake = null;
+        if (!got && !queue.length) return;
+      }
+      const msg = queue.shift();
+      if (msg instanceof Error) throw msg;
+      if (!chans.has(msg.channel)) continue;
+      if (senders.size && !senders.has(msg.processId)) {
+        senders = await senderPids(client);
+        if (!senders.has(msg.processId)) continue;
+      }
+      const ev = parsePayload(msg.channel, msg.payload);
+      if (ev) yield ev;
+    }
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
+module.exports = {
+  Lock, Semaphore, LeaderElection, watch, withLock, parsePayload, defaultHolder,
+  DsyncError, LockLost, ListenUnavailable, types,
+};

@@ -1,0 +1,159 @@
+'use strict';
+const test = require('node:test');
+const assert = require('node:assert');
+const { spawn } = require('node:child_process');
+const path = require('node:path');
+const pg = require('pg');
+const { Lock, Semaphore, LeaderElection, watch, withLock, LockLost, ListenUnavailable } = require('..');
+const { direct, bouncer, uniqueName, adminQuery, sleep } = require('./helpers');
+
+for (const [how, config] of [['direct', direct], ['pgbouncer', bouncer]]) {
+  test(`lock cycle with BigInt tokens (${how})`, async () => {
+    const name = uniqueName('cycle');
+    const a = new Lock(name, { config, ttl: 30, info: { host: 'h', n: 1 } });
+    assert.strictEqual(await a.acquire({ blocking: false }), true);
+    assert.strictEqual(typeof a.token, 'bigint');
+    assert.ok(await a.owned());
+    const b = new Lock(name, { config, ttl: 30 });
+    assert.strictEqual(await b.acquire({ blocking: false }), false);
+    assert.strictEqual(await b.acquire({ timeout: 0.2 }), false);
+    assert.ok((await a.renew()) instanceof Date);
+    assert.strictEqual(await a.release(), true);
+    assert.strictEqual(await a.locked(), false);
+    assert.strictEqual(await b.acquire({ timeout: 5 }), true);
+    await b.release();
+    await a.close();
+    await b.close();
+  });
+
+  test(`withLock releases when fn throws (${how})`, async () => {
+    const name = uniqueName('with');
+    await assert.rejects(withLock(name, async (lock) => {
+      assert.strictEqual(typeof lock.token, 'bigint');
+      throw new Error('boom');
+    }, { config, ttl: 30 }), /boom/);
+    const rows = await adminQuery('SELECT count(*)::int AS n FROM dsync_leases WHERE lease = $1', [name]);
+    assert.strictEqual(rows[0].n, 0);
+  });
+
+  test(`semaphore of 2 (${how})`, async () => {
+    const name = uniqueName('sem');
+    const s = [0, 1, 2].map(() => new Semaphore(name, 2, { config, ttl: 30 }));
+    assert.ok(await s[0].acquire({ blocking: false }));
+    assert.ok(await s[1].acquire({ blocking: false }));
+    assert.strictEqual(await s[2].acquire({ blocking: false }), false);
+    await s[0].release();
+    assert.ok(await s[2].acquire({ timeout: 5 }));
+    for (const x of s) { await x.release(); await x.close(); }
+  });
+}
+
+test('guard in the caller\'s transaction returns the BigInt token', async () => {
+  const name = uniqueName('guard');
+  await withLock(name, async (lock) => {
+    const c = new pg.Client(direct);
+    await c.connect();
+    await c.query('BEGIN');
+    const token = await lock.guard(c);
+    assert.strictEqual(token, lock.token);
+    await c.query('COMMIT');
+    await c.end();
+  }, { config: direct, ttl: 30 });
+  const other = new Lock(name, { config: direct });
+  const c = new pg.Client(direct);
+  await c.connect();
+  await assert.rejects(other.guard(c), (e) => e.code === '55000');
+  await c.end();
+});
+
+test('a force-released lock is known lost at once', async () => {
+  const name = uniqueName('lost');
+  const lock = new Lock(name, { config: direct, ttl: 30 });
+  assert.ok(await lock.acquire());
+  const lost = new Promise((resolve) => lock.once('lost', resolve));
+  const t0 = process.hrtime.bigint();
+  await adminQuery('SELECT dsync_force_release($1)', [name]);
+  const why = await lost;
+  const ms = Number(process.hrtime.bigint() - t0) / 1e6;
+  console.log(`node lost-lease notice: ${ms.toFixed(1)} ms`);
+  assert.match(why, /released/);
+  assert.ok(ms < 10000);
+  assert.throws(() => lock.check(), LockLost);
+  await lock.close();
+});
+
+test('payload tokens are BigInt and foreign NOTIFYs are skipped', async () => {
+  const name = uniqueName('watch');
+  const it = watch([name], { config: direct, timeout: 5 });
+  const seen = [];
+  const reader = (async () => {
+    for await (const ev of it) {
+      seen.push(ev);
+      if (ev.kind === 'released') break;
+    }
+  })();
+  await sleep(500);
+  const ch = (await adminQuery('SELECT dsync_channel($1) AS ch', [name]))[0].ch;
+  await adminQuery(`SELECT pg_notify($1, $2)`, [ch, JSON.stringify({ event: 'released', lease: name, holder: 'x', fencing: 1 })]);
+  await withLock(name, async () => {}, { config: direct, ttl: 30, holder: 'w' });
+  await reader;
+  assert.deepStrictEqual(seen.map((e) => e.kind), ['acquired', 'released']);
+  assert.strictEqual(typeof seen[0].fencing, 'bigint');
+  assert.strictEqual(seen[0].fencing, seen[1].fencing);
+  assert.ok(seen[0].expiresAt instanceof Date);
+});
+
+test('watch through PgBouncer says LISTEN does not work', async () => {
+  await assert.rejects((async () => {
+    for await (const ev of watch(['x'], { config: bouncer, timeout: 1 })) void ev;
+  })(), ListenUnavailable);
+});
+
+test('leader election emits elected, members and lost; failover after kill', async () => {
+  const group = uniqueName('elect');
+  const events = [];
+  const a = new LeaderElection(group, { config: direct, ttl: 3, member: 'a' });
+  a.on('elected', (t) => events.push(['elected', typeof t]));
+  a.on('lost', () => events.push(['lost']));
+  let members = null;
+  a.on('members', (m) => { members = m; });
+  a.start();
+  for (let i = 0; i < 200 && !a.isLeader; i++) await sleep(25);
+  assert.ok(a.isLeader);
+  assert.ok(members && members[0].member === 'a');
+  await a.stop();
+  assert.deepStrictEqual(events, [['elected', 'bigint'], ['lost']]);
+
+  // Two processes; kill -9 the leader; the other leads within ttl + 1 s.
+  const script = path.join(__dirname, 'candidate.js');
+  const procs = {};
+  for (const m of ['p1', 'p2']) {
+    procs[m] = spawn(process.execPath, [script, group, m], { env: process.env, stdio: 'ignore' });
+  }
+  const leader = async () => (await adminQuery('SELECT dsync_leader($1) AS v', [group]))[0].v;
+  let first = null;
+  for (let i = 0; i < 300 && !first; i++) { first = await leader(); await sleep(25); }
+  assert.ok(first === 'p1' || first === 'p2');
+  const other = first === 'p1' ? 'p2' : 'p1';
+  const t0 = Date.now();
+  procs[first].kill('SIGKILL');
+  let now = null;
+  while (Date.now() - t0 < 8000 && now !== other) { now = await leader(); await sleep(20); }
+  const took = (Date.now() - t0) / 1000;
+  console.log(`node failover after kill -9: ${took.toFixed(2)} s (ttl 3 s)`);
+  for (const p of Object.values(procs)) p.kill('SIGKILL');
+  assert.strictEqual(now, other);
+  assert.ok(took <= 4);
+});
+
+for (const [script, expect] of [['with_lock.js', /debited under fencing token \d+/],
+  ['leader.js', /running the job with 1 member/], ['semaphore.js', /at most [1-4] held/]]) {
+  test(`example ${script}`, async () => {
+    const { execFile } = require('node:child_process');
+    const out = await new Promise((resolve, reject) => {
+      execFile(process.execPath, [path.join(__dirname, '..', 'examples', script)], { env: process.env, timeout: 60000 },
+        (err, stdout, stderr) => (err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(stdout)));
+    });
+    assert.match(out, expect);
+  });
+}

@@ -1,0 +1,523 @@
+"""dsync for asyncio: AsyncLock, AsyncSemaphore, AsyncEvent,
+AsyncLeaderElection and awatch, the same shapes as dsync.sync.
+
+A cancelled wait cancels the statement in the server and closes its
+connection, so that no waiter is left behind in dsync_waiters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime, timezone
+from typing import Any, AsyncIterator, Callable, List, Optional, Sequence
+
+import psycopg
+
+from . import _common as c
+from ._common import LeaseEvent, Seconds
+
+__all__ = ["AsyncLock", "AsyncSemaphore", "AsyncEvent", "AsyncLeaderElection", "awatch"]
+
+
+class _Connector:
+    """A conninfo string or a psycopg_pool AsyncConnectionPool."""
+
+    def __init__(self, conninfo: Optional[str], pool: Any, kwargs: dict):
+        if (conninfo is None) == (pool is None):
+            raise TypeError("give exactly one of conninfo and pool")
+        self.pool = pool
+        self.conninfo = conninfo if conninfo is not None else pool.conninfo
+        self.kwargs = c.pool_settings(kwargs)
+        self._own: Optional[psycopg.AsyncConnection] = None
+        self._lock = asyncio.Lock()
+
+    async def open(self) -> psycopg.AsyncConnection:
+        return await psycopg.AsyncConnection.connect(self.conninfo, **self.kwargs)
+
+    async def value(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        if self.pool is not None:
+            async with self.pool.connection() as conn:
+                return await _value(conn, sql, params)
+        async with self._lock:
+            if self._own is None or self._own.closed:
+                self._own = await self.open()
+            conn = self._own
+            try:
+                return await _value(conn, sql, params)
+            except BaseException:
+                self._own = None
+                raise
+
+    async def close(self) -> None:
+        if self._own is not None:
+            await self._own.close()
+            self._own = None
+
+
+async def _value(conn: psycopg.AsyncConnection, sql: str, params: Sequence[Any]) -> Any:
+    """One statement's first value.  If the task is cancelled meanwhile
+    (a wait in the server, say), the statement is cancelled in the server
+    and the connection closed, which ends the wait there at once."""
+    try:
+        cur = await conn.execute(sql, params)
+        row = await cur.fetchone()
+        return row[0] if row else None
+    except (asyncio.CancelledError, Exception):
+        try:
+            conn.cancel()
+        except Exception:
+            pass
+        await conn.close()
+        raise
+
+
+async def _behind_pooler(conn: psycopg.AsyncConnection) -> bool:
+    cur = await conn.execute(c.SQL_BACKEND_PID)
+    return (await cur.fetchone())[0] != conn.info.backend_pid
+
+
+async def _listen(conn: psycopg.AsyncConnection, names: Sequence[str]) -> dict:
+    cur = await conn.execute(c.SQL_CHANNELS, (list(names),))
+    chans = {ch: n for n, ch in await cur.fetchall()}
+    for ch in chans:
+        await conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(ch)))
+    return chans
+
+
+class _Notifications:
+    """Notifications of an idle connection as an asyncio queue, read off
+    its socket without a query (psycopg 3.1's notifies() cannot time out)."""
+
+    def __init__(self, conn: psycopg.AsyncConnection):
+        self.conn = conn
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.loop = asyncio.get_running_loop()
+        self.fd = conn.fileno()
+        # Those that arrive while a query runs are psycopg's to read.
+        conn.add_notify_handler(
+            lambda n: self.queue.put_nowait((n.channel, n.payload, n.pid)))
+        self.reading = False
+        self.resume()
+
+    def pause(self) -> None:
+        """Before a query on the connection: psycopg reads its socket then."""
+        if self.reading:
+            self.loop.remove_reader(self.fd)
+            self.reading = False
+
+    def resume(self) -> None:
+        if not self.reading:
+            self.loop.add_reader(self.fd, self._readable)
+            self.reading = True
+            self._readable()
+
+    def _readable(self) -> None:
+        pg = self.conn.pgconn
+        try:
+            pg.consume_input()
+        except Exception as exc:
+            self.queue.put_nowait(exc)
+            self.pause()
+            return
+        while True:
+            n = pg.notifies()
+            if n is None:
+                return
+            self.queue.put_nowait((n.relname.decode(), n.extra.decode(), n.be_pid))
+
+    async def get(self, timeout: Optional[float]) -> Optional[tuple]:
+        try:
+            item = await asyncio.wait_for(self.queue.get(), timeout)
+        except asyncio.TimeoutError:
+            return None
+        if isinstance(item, Exception):
+            raise psycopg.OperationalError(str(item))
+        return item
+
+    def close(self) -> None:
+        try:
+            self.pause()
+        except Exception:
+            pass
+
+
+class AsyncLock(c.LeaseSettings):
+    """An asyncio lease: `async with AsyncLock("x", conninfo=...) as lock:`."""
+
+    def __init__(self, name: str, *, conninfo: Optional[str] = None, pool: Any = None,
+                 ttl: Seconds = 30, holder: Optional[str] = None, info: Any = None,
+                 on_lost: Optional[Callable[["AsyncLock"], Any]] = None,
+                 listen: Optional[bool] = None, **connect_kwargs: Any):
+        c.LeaseSettings.__init__(self, name, ttl, holder, info, on_lost, listen)
+        self.lost = asyncio.Event()
+        self._connector = _Connector(conninfo, pool, connect_kwargs)
+        self._keeper: Optional[asyncio.Task] = None
+        self._confirmed: Optional[datetime] = None
+
+    async def _prepare(self) -> None:
+        """Semaphores define themselves here."""
+
+    async def acquire(self, blocking: bool = True, timeout: Optional[Seconds] = None) -> bool:
+        deadline = c.deadline_of(timeout, time.monotonic())
+        await self._prepare()
+        while True:
+            wait = c.next_wait(blocking, deadline, time.monotonic())
+            token = await self._connector.value(
+                c.SQL_ACQUIRE, (self.name, self.holder, self.ttl, wait, self.info))
+            if token is not None:
+                await self._held(int(token))
+                return True
+            if not blocking or (deadline is not None and time.monotonic() >= deadline):
+                return False
+
+    async def _held(self, token: int) -> None:
+        self.token = token
+        if self._keeper is not None and not self._keeper.done():
+            return
+        self.lost.clear()
+        self.lost_reason = None
+        self._confirmed = await self._connector.value(
+            "SELECT expires_at FROM dsync_leases WHERE lease = %s::text AND holder = %s::text",
+            (self.name, self.holder))
+        started = asyncio.Event()
+        self._keeper = asyncio.create_task(self._keep(started))
+        await started.wait()
+
+    async def _keep(self, started: asyncio.Event) -> None:
+        conn = None
+        notes = None
+        period = self.ttl.total_seconds() / 3
+        margin = min(1.0, self.ttl.total_seconds() / 10)
+        next_renew = time.monotonic() + period
+        try:
+            try:
+                conn = await self._connector.open()
+                if self.listen is not False and not await _behind_pooler(conn):
+                    await _listen(conn, [self.name])
+                    notes = _Notifications(conn)
+                    notes.pause()
+                cur = await conn.execute(c.SQL_HELD, (self.name, self.holder))
+                if notes is not None:
+                    notes.resume()
+                if await cur.fetchone() is None:
+                    await self._set_lost("the lease was not held by the time the keeper started")
+                    return
+            finally:
+                started.set()
+            while not self.lost.is_set():
+                now = time.monotonic()
+                left = (self._confirmed - datetime.now(timezone.utc)).total_seconds() \
+                    if self._confirmed else 3600
+                watchdog = now + left - margin
+                timeout = max(0.0, min(next_renew, watchdog) - now)
+                if notes is not None:
+                    item = await notes.get(timeout)
+                    if item is not None:
+                        ev = c.parse_payload(item[0], item[1])
+                        if ev is not None and c.lost_by(ev, self.name, self.holder):
+                            await self._set_lost(f"the lease was {ev.kind}")
+                            return
+                        continue
+                else:
+                    await asyncio.sleep(timeout)
+                now = time.monotonic()
+                left = (self._confirmed - datetime.now(timezone.utc)).total_seconds() \
+                    if self._confirmed else 3600
+                if left - margin <= 0:
+                    await self._set_lost("no renewal could be confirmed before the lease expired")
+                    return
+                if now >= next_renew:
+                    try:
+                        if notes is not None:
+                            notes.pause()
+                        cur = await conn.execute(c.SQL_RENEW, (self.name, self.holder, self.ttl))
+                        expiry = (await cur.fetchone())[0]
+                        if notes is not None:
+                            notes.resume()
+                    except psycopg.OperationalError:
+                        if notes is not None:
+                            notes.close()
+                            notes = None
+                        try:
+                            await conn.close()
+                            conn = await self._connector.open()
+                        except psycopg.OperationalError:
+                            pass
+                        next_renew = time.monotonic() + min(1.0, period)
+                        continue
+                    if expiry is None:
+                        await self._set_lost("the renewal found the lease no longer held")
+                        return
+                    self._confirmed = expiry
+                    next_renew = time.monotonic() + period
+        except asyncio.CancelledError:
+            pass
+        except Exception as exc:
+            await self._set_lost(f"the keeper failed: {exc!r}")
+        finally:
+            if notes is not None:
+                notes.close()
+            if conn is not None:
+                await conn.close()
+
+    async def _set_lost(self, why: str) -> None:
+        if self.lost.is_set():
+            return
+        self.lost_reason = why
+        self.lost.set()
+        if self.on_lost is not None:
+            result = self.on_lost(self)
+            if asyncio.iscoroutine(result):
+                await result
+
+    async def _stop_keeper(self) -> None:
+        task, self._keeper = self._keeper, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    async def release(self) -> bool:
+        await self._stop_keeper()
+        released = bool(await self._connector.value(c.SQL_RELEASE, (self.name, self.holder)))
+        self.token = None
+        return released
+
+    async def renew(self, ttl: Optional[Seconds] = None) -> Optional[datetime]:
+        expiry = await self._connector.value(
+            c.SQL_RENEW, (self.name, self.holder, c.interval(ttl, "ttl") or self.ttl))
+        if expiry is None:
+            await self._set_lost("the renewal found the lease no longer held")
+        else:
+            self._confirmed = expiry
+        return expiry
+
+    touch = renew
+
+    async def locked(self) -> bool:
+        return bool(await self._connector.value(
+            "SELECT EXISTS (SELECT 1 FROM dsync_leases WHERE lease = %s::text)", (self.name,)))
+
+    async def owned(self) -> bool:
+        return await self._connector.value(c.SQL_HELD, (self.name, self.holder)) is not None
+
+    def check(self) -> None:
+        if self.lost.is_set():
+            raise self.lost_error()
+
+    async def guard(self, conn: psycopg.AsyncConnection) -> int:
+        cur = await conn.execute(c.SQL_ASSERT_HELD, (self.name, self.holder))
+        return int((await cur.fetchone())[0])
+
+    async def close(self) -> None:
+        await self._stop_keeper()
+        await self._connector.close()
+
+    async def __aenter__(self) -> "AsyncLock":
+        await self.acquire()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await asyncio.shield(self.release())
+
+
+class AsyncSemaphore(AsyncLock):
+    def __init__(self, name: str, permits: int, **kwargs: Any):
+        if not isinstance(permits, int) or isinstance(permits, bool) or permits < 1:
+            raise ValueError("permits must be a positive int")
+        self.permits = permits
+        self._created = False
+        super().__init__(name, **kwargs)
+
+    async def _prepare(self) -> None:
+        if not self._created:
+            await self._connector.value(c.SQL_SEM_CREATE, (self.name, self.permits))
+            self._created = True
+
+
+class AsyncEvent:
+    def __init__(self, name: str, *, conninfo: Optional[str] = None, pool: Any = None,
+                 **connect_kwargs: Any):
+        self.name = c.name_arg(name, "name")
+        self._connector = _Connector(conninfo, pool, connect_kwargs)
+
+    async def set(self) -> None:
+        await self._connector.value(c.SQL_EVENT_SET, (self.name,))
+
+    async def wait(self, timeout: Optional[Seconds] = None) -> bool:
+        deadline = c.deadline_of(timeout, time.monotonic())
+        while True:
+            wait = c.next_wait(True, deadline, time.monotonic())
+            if await self._connector.value(c.SQL_EVENT_WAIT, (self.name, wait)):
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+    async def clear(self) -> int:
+        return int(await self._connector.value(c.SQL_EVENT_CLEAR, (self.name,)))
+
+    async def is_set(self) -> bool:
+        return bool(await self._connector.value(c.SQL_EVENT_IS_SET, (self.name,)))
+
+    async def close(self) -> None:
+        await self._connector.close()
+
+
+class AsyncLeaderElection(c.ElectionSettings):
+    """Leader election as an asyncio task: `task = election.start()`;
+    cancelling the task (or `await election.stop()`) resigns cleanly."""
+
+    def __init__(self, group: str, *, conninfo: Optional[str] = None, pool: Any = None,
+                 ttl: Seconds = 15, member: Optional[str] = None, info: Any = None,
+                 on_leader: Optional[Callable[[], Any]] = None,
+                 on_leader_loss: Optional[Callable[[], Any]] = None,
+                 listen: Optional[bool] = None, **connect_kwargs: Any):
+        c.ElectionSettings.__init__(self, AsyncLock, group, conninfo, pool, ttl, member, info,
+                                    on_leader, on_leader_loss, listen, connect_kwargs)
+        self._leader = False
+        self._task: Optional[asyncio.Task] = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader
+
+    @property
+    def token(self) -> Optional[int]:
+        return self._lock.token if self._leader else None
+
+    async def leader_exists(self) -> bool:
+        return await self._lock._connector.value(c.SQL_LEADER, (self.group,)) is not None
+
+    async def members(self) -> List[dict]:
+        conn = await self._lock._connector.open()
+        try:
+            cur = await conn.execute(c.SQL_MEMBERS, (self.group,))
+            rows = await cur.fetchall()
+        finally:
+            await conn.close()
+        return [c.member_row(r) for r in rows]
+
+    async def _call(self, fn: Optional[Callable[[], Any]]) -> None:
+        if fn is not None:
+            result = fn()
+            if asyncio.iscoroutine(result):
+                await result
+
+    async def _lost(self, _lock: AsyncLock) -> None:
+        if self._leader:
+            self._leader = False
+            await self._call(self.on_leader_loss)
+
+    async def run(self) -> None:
+        period = self.ttl.total_seconds() / 3
+        next_join = 0.0
+        try:
+            while True:
+                if time.monotonic() >= next_join:
+                    await self._lock._connector.value(
+                        c.SQL_JOIN, (self.group, self.member, self.ttl, c.jsonb(self.info)))
+                    next_join = time.monotonic() + period
+                if self._leader:
+                    await asyncio.sleep(max(0.0, next_join - time.monotonic()))
+                    continue
+                if await self._lock.acquire(
+                        timeout=max(0.05, min(period, next_join - time.monotonic()))):
+                    self._leader = True
+                    await self._call(self.on_leader)
+        finally:
+            await asyncio.shield(self._resign())
+
+    async def _resign(self) -> None:
+        was_leader, self._leader = self._leader, False
+        try:
+            await self._lock.release()
+            await self._lock._connector.value(c.SQL_LEAVE, (self.group, self.member))
+        except psycopg.Error:
+            pass
+        if was_leader:
+            await self._call(self.on_leader_loss)
+        await self._lock.close()
+
+    def start(self) -> asyncio.Task:
+        self._task = asyncio.create_task(self.run())
+        return self._task
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def __aenter__(self) -> "AsyncLeaderElection":
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+
+async def awatch(names: Sequence[str], *, conninfo: str, timeout: Optional[Seconds] = None,
+                 reconnect: bool = True, **connect_kwargs: Any) -> AsyncIterator[LeaseEvent]:
+    """The asyncio form of dsync.watch: the current state, then events."""
+    names = [c.name_arg(n, "name") for n in names]
+    limit = c.interval(timeout, "timeout")
+    kwargs = c.pool_settings(connect_kwargs)
+    while True:
+        try:
+            conn = await psycopg.AsyncConnection.connect(conninfo, **kwargs)
+        except psycopg.OperationalError:
+            if not reconnect:
+                raise
+            await asyncio.sleep(1)
+            continue
+        notes = None
+        try:
+            if await _behind_pooler(conn):
+                raise c.ListenUnavailable(
+                    "LISTEN does not work through this connection: it goes through a "
+                    "connection pooler in transaction mode; watch needs a direct "
+                    "connection (or a pool in session mode)")
+            chans = await _listen(conn, names)
+            notes = _Notifications(conn)
+            notes.pause()
+            cur = await conn.execute(c.SQL_LEASE_STATE, (names,))
+            state = await cur.fetchall()
+            senders = await _senders(conn)
+            notes.resume()
+            for row in state:
+                yield c.state_event(row)
+            while True:
+                item = await notes.get(None if limit is None else limit.total_seconds())
+                if item is None:
+                    return
+                channel, payload, pid = item
+                if channel not in chans:
+                    continue
+                if senders and pid not in senders:
+                    notes.pause()
+                    senders = await _senders(conn)
+                    notes.resume()
+                    if pid not in senders:
+                        continue
+                ev = c.parse_payload(channel, payload)
+                if ev is not None:
+                    yield ev
+        except psycopg.OperationalError:
+            if not reconnect:
+                raise
+            await asyncio.sleep(0.2)
+        finally:
+            if notes is not None:
+                notes.close()
+            await conn.close()
+
+
+async def _senders(conn: psycopg.AsyncConnection) -> set:
+    cur = await conn.execute(c.SQL_SENDERS)
+    return c.sender_pids([d.name for d in cur.description], await cur.fetchone())

@@ -1,0 +1,568 @@
+"""dsync for threads: Lock, Semaphore, Event, LeaderElection and watch.
+
+A held lease is kept by a keeper thread on a connection of its own: it
+renews every ttl/3, listens on the lease's channel so that a release by
+someone else (dsync_force_release) or an expiry is known at once, and
+declares the lease lost if no renewal has been confirmed shortly before
+the last confirmed expiry, so that the holder hears of the loss before
+anyone else can take the lease.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterator, List, Optional, Sequence
+
+import psycopg
+
+from . import _common as c
+from ._common import LeaseEvent, Seconds
+
+__all__ = ["Lock", "Semaphore", "Event", "LeaderElection", "watch"]
+
+
+class _Connector:
+    """Where connections come from: a conninfo string or a psycopg_pool
+    ConnectionPool.  Short statements borrow from the pool; the keeper and
+    waits that must stay on one session get a connection of their own."""
+
+    def __init__(self, conninfo: Optional[str], pool: Any, kwargs: dict):
+        if (conninfo is None) == (pool is None):
+            raise TypeError("give exactly one of conninfo and pool")
+        self.pool = pool
+        self.conninfo = conninfo if conninfo is not None else pool.conninfo
+        self.kwargs = c.pool_settings(kwargs)
+        self._own: Optional[psycopg.Connection] = None
+        self._lock = threading.Lock()
+
+    def open(self) -> psycopg.Connection:
+        return psycopg.connect(self.conninfo, **self.kwargs)
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        if self.pool is not None:
+            with self.pool.connection() as conn:
+                yield conn
+            return
+        with self._lock:
+            if self._own is None or self._own.closed:
+                self._own = self.open()
+            conn = self._own
+        try:
+            yield conn
+        except BaseException:
+            # Interrupted mid-statement (KeyboardInterrupt, a broken
+            # connection): close it, which ends any wait in the server.
+            conn.close()
+            raise
+
+    def value(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        with self.connection() as conn:
+            row = conn.execute(sql, params).fetchone()
+            return row[0] if row else None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._own is not None:
+                self._own.close()
+                self._own = None
+
+
+def behind_pooler(conn: psycopg.Connection) -> bool:
+    """Whether conn goes through a connection pooler (PgBouncer sends a
+    backend key of its own, so the server's pid differs from libpq's)."""
+    pid = conn.execute(c.SQL_BACKEND_PID).fetchone()[0]
+    return pid != conn.info.backend_pid
+
+
+def _channels(conn: psycopg.Connection, names: Sequence[str]) -> dict:
+    rows = conn.execute(c.SQL_CHANNELS, (list(names),)).fetchall()
+    return {channel: name for name, channel in rows}
+
+
+def _listen(conn: psycopg.Connection, channels: Sequence[str]) -> None:
+    for ch in channels:
+        conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(ch)))
+
+
+def _drain(conn: psycopg.Connection) -> List[tuple]:
+    """The notifications that have arrived, without a query (psycopg 3.1's
+    notifies() cannot time out): (channel, payload, sender pid)."""
+    pg = conn.pgconn
+    pg.consume_input()
+    out = []
+    while True:
+        n = pg.notifies()
+        if n is None:
+            return out
+        out.append((n.relname.decode(), n.extra.decode(), n.be_pid))
+
+
+class _Keeper:
+    """The thread that keeps one held lease (or leadership) alive."""
+
+    def __init__(self, owner: "Lock", token: int, expires_at: Optional[datetime]):
+        self.owner = owner
+        self.token = token
+        self.confirmed = expires_at
+        self.stop_r, self.stop_w = socket.socketpair()
+        self.thread = threading.Thread(target=self._run, daemon=True,
+                                       name=f"dsync keeper {owner.name}")
+        self.listening = False
+        self.ready = threading.Event()
+        self.pending: List[tuple] = []
+
+    def _on_notify(self, n: psycopg.Notify) -> None:
+        # Notifications that arrive during a query: psycopg reads them.
+        self.pending.append((n.channel, n.payload, n.pid))
+
+    def start(self) -> None:
+        self.thread.start()
+        self.ready.wait(10)
+
+    def stop(self) -> None:
+        try:
+            self.stop_w.send(b"x")
+        except OSError:
+            pass
+        if threading.current_thread() is not self.thread:
+            self.thread.join()
+        self.stop_r.close()
+        self.stop_w.close()
+
+    def _margin(self) -> float:
+        # Declare a loss this long before the last confirmed expiry: the
+        # holder must stop before anyone else can be granted the lease.
+        return min(1.0, self.owner.ttl.total_seconds() / 10)
+
+    def _run(self) -> None:
+        o = self.owner
+        conn = None
+        period = o.ttl.total_seconds() / 3
+        next_renew = time.monotonic() + period
+        try:
+            try:
+                conn = o._connector.open()
+                conn.add_notify_handler(self._on_notify)
+                if o.listen is not False and not behind_pooler(conn):
+                    chans = _channels(conn, [o.name])
+                    _listen(conn, list(chans))
+                    self.listening = True
+                elif o.listen is True:
+                    raise c.ListenUnavailable(
+                        "LISTEN does not work through this connection (a pooler in "
+                        "transaction mode); a lost lease is noticed at the next renewal")
+                # Events between the grant and the LISTEN: ask once.
+                if conn.execute(c.SQL_HELD, (o.name, o.holder)).fetchone() is None:
+                    o._set_lost("the lease was not held by the time the keeper started")
+                    return
+            finally:
+                self.ready.set()
+            while not o.lost.is_set():
+                now = time.monotonic()
+                watchdog = self._watchdog_at(now)
+                timeout = max(0.0, min(next_renew, watchdog) - now)
+                fds = [self.stop_r] + ([conn.fileno()] if self.listening else [])
+                readable, _, _ = select.select(fds, [], [], 0 if self.pending else timeout)
+                if self.stop_r in readable:
+                    return
+                notes, self.pending = self.pending, []
+                if self.listening and conn.fileno() in readable:
+                    notes += _drain(conn)
+                if notes:
+                    for channel, payload, _pid in notes:
+                        ev = c.parse_payload(channel, payload)
+                        if ev is not None and c.lost_by(ev, o.name, o.holder):
+                            o._set_lost(f"the lease was {ev.kind}")
+                            return
+                now = time.monotonic()
+                if now >= self._watchdog_at(now):
+                    o._set_lost("no renewal could be confirmed before the lease expired")
+                    return
+                if now >= next_renew:
+                    try:
+                        expiry = conn.execute(c.SQL_RENEW, (o.name, o.holder, o.ttl)).fetchone()[0]
+                    except psycopg.OperationalError:
+                        # Reconnect and try again until the watchdog says no.
+                        conn = self._reconnect(conn)
+                        next_renew = time.monotonic() + min(1.0, period)
+                        continue
+                    if expiry is None:
+                        o._set_lost("the renewal found the lease no longer held")
+                        return
+                    self.confirmed = expiry
+                    next_renew = time.monotonic() + period
+        except Exception as exc:            # never leave a held lease unwatched
+            o._set_lost(f"the keeper failed: {exc!r}")
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _watchdog_at(self, now: float) -> float:
+        if self.confirmed is None:
+            return now + 3600
+        left = (self.confirmed - datetime.now(timezone.utc)).total_seconds()
+        return now + left - self._margin()
+
+    def _reconnect(self, conn):
+        try:
+            conn.close()
+        except Exception:
+            pass
+        o = self.owner
+        try:
+            conn = o._connector.open()
+            conn.add_notify_handler(self._on_notify)
+            if self.listening:
+                _listen(conn, list(_channels(conn, [o.name])))
+        except psycopg.OperationalError:
+            pass
+        return conn
+
+
+class Lock(c.LeaseSettings):
+    """A lease held for ttl and renewed in the background while held.
+
+    lock = Lock("billing", conninfo="dbname=app", ttl=30)
+    with lock:                      # blocks until held
+        token = lock.guard(conn)    # in the transaction that writes
+        ...
+    """
+
+    def __init__(self, name: str, *, conninfo: Optional[str] = None, pool: Any = None,
+                 ttl: Seconds = 30, holder: Optional[str] = None, info: Any = None,
+                 on_lost: Optional[Callable[["Lock"], None]] = None,
+                 listen: Optional[bool] = None, **connect_kwargs: Any):
+        c.LeaseSettings.__init__(self, name, ttl, holder, info, on_lost, listen)
+        self.lost = threading.Event()
+        self._connector = _Connector(conninfo, pool, connect_kwargs)
+        self._keeper: Optional[_Keeper] = None
+
+    # -- taking and letting go ------------------------------------------------
+
+    def _prepare(self) -> None:
+        """Semaphores define themselves here."""
+
+    def acquire(self, blocking: bool = True, timeout: Optional[Seconds] = None) -> bool:
+        """Take the lease: True once held, False if not within timeout
+        (blocking=False: at once).  A blocking acquire waits inside the
+        server, in slices of at most a few seconds, never polling."""
+        deadline = c.deadline_of(timeout, time.monotonic())
+        self._prepare()
+        while True:
+            wait = c.next_wait(blocking, deadline, time.monotonic())
+            token = self._connector.value(c.SQL_ACQUIRE,
+                                          (self.name, self.holder, self.ttl, wait, self.info))
+            if token is not None:
+                self._held(int(token))
+                return True
+            if not blocking or (deadline is not None and time.monotonic() >= deadline):
+                return False
+
+    def _held(self, token: int) -> None:
+        if self._keeper is not None and not self.lost.is_set():
+            self.token = token              # reentrant: the same lease, extended
+            return
+        self._stop_keeper()
+        self.lost.clear()
+        self.lost_reason = None
+        self.token = token
+        expiry = self._connector.value(
+            "SELECT expires_at FROM dsync_leases WHERE lease = %s::text AND holder = %s::text",
+            (self.name, self.holder))
+        self._keeper = _Keeper(self, token, expiry)
+        self._keeper.start()
+
+    def release(self) -> bool:
+        """Let the lease go: True if it was still held."""
+        self._stop_keeper()
+        released = bool(self._connector.value(c.SQL_RELEASE, (self.name, self.holder)))
+        self.token = None
+        return released
+
+    def renew(self, ttl: Optional[Seconds] = None) -> Optional[datetime]:
+        """Extend now (the keeper does it every ttl/3 anyway): the new
+        expiry, or None, and the lease counts as lost, if not held."""
+        expiry = self._connector.value(
+            c.SQL_RENEW, (self.name, self.holder, c.interval(ttl, "ttl") or self.ttl))
+        if expiry is None:
+            self._set_lost("the renewal found the lease no longer held")
+        elif self._keeper is not None:
+            self._keeper.confirmed = expiry
+        return expiry
+
+    touch = renew
+
+    def locked(self) -> bool:
+        """Whether anyone holds the lease now."""
+        return bool(self._connector.value(
+            "SELECT EXISTS (SELECT 1 FROM dsync_leases WHERE lease = %s::text)", (self.name,)))
+
+    def owned(self) -> bool:
+        """Whether this holder holds the lease now (asks the server)."""
+        return self._connector.value(c.SQL_HELD, (self.name, self.holder)) is not None
+
+    def check(self) -> None:
+        """Raise LockLost if the lease was lost while held."""
+        if self.lost.is_set():
+            raise self.lost_error()
+
+    def guard(self, conn: psycopg.Connection) -> int:
+        """In the caller's own transaction: the fencing token if this
+        holder holds the lease (nobody can take it until that transaction
+        ends), else psycopg's error for SQLSTATE 55000."""
+        row = conn.execute(c.SQL_ASSERT_HELD, (self.name, self.holder)).fetchone()
+        return int(row[0])
+
+    # -- the keeper's report --------------------------------------------------
+
+    def _set_lost(self, why: str) -> None:
+        if self.lost.is_set():
+            return
+        self.lost_reason = why
+        self.lost.set()
+        if self.on_lost is not None:
+            self.on_lost(self)
+
+    def _stop_keeper(self) -> None:
+        if self._keeper is not None:
+            self._keeper.stop()
+            self._keeper = None
+
+    def close(self) -> None:
+        self._stop_keeper()
+        self._connector.close()
+
+    def __enter__(self) -> "Lock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+class Semaphore(Lock):
+    """A lease with permits: at most `permits` holders at once.  Created on
+    first use (idempotent), so that every process can name the same one."""
+
+    def __init__(self, name: str, permits: int, **kwargs: Any):
+        if not isinstance(permits, int) or isinstance(permits, bool) or permits < 1:
+            raise ValueError("permits must be a positive int")
+        self.permits = permits
+        self._created = False
+        super().__init__(name, **kwargs)
+
+    def _prepare(self) -> None:
+        if not self._created:
+            self._connector.value(c.SQL_SEM_CREATE, (self.name, self.permits))
+            self._created = True
+
+
+class Event:
+    """A one-to-one signal: each set() wakes exactly one wait()."""
+
+    def __init__(self, name: str, *, conninfo: Optional[str] = None, pool: Any = None,
+                 **connect_kwargs: Any):
+        self.name = c.name_arg(name, "name")
+        self._connector = _Connector(conninfo, pool, connect_kwargs)
+
+    def set(self) -> None:
+        self._connector.value(c.SQL_EVENT_SET, (self.name,))
+
+    def wait(self, timeout: Optional[Seconds] = None) -> bool:
+        """Consume one signal: True, or False after timeout (None: wait
+        with no limit, in bounded slices inside the server)."""
+        deadline = c.deadline_of(timeout, time.monotonic())
+        while True:
+            wait = c.next_wait(True, deadline, time.monotonic())
+            if self._connector.value(c.SQL_EVENT_WAIT, (self.name, wait)):
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+    def clear(self) -> int:
+        return int(self._connector.value(c.SQL_EVENT_CLEAR, (self.name,)))
+
+    def is_set(self) -> bool:
+        return bool(self._connector.value(c.SQL_EVENT_IS_SET, (self.name,)))
+
+    def close(self) -> None:
+        self._connector.close()
+
+
+class LeaderElection(c.ElectionSettings):
+    """Join a group and campaign for its lease; while leader, the lease is
+    kept as a Lock keeps it.  on_leader() runs when elected;
+    on_leader_loss() runs as soon as leadership is lost (and on stop),
+    before the lease's expiry lets anyone else in."""
+
+    def __init__(self, group: str, *, conninfo: Optional[str] = None, pool: Any = None,
+                 ttl: Seconds = 15, member: Optional[str] = None, info: Any = None,
+                 on_leader: Optional[Callable[[], None]] = None,
+                 on_leader_loss: Optional[Callable[[], None]] = None,
+                 listen: Optional[bool] = None, **connect_kwargs: Any):
+        c.ElectionSettings.__init__(self, Lock, group, conninfo, pool, ttl, member, info,
+                                    on_leader, on_leader_loss, listen, connect_kwargs)
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._leader = threading.Event()
+        self.error: Optional[BaseException] = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader.is_set()
+
+    @property
+    def token(self) -> Optional[int]:
+        return self._lock.token if self.is_leader else None
+
+    def leader_exists(self) -> bool:
+        return self._lock._connector.value(c.SQL_LEADER, (self.group,)) is not None
+
+    def leader(self) -> Optional[str]:
+        return self._lock._connector.value(c.SQL_LEADER, (self.group,))
+
+    def members(self) -> List[dict]:
+        """The group's live members (the cluster detail)."""
+        with self._lock._connector.connection() as conn:
+            rows = conn.execute(c.SQL_MEMBERS, (self.group,)).fetchall()
+        return [c.member_row(r) for r in rows]
+
+    def _lost(self, _lock: Lock) -> None:
+        if self._leader.is_set():
+            self._leader.clear()
+            if self.on_leader_loss is not None:
+                self.on_leader_loss()
+
+    def _join(self) -> None:
+        self._lock._connector.value(c.SQL_JOIN, (self.group, self.member, self.ttl,
+                                                 c.jsonb(self.info)))
+
+    def run(self) -> None:
+        """Campaign until stop(): the loop start() runs in a thread."""
+        period = self.ttl.total_seconds() / 3
+        next_join = 0.0
+        try:
+            while not self._stop.is_set():
+                if time.monotonic() >= next_join:
+                    self._join()
+                    next_join = time.monotonic() + period
+                if self.is_leader:
+                    self._stop.wait(max(0.0, min(next_join - time.monotonic(), period)))
+                    continue
+                # A wait inside the server shorter than the membership ttl,
+                # so that the membership is refreshed between waits.
+                if self._lock.acquire(timeout=max(0.05, min(period, next_join - time.monotonic()))):
+                    if self._stop.is_set():
+                        break
+                    self._leader.set()
+                    if self.on_leader is not None:
+                        self.on_leader()
+        except BaseException as exc:          # reported by stop()
+            self.error = exc
+        finally:
+            self._resign()
+
+    def _resign(self) -> None:
+        was_leader = self._leader.is_set()
+        self._leader.clear()
+        try:
+            self._lock.release()
+            self._lock._connector.value(c.SQL_LEAVE, (self.group, self.member))
+        except psycopg.Error:
+            pass
+        if was_leader and self.on_leader_loss is not None:
+            self.on_leader_loss()
+        self._lock.close()
+
+    def start(self) -> "LeaderElection":
+        self._thread = threading.Thread(target=self.run, daemon=True,
+                                        name=f"dsync election {self.group}")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self.error is not None:
+            raise self.error
+
+    def __enter__(self) -> "LeaderElection":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def watch(names: Sequence[str], *, conninfo: str, timeout: Optional[Seconds] = None,
+          reconnect: bool = True, **connect_kwargs: Any) -> Iterator[LeaseEvent]:
+    """The events of the given lease, group or event names as they come.
+
+    Starts (and, after a reconnect, starts again) with the current state:
+    one LeaseEvent(kind="state") per live holder, so that nothing that
+    happened while disconnected goes unnoticed.  Notifications that dsync
+    did not send (another role's NOTIFY on the channel) are skipped.  Ends
+    after `timeout` seconds without an event (None: never).
+    """
+    names = [c.name_arg(n, "name") for n in names]
+    limit = c.interval(timeout, "timeout")
+    kwargs = c.pool_settings(connect_kwargs)
+    while True:
+        try:
+            conn = psycopg.connect(conninfo, **kwargs)
+        except psycopg.OperationalError:
+            if not reconnect:
+                raise
+            time.sleep(1)
+            continue
+        try:
+            if behind_pooler(conn):
+                raise c.ListenUnavailable(
+                    "LISTEN does not work through this connection: it goes through a "
+                    "connection pooler in transaction mode; watch needs a direct "
+                    "connection (or a pool in session mode)")
+            pending: List[tuple] = []
+            conn.add_notify_handler(lambda n: pending.append((n.channel, n.payload, n.pid)))
+            chans = _channels(conn, names)
+            _listen(conn, list(chans))
+            senders = _senders(conn)
+            for row in conn.execute(c.SQL_LEASE_STATE, (names,)).fetchall():
+                yield c.state_event(row)
+            last = time.monotonic()
+            while True:
+                wait = None if limit is None else \
+                    max(0.0, last + limit.total_seconds() - time.monotonic())
+                readable, _, _ = select.select([conn.fileno()], [], [], 0 if pending else wait)
+                if not readable and not pending:
+                    return
+                notes, pending[:] = pending[:] + (_drain(conn) if readable else []), []
+                for channel, payload, pid in notes:
+                    if channel not in chans:
+                        continue
+                    if senders and pid not in senders:
+                        senders = _senders(conn)        # a new sender after a restart?
+                        if pid not in senders:
+                            continue
+                    ev = c.parse_payload(channel, payload)
+                    if ev is not None:
+                        last = time.monotonic()
+                        yield ev
+        except psycopg.OperationalError:
+            if not reconnect:
+                raise
+            time.sleep(0.2)
+        finally:
+            conn.close()
+
+
+def _senders(conn: psycopg.Connection) -> set:
+    """The pids that send this database's events (dsync_stats)."""
+    cur = conn.execute(c.SQL_SENDERS)
+    return c.sender_pids([d.name for d in cur.description], cur.fetchone())

@@ -1,0 +1,175 @@
+"""The asyncio API against a real server (pytest without plugins: each
+test runs its own event loop)."""
+
+import asyncio
+import time
+
+import pytest
+
+from dsync import (AsyncEvent, AsyncLeaderElection, AsyncLock, AsyncSemaphore, LockLost,
+                   awatch)
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+def test_async_lock_cycle(dsn, name):
+    async def main():
+        async with AsyncLock(name, conninfo=dsn, ttl=30, info={"k": [1, 2]}) as lock:
+            assert isinstance(lock.token, int)
+            assert await lock.owned()
+            other = AsyncLock(name, conninfo=dsn, ttl=30)
+            assert not await other.acquire(blocking=False)
+            assert not await other.acquire(timeout=0.2)
+            await other.close()
+        assert not await lock.locked()
+        await lock.close()
+    run(main())
+
+
+def test_cancelled_waiter_leaves_no_waiter(dsn, admin, name):
+    """Cancel a task blocked in acquire: its wait ends in the server too."""
+    async def main():
+        holder = AsyncLock(name, conninfo=dsn, ttl=30)
+        assert await holder.acquire()
+        waiter = AsyncLock(name, conninfo=dsn, ttl=30)
+        task = asyncio.create_task(waiter.acquire())
+        for _ in range(200):
+            await asyncio.sleep(0.02)
+            if admin.execute("SELECT count(*) FROM dsync_waiters WHERE name = %s",
+                             (name,)).fetchone()[0] == 1:
+                break
+        else:
+            pytest.fail("the waiter never showed in dsync_waiters")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(200):
+            if admin.execute("SELECT count(*) FROM dsync_waiters WHERE name = %s",
+                             (name,)).fetchone()[0] == 0:
+                break
+            await asyncio.sleep(0.01)
+        else:
+            pytest.fail("a cancelled waiter stayed in dsync_waiters")
+        # The holder still holds it, and the next waiter gets it normally.
+        assert await holder.owned()
+        await holder.release()
+        assert await waiter.acquire(timeout=5)
+        await waiter.release()
+        await holder.close()
+        await waiter.close()
+    run(main())
+
+
+def test_async_lost_lease(server, admin, name):
+    async def main():
+        lost = []
+        lock = AsyncLock(name, conninfo=server.dsn(), ttl=30,
+                         on_lost=lambda l: lost.append(l.lost_reason))
+        assert await lock.acquire()
+        await asyncio.sleep(0.2)
+        t0 = time.monotonic()
+        admin.execute("SELECT dsync_force_release(%s)", (name,))
+        await asyncio.wait_for(lock.lost.wait(), 10)
+        print(f"\nasyncio lost-lease notice: {(time.monotonic() - t0) * 1000:.1f} ms")
+        assert lost and "released" in lost[0]
+        with pytest.raises(LockLost):
+            lock.check()
+        await lock.close()
+    run(main())
+
+
+def test_async_semaphore_and_event(dsn, name):
+    async def main():
+        sems = [AsyncSemaphore(name, 2, conninfo=dsn, ttl=30) for _ in range(3)]
+        assert await sems[0].acquire(blocking=False)
+        assert await sems[1].acquire(blocking=False)
+        assert not await sems[2].acquire(blocking=False)
+        await sems[0].release()
+        assert await sems[2].acquire(timeout=5)
+        for s in sems:
+            await s.release()
+            await s.close()
+        ev = AsyncEvent(name + "-ev", conninfo=dsn)
+        waiter = asyncio.create_task(ev.wait(timeout=10))
+        await asyncio.sleep(0.2)
+        setter = AsyncEvent(name + "-ev", conninfo=dsn)
+        await setter.set()
+        assert await waiter
+        assert not await ev.is_set()
+        await ev.close()
+        await setter.close()
+    run(main())
+
+
+def test_async_leader_election_cancel(dsn, admin, name):
+    async def main():
+        calls = []
+        e = AsyncLeaderElection(name, conninfo=dsn, ttl=3, member="m1",
+                                on_leader=lambda: calls.append("+"),
+                                on_leader_loss=lambda: calls.append("-"))
+        task = e.start()
+        for _ in range(200):
+            if e.is_leader:
+                break
+            await asyncio.sleep(0.05)
+        assert e.is_leader and await e.leader_exists()
+        members = await e.members()
+        assert [m["member"] for m in members] == ["m1"] and members[0]["is_leader"]
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert calls == ["+", "-"]
+        assert admin.execute("SELECT dsync_leader(%s)", (name,)).fetchone()[0] is None
+        assert admin.execute("SELECT count(*) FROM dsync_members(%s)",
+                             (name,)).fetchone()[0] == 0
+    run(main())
+
+
+def test_awatch(server, name):
+    async def main():
+        dsn = server.dsn()
+        seen = []
+
+        async def consume():
+            async for ev in awatch([name], conninfo=dsn, timeout=3):
+                seen.append(ev)
+                if ev.kind == "released":
+                    return
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(0.5)
+        async with AsyncLock(name, conninfo=dsn, ttl=30, holder="w1"):
+            pass
+        await task
+        kinds = [e.kind for e in seen]
+        assert kinds == ["acquired", "released"], kinds
+        assert seen[0].fencing == seen[1].fencing and isinstance(seen[0].fencing, int)
+    run(main())
+
+
+def test_awatch_refuses_pgbouncer(server, name):
+    async def main():
+        from dsync import ListenUnavailable
+        with pytest.raises(ListenUnavailable):
+            async for _ in awatch([name], conninfo=server.dsn(bouncer=True), timeout=1):
+                pass
+    run(main())
+
+
+def test_async_with_a_connection_pool(dsn, name):
+    async def main():
+        from psycopg_pool import AsyncConnectionPool
+        async with AsyncConnectionPool(dsn, min_size=1, max_size=4,
+                                       kwargs={"prepare_threshold": None}) as pool:
+            a = AsyncLock(name, pool=pool, ttl=30)
+            b = AsyncLock(name, pool=pool, ttl=30)
+            assert await a.acquire()
+            waiter = asyncio.create_task(b.acquire(timeout=10))
+            await asyncio.sleep(0.3)
+            assert await a.release()
+            assert await waiter
+            assert await b.release()
+            await a.close()
+            await b.close()
+    run(main())

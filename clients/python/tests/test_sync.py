@@ -1,0 +1,289 @@
+"""The thread-side API against a real server, directly and through
+PgBouncer in transaction mode (the dsn fixture runs each test both ways)."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timedelta
+
+import psycopg
+import pytest
+
+from conftest import wait_for
+from dsync import (Event, LeaderElection, LeaseEvent, ListenUnavailable, Lock, LockLost,
+                   Semaphore, watch)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON = sys.executable
+
+
+def test_types_and_basic_cycle(dsn, name):
+    # An int ttl and a dict info: the casts the library adds make them work.
+    lock = Lock(name, conninfo=dsn, ttl=30, info={"host": "h1", "n": 1})
+    assert lock.acquire(blocking=False)
+    assert isinstance(lock.token, int) and lock.token > 0
+    assert lock.owned() and lock.locked()
+    other = Lock(name, conninfo=dsn, ttl=30.5)
+    assert not other.acquire(blocking=False)
+    assert not other.acquire(timeout=timedelta(milliseconds=200))
+    expiry = lock.renew()
+    assert isinstance(expiry, datetime) and expiry.tzinfo is not None
+    assert lock.release()
+    assert not lock.owned() and not lock.locked()
+    assert other.acquire(blocking=False)
+    assert other.release()
+    lock.close()
+    other.close()
+
+
+def test_default_holder_and_reentry(dsn, name):
+    lock = Lock(name, conninfo=dsn, ttl=10)
+    host, pid, rnd = lock.holder.split(":")
+    assert pid == str(os.getpid()) and len(rnd) == 8
+    assert lock.acquire()
+    first = lock.token
+    assert lock.acquire(blocking=False)          # the same holder: extended
+    assert lock.token == first
+    lock.release()
+    lock.close()
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError):
+        Lock("x", conninfo="dbname=none", ttl="30")
+    with pytest.raises(ValueError):
+        Lock("x", conninfo="dbname=none", ttl=0)
+    with pytest.raises(ValueError):
+        Lock("", conninfo="dbname=none")
+    with pytest.raises(TypeError):
+        Lock("x")
+    with pytest.raises(ValueError):
+        Semaphore("x", 0, conninfo="dbname=none")
+
+
+def test_blocking_acquire_is_woken(dsn, name):
+    a = Lock(name, conninfo=dsn, ttl=30)
+    b = Lock(name, conninfo=dsn, ttl=30)
+    assert a.acquire()
+    got = []
+    t = threading.Thread(target=lambda: got.append(b.acquire(timeout=20)))
+    t.start()
+    time.sleep(0.3)
+    a.release()
+    t.join(10)
+    assert got == [True] and b.token > 0
+    b.release()
+    a.close()
+    b.close()
+
+
+def test_mutual_exclusion_across_processes_with_guard(dsn, admin, name):
+    """Four processes increment a counter under the lock, each write
+    guarded in its own transaction; no increment is lost."""
+    table = "counter_" + str(abs(hash(name)) % 100000)
+    admin.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, value int, token bigint)")
+    admin.execute(f"GRANT ALL ON {table} TO app")
+    admin.execute(f"INSERT INTO {table} VALUES (1, 0, 0)")
+    procs = [subprocess.Popen([PYTHON, os.path.join(HERE, "worker.py"), "count", dsn,
+                               name, table, "25"], stdout=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    value, token = admin.execute(f"SELECT value, token FROM {table}").fetchone()
+    assert value == 100
+    assert token > 0
+
+
+def test_guard_refuses_when_not_held(dsn, name):
+    lock = Lock(name, conninfo=dsn, ttl=30)
+    with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as conn:
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+            lock.guard(conn)
+    lock.close()
+
+
+def test_lost_lease_is_noticed_at_once(server, admin, name):
+    """Force-release a held lock: the holder learns it through LISTEN long
+    before the ttl would let anyone else in."""
+    seen = []
+    lock = Lock(name, conninfo=server.dsn(), ttl=30, on_lost=lambda l: seen.append(l.lost_reason))
+    assert lock.acquire()
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    admin.execute("SELECT dsync_force_release(%s)", (name,))
+    assert lock.lost.wait(10)
+    took = time.monotonic() - t0
+    print(f"\nlost-lease notice after force_release: {took * 1000:.1f} ms")
+    assert took < 30 / 3, "not noticed before the first renewal"
+    assert seen and "released" in seen[0]
+    with pytest.raises(LockLost):
+        lock.check()
+    assert not lock.release()
+    lock.close()
+
+
+def test_lost_lease_through_pgbouncer_at_renewal(server, admin, name):
+    """Through a pooler LISTEN does not work: the loss is noticed at the
+    next renewal, still before the ttl is over."""
+    lock = Lock(name, conninfo=server.dsn(bouncer=True), ttl=3)
+    assert lock.acquire()
+    t0 = time.monotonic()
+    admin.execute("SELECT dsync_force_release(%s)", (name,))
+    assert lock.lost.wait(3)
+    print(f"\nlost-lease notice through PgBouncer: {(time.monotonic() - t0) * 1000:.0f} ms")
+    lock.close()
+
+
+def test_renewal_keeps_the_lease(dsn, name):
+    lock = Lock(name, conninfo=dsn, ttl=1.5)
+    assert lock.acquire()
+    time.sleep(3.5)
+    assert not lock.lost.is_set()
+    assert lock.owned()
+    lock.check()
+    assert lock.release()
+    lock.close()
+
+
+def test_semaphore_permits(dsn, name):
+    sems = [Semaphore(name, 2, conninfo=dsn, ttl=30) for _ in range(3)]
+    assert sems[0].acquire(blocking=False)
+    assert sems[1].acquire(blocking=False)
+    assert not sems[2].acquire(blocking=False)
+    sems[0].release()
+    assert sems[2].acquire(timeout=5)
+    for s in sems[1:]:
+        s.release()
+    for s in sems:
+        s.close()
+
+
+def test_event_one_to_one(dsn, name):
+    ev = Event(name, conninfo=dsn)
+    assert ev.clear() == 0
+    assert not ev.is_set()
+    ev.set()
+    assert ev.is_set()
+    assert ev.wait(timeout=1)
+    assert not ev.wait(timeout=0.2)
+    waiter = Event(name, conninfo=dsn)
+    got = []
+    t = threading.Thread(target=lambda: got.append(waiter.wait(timeout=10)))
+    t.start()
+    time.sleep(0.2)
+    ev.set()
+    t.join(10)
+    assert got == [True]
+    ev.close()
+    waiter.close()
+
+
+def test_event_between_processes(dsn, name):
+    p = subprocess.Popen([PYTHON, os.path.join(HERE, "worker.py"), "wait-event", dsn, name],
+                         stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    Event(name, conninfo=dsn).set()
+    out = p.communicate(timeout=30)[0]
+    assert p.returncode == 0 and "got" in out
+
+
+def test_leader_election_callbacks(dsn, name):
+    events = []
+    a = LeaderElection(name, conninfo=dsn, ttl=3, member="a",
+                       on_leader=lambda: events.append("a+"),
+                       on_leader_loss=lambda: events.append("a-"))
+    b = LeaderElection(name, conninfo=dsn, ttl=3, member="b",
+                       on_leader=lambda: events.append("b+"),
+                       on_leader_loss=lambda: events.append("b-"))
+    a.start()
+    assert wait_for(lambda: a.is_leader, 10)
+    b.start()
+    assert wait_for(lambda: len(b.members()) == 2, 10)
+    assert b.leader_exists() and not b.is_leader
+    detail = {m["member"]: m["is_leader"] for m in b.members()}
+    assert detail == {"a": True, "b": False}
+    a.stop()
+    assert events[:2] == ["a+", "a-"]
+    assert wait_for(lambda: b.is_leader, 5)
+    b.stop()
+    assert events == ["a+", "a-", "b+", "b-"]
+
+
+def test_leader_failover_after_kill(dsn, name):
+    """Kill -9 the leader process: another takes over within ttl + 1 s."""
+    ttl = 3
+    procs = {m: subprocess.Popen([PYTHON, "-u", os.path.join(HERE, "worker.py"), "elect", dsn,
+                                  name, m, str(ttl)], stdout=subprocess.PIPE, text=True)
+             for m in ("p1", "p2")}
+    observer = LeaderElection(name, conninfo=dsn, ttl=ttl, member="observer")
+    try:
+        assert wait_for(lambda: observer.leader() in ("p1", "p2"), 15)
+        leader = observer.leader()
+        other = "p2" if leader == "p1" else "p1"
+        t0 = time.monotonic()
+        procs[leader].send_signal(signal.SIGKILL)
+        assert wait_for(lambda: observer.leader() == other, ttl + 5, 0.02)
+        took = time.monotonic() - t0
+        print(f"\nfailover after kill -9 of the leader: {took:.2f} s (ttl {ttl} s)")
+        assert took <= ttl + 1
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+        observer._lock.close()
+
+
+def test_watch_typed_events_and_state(server, admin, name):
+    direct = server.dsn()
+    holder = Lock(name, conninfo=direct, ttl=30, holder="h-state")
+    assert holder.acquire()
+    it = watch([name], conninfo=direct, timeout=5)
+    first = next(it)
+    assert first == LeaseEvent(kind="state", name=name, holder="h-state",
+                               fencing=holder.token, expires_at=first.expires_at)
+    # A NOTIFY dsync did not send, on the same channel, is skipped.
+    channel = admin.execute("SELECT dsync_channel(%s)", (name,)).fetchone()[0]
+    admin.execute(psycopg.sql.SQL("NOTIFY {}, {}").format(
+        psycopg.sql.Identifier(channel),
+        psycopg.sql.Literal('{"event":"released","lease":"%s","holder":"h-state"}' % name)))
+    holder.release()
+    ev = next(it)
+    assert ev.kind == "released" and ev.holder == "h-state"
+    assert isinstance(ev.fencing, int) and ev.fencing == first.fencing
+    assert ev.seq is not None
+    other = Lock(name, conninfo=direct, ttl=30, holder="h2")
+    other.acquire()
+    ev = next(it)
+    assert ev.kind == "acquired" and ev.holder == "h2" and ev.expires_at.tzinfo is not None
+    other.release()
+    holder.close()
+    other.close()
+
+
+def test_watch_refuses_pgbouncer(server, name):
+    with pytest.raises(ListenUnavailable):
+        next(watch([name], conninfo=server.dsn(bouncer=True), timeout=1))
+
+
+def test_with_a_connection_pool(dsn, name):
+    """A psycopg_pool ConnectionPool in place of a conninfo string; the
+    pool's connections are in transactions, not autocommit."""
+    from psycopg_pool import ConnectionPool
+    with ConnectionPool(dsn, min_size=1, max_size=4, kwargs={"prepare_threshold": None}) as pool:
+        a = Lock(name, pool=pool, ttl=30)
+        b = Lock(name, pool=pool, ttl=30)
+        assert a.acquire()
+        got = []
+        t = threading.Thread(target=lambda: got.append(b.acquire(timeout=10)))
+        t.start()
+        time.sleep(0.3)
+        assert a.release()
+        t.join(15)
+        assert got == [True]
+        assert b.owned()
+        assert b.release()
+        a.close()
+        b.close()

@@ -1,0 +1,47 @@
+"""Processes the tests start: a counter under a guarded lock, a leader
+election candidate, an event waiter."""
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import psycopg  # noqa: E402
+
+from dsync import Event, LeaderElection, Lock  # noqa: E402
+
+
+def count(dsn, name, table, n):
+    lock = Lock(name, conninfo=dsn, ttl=10)
+    with psycopg.connect(dsn, prepare_threshold=None) as conn:
+        for _ in range(int(n)):
+            with lock:
+                with conn.transaction():
+                    token = lock.guard(conn)
+                    value, last = conn.execute(
+                        f"SELECT value, token FROM {table} WHERE id = 1").fetchone()
+                    assert token >= last, (token, last)
+                    time.sleep(0.002)
+                    conn.execute(f"UPDATE {table} SET value = %s, token = %s WHERE id = 1",
+                                 (value + 1, token))
+    lock.close()
+
+
+def elect(dsn, group, member, ttl):
+    e = LeaderElection(group, conninfo=dsn, ttl=float(ttl), member=member,
+                       on_leader=lambda: print("leader", flush=True))
+    e.start()
+    while True:
+        time.sleep(1)
+
+
+def wait_event(dsn, name):
+    if Event(name, conninfo=dsn).wait(timeout=20):
+        print("got", flush=True)
+    else:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    {"count": count, "elect": elect, "wait-event": wait_event}[sys.argv[1]](*sys.argv[2:])
