@@ -5,12 +5,13 @@
  * in results and in notification payloads alike.  A held lock is kept by
  * a keeper on a connection of its own: it renews every ttl/3, listens for
  * the lease's release or expiry, and declares the lock lost shortly before
- * the last confirmed expiry if no renewal got through.
+ * the lease could expire if no renewal got through.
  */
 
 const { EventEmitter } = require('node:events');
 const os = require('node:os');
 const crypto = require('node:crypto');
+const { performance } = require('node:perf_hooks');
 const pg = require('pg');
 
 const WAIT_SLICE_MS = 5000;
@@ -111,8 +112,8 @@ class Connector {
     this.config = pool ? pool.options : config ?? { connectionString };
   }
 
-  client() {
-    return new pg.Client(this.config);
+  client(applicationName) {
+    return new pg.Client(applicationName ? { application_name: applicationName, ...this.config } : this.config);
   }
 
   async query(text, values) {
@@ -191,7 +192,9 @@ class Lock extends EventEmitter {
       const token = await this.connector.value(SQL.acquire, [this.name, this.holder, interval(this.ttl), interval(waitMs / 1000), jsonb(this.info)]);
       if (token !== null) {
         this.token = token;
-        if (!this._keeper) await this._startKeeper();
+        const granted = performance.now();    // at most a round trip after the grant
+        if (!this._keeper) await this._startKeeper(granted);
+        else this._keeper.holdsUntil = granted + this.ttl * 1000;
         return true;
       }
       if (!blocking || (deadline !== null && Date.now() >= deadline)) return false;
@@ -206,9 +209,10 @@ class Lock extends EventEmitter {
   }
 
   async renew() {
+    const sent = performance.now();
     const expiry = await this.connector.value(SQL.renew, [this.name, this.holder, interval(this.ttl)]);
     if (expiry === null) this._setLost('the renewal found the lease no longer held');
-    else if (this._keeper) this._keeper.confirmed = expiry;
+    else if (this._keeper) this._keeper.holdsUntil = sent + this.ttl * 1000;
     return expiry;
   }
 
@@ -237,10 +241,13 @@ class Lock extends EventEmitter {
     this.emit('lost', why);
   }
 
-  async _startKeeper() {
+  async _startKeeper(granted) {
     this.lost = false;
     this.lostReason = null;
-    const k = { client: this.connector.client(), confirmed: null, timers: [], stopped: false };
+    // holdsUntil: the lease lasts at least until then (performance.now()),
+    // reckoned from when the grant or renewal was sent, whatever the
+    // client's and the server's wall clocks say.
+    const k = { client: this.connector.client(`dsync keeper ${this.name}`.slice(0, 63)), holdsUntil: granted + this.ttl * 1000, timers: [], stopped: false };
     this._keeper = k;
     k.client.on('error', () => {});
     await k.client.connect();
@@ -249,7 +256,6 @@ class Lock extends EventEmitter {
       this._setLost('the lease was not held by the time the keeper started');
       return;
     }
-    k.confirmed = held.rows[0].expires_at;
     if (this.listen !== false && !(await behindPooler(k.client))) {
       k.client.on('notification', (msg) => {
         const ev = parsePayload(msg.channel, msg.payload);
@@ -263,19 +269,20 @@ class Lock extends EventEmitter {
     const margin = Math.min(1000, this.ttl * 100);
     const tick = async () => {
       if (k.stopped || this.lost) return;
+      const sent = performance.now();
       try {
         const r = await k.client.query({ text: SQL.renew, values: [this.name, this.holder, interval(this.ttl)], types });
         const expiry = r.rows[0].v;
         if (expiry === null) this._setLost('the renewal found the lease no longer held');
-        else k.confirmed = expiry;
+        else k.holdsUntil = sent + this.ttl * 1000;
       } catch (e) {
         // A broken keeper connection: the watchdog decides.
       }
     };
     const watchdog = () => {
       if (k.stopped || this.lost) return;
-      if (k.confirmed && k.confirmed.getTime() - margin <= Date.now()) {
-        this._setLost('no renewal could be confirmed before the lease expired');
+      if (k.holdsUntil - margin <= performance.now()) {
+        this._setLost('no renewal could be confirmed before the lease could expire');
       }
     };
     k.timers.push(setInterval(tick, (this.ttl * 1000) / 3));

@@ -157,3 +157,29 @@ for (const [script, expect] of [['with_lock.js', /debited under fencing token \d
     assert.match(out, expect);
   });
 }
+
+test('the watchdog declares a loss before the lease could expire', async () => {
+  const name = uniqueName('watchdog');
+  const lock = new Lock(name, { config: direct, ttl: 2 });
+  const t0 = Date.now();
+  assert.ok(await lock.acquire());
+  let pid = null;
+  for (let i = 0; i < 200 && !pid; i++) {
+    const rows = await adminQuery('SELECT pid FROM pg_stat_activity WHERE application_name = $1', [`dsync keeper ${name}`.slice(0, 63)]);
+    if (rows.length) pid = rows[0].pid; else await sleep(10);
+  }
+  assert.ok(pid, 'no keeper connection');
+  process.kill(pid, 'SIGSTOP');
+  try {
+    const why = await new Promise((resolve) => lock.once('lost', resolve));
+    const took = (Date.now() - t0) / 1000;
+    console.log(`node watchdog: loss declared ${took.toFixed(2)} s after the acquire (ttl 2 s)`);
+    assert.match(why, /renewal/);
+    assert.ok(took < 2);
+    const rows = await adminQuery('SELECT count(*)::int AS n FROM dsync_leases WHERE lease = $1', [name]);
+    assert.strictEqual(rows[0].n, 1);
+  } finally {
+    process.kill(pid, 'SIGCONT');
+  }
+  await lock.close();
+});

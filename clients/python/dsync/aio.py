@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, AsyncIterator, Callable, List, Optional, Sequence
 
 import psycopg
@@ -32,8 +32,11 @@ class _Connector:
         self._own: Optional[psycopg.AsyncConnection] = None
         self._lock = asyncio.Lock()
 
-    async def open(self) -> psycopg.AsyncConnection:
-        return await psycopg.AsyncConnection.connect(self.conninfo, **self.kwargs)
+    async def open(self, application_name: Optional[str] = None) -> psycopg.AsyncConnection:
+        kwargs = dict(self.kwargs)
+        if application_name is not None:
+            kwargs.setdefault("application_name", application_name)
+        return await psycopg.AsyncConnection.connect(self.conninfo, **kwargs)
 
     async def value(self, sql: str, params: Sequence[Any] = ()) -> Any:
         if self.pool is not None:
@@ -153,7 +156,8 @@ class AsyncLock(c.LeaseSettings):
         self.lost = asyncio.Event()
         self._connector = _Connector(conninfo, pool, connect_kwargs)
         self._keeper: Optional[asyncio.Task] = None
-        self._confirmed: Optional[datetime] = None
+        self._watchdog: Optional[asyncio.Task] = None
+        self._holds_until = 0.0
 
     async def _prepare(self) -> None:
         """Semaphores define themselves here."""
@@ -166,33 +170,45 @@ class AsyncLock(c.LeaseSettings):
             token = await self._connector.value(
                 c.SQL_ACQUIRE, (self.name, self.holder, self.ttl, wait, self.info))
             if token is not None:
-                await self._held(int(token))
+                await self._held(int(token), time.monotonic())
                 return True
             if not blocking or (deadline is not None and time.monotonic() >= deadline):
                 return False
 
-    async def _held(self, token: int) -> None:
+    async def _held(self, token: int, granted: float) -> None:
         self.token = token
+        # The lease lasts at least until then (time.monotonic()), whatever
+        # the client's and the server's wall clocks say.
+        self._holds_until = granted + self.ttl.total_seconds()
         if self._keeper is not None and not self._keeper.done():
             return
         self.lost.clear()
         self.lost_reason = None
-        self._confirmed = await self._connector.value(
-            "SELECT expires_at FROM dsync_leases WHERE lease = %s::text AND holder = %s::text",
-            (self.name, self.holder))
         started = asyncio.Event()
         self._keeper = asyncio.create_task(self._keep(started))
+        self._watchdog = asyncio.create_task(self._watch())
         await started.wait()
+
+    async def _watch(self) -> None:
+        """The watchdog, a task of its own so that a renewal stuck on a dead
+        network or a stalled server cannot hold it up: the lease counts as
+        lost shortly before it could expire unrenewed."""
+        margin = min(1.0, self.ttl.total_seconds() / 10)
+        while not self.lost.is_set():
+            left = self._holds_until - margin - time.monotonic()
+            if left <= 0:
+                await self._set_lost("no renewal could be confirmed before the lease could expire")
+                return
+            await asyncio.sleep(min(left, 0.5))
 
     async def _keep(self, started: asyncio.Event) -> None:
         conn = None
         notes = None
         period = self.ttl.total_seconds() / 3
-        margin = min(1.0, self.ttl.total_seconds() / 10)
         next_renew = time.monotonic() + period
         try:
             try:
-                conn = await self._connector.open()
+                conn = await self._connector.open(f"dsync keeper {self.name}"[:63])
                 if self.listen is not False and not await _behind_pooler(conn):
                     await _listen(conn, [self.name])
                     notes = _Notifications(conn)
@@ -206,11 +222,7 @@ class AsyncLock(c.LeaseSettings):
             finally:
                 started.set()
             while not self.lost.is_set():
-                now = time.monotonic()
-                left = (self._confirmed - datetime.now(timezone.utc)).total_seconds() \
-                    if self._confirmed else 3600
-                watchdog = now + left - margin
-                timeout = max(0.0, min(next_renew, watchdog) - now)
+                timeout = max(0.0, next_renew - time.monotonic())
                 if notes is not None:
                     item = await notes.get(timeout)
                     if item is not None:
@@ -222,12 +234,8 @@ class AsyncLock(c.LeaseSettings):
                 else:
                     await asyncio.sleep(timeout)
                 now = time.monotonic()
-                left = (self._confirmed - datetime.now(timezone.utc)).total_seconds() \
-                    if self._confirmed else 3600
-                if left - margin <= 0:
-                    await self._set_lost("no renewal could be confirmed before the lease expired")
-                    return
                 if now >= next_renew:
+                    sent = time.monotonic()
                     try:
                         if notes is not None:
                             notes.pause()
@@ -241,7 +249,7 @@ class AsyncLock(c.LeaseSettings):
                             notes = None
                         try:
                             await conn.close()
-                            conn = await self._connector.open()
+                            conn = await self._connector.open(f"dsync keeper {self.name}"[:63])
                         except psycopg.OperationalError:
                             pass
                         next_renew = time.monotonic() + min(1.0, period)
@@ -249,7 +257,7 @@ class AsyncLock(c.LeaseSettings):
                     if expiry is None:
                         await self._set_lost("the renewal found the lease no longer held")
                         return
-                    self._confirmed = expiry
+                    self._holds_until = sent + self.ttl.total_seconds()
                     next_renew = time.monotonic() + period
         except asyncio.CancelledError:
             pass
@@ -272,13 +280,15 @@ class AsyncLock(c.LeaseSettings):
                 await result
 
     async def _stop_keeper(self) -> None:
-        task, self._keeper = self._keeper, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        tasks = [self._keeper, self._watchdog]
+        self._keeper = self._watchdog = None
+        for task in tasks:
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
 
     async def release(self) -> bool:
         await self._stop_keeper()
@@ -287,12 +297,13 @@ class AsyncLock(c.LeaseSettings):
         return released
 
     async def renew(self, ttl: Optional[Seconds] = None) -> Optional[datetime]:
-        expiry = await self._connector.value(
-            c.SQL_RENEW, (self.name, self.holder, c.interval(ttl, "ttl") or self.ttl))
+        ttl_td = c.interval(ttl, "ttl") or self.ttl
+        sent = time.monotonic()
+        expiry = await self._connector.value(c.SQL_RENEW, (self.name, self.holder, ttl_td))
         if expiry is None:
             await self._set_lost("the renewal found the lease no longer held")
         else:
-            self._confirmed = expiry
+            self._holds_until = sent + ttl_td.total_seconds()
         return expiry
 
     touch = renew

@@ -4,8 +4,11 @@ A held lease is kept by a keeper thread on a connection of its own: it
 renews every ttl/3, listens on the lease's channel so that a release by
 someone else (dsync_force_release) or an expiry is known at once, and
 declares the lease lost if no renewal has been confirmed shortly before
-the last confirmed expiry, so that the holder hears of the loss before
-anyone else can take the lease.
+the lease could expire, so that the holder hears of the loss before
+anyone else can take the lease.  That moment is reckoned on the client's
+monotonic clock from when the last successful grant or renewal was sent
+(the server's expiry is later than that plus the ttl), never by comparing
+the client's wall clock with the server's.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Callable, Iterator, List, Optional, Sequence
 
 import psycopg
@@ -40,8 +43,11 @@ class _Connector:
         self._own: Optional[psycopg.Connection] = None
         self._lock = threading.Lock()
 
-    def open(self) -> psycopg.Connection:
-        return psycopg.connect(self.conninfo, **self.kwargs)
+    def open(self, application_name: Optional[str] = None) -> psycopg.Connection:
+        kwargs = dict(self.kwargs)
+        if application_name is not None:
+            kwargs.setdefault("application_name", application_name)
+        return psycopg.connect(self.conninfo, **kwargs)
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
@@ -106,16 +112,20 @@ def _drain(conn: psycopg.Connection) -> List[tuple]:
 class _Keeper:
     """The thread that keeps one held lease (or leadership) alive."""
 
-    def __init__(self, owner: "Lock", token: int, expires_at: Optional[datetime]):
+    def __init__(self, owner: "Lock", token: int, granted: float):
         self.owner = owner
         self.token = token
-        self.confirmed = expires_at
+        # The lease lasts at least until this time.monotonic() value.
+        self.holds_until = granted + owner.ttl.total_seconds()
         self.stop_r, self.stop_w = socket.socketpair()
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name=f"dsync keeper {owner.name}")
         self.listening = False
         self.ready = threading.Event()
         self.pending: List[tuple] = []
+        self.stopped = threading.Event()
+        self.watchdog = threading.Thread(target=self._watch, daemon=True,
+                                         name=f"dsync watchdog {owner.name}")
 
     def _on_notify(self, n: psycopg.Notify) -> None:
         # Notifications that arrive during a query: psycopg reads them.
@@ -123,20 +133,35 @@ class _Keeper:
 
     def start(self) -> None:
         self.thread.start()
+        self.watchdog.start()
         self.ready.wait(10)
 
+    def _watch(self) -> None:
+        """The watchdog, in a thread of its own so that a renewal stuck on
+        a dead network or a stalled server cannot hold it up: the lease
+        counts as lost shortly before it could expire unrenewed."""
+        while not self.stopped.is_set() and not self.owner.lost.is_set():
+            left = self._watchdog_at(time.monotonic()) - time.monotonic()
+            if left <= 0:
+                self.owner._set_lost("no renewal could be confirmed before the lease could expire")
+                return
+            self.stopped.wait(min(left, 0.5))
+
     def stop(self) -> None:
+        self.stopped.set()
         try:
             self.stop_w.send(b"x")
         except OSError:
             pass
         if threading.current_thread() is not self.thread:
             self.thread.join()
+        if threading.current_thread() is not self.watchdog:
+            self.watchdog.join()
         self.stop_r.close()
         self.stop_w.close()
 
     def _margin(self) -> float:
-        # Declare a loss this long before the last confirmed expiry: the
+        # Declare a loss this long before the lease could expire: the
         # holder must stop before anyone else can be granted the lease.
         return min(1.0, self.owner.ttl.total_seconds() / 10)
 
@@ -147,7 +172,7 @@ class _Keeper:
         next_renew = time.monotonic() + period
         try:
             try:
-                conn = o._connector.open()
+                conn = o._connector.open(f"dsync keeper {o.name}"[:63])
                 conn.add_notify_handler(self._on_notify)
                 if o.listen is not False and not behind_pooler(conn):
                     chans = _channels(conn, [o.name])
@@ -164,9 +189,7 @@ class _Keeper:
             finally:
                 self.ready.set()
             while not o.lost.is_set():
-                now = time.monotonic()
-                watchdog = self._watchdog_at(now)
-                timeout = max(0.0, min(next_renew, watchdog) - now)
+                timeout = max(0.0, next_renew - time.monotonic())
                 fds = [self.stop_r] + ([conn.fileno()] if self.listening else [])
                 readable, _, _ = select.select(fds, [], [], 0 if self.pending else timeout)
                 if self.stop_r in readable:
@@ -181,10 +204,8 @@ class _Keeper:
                             o._set_lost(f"the lease was {ev.kind}")
                             return
                 now = time.monotonic()
-                if now >= self._watchdog_at(now):
-                    o._set_lost("no renewal could be confirmed before the lease expired")
-                    return
                 if now >= next_renew:
+                    sent = time.monotonic()
                     try:
                         expiry = conn.execute(c.SQL_RENEW, (o.name, o.holder, o.ttl)).fetchone()[0]
                     except psycopg.OperationalError:
@@ -195,7 +216,7 @@ class _Keeper:
                     if expiry is None:
                         o._set_lost("the renewal found the lease no longer held")
                         return
-                    self.confirmed = expiry
+                    self.holds_until = sent + o.ttl.total_seconds()
                     next_renew = time.monotonic() + period
         except Exception as exc:            # never leave a held lease unwatched
             o._set_lost(f"the keeper failed: {exc!r}")
@@ -204,10 +225,7 @@ class _Keeper:
                 conn.close()
 
     def _watchdog_at(self, now: float) -> float:
-        if self.confirmed is None:
-            return now + 3600
-        left = (self.confirmed - datetime.now(timezone.utc)).total_seconds()
-        return now + left - self._margin()
+        return self.holds_until - self._margin()
 
     def _reconnect(self, conn):
         try:
@@ -216,7 +234,7 @@ class _Keeper:
             pass
         o = self.owner
         try:
-            conn = o._connector.open()
+            conn = o._connector.open(f"dsync keeper {o.name}"[:63])
             conn.add_notify_handler(self._on_notify)
             if self.listening:
                 _listen(conn, list(_channels(conn, [o.name])))
@@ -259,23 +277,22 @@ class Lock(c.LeaseSettings):
             token = self._connector.value(c.SQL_ACQUIRE,
                                           (self.name, self.holder, self.ttl, wait, self.info))
             if token is not None:
-                self._held(int(token))
+                # Granted at most a round trip ago: the margin covers that.
+                self._held(int(token), time.monotonic())
                 return True
             if not blocking or (deadline is not None and time.monotonic() >= deadline):
                 return False
 
-    def _held(self, token: int) -> None:
+    def _held(self, token: int, granted: float) -> None:
         if self._keeper is not None and not self.lost.is_set():
             self.token = token              # reentrant: the same lease, extended
+            self._keeper.holds_until = granted + self.ttl.total_seconds()
             return
         self._stop_keeper()
         self.lost.clear()
         self.lost_reason = None
         self.token = token
-        expiry = self._connector.value(
-            "SELECT expires_at FROM dsync_leases WHERE lease = %s::text AND holder = %s::text",
-            (self.name, self.holder))
-        self._keeper = _Keeper(self, token, expiry)
+        self._keeper = _Keeper(self, token, granted)
         self._keeper.start()
 
     def release(self) -> bool:
@@ -288,12 +305,13 @@ class Lock(c.LeaseSettings):
     def renew(self, ttl: Optional[Seconds] = None) -> Optional[datetime]:
         """Extend now (the keeper does it every ttl/3 anyway): the new
         expiry, or None, and the lease counts as lost, if not held."""
-        expiry = self._connector.value(
-            c.SQL_RENEW, (self.name, self.holder, c.interval(ttl, "ttl") or self.ttl))
+        ttl_td = c.interval(ttl, "ttl") or self.ttl
+        sent = time.monotonic()
+        expiry = self._connector.value(c.SQL_RENEW, (self.name, self.holder, ttl_td))
         if expiry is None:
             self._set_lost("the renewal found the lease no longer held")
         elif self._keeper is not None:
-            self._keeper.confirmed = expiry
+            self._keeper.holds_until = sent + ttl_td.total_seconds()
         return expiry
 
     touch = renew

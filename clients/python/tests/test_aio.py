@@ -173,3 +173,26 @@ def test_async_with_a_connection_pool(dsn, name):
             await a.close()
             await b.close()
     run(main())
+
+
+def test_async_watchdog_before_expiry(server, admin, name):
+    import os
+    import signal
+    from test_sync import _stop_keeper_backend
+
+    async def main():
+        lock = AsyncLock(name, conninfo=server.dsn(), ttl=2)
+        t0 = time.monotonic()
+        assert await lock.acquire()
+        pid = await asyncio.to_thread(_stop_keeper_backend, admin, name)
+        try:
+            await asyncio.wait_for(lock.lost.wait(), 5)
+            took = time.monotonic() - t0
+            print(f"\nasyncio watchdog: loss declared {took:.2f} s after the acquire (ttl 2 s)")
+            assert took < 2.0
+            assert admin.execute("SELECT count(*) FROM dsync_leases WHERE lease = %s",
+                                 (name,)).fetchone()[0] == 1
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await lock.close()
+    run(main())

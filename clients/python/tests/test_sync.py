@@ -287,3 +287,43 @@ def test_with_a_connection_pool(dsn, name):
         assert b.release()
         a.close()
         b.close()
+
+
+def _stop_keeper_backend(admin, name):
+    pid = None
+    for _ in range(200):
+        row = admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                            (f"dsync keeper {name}"[:63],)).fetchone()
+        if row:
+            pid = row[0]
+            break
+        time.sleep(0.01)
+    assert pid, "no keeper connection in pg_stat_activity"
+    os.kill(pid, signal.SIGSTOP)
+    return pid
+
+
+def test_watchdog_declares_loss_before_expiry(server, admin, name):
+    """Renewals stuck (the keeper's server process stopped with SIGSTOP):
+    the holder is told the lease is lost before it can expire, so nothing
+    else can have been granted it yet."""
+    lost_at = []
+    lock = Lock(name, conninfo=server.dsn(), ttl=2,
+                on_lost=lambda l: lost_at.append(time.monotonic()))
+    t0 = time.monotonic()
+    assert lock.acquire()
+    expires = admin.execute("SELECT expires_at FROM dsync_leases WHERE lease = %s",
+                            (name,)).fetchone()[0]
+    pid = _stop_keeper_backend(admin, name)
+    try:
+        assert lock.lost.wait(5)
+        still = admin.execute("SELECT expires_at FROM dsync_leases WHERE lease = %s",
+                              (name,)).fetchone()
+        # At the moment of the notice the lease was still live (held by us).
+        assert still is not None and still[0] >= expires
+        print(f"\nwatchdog: loss declared {lost_at[0] - t0:.2f} s after the acquire (ttl 2 s)")
+        assert lost_at[0] - t0 < 2.0
+        assert "renewal" in lock.lost_reason
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    lock.close()
