@@ -479,6 +479,7 @@ async def awatch(names: Sequence[str], *, conninfo: str, timeout: Optional[Secon
     names = [c.name_arg(n, "name") for n in names]
     limit = c.interval(timeout, "timeout")
     kwargs = c.pool_settings(connect_kwargs)
+    kwargs.setdefault("application_name", "dsync watch")
     while True:
         try:
             conn = await psycopg.AsyncConnection.connect(conninfo, **kwargs)

@@ -532,6 +532,7 @@ def watch(names: Sequence[str], *, conninfo: str, timeout: Optional[Seconds] = N
     names = [c.name_arg(n, "name") for n in names]
     limit = c.interval(timeout, "timeout")
     kwargs = c.pool_settings(connect_kwargs)
+    kwargs.setdefault("application_name", "dsync watch")
     while True:
         try:
             conn = psycopg.connect(conninfo, **kwargs)

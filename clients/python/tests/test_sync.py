@@ -327,3 +327,27 @@ def test_watchdog_declares_loss_before_expiry(server, admin, name):
     finally:
         os.kill(pid, signal.SIGCONT)
     lock.close()
+
+
+def test_watch_rereads_state_after_reconnect(server, admin, name):
+    """The watcher's connection is killed; meanwhile someone acquires.
+    After the reconnect the watcher reports the current holder."""
+    direct = server.dsn()
+    it = watch([name], conninfo=direct, timeout=10, application_name=f"w-{name}"[:60])
+    got = []
+    a = Lock(name, conninfo=direct, ttl=30, holder="before")
+    a.acquire()
+    got.append(next(it))                       # state: "before" holds it
+    assert (got[0].kind, got[0].holder) == ("state", "before")
+    admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                  " WHERE application_name = %s", (f"w-{name}"[:60],))
+    a.release()
+    b = Lock(name, conninfo=direct, ttl=30, holder="during")
+    b.acquire()
+    ev = next(it)
+    while ev.kind != "state":                  # events that made it before the kill
+        ev = next(it)
+    assert ev.holder == "during" and ev.fencing == b.token
+    b.release()
+    a.close()
+    b.close()
