@@ -103,6 +103,15 @@ function parsePayload(channel, payload) {
   };
 }
 
+// Errors of a connection rather than of a statement (SQLSTATE class 08,
+// 57P01-57P03, or node's own socket errors).
+function isConnectionError(e) {
+  const code = e && e.code;
+  if (!code) return e instanceof Error && /connect|terminat|ended|closed/i.test(e.message);
+  return code.startsWith('08') || code === '57P01' || code === '57P02' || code === '57P03' ||
+    code === 'ECONNREFUSED' || code === 'ECONNRESET' || code === 'ENOENT' || code === 'EPIPE';
+}
+
 class Connector {
   constructor(opts) {
     const { connectionString, config, pool } = opts;
@@ -122,6 +131,7 @@ class Connector {
       return r.rows;
     }
     const c = this.client();
+    c.on('error', () => {});   // a connection ended under us: the query rejects
     await c.connect();
     try {
       return (await c.query({ text, values, types })).rows;
@@ -193,8 +203,12 @@ class Lock extends EventEmitter {
       if (token !== null) {
         this.token = token;
         const granted = performance.now();    // at most a round trip after the grant
-        if (!this._keeper) await this._startKeeper(granted);
-        else this._keeper.holdsUntil = granted + this.ttl * 1000;
+        if (this._keeper && !this.lost) {
+          this._keeper.holdsUntil = granted + this.ttl * 1000;   // reentrant: extended
+        } else {
+          await this._stopKeeper();
+          await this._startKeeper(granted);
+        }
         return true;
       }
       if (!blocking || (deadline !== null && Date.now() >= deadline)) return false;
@@ -249,44 +263,51 @@ class Lock extends EventEmitter {
     // client's and the server's wall clocks say.
     const k = { client: this.connector.client(`dsync keeper ${this.name}`.slice(0, 63)), holdsUntil: granted + this.ttl * 1000, timers: [], stopped: false };
     this._keeper = k;
-    k.client.on('error', () => {});
-    await k.client.connect();
-    const held = await k.client.query({ text: SQL.held, values: [this.name, this.holder], types });
-    if (!held.rows.length) {
-      this._setLost('the lease was not held by the time the keeper started');
-      return;
-    }
-    if (this.listen !== false && !(await behindPooler(k.client))) {
-      k.client.on('notification', (msg) => {
-        const ev = parsePayload(msg.channel, msg.payload);
-        if (ev && ev.name === this.name && ev.holder === this.holder &&
-            (ev.kind === 'released' || ev.kind === 'expired')) {
-          this._setLost(`the lease was ${ev.kind}`);
-        }
-      });
-      await listenOn(k.client, [this.name]);
-    }
+    k.client.on('error', () => {});   // a broken keeper connection: the watchdog decides
     const margin = Math.min(1000, this.ttl * 100);
-    const tick = async () => {
-      if (k.stopped || this.lost) return;
-      const sent = performance.now();
-      try {
-        const r = await k.client.query({ text: SQL.renew, values: [this.name, this.holder, interval(this.ttl)], types });
-        const expiry = r.rows[0].v;
-        if (expiry === null) this._setLost('the renewal found the lease no longer held');
-        else k.holdsUntil = sent + this.ttl * 1000;
-      } catch (e) {
-        // A broken keeper connection: the watchdog decides.
-      }
-    };
     const watchdog = () => {
       if (k.stopped || this.lost) return;
       if (k.holdsUntil - margin <= performance.now()) {
         this._setLost('no renewal could be confirmed before the lease could expire');
       }
     };
-    k.timers.push(setInterval(tick, (this.ttl * 1000) / 3));
     k.timers.push(setInterval(watchdog, Math.max(10, margin / 2)));
+    try {
+      await k.client.connect();
+      if (this.listen !== false && !(await behindPooler(k.client))) {
+        k.client.on('notification', (msg) => {
+          const ev = parsePayload(msg.channel, msg.payload);
+          if (!k.stopped && ev && ev.name === this.name && ev.holder === this.holder &&
+              (ev.kind === 'released' || ev.kind === 'expired')) {
+            this._setLost(`the lease was ${ev.kind}`);
+          }
+        });
+        await listenOn(k.client, [this.name]);
+      }
+      // After the LISTEN, so that a release in between is not missed.
+      const held = await k.client.query({ text: SQL.held, values: [this.name, this.holder], types });
+      if (!held.rows.length) this._setLost('the lease was not held by the time the keeper started');
+    } catch (e) {
+      // No keeper: give the lease back rather than hold it unrenewed.
+      await this._stopKeeper();
+      await this.connector.value(SQL.release, [this.name, this.holder]).catch(() => {});
+      this.token = null;
+      throw e;
+    }
+    const tick = async () => {
+      if (k.stopped || this.lost) return;
+      const sent = performance.now();
+      try {
+        const r = await k.client.query({ text: SQL.renew, values: [this.name, this.holder, interval(this.ttl)], types });
+        const expiry = r.rows[0].v;
+        if (k.stopped) return;
+        if (expiry === null) this._setLost('the renewal found the lease no longer held');
+        else k.holdsUntil = sent + this.ttl * 1000;
+      } catch (e) {
+        // A broken keeper connection: the watchdog decides.
+      }
+    };
+    k.timers.push(setInterval(tick, (this.ttl * 1000) / 3));
   }
 
   async _stopKeeper() {
@@ -363,7 +384,11 @@ class LeaderElection extends EventEmitter {
 
   start() {
     this._stopping = false;
-    this._loop = this._run().catch((e) => this.emit('error', e));
+    this.error = null;
+    this._loop = this._run().catch((e) => {
+      this.error = e;
+      if (this.listenerCount('error') > 0) this.emit('error', e);
+    });
     return this;
   }
 
@@ -371,34 +396,51 @@ class LeaderElection extends EventEmitter {
     const period = (this.ttl * 1000) / 3;
     let nextJoin = 0;
     while (!this._stopping) {
-      if (Date.now() >= nextJoin) {
-        await this.lock.connector.value(SQL.join, [this.group, this.member, interval(this.ttl), jsonb(this.info)]);
-        nextJoin = Date.now() + period;
-        this.emit('members', await this.members());
-      }
-      if (this.isLeader) {
-        await new Promise((r) => setTimeout(r, Math.max(0, Math.min(period, nextJoin - Date.now()))));
-        continue;
-      }
-      const slice = Math.max(0.05, Math.min(period, nextJoin - Date.now()) / 1000);
-      if (await this.lock.acquire({ timeout: slice })) {
-        if (this._stopping) break;
-        this.isLeader = true;
-        this.emit('elected', this.lock.token);
+      try {
+        if (Date.now() >= nextJoin) {
+          await this.lock.connector.value(SQL.join, [this.group, this.member, interval(this.ttl), jsonb(this.info)]);
+          nextJoin = Date.now() + period;
+          this.emit('members', await this.members());
+        }
+        if (this.isLeader) {
+          if (this.lock.lost) {
+            this.isLeader = false;
+            this.emit('lost', this.lock.lostReason);
+            continue;
+          }
+          await new Promise((r) => setTimeout(r, Math.max(0, Math.min(500, nextJoin - Date.now()))));
+          continue;
+        }
+        const slice = Math.max(0.05, Math.min(period, nextJoin - Date.now()) / 1000);
+        if (await this.lock.acquire({ timeout: slice })) {
+          if (this._stopping) break;
+          if (this.lock.lost) continue;      // lost already: campaign on
+          this.isLeader = true;
+          this.emit('elected', this.lock.token);
+        }
+      } catch (e) {
+        if (!isConnectionError(e)) throw e;
+        // The server went away: the lease's watchdog decides; retry.
+        await new Promise((r) => setTimeout(r, 500));
       }
     }
   }
 
   async stop() {
     this._stopping = true;
-    if (this._loop) await this._loop;
-    this._loop = null;
-    const wasLeader = this.isLeader;
-    this.isLeader = false;
-    await this.lock.release().catch(() => {});
-    await this.lock.connector.value(SQL.leave, [this.group, this.member]).catch(() => {});
-    await this.lock.close();
-    if (wasLeader) this.emit('lost', 'stopped');
+    try {
+      if (this._loop) await this._loop;
+    } finally {
+      this._loop = null;
+      // Leadership ends before the lease goes.
+      if (this.isLeader) {
+        this.isLeader = false;
+        this.emit('lost', 'stopped');
+      }
+      await this.lock.release().catch(() => {});
+      await this.lock.connector.value(SQL.leave, [this.group, this.member]).catch(() => {});
+      await this.lock.close();
+    }
   }
 }
 
@@ -434,10 +476,12 @@ async function* watch(names, opts = {}) {
     }
     for (;;) {
       if (!queue.length) {
+        let timer = null;
         const got = await new Promise((resolve) => {
           wake = () => resolve(true);
-          if (opts.timeout !== undefined && opts.timeout !== null) setTimeout(() => resolve(false), seconds(opts.timeout, 'timeout') * 1000);
+          if (opts.timeout !== undefined && opts.timeout !== null) timer = setTimeout(() => resolve(false), seconds(opts.timeout, 'timeout') * 1000);
         });
+        if (timer) clearTimeout(timer);
         wake = null;
         if (!got && !queue.length) return;
       }

@@ -183,3 +183,38 @@ test('the watchdog declares a loss before the lease could expire', async () => {
   }
   await lock.close();
 });
+
+test('a lock taken again after a loss is renewed again', async () => {
+  const name = uniqueName('again');
+  const lock = new Lock(name, { config: direct, ttl: 1.5 });
+  assert.ok(await lock.acquire());
+  const lost = new Promise((resolve) => lock.once('lost', resolve));
+  await adminQuery('SELECT dsync_force_release($1)', [name]);
+  await lost;
+  assert.ok(await lock.acquire());
+  assert.strictEqual(lock.lost, false);
+  await sleep(3500);
+  assert.ok(await lock.owned());
+  assert.strictEqual(lock.lost, false);
+  await lock.release();
+  await lock.close();
+});
+
+test('a leader whose lease is taken away is re-elected and kept', async () => {
+  const group = uniqueName('reelect');
+  const calls = [];
+  const e = new LeaderElection(group, { config: direct, ttl: 1.5, member: 'm' });
+  e.on('elected', () => calls.push('+'));
+  e.on('lost', () => calls.push('-'));
+  e.start();
+  for (let i = 0; i < 200 && !e.isLeader; i++) await sleep(25);
+  assert.ok(e.isLeader);
+  await adminQuery('SELECT dsync_force_release($1)', [group]);
+  for (let i = 0; i < 400 && calls.length < 3; i++) await sleep(25);
+  assert.deepStrictEqual(calls, ['+', '-', '+']);
+  await sleep(3500);
+  assert.ok(e.isLeader);
+  assert.strictEqual((await adminQuery('SELECT dsync_leader($1) AS v', [group]))[0].v, 'm');
+  await e.stop();
+  assert.deepStrictEqual(calls, ['+', '-', '+', '-']);
+});

@@ -32,8 +32,10 @@ class _Connector:
         self._own: Optional[psycopg.AsyncConnection] = None
         self._lock = asyncio.Lock()
 
-    async def open(self, application_name: Optional[str] = None) -> psycopg.AsyncConnection:
-        kwargs = dict(self.kwargs)
+    async def open(self, application_name: Optional[str] = None,
+                   **extra: Any) -> psycopg.AsyncConnection:
+        kwargs = dict(extra)
+        kwargs.update(self.kwargs)
         if application_name is not None:
             kwargs.setdefault("application_name", application_name)
         return await psycopg.AsyncConnection.connect(self.conninfo, **kwargs)
@@ -164,24 +166,46 @@ class AsyncLock(c.LeaseSettings):
 
     async def acquire(self, blocking: bool = True, timeout: Optional[Seconds] = None) -> bool:
         deadline = c.deadline_of(timeout, time.monotonic())
+        was_held = self._keeping()
         await self._prepare()
-        while True:
-            wait = c.next_wait(blocking, deadline, time.monotonic())
-            token = await self._connector.value(
-                c.SQL_ACQUIRE, (self.name, self.holder, self.ttl, wait, self.info))
-            if token is not None:
-                await self._held(int(token), time.monotonic())
-                return True
-            if not blocking or (deadline is not None and time.monotonic() >= deadline):
-                return False
+        try:
+            while True:
+                wait = c.next_wait(blocking, deadline, time.monotonic())
+                token = await self._connector.value(
+                    c.SQL_ACQUIRE, (self.name, self.holder, self.ttl, wait, self.info))
+                if token is not None:
+                    await self._held(int(token), time.monotonic())
+                    return True
+                if not blocking or (deadline is not None and time.monotonic() >= deadline):
+                    return False
+        except BaseException:
+            # Cancelled (or broken) after the grant may have committed: let
+            # go of what this call may have taken, not of a lease held
+            # before it, and leave no keeper behind.
+            if not was_held:
+                await asyncio.shield(self._abandon())
+            raise
+
+    async def _abandon(self) -> None:
+        await self._stop_keeper()
+        self.token = None
+        try:
+            await self._connector.value(c.SQL_RELEASE, (self.name, self.holder))
+        except Exception:
+            pass
+
+    def _keeping(self) -> bool:
+        return (self._keeper is not None and not self._keeper.done()
+                and not self.lost.is_set())
 
     async def _held(self, token: int, granted: float) -> None:
         self.token = token
         # The lease lasts at least until then (time.monotonic()), whatever
         # the client's and the server's wall clocks say.
         self._holds_until = granted + self.ttl.total_seconds()
-        if self._keeper is not None and not self._keeper.done():
-            return
+        if self._keeping():
+            return                          # reentrant: the same lease, extended
+        await self._stop_keeper()
         self.lost.clear()
         self.lost_reason = None
         started = asyncio.Event()
@@ -201,6 +225,36 @@ class AsyncLock(c.LeaseSettings):
                 return
             await asyncio.sleep(min(left, 0.5))
 
+    async def _connect(self):
+        """The keeper's connection and, where LISTEN works, its
+        notifications; then whether the lease is still held, asked after
+        the LISTEN so that nothing falls between the two."""
+        period_ms = int(self.ttl.total_seconds() * 1000 / 3)
+        conn = await self._connector.open(
+            f"dsync keeper {self.name}"[:63], keepalives=1,
+            keepalives_idle=max(1, period_ms // 1000), keepalives_interval=1,
+            keepalives_count=3, tcp_user_timeout=max(1000, period_ms))
+        notes = None
+        try:
+            if self.listen is not False and not await _behind_pooler(conn):
+                await _listen(conn, [self.name])
+                notes = _Notifications(conn)
+                notes.pause()
+            elif self.listen is True:
+                raise c.ListenUnavailable(
+                    "LISTEN does not work through this connection (a pooler in "
+                    "transaction mode); a lost lease is noticed at the next renewal")
+            cur = await conn.execute(c.SQL_HELD, (self.name, self.holder))
+            held = await cur.fetchone() is not None
+            if notes is not None:
+                notes.resume()
+            return conn, notes, held
+        except BaseException:
+            if notes is not None:
+                notes.close()
+            await conn.close()
+            raise
+
     async def _keep(self, started: asyncio.Event) -> None:
         conn = None
         notes = None
@@ -208,57 +262,54 @@ class AsyncLock(c.LeaseSettings):
         next_renew = time.monotonic() + period
         try:
             try:
-                conn = await self._connector.open(f"dsync keeper {self.name}"[:63])
-                if self.listen is not False and not await _behind_pooler(conn):
-                    await _listen(conn, [self.name])
-                    notes = _Notifications(conn)
-                    notes.pause()
-                cur = await conn.execute(c.SQL_HELD, (self.name, self.holder))
-                if notes is not None:
-                    notes.resume()
-                if await cur.fetchone() is None:
+                conn, notes, held = await self._connect()
+                if not held:
                     await self._set_lost("the lease was not held by the time the keeper started")
                     return
             finally:
                 started.set()
             while not self.lost.is_set():
-                timeout = max(0.0, next_renew - time.monotonic())
-                if notes is not None:
-                    item = await notes.get(timeout)
-                    if item is not None:
-                        ev = c.parse_payload(item[0], item[1])
-                        if ev is not None and c.lost_by(ev, self.name, self.holder):
-                            await self._set_lost(f"the lease was {ev.kind}")
+                try:
+                    if conn is None:
+                        conn, notes, held = await self._connect()
+                        if not held:
+                            await self._set_lost("the lease was not held after the keeper reconnected")
                             return
-                        continue
-                else:
-                    await asyncio.sleep(timeout)
-                now = time.monotonic()
-                if now >= next_renew:
-                    sent = time.monotonic()
-                    try:
+                    timeout = max(0.0, next_renew - time.monotonic())
+                    if notes is not None:
+                        item = await notes.get(timeout)
+                        if item is not None:
+                            ev = c.parse_payload(item[0], item[1])
+                            if ev is not None and c.lost_by(ev, self.name, self.holder):
+                                await self._set_lost(f"the lease was {ev.kind}")
+                                return
+                            continue
+                    else:
+                        await asyncio.sleep(timeout)
+                    if time.monotonic() >= next_renew:
+                        sent = time.monotonic()
                         if notes is not None:
                             notes.pause()
                         cur = await conn.execute(c.SQL_RENEW, (self.name, self.holder, self.ttl))
                         expiry = (await cur.fetchone())[0]
                         if notes is not None:
                             notes.resume()
-                    except psycopg.OperationalError:
-                        if notes is not None:
-                            notes.close()
-                            notes = None
-                        try:
-                            await conn.close()
-                            conn = await self._connector.open(f"dsync keeper {self.name}"[:63])
-                        except psycopg.OperationalError:
-                            pass
-                        next_renew = time.monotonic() + min(1.0, period)
-                        continue
-                    if expiry is None:
-                        await self._set_lost("the renewal found the lease no longer held")
-                        return
-                    self._holds_until = sent + self.ttl.total_seconds()
-                    next_renew = time.monotonic() + period
+                        if expiry is None:
+                            await self._set_lost("the renewal found the lease no longer held")
+                            return
+                        self._holds_until = sent + self.ttl.total_seconds()
+                        next_renew = time.monotonic() + period
+                except (psycopg.OperationalError, psycopg.InterfaceError, OSError):
+                    # A broken connection: a new one, until the watchdog says
+                    # the lease may have expired.
+                    if notes is not None:
+                        notes.close()
+                    notes = None
+                    if conn is not None:
+                        await conn.close()
+                    conn = None
+                    await asyncio.sleep(min(0.5, period))
+                    next_renew = time.monotonic()
         except asyncio.CancelledError:
             pass
         except Exception as exc:
@@ -417,39 +468,52 @@ class AsyncLeaderElection(c.ElectionSettings):
             if asyncio.iscoroutine(result):
                 await result
 
-    async def _lost(self, _lock: AsyncLock) -> None:
+    async def _end_leadership(self) -> None:
+        """Leadership is over: on_leader_loss runs once."""
         if self._leader:
             self._leader = False
             await self._call(self.on_leader_loss)
+
+    async def _lost(self, _lock: AsyncLock) -> None:
+        await self._end_leadership()
 
     async def run(self) -> None:
         period = self.ttl.total_seconds() / 3
         next_join = 0.0
         try:
             while True:
-                if time.monotonic() >= next_join:
-                    await self._lock._connector.value(
-                        c.SQL_JOIN, (self.group, self.member, self.ttl, c.jsonb(self.info)))
-                    next_join = time.monotonic() + period
-                if self._leader:
-                    await asyncio.sleep(max(0.0, next_join - time.monotonic()))
-                    continue
-                if await self._lock.acquire(
-                        timeout=max(0.05, min(period, next_join - time.monotonic()))):
-                    self._leader = True
-                    await self._call(self.on_leader)
+                try:
+                    if time.monotonic() >= next_join:
+                        await self._lock._connector.value(
+                            c.SQL_JOIN, (self.group, self.member, self.ttl, c.jsonb(self.info)))
+                        next_join = time.monotonic() + period
+                    if self._leader:
+                        if self._lock.lost.is_set():
+                            await self._end_leadership()
+                            continue
+                        await asyncio.sleep(max(0.0, min(0.5, next_join - time.monotonic())))
+                        continue
+                    if await self._lock.acquire(
+                            timeout=max(0.05, min(period, next_join - time.monotonic()))):
+                        if self._lock.lost.is_set():
+                            continue            # lost already: campaign on
+                        self._leader = True
+                        await self._call(self.on_leader)
+                except psycopg.OperationalError:
+                    # The server went away: the lease's watchdog decides
+                    # about leadership; retry.
+                    await asyncio.sleep(0.5)
         finally:
             await asyncio.shield(self._resign())
 
     async def _resign(self) -> None:
-        was_leader, self._leader = self._leader, False
+        # Leadership ends before the lease goes.
+        await self._end_leadership()
         try:
             await self._lock.release()
             await self._lock._connector.value(c.SQL_LEAVE, (self.group, self.member))
         except psycopg.Error:
             pass
-        if was_leader:
-            await self._call(self.on_leader_loss)
         await self._lock.close()
 
     def start(self) -> asyncio.Task:

@@ -43,8 +43,9 @@ class _Connector:
         self._own: Optional[psycopg.Connection] = None
         self._lock = threading.Lock()
 
-    def open(self, application_name: Optional[str] = None) -> psycopg.Connection:
-        kwargs = dict(self.kwargs)
+    def open(self, application_name: Optional[str] = None, **extra: Any) -> psycopg.Connection:
+        kwargs = dict(extra)
+        kwargs.update(self.kwargs)
         if application_name is not None:
             kwargs.setdefault("application_name", application_name)
         return psycopg.connect(self.conninfo, **kwargs)
@@ -110,7 +111,9 @@ def _drain(conn: psycopg.Connection) -> List[tuple]:
 
 
 class _Keeper:
-    """The thread that keeps one held lease (or leadership) alive."""
+    """The threads that keep one held lease (or leadership) alive: the
+    keeper renews and listens; the watchdog declares the loss when no
+    renewal got through in time, whatever the keeper is stuck in."""
 
     def __init__(self, owner: "Lock", token: int, granted: float):
         self.owner = owner
@@ -136,111 +139,125 @@ class _Keeper:
         self.watchdog.start()
         self.ready.wait(10)
 
+    def lost(self, why: str) -> None:
+        """Report a loss, unless the keeper was stopped meanwhile (a stuck
+        renewal returning after release() must not report anything)."""
+        if not self.stopped.is_set():
+            self.owner._set_lost(why)
+
     def _watch(self) -> None:
         """The watchdog, in a thread of its own so that a renewal stuck on
         a dead network or a stalled server cannot hold it up: the lease
         counts as lost shortly before it could expire unrenewed."""
         while not self.stopped.is_set() and not self.owner.lost.is_set():
-            left = self._watchdog_at(time.monotonic()) - time.monotonic()
+            left = self.holds_until - self._margin() - time.monotonic()
             if left <= 0:
-                self.owner._set_lost("no renewal could be confirmed before the lease could expire")
+                self.lost("no renewal could be confirmed before the lease could expire")
                 return
             self.stopped.wait(min(left, 0.5))
 
     def stop(self) -> None:
+        """Stop both threads.  A keeper stuck in a renewal (a stalled
+        server, a dead network) is not waited for beyond a moment: it is
+        a daemon thread, flagged stopped, and reports nothing when it
+        returns."""
         self.stopped.set()
         try:
             self.stop_w.send(b"x")
         except OSError:
             pass
-        if threading.current_thread() is not self.thread:
-            self.thread.join()
-        if threading.current_thread() is not self.watchdog:
-            self.watchdog.join()
-        self.stop_r.close()
-        self.stop_w.close()
+        for t in (self.thread, self.watchdog):
+            if t is not threading.current_thread() and t.is_alive():
+                t.join(2.0)
+        if not self.thread.is_alive():
+            self.stop_r.close()
+            self.stop_w.close()
 
     def _margin(self) -> float:
         # Declare a loss this long before the lease could expire: the
         # holder must stop before anyone else can be granted the lease.
         return min(1.0, self.owner.ttl.total_seconds() / 10)
 
+    def _connect(self) -> psycopg.Connection:
+        """The keeper's connection, listening on the lease's channel where
+        LISTEN works.  TCP keepalives and a user timeout make a dead
+        network an error within a renewal period instead of a hang."""
+        o = self.owner
+        period_ms = int(o.ttl.total_seconds() * 1000 / 3)
+        conn = o._connector.open(f"dsync keeper {o.name}"[:63],
+                                 keepalives=1, keepalives_idle=max(1, period_ms // 1000),
+                                 keepalives_interval=1, keepalives_count=3,
+                                 tcp_user_timeout=max(1000, period_ms))
+        conn.add_notify_handler(self._on_notify)
+        if o.listen is not False and not behind_pooler(conn):
+            _listen(conn, list(_channels(conn, [o.name])))
+            self.listening = True
+        elif o.listen is True:
+            conn.close()
+            raise c.ListenUnavailable(
+                "LISTEN does not work through this connection (a pooler in "
+                "transaction mode); a lost lease is noticed at the next renewal")
+        return conn
+
+    def _still_held(self, conn: psycopg.Connection) -> bool:
+        # Whatever happened before the LISTEN (or while reconnecting):
+        # ask once.
+        return conn.execute(c.SQL_HELD, (self.owner.name, self.owner.holder)).fetchone() is not None
+
     def _run(self) -> None:
         o = self.owner
-        conn = None
+        conn: Optional[psycopg.Connection] = None
         period = o.ttl.total_seconds() / 3
         next_renew = time.monotonic() + period
         try:
             try:
-                conn = o._connector.open(f"dsync keeper {o.name}"[:63])
-                conn.add_notify_handler(self._on_notify)
-                if o.listen is not False and not behind_pooler(conn):
-                    chans = _channels(conn, [o.name])
-                    _listen(conn, list(chans))
-                    self.listening = True
-                elif o.listen is True:
-                    raise c.ListenUnavailable(
-                        "LISTEN does not work through this connection (a pooler in "
-                        "transaction mode); a lost lease is noticed at the next renewal")
-                # Events between the grant and the LISTEN: ask once.
-                if conn.execute(c.SQL_HELD, (o.name, o.holder)).fetchone() is None:
-                    o._set_lost("the lease was not held by the time the keeper started")
+                conn = self._connect()
+                if not self._still_held(conn):
+                    self.lost("the lease was not held by the time the keeper started")
                     return
             finally:
                 self.ready.set()
-            while not o.lost.is_set():
-                timeout = max(0.0, next_renew - time.monotonic())
-                fds = [self.stop_r] + ([conn.fileno()] if self.listening else [])
-                readable, _, _ = select.select(fds, [], [], 0 if self.pending else timeout)
-                if self.stop_r in readable:
-                    return
-                notes, self.pending = self.pending, []
-                if self.listening and conn.fileno() in readable:
-                    notes += _drain(conn)
-                if notes:
+            while not o.lost.is_set() and not self.stopped.is_set():
+                try:
+                    if conn is None or conn.closed:
+                        conn = self._connect()
+                        if not self._still_held(conn):
+                            self.lost("the lease was not held after the keeper reconnected")
+                            return
+                    timeout = max(0.0, next_renew - time.monotonic())
+                    fds = [self.stop_r] + ([conn.fileno()] if self.listening else [])
+                    readable, _, _ = select.select(fds, [], [], 0 if self.pending else timeout)
+                    if self.stop_r in readable:
+                        return
+                    notes, self.pending = self.pending, []
+                    if self.listening and conn.fileno() in readable:
+                        notes += _drain(conn)
                     for channel, payload, _pid in notes:
                         ev = c.parse_payload(channel, payload)
                         if ev is not None and c.lost_by(ev, o.name, o.holder):
-                            o._set_lost(f"the lease was {ev.kind}")
+                            self.lost(f"the lease was {ev.kind}")
                             return
-                now = time.monotonic()
-                if now >= next_renew:
-                    sent = time.monotonic()
-                    try:
+                    if time.monotonic() >= next_renew:
+                        sent = time.monotonic()
                         expiry = conn.execute(c.SQL_RENEW, (o.name, o.holder, o.ttl)).fetchone()[0]
-                    except psycopg.OperationalError:
-                        # Reconnect and try again until the watchdog says no.
-                        conn = self._reconnect(conn)
-                        next_renew = time.monotonic() + min(1.0, period)
-                        continue
-                    if expiry is None:
-                        o._set_lost("the renewal found the lease no longer held")
-                        return
-                    self.holds_until = sent + o.ttl.total_seconds()
-                    next_renew = time.monotonic() + period
+                        if expiry is None:
+                            self.lost("the renewal found the lease no longer held")
+                            return
+                        self.holds_until = sent + o.ttl.total_seconds()
+                        next_renew = time.monotonic() + period
+                except (psycopg.OperationalError, psycopg.InterfaceError, OSError, ValueError):
+                    # A broken connection: try again on a new one until the
+                    # watchdog says the lease may have expired.
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+                    self.stopped.wait(min(0.5, period))
+                    next_renew = time.monotonic()
         except Exception as exc:            # never leave a held lease unwatched
-            o._set_lost(f"the keeper failed: {exc!r}")
+            self.lost(f"the keeper failed: {exc!r}")
         finally:
             if conn is not None:
                 conn.close()
-
-    def _watchdog_at(self, now: float) -> float:
-        return self.holds_until - self._margin()
-
-    def _reconnect(self, conn):
-        try:
-            conn.close()
-        except Exception:
-            pass
-        o = self.owner
-        try:
-            conn = o._connector.open(f"dsync keeper {o.name}"[:63])
-            conn.add_notify_handler(self._on_notify)
-            if self.listening:
-                _listen(conn, list(_channels(conn, [o.name])))
-        except psycopg.OperationalError:
-            pass
-        return conn
 
 
 class Lock(c.LeaseSettings):
@@ -258,6 +275,7 @@ class Lock(c.LeaseSettings):
                  listen: Optional[bool] = None, **connect_kwargs: Any):
         c.LeaseSettings.__init__(self, name, ttl, holder, info, on_lost, listen)
         self.lost = threading.Event()
+        self._lost_lock = threading.Lock()
         self._connector = _Connector(conninfo, pool, connect_kwargs)
         self._keeper: Optional[_Keeper] = None
 
@@ -271,17 +289,34 @@ class Lock(c.LeaseSettings):
         (blocking=False: at once).  A blocking acquire waits inside the
         server, in slices of at most a few seconds, never polling."""
         deadline = c.deadline_of(timeout, time.monotonic())
+        was_held = self._keeper is not None and not self.lost.is_set()
         self._prepare()
-        while True:
-            wait = c.next_wait(blocking, deadline, time.monotonic())
-            token = self._connector.value(c.SQL_ACQUIRE,
-                                          (self.name, self.holder, self.ttl, wait, self.info))
-            if token is not None:
-                # Granted at most a round trip ago: the margin covers that.
-                self._held(int(token), time.monotonic())
-                return True
-            if not blocking or (deadline is not None and time.monotonic() >= deadline):
-                return False
+        try:
+            while True:
+                wait = c.next_wait(blocking, deadline, time.monotonic())
+                token = self._connector.value(c.SQL_ACQUIRE,
+                                              (self.name, self.holder, self.ttl, wait, self.info))
+                if token is not None:
+                    # Granted at most a round trip ago: the margin covers that.
+                    self._held(int(token), time.monotonic())
+                    return True
+                if not blocking or (deadline is not None and time.monotonic() >= deadline):
+                    return False
+        except BaseException:
+            # Interrupted (KeyboardInterrupt, a broken connection): the
+            # grant may have committed unseen.  Let go of what this call
+            # may have taken, not of a lease held before it.
+            if not was_held:
+                self._abandon()
+            raise
+
+    def _abandon(self) -> None:
+        self._stop_keeper()
+        self.token = None
+        try:
+            self._connector.value(c.SQL_RELEASE, (self.name, self.holder))
+        except Exception:
+            pass
 
     def _held(self, token: int, granted: float) -> None:
         if self._keeper is not None and not self.lost.is_set():
@@ -340,10 +375,13 @@ class Lock(c.LeaseSettings):
     # -- the keeper's report --------------------------------------------------
 
     def _set_lost(self, why: str) -> None:
-        if self.lost.is_set():
-            return
-        self.lost_reason = why
-        self.lost.set()
+        # The keeper, the watchdog and renew() may all see a loss at once:
+        # one of them reports it.
+        with self._lost_lock:
+            if self.lost.is_set():
+                return
+            self.lost_reason = why
+            self.lost.set()
         if self.on_lost is not None:
             self.on_lost(self)
 
@@ -429,6 +467,7 @@ class LeaderElection(c.ElectionSettings):
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._leader = threading.Event()
+        self._leader_lock = threading.Lock()
         self.error: Optional[BaseException] = None
 
     @property
@@ -451,11 +490,18 @@ class LeaderElection(c.ElectionSettings):
             rows = conn.execute(c.SQL_MEMBERS, (self.group,)).fetchall()
         return [c.member_row(r) for r in rows]
 
-    def _lost(self, _lock: Lock) -> None:
-        if self._leader.is_set():
+    def _end_leadership(self) -> None:
+        """Leadership is over: on_leader_loss runs once, whoever sees it
+        first (the keeper, the watchdog, the campaign loop, stop())."""
+        with self._leader_lock:
+            if not self._leader.is_set():
+                return
             self._leader.clear()
-            if self.on_leader_loss is not None:
-                self.on_leader_loss()
+        if self.on_leader_loss is not None:
+            self.on_leader_loss()
+
+    def _lost(self, _lock: Lock) -> None:
+        self._end_leadership()
 
     def _join(self) -> None:
         self._lock._connector.value(c.SQL_JOIN, (self.group, self.member, self.ttl,
@@ -467,35 +513,45 @@ class LeaderElection(c.ElectionSettings):
         next_join = 0.0
         try:
             while not self._stop.is_set():
-                if time.monotonic() >= next_join:
-                    self._join()
-                    next_join = time.monotonic() + period
-                if self.is_leader:
-                    self._stop.wait(max(0.0, min(next_join - time.monotonic(), period)))
-                    continue
-                # A wait inside the server shorter than the membership ttl,
-                # so that the membership is refreshed between waits.
-                if self._lock.acquire(timeout=max(0.05, min(period, next_join - time.monotonic()))):
-                    if self._stop.is_set():
-                        break
-                    self._leader.set()
-                    if self.on_leader is not None:
-                        self.on_leader()
+                try:
+                    if time.monotonic() >= next_join:
+                        self._join()
+                        next_join = time.monotonic() + period
+                    if self.is_leader:
+                        if self._lock.lost.is_set():
+                            self._end_leadership()
+                            continue
+                        self._stop.wait(max(0.0, min(next_join - time.monotonic(), period)))
+                        continue
+                    # A wait inside the server shorter than the membership
+                    # ttl, so that the membership is refreshed between waits.
+                    timeout = max(0.05, min(period, next_join - time.monotonic()))
+                    if self._lock.acquire(timeout=timeout):
+                        if self._stop.is_set():
+                            break
+                        with self._leader_lock:
+                            if not self._lock.lost.is_set():   # lost already: campaign on
+                                self._leader.set()
+                        if self._leader.is_set() and self.on_leader is not None:
+                            self.on_leader()
+                except psycopg.OperationalError:
+                    # The server went away (a restart, a failover): the
+                    # lease's watchdog decides about leadership; retry.
+                    self._stop.wait(0.5)
         except BaseException as exc:          # reported by stop()
             self.error = exc
         finally:
             self._resign()
 
     def _resign(self) -> None:
-        was_leader = self._leader.is_set()
-        self._leader.clear()
+        # Leadership ends before the lease goes: nothing may still act as
+        # leader once another member can be elected.
+        self._end_leadership()
         try:
             self._lock.release()
             self._lock._connector.value(c.SQL_LEAVE, (self.group, self.member))
         except psycopg.Error:
             pass
-        if was_leader and self.on_leader_loss is not None:
-            self.on_leader_loss()
         self._lock.close()
 
     def start(self) -> "LeaderElection":

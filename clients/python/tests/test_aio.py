@@ -196,3 +196,28 @@ def test_async_watchdog_before_expiry(server, admin, name):
             os.kill(pid, signal.SIGCONT)
         await lock.close()
     run(main())
+
+
+def test_async_leader_reelected_after_forced_loss(server, admin, name):
+    async def main():
+        calls = []
+        e = AsyncLeaderElection(name, conninfo=server.dsn(), ttl=1.5, member="m",
+                                on_leader=lambda: calls.append("+"),
+                                on_leader_loss=lambda: calls.append("-"))
+        e.start()
+        for _ in range(200):
+            if e.is_leader:
+                break
+            await asyncio.sleep(0.05)
+        assert e.is_leader
+        await asyncio.to_thread(admin.execute, "SELECT dsync_force_release(%s)", (name,))
+        for _ in range(200):
+            if calls[:3] == ["+", "-", "+"]:
+                break
+            await asyncio.sleep(0.05)
+        assert calls[:3] == ["+", "-", "+"], calls
+        await asyncio.sleep(3.5)
+        assert e.is_leader and calls == ["+", "-", "+"]
+        await e.stop()
+        assert calls == ["+", "-", "+", "-"]
+    run(main())

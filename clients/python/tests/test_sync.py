@@ -351,3 +351,32 @@ def test_watch_rereads_state_after_reconnect(server, admin, name):
     b.release()
     a.close()
     b.close()
+
+
+def test_reacquire_after_loss_keeps_renewing(server, admin, name):
+    lock = Lock(name, conninfo=server.dsn(), ttl=1.5)
+    assert lock.acquire()
+    admin.execute("SELECT dsync_force_release(%s)", (name,))
+    assert lock.lost.wait(5)
+    assert lock.acquire()
+    assert not lock.lost.is_set()
+    time.sleep(3.5)                            # more than twice the ttl
+    assert lock.owned() and not lock.lost.is_set()
+    lock.release()
+    lock.close()
+
+
+def test_leader_reelected_after_forced_loss(server, admin, name):
+    calls = []
+    e = LeaderElection(name, conninfo=server.dsn(), ttl=1.5, member="m",
+                       on_leader=lambda: calls.append("+"),
+                       on_leader_loss=lambda: calls.append("-"))
+    e.start()
+    assert wait_for(lambda: e.is_leader, 10)
+    admin.execute("SELECT dsync_force_release(%s)", (name,))
+    assert wait_for(lambda: calls[:3] == ["+", "-", "+"], 10), calls
+    time.sleep(3.5)                            # the new term is kept alive
+    assert e.is_leader and calls == ["+", "-", "+"]
+    assert admin.execute("SELECT dsync_leader(%s)", (name,)).fetchone()[0] == "m"
+    e.stop()
+    assert calls == ["+", "-", "+", "-"]

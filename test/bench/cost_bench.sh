@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+#
+# cost_bench.sh: what one acquire+release cycle costs, dsync against the
+# hand-written lease table, in one command and in figures that repeat on a
+# noisy shared host:
+#
+#   1. instructions per cycle (user space, the backend alone), counted by
+#      valgrind --tool=callgrind on a single-user backend running the same
+#      statements as pgbench's cycle scripts: (Ir of N2 cycles - Ir of N1
+#      cycles) / (N2 - N1), so that start-up and warm-up cancel out;
+#   2. WAL records and bytes per cycle, from pg_waldump --stats over the
+#      WAL that BENCH_WAL_CYCLES cycles wrote (full-page images counted
+#      apart: a checkpoint just before would otherwise decide the figure);
+#   3. throughput side by side: pgbench cycles/s of each variant, rotated
+#      and interleaved, median of BENCH_ROUNDS rounds, with
+#      synchronous_commit off and on, and the ratios to the table.
+#
+# Run as root after `make install`, from the top of the source tree:
+#
+#     bash test/bench/cost_bench.sh
+#
+# Settings (environment):
+#   BENCH_N1, BENCH_N2     cycles of the two callgrind runs (default 300, 1300)
+#   BENCH_WAL_CYCLES       cycles whose WAL is counted (default 2000)
+#   BENCH_SECONDS          seconds per throughput run (default 10)
+#   BENCH_ROUNDS           throughput rounds (default 3)
+#   BENCH_CLIENTS          pgbench clients (default 4)
+#   BENCH_PARTS            which parts to run, e.g. 12 (default 123)
+#   BENCH_KEEP             1: keep the directory
+#
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/server.sh"
+bench_settings N1=300 N2=1300 WAL_CYCLES=2000 CLIENTS=4 PARTS=123
+bench_throughput_settings 10 3
+VARIANTS=(dsync table)
+NAMES=100000
+
+bench_server_start cost "$THROUGHPUT_CONF"
+
+q postgres "CREATE DATABASE bench"
+q bench "CREATE EXTENSION dsync"
+q bench "CREATE TABLE lease (name text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL)"
+prefill_released bench "$NAMES"
+q bench "VACUUM ANALYZE"
+
+bench_header "dsync cost per acquire+release cycle, against the hand-written lease table"
+echo "  settings: $THROUGHPUT_CONF" | head -1
+
+# cycle_sql VARIANT N: N cycles of VARIANT as plain statements, one per
+# line, names spread over the prefilled ones as pgbench's random() does.
+cycle_sql() {
+	awk -v v="$1" -v n="$2" -v names="$NAMES" 'BEGIN {
+		for (i = 1; i <= n; i++) {
+			k = (i * 7919) % names + 1
+			if (v == "dsync") {
+				printf "SELECT dsync_acquire(%c%d%c, %cc1%c, %c30 seconds%c);\n", 39, k, 39, 39, 39, 39, 39
+				printf "SELECT dsync_release(%c%d%c, %cc1%c);\n", 39, k, 39, 39, 39
+			} else {
+				printf "INSERT INTO lease VALUES (%c%d%c, %cc1%c, clock_timestamp() + interval %c30 seconds%c) ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at WHERE lease.holder = EXCLUDED.holder OR lease.expires_at < clock_timestamp();\n", 39, k, 39, 39, 39, 39, 39
+				printf "DELETE FROM lease WHERE name = %c%d%c AND holder = %cc1%c;\n", 39, k, 39, 39, 39
+			}
+		}
+	}'
+}
+
+declare -A IR=() WALREC=() WALBYTES=() WALFPI=()
+
+# ---------------------------------------------------------------------------
+# 1. Instructions per cycle (callgrind, single-user backend)
+# ---------------------------------------------------------------------------
+
+# callgrind_ir VARIANT N: total instructions of a single-user backend that
+# runs N cycles (the server is stopped meanwhile: single-user mode needs
+# the data directory to itself).
+callgrind_ir() {
+	local out=$WORKDIR/cg.$1.$2 script=$WORKDIR/cycles.$1.$2.sql
+	cycle_sql "$1" "$2" >"$script"
+	chown postgres: "$script"
+	runuser -u postgres -- valgrind --tool=callgrind --callgrind-out-file="$out" \
+		"$PGBIN/postgres" --single -D "$PGDATA_DIR" -c shared_preload_libraries=dsync \
+		-c synchronous_commit=off bench <"$script" >"$WORKDIR/single.$1.$2.out" 2>&1
+	sed -n 's/^summary: *\([0-9]*\).*/\1/p;s/^totals: *\([0-9]*\).*/\1/p' "$out" | head -1
+}
+
+if bench_part 1 "Instructions per cycle (callgrind, one backend, $N1 and $N2 cycles)"; then
+	runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -m fast -w stop >/dev/null
+	for v in "${VARIANTS[@]}"; do
+		a=$(callgrind_ir "$v" "$N1")
+		b=$(callgrind_ir "$v" "$N2")
+		IR[$v]=$(awk -v a="$a" -v b="$b" -v n1="$N1" -v n2="$N2" 'BEGIN { printf "%.0f", (b - a) / (n2 - n1) }')
+		printf '  %-6s %10s instructions per cycle  (%s and %s in all)\n' "$v" "${IR[$v]}" "$a" "$b"
+	done
+	if grep -h 'WARNING\|ERROR' "$WORKDIR"/single.*.out | sort | uniq -c | head -5 | grep -q .; then
+		echo "  messages from the single-user runs:"
+		grep -h 'WARNING\|ERROR' "$WORKDIR"/single.*.out | sort | uniq -c | head -5
+	fi
+	runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -l "$SERVER_LOG" -w start >/dev/null
+fi
+
+# ---------------------------------------------------------------------------
+# 2. WAL per cycle (pg_waldump --stats)
+# ---------------------------------------------------------------------------
+
+if bench_part 2 "WAL per cycle ($WAL_CYCLES cycles, one client, after a warm-up)"; then
+	for v in "${VARIANTS[@]}"; do
+		"$PGBIN/pgbench" -n -M prepared -c 1 -t "$WAL_CYCLES" -f "$HERE/cycle_$v.sql" bench >/dev/null 2>&1
+		start=$(q bench "SELECT pg_current_wal_insert_lsn()")
+		"$PGBIN/pgbench" -n -M prepared -c 1 -t "$WAL_CYCLES" -f "$HERE/cycle_$v.sql" bench >/dev/null 2>&1
+		end=$(q bench "SELECT pg_current_wal_insert_lsn()")
+		q bench "SELECT pg_switch_wal()" >/dev/null
+		stats=$(runuser -u postgres -- "$PGBIN/pg_waldump" -p "$PGDATA_DIR/pg_wal" -s "$start" -e "$end" --stats 2>/dev/null)
+		# The "Total" line: count, %, record size, %, FPI size, %, combined size, %
+		read -r recs recbytes fpibytes <<<"$(awk '/^Total/ { print $2, $4, $6 }' <<<"$stats")"
+		WALREC[$v]=$(awk -v r="$recs" -v n="$WAL_CYCLES" 'BEGIN { printf "%.2f", r / n }')
+		WALBYTES[$v]=$(awk -v b="$recbytes" -v n="$WAL_CYCLES" 'BEGIN { printf "%.0f", b / n }')
+		WALFPI[$v]=$(awk -v b="$fpibytes" -v n="$WAL_CYCLES" 'BEGIN { printf "%.0f", b / n }')
+		printf '  %-6s %6s records, %5s bytes of records, %5s bytes of full-page images per cycle\n' \
+			"$v" "${WALREC[$v]}" "${WALBYTES[$v]}" "${WALFPI[$v]}"
+	done
+fi
+
+# ---------------------------------------------------------------------------
+# 3. Throughput side by side
+# ---------------------------------------------------------------------------
+
+declare -A TPS=()
+if bench_part 3 "Throughput: $CLIENTS clients, ${SECONDS_PER_RUN} s per run, $ROUNDS round(s), median"; then
+	rotation=0
+	for round in $(seq 1 "$ROUNDS"); do
+		for commit in off on; do
+			mapfile -t order < <(rotated "$rotation" "${VARIANTS[@]}")
+			rotation=$((rotation + 1))
+			for v in "${order[@]}"; do
+				q bench "CHECKPOINT"
+				out=$(PGOPTIONS="-c synchronous_commit=$commit" "$PGBIN/pgbench" -n -M "$PROTOCOL" \
+					-c "$CLIENTS" -j 2 -T "$SECONDS_PER_RUN" -f "$HERE/cycle_$v.sql" bench 2>&1)
+				TPS[$v,$commit]="${TPS[$v,$commit]:-} $(pgbench_tps "$v" "$out")"
+				wait_idle bench
+			done
+		done
+	done
+	for commit in off on; do
+		d=$(median ${TPS[dsync,$commit]})
+		t=$(median ${TPS[table,$commit]})
+		printf '  synchronous_commit=%-3s dsync %9.0f  table %9.0f  dsync/table %.2f\n' "$commit" "$d" "$t" \
+			"$(awk -v d="$d" -v t="$t" 'BEGIN { print (t > 0 ? d / t : 0) }')"
+	done
+fi
+
+echo
+echo "## Summary (dsync / table)"
+echo
+echo "| measure | dsync | table | dsync / table |"
+echo "| --- | ---: | ---: | ---: |"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "n/a"; else printf "%.2f", a / b }'; }
+[ -n "${IR[dsync]:-}" ] && echo "| instructions per cycle | ${IR[dsync]} | ${IR[table]} | $(ratio "${IR[dsync]}" "${IR[table]}") |"
+[ -n "${WALREC[dsync]:-}" ] && echo "| WAL records per cycle | ${WALREC[dsync]} | ${WALREC[table]} | $(ratio "${WALREC[dsync]}" "${WALREC[table]}") |"
+[ -n "${WALBYTES[dsync]:-}" ] && echo "| WAL bytes per cycle (records) | ${WALBYTES[dsync]} | ${WALBYTES[table]} | $(ratio "${WALBYTES[dsync]}" "${WALBYTES[table]}") |"
+for commit in off on; do
+	[ -n "${TPS[dsync,$commit]:-}" ] || continue
+	d=$(median ${TPS[dsync,$commit]})
+	t=$(median ${TPS[table,$commit]})
+	echo "| cycles/s, synchronous_commit=$commit | $d | $t | $(ratio "$d" "$t") |"
+done
