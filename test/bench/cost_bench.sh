@@ -5,9 +5,10 @@
 # noisy shared host:
 #
 #   1. instructions per cycle (user space, the backend alone), counted by
-#      valgrind --tool=callgrind on a single-user backend running the same
-#      statements as pgbench's cycle scripts: (Ir of N2 cycles - Ir of N1
-#      cycles) / (N2 - N1), so that start-up and warm-up cancel out;
+#      valgrind --tool=callgrind on a server running under it: one psql
+#      session runs N cycles through prepared statements (as pgbench -M
+#      prepared does) and exits; (Ir of N2 cycles - Ir of N1 cycles) /
+#      (N2 - N1), so that start-up and warm-up cancel out;
 #   2. WAL records and bytes per cycle, from pg_waldump --stats over the
 #      WAL that BENCH_WAL_CYCLES cycles wrote (full-page images counted
 #      apart: a checkpoint just before would otherwise decide the figure);
@@ -48,19 +49,24 @@ q bench "VACUUM ANALYZE"
 bench_header "dsync cost per acquire+release cycle, against the hand-written lease table"
 echo "  settings: $THROUGHPUT_CONF" | head -1
 
-# cycle_sql VARIANT N: N cycles of VARIANT as plain statements, one per
-# line, names spread over the prefilled ones as pgbench's random() does.
+# cycle_sql VARIANT N: a psql script that prints its backend's pid, then
+# runs N cycles of VARIANT through prepared statements (as pgbench -M
+# prepared does), names spread over the prefilled ones.
 cycle_sql() {
-	awk -v v="$1" -v n="$2" -v names="$NAMES" 'BEGIN {
+	echo "SELECT pg_backend_pid();"
+	if [ "$1" = dsync ]; then
+		echo "PREPARE a(text) AS SELECT dsync_acquire(\$1, 'c1', '30 seconds');"
+		echo "PREPARE r(text) AS SELECT dsync_release(\$1, 'c1');"
+	else
+		echo "PREPARE a(text) AS INSERT INTO lease VALUES (\$1, 'c1', clock_timestamp() + interval '30 seconds')" \
+			"ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at" \
+			"WHERE lease.holder = EXCLUDED.holder OR lease.expires_at < clock_timestamp();"
+		echo "PREPARE r(text) AS DELETE FROM lease WHERE name = \$1 AND holder = 'c1';"
+	fi
+	awk -v n="$2" -v names="$NAMES" 'BEGIN {
 		for (i = 1; i <= n; i++) {
 			k = (i * 7919) % names + 1
-			if (v == "dsync") {
-				printf "SELECT dsync_acquire(%c%d%c, %cc1%c, %c30 seconds%c);\n", 39, k, 39, 39, 39, 39, 39
-				printf "SELECT dsync_release(%c%d%c, %cc1%c);\n", 39, k, 39, 39, 39
-			} else {
-				printf "INSERT INTO lease VALUES (%c%d%c, %cc1%c, clock_timestamp() + interval %c30 seconds%c) ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at WHERE lease.holder = EXCLUDED.holder OR lease.expires_at < clock_timestamp();\n", 39, k, 39, 39, 39, 39, 39
-				printf "DELETE FROM lease WHERE name = %c%d%c AND holder = %cc1%c;\n", 39, k, 39, 39, 39
-			}
+			printf "EXECUTE a(%c%d%c);\nEXECUTE r(%c%d%c);\n", 39, k, 39, 39, k, 39
 		}
 	}'
 }
@@ -71,31 +77,44 @@ declare -A IR=() WALREC=() WALBYTES=() WALFPI=()
 # 1. Instructions per cycle (callgrind, single-user backend)
 # ---------------------------------------------------------------------------
 
-# callgrind_ir VARIANT N: total instructions of a single-user backend that
-# runs N cycles (the server is stopped meanwhile: single-user mode needs
-# the data directory to itself).
+# callgrind_ir VARIANT N: the instructions of one backend (the server
+# runs under callgrind meanwhile) that ran N cycles and exited.
 callgrind_ir() {
-	local out=$WORKDIR/cg.$1.$2 script=$WORKDIR/cycles.$1.$2.sql
+	local script=$WORKDIR/cycles.$1.$2.sql pid file
 	cycle_sql "$1" "$2" >"$script"
-	chown postgres: "$script"
-	runuser -u postgres -- valgrind --tool=callgrind --callgrind-out-file="$out" \
-		"$PGBIN/postgres" --single -D "$PGDATA_DIR" -c shared_preload_libraries=dsync \
-		-c synchronous_commit=off bench <"$script" >"$WORKDIR/single.$1.$2.out" 2>&1
-	sed -n 's/^summary: *\([0-9]*\).*/\1/p;s/^totals: *\([0-9]*\).*/\1/p' "$out" | head -1
+	"$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d bench -f "$script" >"$script.out"
+	pid=$(head -1 "$script.out")
+	file=$WORKDIR/callgrind/cg.$pid
+	for _ in $(seq 1 600); do
+		[ -s "$file" ] && grep -q '^totals:\|^summary:' "$file" && break
+		sleep 0.1
+	done
+	sed -n 's/^summary: *\([0-9]*\).*/\1/p;s/^totals: *\([0-9]*\).*/\1/p' "$file" | head -1
 }
 
-if bench_part 1 "Instructions per cycle (callgrind, one backend, $N1 and $N2 cycles)"; then
+if bench_part 1 "Instructions per cycle (callgrind, one backend, prepared statements, $N1 and $N2 cycles)"; then
 	runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -m fast -w stop >/dev/null
+	mkdir "$WORKDIR/callgrind"
+	chown postgres: "$WORKDIR/callgrind"
+	# Every process of the server runs under callgrind (backends are
+	# forked, not executed); autovacuum is off so that no other process
+	# comes and goes.
+	runuser -u postgres -- valgrind --quiet --tool=callgrind \
+		--callgrind-out-file="$WORKDIR/callgrind/cg.%p" \
+		"$PGBIN/postgres" -D "$PGDATA_DIR" -c autovacuum=off -c synchronous_commit=off \
+		>>"$WORKDIR/valgrind.log" 2>&1 &
+	for _ in $(seq 1 600); do
+		"$PGBIN/pg_isready" -q -d bench && break
+		sleep 0.2
+	done
 	for v in "${VARIANTS[@]}"; do
 		a=$(callgrind_ir "$v" "$N1")
 		b=$(callgrind_ir "$v" "$N2")
 		IR[$v]=$(awk -v a="$a" -v b="$b" -v n1="$N1" -v n2="$N2" 'BEGIN { printf "%.0f", (b - a) / (n2 - n1) }')
 		printf '  %-6s %10s instructions per cycle  (%s and %s in all)\n' "$v" "${IR[$v]}" "$a" "$b"
 	done
-	if grep -h 'WARNING\|ERROR' "$WORKDIR"/single.*.out | sort | uniq -c | head -5 | grep -q .; then
-		echo "  messages from the single-user runs:"
-		grep -h 'WARNING\|ERROR' "$WORKDIR"/single.*.out | sort | uniq -c | head -5
-	fi
+	runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -m fast -w -t 300 stop >/dev/null
+	wait
 	runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -l "$SERVER_LOG" -w start >/dev/null
 fi
 
@@ -112,7 +131,8 @@ if bench_part 2 "WAL per cycle ($WAL_CYCLES cycles, one client, after a warm-up)
 		q bench "SELECT pg_switch_wal()" >/dev/null
 		stats=$(runuser -u postgres -- "$PGBIN/pg_waldump" -p "$PGDATA_DIR/pg_wal" -s "$start" -e "$end" --stats 2>/dev/null)
 		# The "Total" line: count, %, record size, %, FPI size, %, combined size, %
-		read -r recs recbytes fpibytes <<<"$(awk '/^Total/ { print $2, $4, $6 }' <<<"$stats")"
+		# Total: count, record bytes [%], full-page image bytes [%], combined [%]
+		read -r recs recbytes fpibytes <<<"$(awk '/^Total/ { print $2, $3, $5 }' <<<"$stats")"
 		WALREC[$v]=$(awk -v r="$recs" -v n="$WAL_CYCLES" 'BEGIN { printf "%.2f", r / n }')
 		WALBYTES[$v]=$(awk -v b="$recbytes" -v n="$WAL_CYCLES" 'BEGIN { printf "%.0f", b / n }')
 		WALFPI[$v]=$(awk -v b="$fpibytes" -v n="$WAL_CYCLES" 'BEGIN { printf "%.0f", b / n }')
@@ -162,5 +182,5 @@ for commit in off on; do
 	[ -n "${TPS[dsync,$commit]:-}" ] || continue
 	d=$(median ${TPS[dsync,$commit]})
 	t=$(median ${TPS[table,$commit]})
-	echo "| cycles/s, synchronous_commit=$commit | $d | $t | $(ratio "$d" "$t") |"
+	printf '| cycles/s, synchronous_commit=%s | %.0f | %.0f | %s |\n' "$commit" "$d" "$t" "$(ratio "$d" "$t")"
 done
