@@ -138,13 +138,9 @@ DsyncEventRecordRaw(DsyncEventKind kind, text *name, text *holder,
 	DsyncRowSet(&row, Anum_lease_name, PointerGetDatum(name));
 	DsyncRowSet(&row, Anum_lease_slot, Int32GetDatum(0));
 	if (holder)
-	{
 		DsyncRowSet(&row, Anum_lease_holder, PointerGetDatum(holder));
-	}
 	if (expires_at != 0)
-	{
 		DsyncRowSet(&row, Anum_lease_expires_at, TimestampTzGetDatum(expires_at));
-	}
 	DsyncEventRecord(kind, &row);
 }
 

@@ -185,9 +185,7 @@ DsyncLeaseRenewRow(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant)
 	(void) LeaseSetRenewal(row, grant->ttl_usec);
 	row->values[Anum_lease_ttl - 1] = IntervalPGetDatum(grant->ttl);
 	if (!grant->info_null)
-	{
 		DsyncRowSet(row, Anum_lease_info, grant->info);
-	}
 	DsyncStoreUpdate(store, row);
 	LeaseRecordDeadline(store, row, previous);
 }
@@ -527,13 +525,12 @@ dsync_renew(PG_FUNCTION_ARGS)
  * LeaseHeldCall
  *		The body of dsync_release and dsync_assert_held: lock the lease
  *		(argument 0) held by holder (argument 1) in mode, which lasts until
- *		the caller's transaction ends, and release it if mode is the
- *		release's.  Returns its fencing token, or -1 if holder does not
- *		hold it.
+ *		the caller's transaction ends, then release it if asked.  Returns
+ *		its fencing token, or -1 if holder does not hold it.
  */
 static int64
 LeaseHeldCall(FunctionCallInfo fcinfo, const char *fname, LockTupleMode mode,
-			  text **lease, text **holder)
+			  bool release, text **lease, text **holder)
 {
 	LeaseStores stores;
 	DsyncStore *store;
@@ -549,7 +546,7 @@ LeaseHeldCall(FunctionCallInfo fcinfo, const char *fname, LockTupleMode mode,
 	if (row)
 	{
 		token = DatumGetInt64(row->values[Anum_lease_fencing - 1]);
-		if (mode != LockTupleShare)
+		if (release)
 			DsyncLeaseRelease(store, row);
 	}
 	LeaseStoresClose(&stores);
@@ -567,7 +564,7 @@ dsync_release(PG_FUNCTION_ARGS)
 			   *holder;
 
 	PG_RETURN_BOOL(LeaseHeldCall(fcinfo, "dsync_release()", LockTupleNoKeyExclusive,
-								 &lease, &holder) >= 0);
+								 true, &lease, &holder) >= 0);
 }
 
 /*
@@ -632,7 +629,7 @@ dsync_assert_held(PG_FUNCTION_ARGS)
 	text	   *lease,
 			   *holder;
 	int64		token = LeaseHeldCall(fcinfo, "dsync_assert_held()", LockTupleShare,
-									  &lease, &holder);
+									  false, &lease, &holder);
 
 	if (token < 0)
 		ereport(ERROR,

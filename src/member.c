@@ -141,9 +141,7 @@ dsync_join(PG_FUNCTION_ARGS)
 			row->nulls[Anum_member_info - 1] = info_null;
 		}
 		else if (!info_null)
-		{
 			DsyncRowSet(row, Anum_member_info, info);
-		}
 		row->values[Anum_member_renewed_at - 1] = TimestampTzGetDatum(now);
 		row->values[Anum_member_expires_at - 1] = TimestampTzGetDatum(expiry);
 		row->values[Anum_member_ttl - 1] = IntervalPGetDatum(ttl);

@@ -125,19 +125,39 @@ class Connector {
     return new pg.Client(applicationName ? { application_name: applicationName, ...this.config } : this.config);
   }
 
+  // One statement: on the pool, or on a client of our own kept open
+  // (a connection per statement would cost a new server process each).
   async query(text, values) {
     if (this.pool) {
       const r = await this.pool.query({ text, values, types });
       return r.rows;
     }
-    const c = this.client();
-    c.on('error', () => {});   // a connection ended under us: the query rejects
-    await c.connect();
+    if (!this._own) {
+      const c = this.client();
+      c.on('error', () => {   // a connection ended under us: the query rejects
+        if (this._own === connecting) this._own = null;
+      });
+      const connecting = c.connect().then(() => c);
+      this._own = connecting;
+      connecting.catch(() => { if (this._own === connecting) this._own = null; });
+    }
+    const own = this._own;
+    const c = await own;
     try {
       return (await c.query({ text, values, types })).rows;
-    } finally {
-      await c.end();
+    } catch (e) {
+      if (isConnectionError(e) && this._own === own) {
+        this._own = null;
+        c.end().catch(() => {});
+      }
+      throw e;
     }
+  }
+
+  async close() {
+    const own = this._own;
+    this._own = null;
+    if (own) await own.then((c) => c.end()).catch(() => {});
   }
 
   async value(text, values) {
@@ -187,6 +207,7 @@ class Lock extends EventEmitter {
     this.lost = false;
     this.lostReason = null;
     this._keeper = null;
+    this._client = null;
     this._created = false;
   }
 
@@ -255,15 +276,37 @@ class Lock extends EventEmitter {
     this.emit('lost', why);
   }
 
+  // The keeper's client: the one the lock's last hold left, if any, so
+  // that taking a lock again costs no new server process and no LISTEN.
+  // Its one notification listener serves whichever keeper is current.
+  async _keeperClient() {
+    if (this._client) return this._client;
+    const client = this.connector.client(`dsync keeper ${this.name}`.slice(0, 63));
+    client.on('error', () => {   // a broken keeper connection: the watchdog decides
+      if (this._client === client) this._client = null;
+    });
+    client.on('notification', (msg) => {
+      const k = this._keeper;
+      const ev = parsePayload(msg.channel, msg.payload);
+      if (k && k.armed && !k.stopped && ev && ev.name === this.name && ev.holder === this.holder &&
+          (ev.kind === 'released' || ev.kind === 'expired')) {
+        this._setLost(`the lease was ${ev.kind}`);
+      }
+    });
+    await client.connect();
+    if (this.listen !== false && !(await behindPooler(client))) await listenOn(client, [this.name]);
+    this._client = client;
+    return client;
+  }
+
   async _startKeeper(granted) {
     this.lost = false;
     this.lostReason = null;
     // holdsUntil: the lease lasts at least until then (performance.now()),
     // reckoned from when the grant or renewal was sent, whatever the
     // client's and the server's wall clocks say.
-    const k = { client: this.connector.client(`dsync keeper ${this.name}`.slice(0, 63)), holdsUntil: granted + this.ttl * 1000, timers: [], stopped: false };
+    const k = { client: null, holdsUntil: granted + this.ttl * 1000, timers: [], stopped: false, armed: false };
     this._keeper = k;
-    k.client.on('error', () => {});   // a broken keeper connection: the watchdog decides
     const margin = Math.min(1000, this.ttl * 100);
     const watchdog = () => {
       if (k.stopped || this.lost) return;
@@ -273,19 +316,12 @@ class Lock extends EventEmitter {
     };
     k.timers.push(setInterval(watchdog, Math.max(10, margin / 2)));
     try {
-      await k.client.connect();
-      if (this.listen !== false && !(await behindPooler(k.client))) {
-        k.client.on('notification', (msg) => {
-          const ev = parsePayload(msg.channel, msg.payload);
-          if (!k.stopped && ev && ev.name === this.name && ev.holder === this.holder &&
-              (ev.kind === 'released' || ev.kind === 'expired')) {
-            this._setLost(`the lease was ${ev.kind}`);
-          }
-        });
-        await listenOn(k.client, [this.name]);
-      }
+      k.client = await this._keeperClient();
       // After the LISTEN, so that a release in between is not missed.
+      // Notifications delivered before its answer are older than it (the
+      // release of the previous hold, say): only later ones count.
       const held = await k.client.query({ text: SQL.held, values: [this.name, this.holder], types });
+      k.armed = true;
       if (!held.rows.length) this._setLost('the lease was not held by the time the keeper started');
     } catch (e) {
       // No keeper: give the lease back rather than hold it unrenewed.
@@ -298,13 +334,20 @@ class Lock extends EventEmitter {
       if (k.stopped || this.lost) return;
       const sent = performance.now();
       try {
-        const r = await k.client.query({ text: SQL.renew, values: [this.name, this.holder, interval(this.ttl)], types });
+        const client = await this._keeperClient();
+        const r = await client.query({ text: SQL.renew, values: [this.name, this.holder, interval(this.ttl)], types });
         const expiry = r.rows[0].v;
         if (k.stopped) return;
         if (expiry === null) this._setLost('the renewal found the lease no longer held');
         else k.holdsUntil = sent + this.ttl * 1000;
       } catch (e) {
-        // A broken keeper connection: the watchdog decides.
+        // A broken keeper connection (the next tick connects again): the
+        // watchdog decides.
+        if (isConnectionError(e) && this._client) {
+          const dead = this._client;
+          this._client = null;
+          dead.end().catch(() => {});
+        }
       }
     };
     k.timers.push(setInterval(tick, (this.ttl * 1000) / 3));
@@ -316,11 +359,15 @@ class Lock extends EventEmitter {
     if (!k) return;
     k.stopped = true;
     for (const t of k.timers) clearInterval(t);
-    await k.client.end().catch(() => {});
   }
 
+  // Ends the lock's connections; call it when done with the lock.
   async close() {
     await this._stopKeeper();
+    const client = this._client;
+    this._client = null;
+    if (client) await client.end().catch(() => {});
+    await this.connector.close();
   }
 }
 

@@ -258,3 +258,34 @@ class ElectionSettings:
         self._lock = lock_class(self.group, conninfo=conninfo, pool=pool, ttl=self.ttl,
                                 holder=self.member, info=info, listen=listen,
                                 on_lost=self._lost, **connect_kwargs)
+
+
+class ConnectionSettings:
+    """Where a sync or asyncio connector's connections come from: a
+    conninfo string or a psycopg_pool pool, with the pooler-safe defaults
+    and the caller's keyword arguments."""
+
+    def __init__(self, conninfo: Optional[str], pool: Any, kwargs: Mapping[str, Any]):
+        if (conninfo is None) == (pool is None):
+            raise TypeError("give exactly one of conninfo and pool")
+        self.pool = pool
+        self.conninfo = conninfo if conninfo is not None else pool.conninfo
+        self.kwargs = pool_settings(kwargs)
+
+    def connect_kwargs(self, application_name: Optional[str], extra: Mapping[str, Any]) -> dict:
+        """The caller's settings over extra; application_name if unset."""
+        kwargs = dict(extra)
+        kwargs.update(self.kwargs)
+        if application_name is not None:
+            kwargs.setdefault("application_name", application_name)
+        return kwargs
+
+
+def keeper_settings(name: str, ttl: timedelta) -> dict:
+    """A keeper connection's name and TCP settings: keepalives and a user
+    timeout make a dead network an error within a renewal period instead
+    of a hang (libpq ignores them on Unix sockets)."""
+    period_ms = int(ttl.total_seconds() * 1000 / 3)
+    return dict(application_name=f"dsync keeper {name}"[:63], keepalives=1,
+                keepalives_idle=max(1, period_ms // 1000), keepalives_interval=1,
+                keepalives_count=3, tcp_user_timeout=max(1000, period_ms))

@@ -20,25 +20,18 @@ from ._common import LeaseEvent, Seconds
 __all__ = ["AsyncLock", "AsyncSemaphore", "AsyncEvent", "AsyncLeaderElection", "awatch"]
 
 
-class _Connector:
+class _Connector(c.ConnectionSettings):
     """A conninfo string or a psycopg_pool AsyncConnectionPool."""
 
     def __init__(self, conninfo: Optional[str], pool: Any, kwargs: dict):
-        if (conninfo is None) == (pool is None):
-            raise TypeError("give exactly one of conninfo and pool")
-        self.pool = pool
-        self.conninfo = conninfo if conninfo is not None else pool.conninfo
-        self.kwargs = c.pool_settings(kwargs)
+        super().__init__(conninfo, pool, kwargs)
         self._own: Optional[psycopg.AsyncConnection] = None
         self._lock = asyncio.Lock()
 
     async def open(self, application_name: Optional[str] = None,
                    **extra: Any) -> psycopg.AsyncConnection:
-        kwargs = dict(extra)
-        kwargs.update(self.kwargs)
-        if application_name is not None:
-            kwargs.setdefault("application_name", application_name)
-        return await psycopg.AsyncConnection.connect(self.conninfo, **kwargs)
+        return await psycopg.AsyncConnection.connect(
+            self.conninfo, **self.connect_kwargs(application_name, extra))
 
     async def value(self, sql: str, params: Sequence[Any] = ()) -> Any:
         if self.pool is not None:
@@ -158,6 +151,8 @@ class AsyncLock(c.LeaseSettings):
         self.lost = asyncio.Event()
         self._connector = _Connector(conninfo, pool, connect_kwargs)
         self._keeper: Optional[asyncio.Task] = None
+        self._kept: Optional[tuple] = None      # the keeper's connection between holds
+        self._closed = False
         self._watchdog: Optional[asyncio.Task] = None
         self._holds_until = 0.0
 
@@ -227,26 +222,32 @@ class AsyncLock(c.LeaseSettings):
 
     async def _connect(self):
         """The keeper's connection and, where LISTEN works, its
-        notifications; then whether the lease is still held, asked after
-        the LISTEN so that nothing falls between the two."""
-        period_ms = int(self.ttl.total_seconds() * 1000 / 3)
-        conn = await self._connector.open(
-            f"dsync keeper {self.name}"[:63], keepalives=1,
-            keepalives_idle=max(1, period_ms // 1000), keepalives_interval=1,
-            keepalives_count=3, tcp_user_timeout=max(1000, period_ms))
-        notes = None
+        notifications (the ones the lock's last keeper left, if any, so
+        that taking a lock again costs no new server process and no
+        LISTEN); then whether the lease is still held, asked after the
+        LISTEN so that nothing falls between the two."""
+        kept, self._kept = self._kept, None
+        if kept is not None and not kept[0].closed:
+            conn, notes = kept
+        else:
+            conn, notes = await self._connector.open(**c.keeper_settings(self.name, self.ttl)), None
         try:
-            if self.listen is not False and not await _behind_pooler(conn):
+            if kept is None and self.listen is not False and not await _behind_pooler(conn):
                 await _listen(conn, [self.name])
                 notes = _Notifications(conn)
                 notes.pause()
-            elif self.listen is True:
+            elif kept is None and self.listen is True:
                 raise c.ListenUnavailable(
                     "LISTEN does not work through this connection (a pooler in "
                     "transaction mode); a lost lease is noticed at the next renewal")
             cur = await conn.execute(c.SQL_HELD, (self.name, self.holder))
             held = await cur.fetchone() is not None
             if notes is not None:
+                # Older than the answer (a listening backend delivers them
+                # when a transaction ends), such as the release of the
+                # previous hold: dropped.
+                while not notes.queue.empty():
+                    notes.queue.get_nowait()
                 notes.resume()
             return conn, notes, held
         except BaseException:
@@ -258,6 +259,7 @@ class AsyncLock(c.LeaseSettings):
     async def _keep(self, started: asyncio.Event) -> None:
         conn = None
         notes = None
+        healthy = True
         period = self.ttl.total_seconds() / 3
         next_renew = time.monotonic() + period
         try:
@@ -313,12 +315,18 @@ class AsyncLock(c.LeaseSettings):
         except asyncio.CancelledError:
             pass
         except Exception as exc:
+            healthy = False
             await self._set_lost(f"the keeper failed: {exc!r}")
         finally:
             if notes is not None:
-                notes.close()
+                notes.pause()
             if conn is not None:
-                await conn.close()
+                # Keep a sound, idle connection for the lock's next hold.
+                if (healthy and not self._closed and self._kept is None and not conn.closed
+                        and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE):
+                    self._kept = (conn, notes)
+                else:
+                    await conn.close()
 
     async def _set_lost(self, why: str) -> None:
         if self.lost.is_set():
@@ -375,7 +383,11 @@ class AsyncLock(c.LeaseSettings):
         return int((await cur.fetchone())[0])
 
     async def close(self) -> None:
+        self._closed = True
         await self._stop_keeper()
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            await kept[0].close()
         await self._connector.close()
 
     async def __aenter__(self) -> "AsyncLock":

@@ -29,26 +29,18 @@ from ._common import LeaseEvent, Seconds
 __all__ = ["Lock", "Semaphore", "Event", "LeaderElection", "watch"]
 
 
-class _Connector:
+class _Connector(c.ConnectionSettings):
     """Where connections come from: a conninfo string or a psycopg_pool
     ConnectionPool.  Short statements borrow from the pool; the keeper and
     waits that must stay on one session get a connection of their own."""
 
     def __init__(self, conninfo: Optional[str], pool: Any, kwargs: dict):
-        if (conninfo is None) == (pool is None):
-            raise TypeError("give exactly one of conninfo and pool")
-        self.pool = pool
-        self.conninfo = conninfo if conninfo is not None else pool.conninfo
-        self.kwargs = c.pool_settings(kwargs)
+        super().__init__(conninfo, pool, kwargs)
         self._own: Optional[psycopg.Connection] = None
         self._lock = threading.Lock()
 
     def open(self, application_name: Optional[str] = None, **extra: Any) -> psycopg.Connection:
-        kwargs = dict(extra)
-        kwargs.update(self.kwargs)
-        if application_name is not None:
-            kwargs.setdefault("application_name", application_name)
-        return psycopg.connect(self.conninfo, **kwargs)
+        return psycopg.connect(self.conninfo, **self.connect_kwargs(application_name, extra))
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
@@ -125,14 +117,11 @@ class _Keeper:
                                        name=f"dsync keeper {owner.name}")
         self.listening = False
         self.ready = threading.Event()
-        self.pending: List[tuple] = []
+        self.pending = owner._pending
+        self.healthy = True
         self.stopped = threading.Event()
         self.watchdog = threading.Thread(target=self._watch, daemon=True,
                                          name=f"dsync watchdog {owner.name}")
-
-    def _on_notify(self, n: psycopg.Notify) -> None:
-        # Notifications that arrive during a query: psycopg reads them.
-        self.pending.append((n.channel, n.payload, n.pid))
 
     def start(self) -> None:
         self.thread.start()
@@ -180,15 +169,17 @@ class _Keeper:
 
     def _connect(self) -> psycopg.Connection:
         """The keeper's connection, listening on the lease's channel where
-        LISTEN works.  TCP keepalives and a user timeout make a dead
-        network an error within a renewal period instead of a hang."""
+        LISTEN works: the one the lock's last keeper left, if any, so that
+        taking a lock again costs no new server process and no LISTEN."""
         o = self.owner
-        period_ms = int(o.ttl.total_seconds() * 1000 / 3)
-        conn = o._connector.open(f"dsync keeper {o.name}"[:63],
-                                 keepalives=1, keepalives_idle=max(1, period_ms // 1000),
-                                 keepalives_interval=1, keepalives_count=3,
-                                 tcp_user_timeout=max(1000, period_ms))
-        conn.add_notify_handler(self._on_notify)
+        kept, o._kept = o._kept, None
+        if kept is not None and not kept[0].closed:
+            self.listening = kept[1]
+            return kept[0]
+        pending = o._pending
+        conn = o._connector.open(**c.keeper_settings(o.name, o.ttl))
+        # Notifications that arrive during a query: psycopg reads them.
+        conn.add_notify_handler(lambda n: pending.append((n.channel, n.payload, n.pid)))
         if o.listen is not False and not behind_pooler(conn):
             _listen(conn, list(_channels(conn, [o.name])))
             self.listening = True
@@ -200,9 +191,15 @@ class _Keeper:
         return conn
 
     def _still_held(self, conn: psycopg.Connection) -> bool:
-        # Whatever happened before the LISTEN (or while reconnecting):
-        # ask once.
-        return conn.execute(c.SQL_HELD, (self.owner.name, self.owner.holder)).fetchone() is not None
+        """Whatever happened before the LISTEN (or while reconnecting): ask
+        once.  Notifications delivered by then are older than the answer
+        (a listening backend delivers them when a transaction ends), such as
+        the release of this lock's previous hold: they are dropped."""
+        held = conn.execute(c.SQL_HELD, (self.owner.name, self.owner.holder)).fetchone() is not None
+        if self.listening:
+            _drain(conn)
+        self.pending.clear()
+        return held
 
     def _run(self) -> None:
         o = self.owner
@@ -229,7 +226,8 @@ class _Keeper:
                     readable, _, _ = select.select(fds, [], [], 0 if self.pending else timeout)
                     if self.stop_r in readable:
                         return
-                    notes, self.pending = self.pending, []
+                    notes = self.pending[:]
+                    self.pending.clear()
                     if self.listening and conn.fileno() in readable:
                         notes += _drain(conn)
                     for channel, payload, _pid in notes:
@@ -254,10 +252,20 @@ class _Keeper:
                     self.stopped.wait(min(0.5, period))
                     next_renew = time.monotonic()
         except Exception as exc:            # never leave a held lease unwatched
+            self.healthy = False
             self.lost(f"the keeper failed: {exc!r}")
         finally:
             if conn is not None:
-                conn.close()
+                self._leave(conn)
+
+    def _leave(self, conn: psycopg.Connection) -> None:
+        """Keep a sound, idle connection for the lock's next hold."""
+        o = self.owner
+        if (self.healthy and not o._closed and o._kept is None and not conn.closed
+                and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE):
+            o._kept = (conn, self.listening)
+        else:
+            conn.close()
 
 
 class Lock(c.LeaseSettings):
@@ -278,6 +286,11 @@ class Lock(c.LeaseSettings):
         self._lost_lock = threading.Lock()
         self._connector = _Connector(conninfo, pool, connect_kwargs)
         self._keeper: Optional[_Keeper] = None
+        # The keeper's connection between holds, and the notifications
+        # psycopg read on it during a query.
+        self._kept: Optional[tuple] = None
+        self._pending: List[tuple] = []
+        self._closed = False
 
     # -- taking and letting go ------------------------------------------------
 
@@ -391,7 +404,11 @@ class Lock(c.LeaseSettings):
             self._keeper = None
 
     def close(self) -> None:
+        self._closed = True
         self._stop_keeper()
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            kept[0].close()
         self._connector.close()
 
     def __enter__(self) -> "Lock":

@@ -64,20 +64,23 @@ def test_bad_arguments():
         Semaphore("x", 0, conninfo="dbname=none")
 
 
-def test_blocking_acquire_is_woken(dsn, name):
-    a = Lock(name, conninfo=dsn, ttl=30)
-    b = Lock(name, conninfo=dsn, ttl=30)
+def _hand_off(a, b):
+    """a holds; b blocks in acquire; a's release wakes b, which then holds."""
     assert a.acquire()
     got = []
     t = threading.Thread(target=lambda: got.append(b.acquire(timeout=20)))
     t.start()
     time.sleep(0.3)
-    a.release()
-    t.join(10)
-    assert got == [True] and b.token > 0
-    b.release()
+    assert a.release()
+    t.join(15)
+    assert got == [True] and b.token > 0 and b.owned()
+    assert b.release()
     a.close()
     b.close()
+
+
+def test_blocking_acquire_is_woken(dsn, name):
+    _hand_off(Lock(name, conninfo=dsn, ttl=30), Lock(name, conninfo=dsn, ttl=30))
 
 
 def test_mutual_exclusion_across_processes_with_guard(dsn, admin, name):
@@ -273,20 +276,7 @@ def test_with_a_connection_pool(dsn, name):
     pool's connections are in transactions, not autocommit."""
     from psycopg_pool import ConnectionPool
     with ConnectionPool(dsn, min_size=1, max_size=4, kwargs={"prepare_threshold": None}) as pool:
-        a = Lock(name, pool=pool, ttl=30)
-        b = Lock(name, pool=pool, ttl=30)
-        assert a.acquire()
-        got = []
-        t = threading.Thread(target=lambda: got.append(b.acquire(timeout=10)))
-        t.start()
-        time.sleep(0.3)
-        assert a.release()
-        t.join(15)
-        assert got == [True]
-        assert b.owned()
-        assert b.release()
-        a.close()
-        b.close()
+        _hand_off(Lock(name, pool=pool, ttl=30), Lock(name, pool=pool, ttl=30))
 
 
 def _stop_keeper_backend(admin, name):

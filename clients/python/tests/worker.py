@@ -1,5 +1,6 @@
 """Processes the tests start: a counter under a guarded lock, a leader
-election candidate, an event waiter."""
+election candidate, an event waiter, and victims to kill while they hold
+or wait."""
 
 import os
 import sys
@@ -43,5 +44,18 @@ def wait_event(dsn, name):
         sys.exit(1)
 
 
+def hold(dsn, name, ttl):
+    lock = Lock(name, conninfo=dsn, ttl=float(ttl), holder="victim")
+    lock.acquire()
+    print("held", flush=True)
+    time.sleep(3600)
+
+
+def block(dsn, name):
+    print("waiting", flush=True)
+    Lock(name, conninfo=dsn, ttl=30, holder="victim").acquire()
+
+
 if __name__ == "__main__":
-    {"count": count, "elect": elect, "wait-event": wait_event}[sys.argv[1]](*sys.argv[2:])
+    {"count": count, "elect": elect, "wait-event": wait_event, "hold": hold,
+     "block": block}[sys.argv[1]](*sys.argv[2:])
