@@ -9,6 +9,7 @@ OBJS = \
 	src/args.o \
 	src/store.o \
 	src/scan.o \
+	src/locate.o \
 	src/row.o \
 	src/fencing.o \
 	src/lease.o \

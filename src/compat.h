@@ -17,6 +17,7 @@
 
 #include "access/genam.h"
 #include "access/heapam.h"
+#include "access/xact.h"
 #include "catalog/pg_database.h"
 #include "optimizer/pathnode.h"
 #include "storage/proc.h"
@@ -77,6 +78,26 @@ DsyncSimpleHeapUpdate(Relation rel, ItemPointer otid, HeapTuple tuple)
 	simple_heap_update(rel, otid, tuple, &update_indexes);
 #else
 	simple_heap_update(rel, otid, tuple);
+#endif
+}
+
+/*
+ * heap_update without waiting (the fast path of store.c), with the same
+ * difference from 16 on as simple_heap_update.
+ */
+static inline TM_Result
+DsyncHeapUpdateNoWait(Relation rel, ItemPointer otid, HeapTuple tuple,
+					  TM_FailureData *tmfd)
+{
+	LockTupleMode lockmode;
+#if PG_VERSION_NUM >= 160000
+	TU_UpdateIndexes update_indexes;
+
+	return heap_update(rel, otid, tuple, GetCurrentCommandId(true), InvalidSnapshot,
+					   false, tmfd, &lockmode, &update_indexes);
+#else
+	return heap_update(rel, otid, tuple, GetCurrentCommandId(true), InvalidSnapshot,
+					   false, tmfd, &lockmode);
 #endif
 }
 

@@ -8,8 +8,11 @@
  * dsync_lease, slot 0; a semaphore's permits are rows of dsync_permit
  * (permit.c).  A lease is held when its row has a holder and expires_at is
  * after the server clock's now; nothing else (no cleanup pass) decides it.
- * Every change locks the row first and re-checks it against a fresh clock
- * reading, so decisions are made on the latest committed version:
+ * Decisions are made on the latest committed version, checked against a
+ * fresh clock reading.  A grant, renewal or release of a plain lease whose
+ * row nobody has locked is one heap_update that fails rather than wait if
+ * the row changed or is locked (the fast path, one WAL record); otherwise
+ * the row is locked first:
  *
  *	- acquire locks with LockWaitSkip and treats a row it cannot lock as
  *	  taken, so it never waits for another transaction;
@@ -19,9 +22,10 @@
  *	  lock every grant needs, so until the guarding transaction ends nobody
  *	  else can take the lease, even once it has expired.
  *
- * If a row changed between the scan and the lock (TM_Updated), the whole
- * decision is made again from a new scan.  Each call finds its row with
- * one or two index probes, whatever the tables hold.
+ * If a row changed between the scan and the lock or update (TM_Updated),
+ * the whole decision is made again from a new scan.  A plain lease's row is
+ * found where the location cache says it is (locate.c), else with one
+ * index probe; a database with no semaphores never looks in their tables.
  *
  *-------------------------------------------------------------------------
  */
@@ -32,6 +36,7 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
 
 #include "args.h"
 #include "catalog.h"
@@ -94,18 +99,25 @@ LeaseStoresClose(LeaseStores *stores)
 }
 
 /*
+ * LeaseMayHavePermits
+ *		Whether dsync_permit may hold a row: it is installed and has pages
+ *		(see DsyncStoreHasNoPages).
+ */
+static bool
+LeaseMayHavePermits(LeaseStores *stores)
+{
+	return stores->has_permits && DsyncStoreBlockCount(stores->permit.rel) > 0;
+}
+
+/*
  * DsyncLeaseFindPlain
- *		The row of a plain lease (slot 0 of dsync_lease), or NULL: one
- *		index probe.
+ *		The row of a plain lease (slot 0 of dsync_lease), or NULL: from
+ *		its cached location, or one index probe.
  */
 DsyncRow *
 DsyncLeaseFindPlain(DsyncStore *store, text *lease)
 {
-	DsyncScan  *scan = DsyncScanKey(store, lease, Int32GetDatum(0));
-	DsyncRow   *row = DsyncScanNext(scan);
-
-	DsyncScanEnd(scan);
-	return row;
+	return DsyncScanKeyLatest(store, lease, 0);
 }
 
 /*
@@ -173,6 +185,20 @@ LeaseRecordDeadline(DsyncStore *store, DsyncRow *row, TimestampTz previous)
 }
 
 /*
+ * LeaseSetExtension
+ *		Fill a row a holder acquires again: a fresh expiry, the new ttl
+ *		and (if given) info; the token stays.
+ */
+static void
+LeaseSetExtension(DsyncRow *row, const LeaseGrant *grant)
+{
+	(void) LeaseSetRenewal(row, grant->ttl_usec);
+	row->values[Anum_lease_ttl - 1] = IntervalPGetDatum(grant->ttl);
+	if (!grant->info_null)
+		DsyncRowSet(row, Anum_lease_info, grant->info);
+}
+
+/*
  * DsyncLeaseRenewRow
  *		A reentrant acquire of a locked row the holder has: extend it, keep
  *		the token, take the new ttl and (if given) info.
@@ -182,10 +208,7 @@ DsyncLeaseRenewRow(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant)
 {
 	TimestampTz previous = DsyncRowExpiry(row);
 
-	(void) LeaseSetRenewal(row, grant->ttl_usec);
-	row->values[Anum_lease_ttl - 1] = IntervalPGetDatum(grant->ttl);
-	if (!grant->info_null)
-		DsyncRowSet(row, Anum_lease_info, grant->info);
+	LeaseSetExtension(row, grant);
 	DsyncStoreUpdate(store, row);
 	LeaseRecordDeadline(store, row, previous);
 }
@@ -236,7 +259,7 @@ LeaseLeftoverPermits(LeaseStores *stores, text *lease, text *holder, DsyncRow **
 	int			live = 0;
 
 	*mine = NULL;
-	if (!stores->has_permits)
+	if (!LeaseMayHavePermits(stores))
 		return 0;
 	scan = DsyncScanName(&stores->permit, lease);
 	while ((row = DsyncScanNext(scan)) != NULL)
@@ -251,6 +274,58 @@ LeaseLeftoverPermits(LeaseStores *stores, text *lease, text *holder, DsyncRow **
 	}
 	DsyncScanEnd(scan);
 	return live;
+}
+
+/*
+ * LeaseTakeOver
+ *		The fast path of a grant of a free or expired row read with no
+ *		lock: write the grant over it in one update.  TM_Ok: granted, the
+ *		token set, the events recorded.  Otherwise nothing was done: the
+ *		row changed (TM_Updated, TM_Deleted) or is locked (TM_BeingModified).
+ */
+static TM_Result
+LeaseTakeOver(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant, int64 *token)
+{
+	DsyncRow	grant_row = *row;
+	TM_Result	result;
+
+	DsyncLeaseSetGrant(store, &grant_row, grant);
+	result = DsyncStoreTryUpdate(store, &grant_row);
+	if (result != TM_Ok)
+		return result;
+	/* Taking over an expired lease announces its expiry first. */
+	if (!row->nulls[Anum_lease_holder - 1])
+		DsyncEventRecord(DSYNC_EVENT_EXPIRED, row);
+	DsyncEventRecord(DSYNC_EVENT_ACQUIRED, &grant_row);
+	*token = DatumGetInt64(grant_row.values[Anum_lease_fencing - 1]);
+	return TM_Ok;
+}
+
+/*
+ * LeaseExtend
+ *		The fast path of a reentrant acquire of a row read with no lock
+ *		and held live by the caller: extend it in one update.  On TM_Ok
+ *		row is the new version; otherwise nothing was done, as for
+ *		LeaseTakeOver.
+ */
+static TM_Result
+LeaseExtend(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant)
+{
+	DsyncRow	extended = *row;
+	TimestampTz previous = DsyncRowExpiry(row);
+	TM_Result	result;
+
+	/* Expired since it was read: a new grant, with a new token. */
+	if (!DsyncRowIsLive(row, GetCurrentTimestamp()))
+		return TM_Updated;
+	LeaseSetExtension(&extended, grant);
+	result = DsyncStoreTryUpdate(store, &extended);
+	if (result == TM_Ok)
+	{
+		*row = extended;
+		LeaseRecordDeadline(store, row, previous);
+	}
+	return result;
 }
 
 /*
@@ -283,6 +358,14 @@ LeaseTryAcquire(LeaseStores *stores, text *lease, const LeaseGrant *grant,
 		{
 			if (!DsyncRowOwnerIsCaller(row, Anum_lease_owner))
 				return false;
+			result = LeaseExtend(&stores->lease, row, grant);
+			if (result == TM_Ok)
+			{
+				*token = DatumGetInt64(row->values[Anum_lease_fencing - 1]);
+				return true;
+			}
+			if (result != TM_BeingModified)
+				continue;
 			result = DsyncStoreLock(&stores->lease, row, LockTupleNoKeyExclusive, LockWaitSkip);
 			if (result == TM_WouldBlock)
 				return false;
@@ -343,6 +426,16 @@ LeaseTryAcquire(LeaseStores *stores, text *lease, const LeaseGrant *grant,
 		}
 
 		/* Free or expired: take it if nobody else is changing it. */
+		switch (LeaseTakeOver(&stores->lease, row, grant, token))
+		{
+			case TM_Ok:
+				return true;
+			case TM_Updated:
+			case TM_Deleted:
+				continue;
+			default:
+				break;			/* locked by someone: the slow path decides */
+		}
 		result = DsyncStoreLock(&stores->lease, row, LockTupleNoKeyExclusive, LockWaitSkip);
 		if (result == TM_WouldBlock)
 			return false;
@@ -461,7 +554,7 @@ LeaseLockHeld(LeaseStores *stores, text *lease, text *holder, LockTupleMode mode
 		if (row == NULL || !DsyncRowIsLive(row, now) || !DsyncRowHolderIs(row, holder))
 		{
 			row = NULL;
-			if (stores->has_permits)
+			if (LeaseMayHavePermits(stores))
 			{
 				*store = &stores->permit;
 				row = DsyncPermitFindHeld(&stores->permit, lease, holder, now);
@@ -473,6 +566,67 @@ LeaseLockHeld(LeaseStores *stores, text *lease, text *holder, LockTupleMode mode
 			continue;
 		/* If it expired while we waited for the lock, it is not held. */
 		return LeaseHeldByCaller(row, holder) ? row : NULL;
+	}
+}
+
+/*
+ * LeaseRenewUsec
+ *		The ttl of a renewal: the one given, or else the one the lease
+ *		was last acquired with, capped by dsync.max_ttl.
+ */
+static int64
+LeaseRenewUsec(DsyncRow *row, Interval *ttl, int64 ttl_usec)
+{
+	if (ttl != NULL)
+		return ttl_usec;
+	/* Checked when read (store.c): a positive interval that fits. */
+	(void) DsyncIntervalUsec(DatumGetIntervalP(row->values[Anum_lease_ttl - 1]), &ttl_usec);
+	return DsyncCapTtl(ttl_usec);
+}
+
+/*
+ * LeaseChangeFast
+ *		The fast path of release and renew (for ttl, ttl_usec) of a plain
+ *		lease held live by holder: find its row, write the change
+ *		in one update, with no lock taken first.  Returns false if the path
+ *		does not apply (not a plain lease held by holder, or the row is
+ *		locked: a guard, the reaper, this transaction), and the caller
+ *		takes the slow path, which finds out again.  On true, *token is
+ *		the lease's token and *expiry the new expiry of a renewal.
+ */
+static bool
+LeaseChangeFast(LeaseStores *stores, text *lease, text *holder, bool release,
+				Interval *ttl, int64 ttl_usec, int64 *token, TimestampTz *expiry)
+{
+	for (;;)
+	{
+		DsyncRow   *row;
+		DsyncRow	changed;
+
+		CHECK_FOR_INTERRUPTS();
+		row = DsyncLeaseFindPlain(&stores->lease, lease);
+		if (row == NULL || !LeaseHeldByCaller(row, holder))
+			return false;
+		changed = *row;
+		if (release)
+			DsyncLeaseSetReleased(&changed);
+		else
+			*expiry = LeaseSetRenewal(&changed, LeaseRenewUsec(row, ttl, ttl_usec));
+		switch (DsyncStoreTryUpdate(&stores->lease, &changed))
+		{
+			case TM_Ok:
+				if (release)
+					DsyncEventRecord(DSYNC_EVENT_RELEASED, row);
+				else
+					LeaseRecordDeadline(&stores->lease, &changed, DsyncRowExpiry(row));
+				*token = DatumGetInt64(row->values[Anum_lease_fencing - 1]);
+				return true;
+			case TM_Updated:
+			case TM_Deleted:
+				continue;
+			default:
+				return false;
+		}
 	}
 }
 
@@ -494,23 +648,22 @@ dsync_renew(PG_FUNCTION_ARGS)
 	DsyncStore *store;
 	DsyncRow   *row;
 	TimestampTz expiry = 0;
+	int64		token;
 
 	DsyncPreventWrite("dsync_renew()");
 
 	LeaseStoresOpen(&stores, fcinfo, true);
+	if (LeaseChangeFast(&stores, lease, holder, false, ttl, ttl_usec, &token, &expiry))
+	{
+		LeaseStoresClose(&stores);
+		PG_RETURN_TIMESTAMPTZ(expiry);
+	}
 	row = LeaseLockHeld(&stores, lease, holder, LockTupleNoKeyExclusive, &store);
 	if (row)
 	{
 		TimestampTz previous = DsyncRowExpiry(row);
 
-		if (ttl == NULL)
-		{
-			/* Checked when read (store.c): a positive interval that fits. */
-			(void) DsyncIntervalUsec(DatumGetIntervalP(row->values[Anum_lease_ttl - 1]),
-									 &ttl_usec);
-			ttl_usec = DsyncCapTtl(ttl_usec);
-		}
-		expiry = LeaseSetRenewal(row, ttl_usec);
+		expiry = LeaseSetRenewal(row, LeaseRenewUsec(row, ttl, ttl_usec));
 		DsyncStoreUpdate(store, row);
 		LeaseRecordDeadline(store, row, previous);
 	}
@@ -542,6 +695,11 @@ LeaseHeldCall(FunctionCallInfo fcinfo, const char *fname, LockTupleMode mode,
 	DsyncPreventWrite(fname);
 
 	LeaseStoresOpen(&stores, fcinfo, true);
+	if (release && LeaseChangeFast(&stores, *lease, *holder, true, NULL, 0, &token, NULL))
+	{
+		LeaseStoresClose(&stores);
+		return token;
+	}
 	row = LeaseLockHeld(&stores, *lease, *holder, mode, &store);
 	if (row)
 	{

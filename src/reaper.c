@@ -77,6 +77,15 @@
 /* How long to wait before sending again when the notify lock is busy. */
 #define DSYNC_NOTIFY_BUSY_MS	10
 
+/*
+ * After a pass that took events, how long to let more gather before the
+ * next one: one NOTIFY transaction then carries a batch, and committers
+ * queue events meanwhile without signalling the reaper (SetLatch sends
+ * no signal to a process that is not waiting on its latch).  The first
+ * event after a quiet spell goes out at once.
+ */
+#define DSYNC_EVENT_BATCH_MS	2
+
 /* The longest the reaper sleeps in one go (a safety net for clock jumps). */
 #define DSYNC_REAPER_SLEEP_CAP_MS	60000
 
@@ -490,6 +499,7 @@ dsync_reaper_main(Datum arg)
 		long		sleep_ms = -1;
 		bool		more;
 		bool		recheck;
+		int			drained;
 
 		CHECK_FOR_INTERRUPTS();
 		MemoryContextReset(reaper_loop_cxt);
@@ -500,7 +510,8 @@ dsync_reaper_main(Datum arg)
 		}
 		recheck = pg_atomic_exchange_u32(&reaper_slot->recheck, 0) != 0;
 
-		if (ReaperDrainQueue() > 0)
+		drained = ReaperDrainQueue();
+		if (drained > 0)
 			busy_at = GetCurrentTimestamp();
 		do
 		{
@@ -518,7 +529,7 @@ dsync_reaper_main(Datum arg)
 			}
 			recheck = false;
 			/* What it cleared is in the queue now, in commit order. */
-			ReaperDrainQueue();
+			drained += ReaperDrainQueue();
 			ReaperSendUnsent();
 			MemoryContextReset(reaper_loop_cxt);
 		} while (more);
@@ -579,6 +590,12 @@ dsync_reaper_main(Datum arg)
 		}
 
 		pgstat_report_activity(STATE_IDLE, NULL);
+		if (drained > 0 && reaper_unsent == NIL)
+		{
+			pgstat_report_wait_start(PG_WAIT_EXTENSION);
+			pg_usleep(DSYNC_EVENT_BATCH_MS * 1000L);
+			pgstat_report_wait_end();
+		}
 		(void) WaitLatch(MyLatch,
 						 WL_LATCH_SET | WL_EXIT_ON_PM_DEATH |
 						 (sleep_ms >= 0 ? WL_TIMEOUT : 0),

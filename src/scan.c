@@ -12,7 +12,10 @@
  * serialization failure from dsync's own reads).  Scans are iterators that
  * stop when the caller has what it needs, so a lookup by key costs one
  * index probe whatever else the table holds, and nothing is materialised.
- * Every row read is checked for damage (row.c) before it is returned.
+ * A plain lease's row is looked for first where the location cache says
+ * its newest version is (locate.c, DsyncScanKeyLatest), which under an old
+ * snapshot saves walking every version the snapshot keeps alive.  Every
+ * row read is checked for damage (row.c) before it is returned.
  *
  *-------------------------------------------------------------------------
  */
@@ -36,6 +39,7 @@
 #include "utils/snapmgr.h"
 
 #include "catalog.h"
+#include "locate.h"
 #include "store.h"
 #include "compat.h"
 
@@ -49,7 +53,11 @@ struct DsyncScan
 	TupleTableSlot *slot;
 	ScanDirection direction;
 	ScanKeyData keys[3];
+	bool		own;			/* the last row returned is this transaction's */
 };
+
+/* Versions of a row followed from a cached location before giving up. */
+#define DSYNC_LOCATE_HOPS 16
 
 /*
  * DsyncLatestSnapshot
@@ -113,7 +121,7 @@ DsyncScanRescan(DsyncScan *scan, int nkeys)
 static DsyncScan *
 ScanByName(DsyncStore *store, text *name, ScanDirection dir)
 {
-	DsyncScan  *scan = DsyncScanBegin(store, store->index, 1, dir);
+	DsyncScan  *scan = DsyncScanBegin(store, DsyncStoreIndex(store), 1, dir);
 
 	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
 	return DsyncScanRescan(scan, 1);
@@ -137,7 +145,7 @@ DsyncScanName(DsyncStore *store, text *name)
 DsyncScan *
 DsyncScanKey(DsyncStore *store, text *name, Datum second)
 {
-	DsyncScan  *scan = DsyncScanBegin(store, store->index, 2, ForwardScanDirection);
+	DsyncScan  *scan = DsyncScanBegin(store, DsyncStoreIndex(store), 2, ForwardScanDirection);
 	RegProcedure eq;
 
 	switch (store->table)
@@ -164,7 +172,7 @@ DsyncScanKey(DsyncStore *store, text *name, Datum second)
 DsyncScan *
 DsyncScanFrom(DsyncStore *store, text *name, int32 slot)
 {
-	DsyncScan  *scan = DsyncScanBegin(store, store->index, 2, ForwardScanDirection);
+	DsyncScan  *scan = DsyncScanBegin(store, DsyncStoreIndex(store), 2, ForwardScanDirection);
 
 	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
 	ScanKeyInit(&scan->keys[1], 2, BTGreaterEqualStrategyNumber, F_INT4GE,
@@ -193,8 +201,7 @@ DsyncScanHolder(DsyncStore *store, text *name, text *holder)
 {
 	DsyncScan  *scan;
 
-	Assert(store->table == DSYNC_TABLE_PERMIT && store->holder_index != NULL);
-	scan = DsyncScanBegin(store, store->holder_index, 2, ForwardScanDirection);
+	scan = DsyncScanBegin(store, DsyncStoreHolderIndex(store), 2, ForwardScanDirection);
 	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
 	ScanKeyInit(&scan->keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(holder));
 	return DsyncScanRescan(scan, 2);
@@ -210,8 +217,7 @@ DsyncScanFree(DsyncStore *store, text *name, int32 from_slot)
 {
 	DsyncScan  *scan;
 
-	Assert(store->table == DSYNC_TABLE_PERMIT && store->holder_index != NULL);
-	scan = DsyncScanBegin(store, store->holder_index, 3, ForwardScanDirection);
+	scan = DsyncScanBegin(store, DsyncStoreHolderIndex(store), 3, ForwardScanDirection);
 	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
 	ScanKeyEntryInitialize(&scan->keys[1], SK_ISNULL | SK_SEARCHNULL, 2,
 						   InvalidStrategy, InvalidOid, InvalidOid, InvalidOid, (Datum) 0);
@@ -282,6 +288,7 @@ DsyncScanNext(DsyncScan *scan)
 
 		row = palloc(sizeof(DsyncRow));
 		DsyncStoreLoadRow(scan->store, tuple, row);
+		scan->own = TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetRawXmin(tuple->t_data));
 		if (DsyncStoreCheckRow(scan->store, row))
 			return row;
 		DsyncRowFree(scan->store, row);
@@ -320,4 +327,199 @@ DsyncScanList(DsyncScan *scan)
 		rows = lappend(rows, row);
 	DsyncScanEnd(scan);
 	return rows;
+}
+
+/*
+ * ScanLocatedKeyIs
+ *		Whether a row has the key (name, slot).
+ */
+static bool
+ScanLocatedKeyIs(DsyncRow *row, text *name, int32 slot)
+{
+	text	   *found = DatumGetTextPP(row->values[0]);
+
+	return !row->nulls[0] && !row->nulls[1] &&
+		DatumGetInt32(row->values[1]) == slot &&
+		VARSIZE_ANY_EXHDR(found) == VARSIZE_ANY_EXHDR(name) &&
+		memcmp(VARDATA_ANY(found), VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name)) == 0;
+}
+
+/*
+ * ScanPruneNearlyFull
+ *		Prune a page once it is nearly full, as an index fetch would, but
+ *		not sooner.
+ *
+ * heap_page_prune_opt tries whenever a page's free space is below the
+ * table's fillfactor target: for dsync's tables (fillfactor 50, room for
+ * the versions of HOT updates) that is on most visits, and each try then
+ * clears the one or two versions that died since the last.  Waiting until
+ * a tenth of the page is left clears dozens in one go, while the updates
+ * still find room on their page and stay HOT.
+ */
+static void
+ScanPruneNearlyFull(Relation rel, Buffer buffer)
+{
+	/* An unlocked look, as heap_page_prune_opt's own first one. */
+	if (PageGetHeapFreeSpace(BufferGetPage(buffer)) < BLCKSZ / 10)
+		heap_page_prune_opt(rel, buffer);
+}
+
+/*
+ * ScanLocatedWalk
+ *		The version of (name, slot) at a location the cache had (cached),
+ *		or a newer one its update chain leads to, if that is the version
+ *		visible in snapshot; else NULL, and the caller scans the index.
+ *
+ * The primary key is unique, so a visible version carrying the key is the
+ * one an index scan would find: whatever the location held (an old version,
+ * another row reusing the slot, a page past the end after a truncation),
+ * the answer is either that very row or NULL.  The chain is followed as
+ * heapam follows it, only while each version's xmin is its predecessor's
+ * updater, and not for long: a cache that lags far behind costs one index
+ * scan and is then brought up to date.
+ */
+static DsyncRow *
+ScanLocatedWalk(DsyncStore *store, text *name, int32 slot, Snapshot snapshot,
+				ItemPointer cached)
+{
+	ItemPointerData tid = *cached;
+	TransactionId prior_xmax = InvalidTransactionId;
+	BlockNumber nblocks = DsyncStoreBlockCount(store->rel);
+
+	for (int hop = 0; hop < DSYNC_LOCATE_HOPS; hop++)
+	{
+		BlockNumber blkno = ItemPointerGetBlockNumber(&tid);
+		OffsetNumber offnum = ItemPointerGetOffsetNumber(&tid);
+		Buffer		buffer;
+		Page		page;
+		ItemId		lp = NULL;
+		HeapTupleData tuple;
+		DsyncRow   *row = NULL;
+		uint16		infomask;
+
+		CHECK_FOR_INTERRUPTS();
+		/* Past the size known: ask whether it grew. */
+		if (blkno >= nblocks)
+			nblocks = RelationGetNumberOfBlocks(store->rel);
+		if (blkno >= nblocks)
+			return NULL;
+		buffer = ReadBuffer(store->rel, blkno);
+		ScanPruneNearlyFull(store->rel, buffer);
+		LockBuffer(buffer, BUFFER_LOCK_SHARE);
+		page = BufferGetPage(buffer);
+		if (offnum >= FirstOffsetNumber && offnum <= PageGetMaxOffsetNumber(page))
+		{
+			lp = PageGetItemId(page, offnum);
+			if (ItemIdIsRedirected(lp))
+			{
+				offnum = ItemIdGetRedirect(lp);
+				lp = PageGetItemId(page, offnum);
+			}
+			if (!ItemIdIsNormal(lp))
+				lp = NULL;
+		}
+		if (lp != NULL)
+		{
+			ItemPointerSet(&tuple.t_self, blkno, offnum);
+			tuple.t_data = (HeapTupleHeader) PageGetItem(page, lp);
+			tuple.t_len = ItemIdGetLength(lp);
+			tuple.t_tableOid = RelationGetRelid(store->rel);
+			/* A broken chain: the slot now holds something else. */
+			if (TransactionIdIsValid(prior_xmax) &&
+				!TransactionIdEquals(prior_xmax, HeapTupleHeaderGetXmin(tuple.t_data)))
+				lp = NULL;
+		}
+		if (lp == NULL)
+		{
+			UnlockReleaseBuffer(buffer);
+			return NULL;
+		}
+		if (HeapTupleSatisfiesVisibility(&tuple, snapshot, buffer))
+		{
+			bool		own = TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetRawXmin(tuple.t_data));
+
+			row = palloc(sizeof(DsyncRow));
+			DsyncStoreLoadRow(store, &tuple, row);
+			UnlockReleaseBuffer(buffer);
+			if (!ScanLocatedKeyIs(row, name, slot))
+			{
+				DsyncRowFree(store, row);
+				return NULL;
+			}
+			/* Save the next caller the walk, unless it may still roll back. */
+			if (hop > 0 && !own)
+				DsyncLocatePut(store->rel, name, &row->tid, cached);
+			return DsyncStoreCheckRow(store, row) ? row : NULL;
+		}
+
+		/* An invisible version leads on only if an update replaced it. */
+		infomask = tuple.t_data->t_infomask;
+		if ((infomask & HEAP_XMAX_INVALID) || HEAP_XMAX_IS_LOCKED_ONLY(infomask) ||
+			ItemPointerEquals(&tuple.t_self, &tuple.t_data->t_ctid) ||
+			HeapTupleHeaderIndicatesMovedPartitions(tuple.t_data))
+		{
+			UnlockReleaseBuffer(buffer);
+			return NULL;
+		}
+		prior_xmax = HeapTupleHeaderGetUpdateXid(tuple.t_data);
+		tid = tuple.t_data->t_ctid;
+		UnlockReleaseBuffer(buffer);
+	}
+	return NULL;
+}
+
+/*
+ * ScanLocated
+ *		ScanLocatedWalk from the location the cache has for name, if any;
+ *		*cached is set to it (invalid if none).
+ *
+ * The snapshot is taken after the location is read: a location is
+ * published once its transaction shows as committed, so the version there
+ * is never too new for the snapshot, which would send us to the index.
+ */
+static DsyncRow *
+ScanLocated(DsyncStore *store, text *name, int32 slot, ItemPointer cached)
+{
+	Snapshot	snapshot;
+	DsyncRow   *row;
+
+	ItemPointerSetInvalid(cached);
+	if (!DsyncLocateGet(store->rel, name, cached))
+		return NULL;
+	snapshot = RegisterSnapshot(DsyncLatestSnapshot());
+	row = ScanLocatedWalk(store, name, slot, snapshot, cached);
+	UnregisterSnapshot(snapshot);
+	return row;
+}
+
+/*
+ * DsyncScanKeyLatest
+ *		The row with key (name, slot) of dsync_lease as of the latest
+ *		committed state, or NULL: the tuple the location cache points at
+ *		when that is still the row, else one index probe, whose answer is
+ *		then cached for the next caller.
+ *
+ * Under an old snapshot the index probe meets every version the snapshot
+ * keeps alive; the cached location does not, so the cost of a call stays
+ * flat however long such a snapshot stays open.
+ */
+DsyncRow *
+DsyncScanKeyLatest(DsyncStore *store, text *name, int32 slot)
+{
+	DsyncScan  *scan;
+	DsyncRow   *row;
+	ItemPointerData cached;
+
+	Assert(store->table == DSYNC_TABLE_LEASE);
+	row = ScanLocated(store, name, slot, &cached);
+	if (row != NULL)
+		return row;
+
+	scan = DsyncScanKey(store, name, Int32GetDatum(slot));
+	row = DsyncScanNext(scan);
+	/* Only committed versions are published: others may still roll back. */
+	if (row != NULL && !scan->own)
+		DsyncLocatePut(store->rel, name, &row->tid, &cached);
+	DsyncScanEnd(scan);
+	return row;
 }

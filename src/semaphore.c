@@ -80,7 +80,7 @@ DsyncSemaphoreCount(const DsyncCatalog *catalog, text *name, bool for_grant)
 	DsyncRow   *row;
 	int			permits = -1;
 
-	if (!OidIsValid(catalog->rels[DSYNC_TABLE_SEMAPHORE]))
+	if (DsyncStoreHasNoPages(catalog, DSYNC_TABLE_SEMAPHORE))
 		return -1;
 	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_SEMAPHORE, for_grant);
 	for (;;)

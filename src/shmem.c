@@ -25,6 +25,7 @@
 #include "stats.h"
 #include "dbslot.h"
 #include "shmem.h"
+#include "locate.h"
 #include "settings.h"
 #include "events.h"
 
@@ -129,6 +130,7 @@ DsyncShmemRequest(void)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(DsyncShmemSize());
 	RequestAddinShmemSpace(DsyncWorkerShmemSize());
+	RequestAddinShmemSpace(DsyncLocateShmemSize());
 	RequestNamedLWLockTranche("dsync", 2 + dsync_max_databases);
 }
 
@@ -162,6 +164,7 @@ DsyncShmemStartup(void)
 	dsync_workers = ShmemInitStruct("dsync workers", DsyncWorkerShmemSize(), &found);
 	if (!found)
 		DsyncWorkerShmemInit();
+	DsyncLocateShmemInit();
 	LWLockRelease(AddinShmemInitLock);
 }
 

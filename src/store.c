@@ -14,7 +14,9 @@
  *	  visibility ourselves also keeps SSI out of it: no SIREAD locks are
  *	  taken and no serialization failure can come from dsync's own reads.
  *
- *	- Control over waiting.  A row is locked with heap_lock_tuple and an
+ *	- Control over waiting.  A plain lease's row is changed with one
+ *	  heap_update that does not wait (DsyncStoreTryUpdate); a row that is
+ *	  locked, and every other row, is locked with heap_lock_tuple and an
  *	  explicit wait policy before it is changed: acquire uses
  *	  LockWaitSkip, so it never blocks on another transaction's uncommitted
  *	  grant or guard, while release and renew of one's own lease wait.
@@ -56,6 +58,7 @@
 #include "utils/snapmgr.h"
 
 #include "catalog.h"
+#include "locate.h"
 #include "wait.h"
 #include "dbslot.h"
 #include "store.h"
@@ -69,8 +72,8 @@
 
 /*
  * DsyncStoreOpen
- *		Open one of the extension's tables and its indexes, found from the
- *		function being called.
+ *		Open one of the extension's tables, found from the function being
+ *		called; its indexes are opened when first needed.
  */
 void
 DsyncStoreOpen(DsyncStore *store, FunctionCallInfo fcinfo, DsyncTable table,
@@ -81,7 +84,7 @@ DsyncStoreOpen(DsyncStore *store, FunctionCallInfo fcinfo, DsyncTable table,
 
 /*
  * DsyncStoreOpenCatalog
- *		Open a table and its indexes, given where they are.
+ *		Open a table, given where it is.
  *
  * The relation may have been dropped since the catalog was cached (DROP
  * EXTENSION while we waited): that is reported as such, not as a missing
@@ -91,10 +94,6 @@ void
 DsyncStoreOpenCatalog(DsyncStore *store, const DsyncCatalog *catalog,
 					  DsyncTable table, bool for_write)
 {
-	List	   *indexes;
-	ListCell   *lc;
-	Oid			pkey;
-
 	DsyncCatalogRequire(catalog, table);
 	memset(store, 0, sizeof(*store));
 	store->catalog = catalog;
@@ -103,8 +102,24 @@ DsyncStoreOpenCatalog(DsyncStore *store, const DsyncCatalog *catalog,
 	store->rel = try_table_open(catalog->rels[table], store->lockmode);
 	if (store->rel == NULL)
 		DsyncCatalogReportDropped();
+}
 
-	/* The table is locked now, so its indexes stay as they are. */
+/*
+ * DsyncStoreOpenIndexes
+ *		Open a table's indexes, the first time a caller needs one: a call
+ *		that finds its row through the location cache (locate.c) and
+ *		updates it in place (HOT) never does.
+ */
+static void
+DsyncStoreOpenIndexes(DsyncStore *store)
+{
+	List	   *indexes;
+	ListCell   *lc;
+	Oid			pkey;
+
+	if (store->indexes_open)
+		return;
+	/* The table is locked, so its indexes stay as they are. */
 	pkey = DsyncPrimaryKeyIndex(store->rel);
 	indexes = RelationGetIndexList(store->rel);
 	foreach(lc, indexes)
@@ -113,15 +128,88 @@ DsyncStoreOpenCatalog(DsyncStore *store, const DsyncCatalog *catalog,
 
 		if (indexoid == pkey)
 			store->index = index_open(indexoid, store->lockmode);
-		else if (table == DSYNC_TABLE_PERMIT)
+		else if (store->table == DSYNC_TABLE_PERMIT)
 			store->holder_index = index_open(indexoid, store->lockmode);
 	}
 	list_free(indexes);
-	if (store->index == NULL || (table == DSYNC_TABLE_PERMIT && store->holder_index == NULL))
+	store->indexes_open = true;
+	if (store->index == NULL || (store->table == DSYNC_TABLE_PERMIT && store->holder_index == NULL))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("dsync table \"%s\" has lost an index", DsyncTableName(table)),
+				 errmsg("dsync table \"%s\" has lost an index", DsyncTableName(store->table)),
 				 errhint("Reinstall the extension with DROP EXTENSION dsync; CREATE EXTENSION dsync.")));
+}
+
+/*
+ * DsyncStoreIndex
+ *		A table's primary key index, opened if need be.
+ */
+Relation
+DsyncStoreIndex(DsyncStore *store)
+{
+	DsyncStoreOpenIndexes(store);
+	return store->index;
+}
+
+/*
+ * DsyncStoreHolderIndex
+ *		dsync_permit's (name, holder, slot) index, opened if need be.
+ */
+Relation
+DsyncStoreHolderIndex(DsyncStore *store)
+{
+	Assert(store->table == DSYNC_TABLE_PERMIT);
+	DsyncStoreOpenIndexes(store);
+	return store->holder_index;
+}
+
+/*
+ * DsyncStoreBlockCount
+ *		A lower bound of the number of blocks of a table this backend has
+ *		locked: the size it last knew, with no system call, or else the
+ *		size now.  0 means "look": the table may have grown since.
+ *
+ * While a backend holds any lock on a table, the table only grows: VACUUM
+ * truncates it and TRUNCATE replaces it only under locks that conflict
+ * with every lock dsync takes, and both make every backend forget the size
+ * it knew (smgr invalidation).  So a size once seen stays a lower bound.
+ */
+BlockNumber
+DsyncStoreBlockCount(Relation rel)
+{
+	BlockNumber known = RelationGetSmgr(rel)->smgr_cached_nblocks[MAIN_FORKNUM];
+
+	if (known != InvalidBlockNumber && known > 0)
+		return known;
+	return RelationGetNumberOfBlocks(rel);
+}
+
+/*
+ * DsyncStoreHasNoPages
+ *		Whether a table (of a database that may not have it installed)
+ *		has no pages at all: then no row is in it, committed or not, and a
+ *		lookup there can be skipped.
+ *
+ * This is how a database that uses no semaphores pays nothing for them:
+ * their tables stay empty, and asking for the size of an empty relation
+ * costs a system call where an index probe costs thousands of
+ * instructions.  Any insert extends the table before its row can be seen,
+ * and VACUUM truncates it to nothing only once every row is gone.
+ */
+bool
+DsyncStoreHasNoPages(const DsyncCatalog *catalog, DsyncTable table)
+{
+	Relation	rel;
+	bool		empty;
+
+	if (!OidIsValid(catalog->rels[table]))
+		return true;
+	rel = try_table_open(catalog->rels[table], AccessShareLock);
+	if (rel == NULL)
+		return false;			/* dropped: let the full path say so */
+	empty = DsyncStoreBlockCount(rel) == 0;
+	table_close(rel, AccessShareLock);
+	return empty;
 }
 
 /*
@@ -133,7 +221,8 @@ DsyncStoreClose(DsyncStore *store)
 {
 	if (store->holder_index)
 		index_close(store->holder_index, NoLock);
-	index_close(store->index, NoLock);
+	if (store->index)
+		index_close(store->index, NoLock);
 	table_close(store->rel, NoLock);
 }
 
@@ -149,7 +238,8 @@ DsyncStoreCloseUnlock(DsyncStore *store)
 	Assert(store->lockmode == AccessShareLock);
 	if (store->holder_index)
 		index_close(store->holder_index, store->lockmode);
-	index_close(store->index, store->lockmode);
+	if (store->index)
+		index_close(store->index, store->lockmode);
 	table_close(store->rel, store->lockmode);
 }
 
@@ -258,6 +348,23 @@ DsyncStoreLockedByReaper(TransactionId xid)
 }
 
 /*
+ * DsyncStoreReportChanged
+ *		A row version this transaction read was changed by this same
+ *		transaction behind dsync's back (TM_SelfModified, TM_Invisible):
+ *		never a user's doing, so an internal error.
+ */
+static void
+DsyncStoreReportChanged(DsyncStore *store, DsyncRow *row)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INTERNAL_ERROR),
+			 errmsg_internal("dsync row (%u,%u) of \"%s\" changed unexpectedly within this transaction",
+							 ItemPointerGetBlockNumber(&row->tid),
+							 ItemPointerGetOffsetNumber(&row->tid),
+							 DsyncTableName(store->table))));
+}
+
+/*
  * DsyncStoreLock
  *		Lock the row version a scan returned, with the given wait policy.
  *
@@ -304,12 +411,7 @@ DsyncStoreLock(DsyncStore *store, DsyncRow *row, LockTupleMode mode,
 	ReleaseBuffer(buffer);
 
 	if (result == TM_Invisible || result == TM_SelfModified)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg_internal("dsync row (%u,%u) of \"%s\" changed unexpectedly within this transaction",
-								 ItemPointerGetBlockNumber(&row->tid),
-								 ItemPointerGetOffsetNumber(&row->tid),
-								 DsyncTableName(store->table))));
+		DsyncStoreReportChanged(store, row);
 	if (result == TM_Ok && !DsyncStoreCheckRow(store, row))
 		return TM_Updated;		/* damaged in the meantime: never use it */
 	return result;
@@ -335,8 +437,14 @@ DsyncStoreIndexInsertOne(DsyncStore *store, Relation index, HeapTuple tuple,
 		values[i] = row->values[attnum - 1];
 		nulls[i] = row->nulls[attnum - 1];
 	}
+	/*
+	 * An update keeps the key, and the version it replaces (locked by us,
+	 * live to everyone else) already stops any other insert of that key:
+	 * a unique check would only walk the key's older entries, which under
+	 * an old snapshot pile up with every change.
+	 */
 	index_insert(index, values, nulls, &tuple->t_self, store->rel,
-				 info->ii_Unique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO,
+				 info->ii_Unique && !unchanged ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO,
 				 unchanged, info);
 }
 
@@ -348,9 +456,9 @@ DsyncStoreIndexInsertOne(DsyncStore *store, Relation index, HeapTuple tuple,
 static void
 DsyncStoreIndexInsert(DsyncStore *store, HeapTuple tuple, DsyncRow *row, bool update)
 {
-	DsyncStoreIndexInsertOne(store, store->index, tuple, row, update);
-	if (store->holder_index)
-		DsyncStoreIndexInsertOne(store, store->holder_index, tuple, row, false);
+	DsyncStoreIndexInsertOne(store, DsyncStoreIndex(store), tuple, row, update);
+	if (store->table == DSYNC_TABLE_PERMIT)
+		DsyncStoreIndexInsertOne(store, DsyncStoreHolderIndex(store), tuple, row, false);
 }
 
 /*
@@ -379,6 +487,8 @@ DsyncStoreWrite(DsyncStore *store, DsyncRow *row, bool update)
 		DsyncStoreIndexInsert(store, tuple, row, update);
 	row->tid = tuple->t_self;
 	heap_freetuple(tuple);
+	if (store->table == DSYNC_TABLE_LEASE)
+		DsyncLocateAtCommit(store->rel, DatumGetTextPP(row->values[0]), &row->tid);
 	DsyncXactChanged();
 	CommandCounterIncrement();
 }
@@ -391,6 +501,54 @@ void
 DsyncStoreUpdate(DsyncStore *store, DsyncRow *row)
 {
 	DsyncStoreWrite(store, row, true);
+}
+
+/*
+ * DsyncStoreTryUpdate
+ *		Write a row's new values over the version it was read from, with no
+ *		lock taken first: the update is the lock, and one WAL record rather
+ *		than two.
+ *
+ * Returns TM_Ok when written (row->tid is then the new version);
+ * TM_Updated or TM_Deleted when a change was committed since the row was
+ * read (scan again); TM_BeingModified when a transaction, this one
+ * included, has the version locked or is changing it: heap_update would
+ * have to wait, or to work out whether the lock is one it may pass, so the
+ * caller takes the slow path (DsyncStoreLock, then DsyncStoreUpdate),
+ * which knows guards, the reaper and this transaction's own locks.
+ */
+TM_Result
+DsyncStoreTryUpdate(DsyncStore *store, DsyncRow *row)
+{
+	HeapTuple	tuple;
+	TM_FailureData tmfd;
+	TM_Result	result;
+
+	Assert(store->lockmode == RowExclusiveLock);
+	Assert(ItemPointerIsValid(&row->tid));
+	tuple = heap_form_tuple(RelationGetDescr(store->rel), row->values, row->nulls);
+	result = DsyncHeapUpdateNoWait(store->rel, &row->tid, tuple, &tmfd);
+	switch (result)
+	{
+		case TM_Ok:
+			if (!HeapTupleIsHeapOnly(tuple))
+				DsyncStoreIndexInsert(store, tuple, row, true);
+			row->tid = tuple->t_self;
+			if (store->table == DSYNC_TABLE_LEASE)
+				DsyncLocateAtCommit(store->rel, DatumGetTextPP(row->values[0]), &row->tid);
+			DsyncStoreWakeAtEnd(store, DatumGetTextPP(row->values[0]));
+			DsyncXactChanged();
+			CommandCounterIncrement();
+			break;
+		case TM_Updated:
+		case TM_Deleted:
+		case TM_BeingModified:
+			break;
+		default:
+			DsyncStoreReportChanged(store, row);
+	}
+	heap_freetuple(tuple);
+	return result;
 }
 
 /*
@@ -468,7 +626,7 @@ DsyncStoreKeyInFlight(DsyncStore *store, text *name, Datum second, bool *exists)
 	if (nkeys == 2)
 		ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber,
 					store->table == DSYNC_TABLE_MEMBER ? F_TEXTEQ : F_INT4EQ, second);
-	scan = DsyncIndexBeginscan(store->rel, store->index, &dirty, nkeys, 0);
+	scan = DsyncIndexBeginscan(store->rel, DsyncStoreIndex(store), &dirty, nkeys, 0);
 	index_rescan(scan, keys, nkeys, NULL, 0);
 	slot = table_slot_create(store->rel, NULL);
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))

@@ -30,8 +30,9 @@ typedef struct DsyncStore
 	const DsyncCatalog *catalog;
 	DsyncTable	table;
 	Relation	rel;
-	Relation	index;			/* the primary key */
-	Relation	holder_index;	/* dsync_permit: (name, holder); else NULL */
+	Relation	index;			/* the primary key, once opened */
+	Relation	holder_index;	/* dsync_permit: (name, holder), once opened */
+	bool		indexes_open;	/* see DsyncStoreIndex */
 	LOCKMODE	lockmode;
 	bool		tolerant;		/* skip damaged rows with a warning */
 } DsyncStore;
@@ -42,7 +43,11 @@ extern void DsyncStoreOpen(DsyncStore *store, FunctionCallInfo fcinfo, DsyncTabl
 						   bool for_write);
 extern void DsyncStoreOpenCatalog(DsyncStore *store, const DsyncCatalog *catalog,
 								  DsyncTable table, bool for_write);
+extern BlockNumber DsyncStoreBlockCount(Relation rel);
+extern bool DsyncStoreHasNoPages(const DsyncCatalog *catalog, DsyncTable table);
 extern void DsyncStoreClose(DsyncStore *store);
+extern Relation DsyncStoreIndex(DsyncStore *store);
+extern Relation DsyncStoreHolderIndex(DsyncStore *store);
 extern void DsyncStoreCloseUnlock(DsyncStore *store);
 extern DsyncRow *DsyncStoreNewRow(void);
 
@@ -57,6 +62,7 @@ DsyncRowSet(DsyncRow *row, int attnum, Datum value)
 
 extern DsyncScan *DsyncScanName(DsyncStore *store, text *name);
 extern DsyncScan *DsyncScanKey(DsyncStore *store, text *name, Datum second);
+extern DsyncRow *DsyncScanKeyLatest(DsyncStore *store, text *name, int32 slot);
 extern DsyncScan *DsyncScanFrom(DsyncStore *store, text *name, int32 slot);
 extern DsyncScan *DsyncScanLast(DsyncStore *store, text *name);
 extern DsyncScan *DsyncScanHolder(DsyncStore *store, text *name, text *holder);
@@ -70,6 +76,7 @@ extern void DsyncRowFree(DsyncStore *store, DsyncRow *row);
 extern TM_Result DsyncStoreLock(DsyncStore *store, DsyncRow *row,
 								LockTupleMode mode, LockWaitPolicy policy);
 extern void DsyncStoreUpdate(DsyncStore *store, DsyncRow *row);
+extern TM_Result DsyncStoreTryUpdate(DsyncStore *store, DsyncRow *row);
 extern void DsyncStoreInsert(DsyncStore *store, DsyncRow *row);
 extern void DsyncStoreDelete(DsyncStore *store, DsyncRow *row);
 

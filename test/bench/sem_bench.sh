@@ -201,29 +201,6 @@ SQL
 		[sem_snap]="dsync semaphore, $PERMITS permits, one name, while another session holds a snapshot"
 	)
 
-	# snapshot_hold SECONDS: start a session (in the background) that takes
-	# a REPEATABLE READ snapshot and sits on it for SECONDS; returns once
-	# pg_stat_activity shows its backend_xmin.
-	snapshot_hold() {
-		printf 'BEGIN ISOLATION LEVEL REPEATABLE READ;\nSELECT 1;\nSELECT pg_sleep(%s);\nCOMMIT;\n' "$1" |
-			PGAPPNAME="sem_bench snapshot" "$PGBIN/psql" -X -q -At -d bench >/dev/null 2>&1 &
-		SNAPSHOT_PID=$!
-		for _ in $(seq 1 100); do
-			[ "$(q bench "SELECT count(*) FROM pg_stat_activity
-			              WHERE application_name = 'sem_bench snapshot' AND backend_xmin IS NOT NULL")" = 1 ] && return 0
-			sleep 0.05
-		done
-		echo "the snapshot-holding session did not show up" >&2
-		exit 1
-	}
-
-	# snapshot_release: end that session's sleep (its transaction then ends).
-	snapshot_release() {
-		q bench "SELECT pg_cancel_backend(pid) FROM pg_stat_activity
-		         WHERE application_name = 'sem_bench snapshot'" >/dev/null
-		wait "$SNAPSHOT_PID" || true
-	}
-
 	created=$(q bench "SELECT dsync_semaphore_create('$SEM_NAME', $PERMITS)")
 	[ "$created" = t ] || { echo "dsync_semaphore_create returned $created" >&2; exit 1; }
 
@@ -252,7 +229,7 @@ SQL
 			sampler_pid=$!
 		fi
 		rm -f "$PGB_LOGS"/"$tag".*
-		[ "$v" = sem_snap ] && snapshot_hold $((secs + 5))
+		[ "$v" = sem_snap ] && snapshot_hold "sem_bench snapshot" $((secs + 5))
 		cs0=$(awk '$1 == "ctxt" { print $2 }' /proc/stat)
 		out=$(cd "$PGB_LOGS" && PGOPTIONS="-c synchronous_commit=off" \
 			"$PGBIN/pgbench" -n -M "$PROTOCOL" -c "$CLIENTS" -j 2 -T "$secs" \
@@ -264,7 +241,7 @@ SQL
 		}
 		cs1=$(awk '$1 == "ctxt" { print $2 }' /proc/stat)
 		if [ "$v" = sem_snap ]; then
-			snapshot_release
+			snapshot_release "sem_bench snapshot"
 			q bench "VACUUM $DSYNC_TABLE"
 		fi
 		printf '== %s %s\n%s\n' "$v" "$tag" "$out" >>"$RUN_LOG"

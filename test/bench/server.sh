@@ -223,6 +223,30 @@ prefill_released() {
 	q "$1" "SELECT count(dsync_release(i::text, 'prefill')) FROM generate_series(1, $2) i" >/dev/null
 }
 
+# snapshot_hold NAME SECONDS: start a session (in the background), with
+# application_name NAME, that takes a REPEATABLE READ snapshot and sits on
+# it for SECONDS; returns once pg_stat_activity shows its backend_xmin.
+snapshot_hold() {
+	printf 'BEGIN ISOLATION LEVEL REPEATABLE READ;\nSELECT 1;\nSELECT pg_sleep(%s);\nCOMMIT;\n' "$2" |
+		PGAPPNAME="$1" "$PGBIN/psql" -X -q -At -d bench >/dev/null 2>&1 &
+	SNAPSHOT_PID=$!
+	for _ in $(seq 1 100); do
+		[ "$(q bench "SELECT count(*) FROM pg_stat_activity
+		              WHERE application_name = '$1' AND backend_xmin IS NOT NULL")" = 1 ] && return 0
+		sleep 0.05
+	done
+	echo "the snapshot-holding session did not show up" >&2
+	exit 1
+}
+
+# snapshot_release NAME: end that session's sleep (its transaction then
+# ends).
+snapshot_release() {
+	q bench "SELECT pg_cancel_backend(pid) FROM pg_stat_activity
+	         WHERE application_name = '$1'" >/dev/null
+	wait "$SNAPSHOT_PID" || true
+}
+
 # bench_build DRIVER: compile DRIVER.c with benchlib.c into
 # $WORKDIR/build/DRIVER, warnings as errors.
 bench_build() {
