@@ -37,6 +37,7 @@
 #include "storage/shmem.h"
 #include "utils/rel.h"
 
+#include "compat.h"
 #include "locate.h"
 
 /* Sets of the cache, a power of two, and entries per set: 2 MB in all. */
@@ -59,6 +60,7 @@ typedef struct DsyncLocatePending
 {
 	uint64		hash;			/* LocateHash of the name */
 	ItemPointerData tid;
+	SubTransactionId subxid;	/* the subtransaction that wrote it */
 } DsyncLocatePending;
 
 static DsyncLocateSet *locate_sets = NULL;
@@ -256,6 +258,32 @@ LocateXactCallback(XactEvent event, void *arg)
 }
 
 /*
+ * LocateSubXactCallback
+ *		A subtransaction rolled back: the versions it wrote are dead, so
+ *		forget them; one that committed hands its writes to its parent.
+ */
+static void
+LocateSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
+					  SubTransactionId parentSubid, void *arg)
+{
+	int			kept = 0;
+
+	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
+		return;
+	for (int i = 0; i < locate_npending; i++)
+	{
+		if (locate_pending[i].subxid == mySubid)
+		{
+			if (event == SUBXACT_EVENT_ABORT_SUB)
+				continue;
+			locate_pending[i].subxid = parentSubid;
+		}
+		locate_pending[kept++] = locate_pending[i];
+	}
+	locate_npending = kept;
+}
+
+/*
  * DsyncLocateAtCommit
  *		Note a version this transaction has just written, to publish when
  *		it commits.  Before then no other session can see it, and the
@@ -273,6 +301,7 @@ DsyncLocateAtCommit(Relation rel, text *name, ItemPointer tid)
 	if (!locate_callback_registered)
 	{
 		RegisterXactCallback(LocateXactCallback, NULL);
+		RegisterSubXactCallback(LocateSubXactCallback, NULL);
 		locate_callback_registered = true;
 	}
 	hash = LocateHash(rel, name);
@@ -282,6 +311,7 @@ DsyncLocateAtCommit(Relation rel, text *name, ItemPointer tid)
 		if (locate_pending[i].hash == hash)
 		{
 			locate_pending[i].tid = *tid;
+			locate_pending[i].subxid = GetCurrentSubTransactionId();
 			return;
 		}
 	}
@@ -289,6 +319,7 @@ DsyncLocateAtCommit(Relation rel, text *name, ItemPointer tid)
 	{
 		locate_pending[locate_npending].hash = hash;
 		locate_pending[locate_npending].tid = *tid;
+		locate_pending[locate_npending].subxid = GetCurrentSubTransactionId();
 		locate_npending++;
 	}
 }

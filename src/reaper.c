@@ -595,6 +595,9 @@ dsync_reaper_main(Datum arg)
 			pgstat_report_wait_start(PG_WAIT_EXTENSION);
 			pg_usleep(DSYNC_EVENT_BATCH_MS * 1000L);
 			pgstat_report_wait_end();
+			/* That time counts towards the next deadline. */
+			if (sleep_ms > 0)
+				sleep_ms = Max(sleep_ms - DSYNC_EVENT_BATCH_MS, 0);
 		}
 		(void) WaitLatch(MyLatch,
 						 WL_LATCH_SET | WL_EXIT_ON_PM_DEATH |

@@ -449,7 +449,10 @@ ScanLocatedWalk(DsyncStore *store, text *name, int32 slot, Snapshot snapshot,
 			/* Save the next caller the walk, unless it may still roll back. */
 			if (hop > 0 && !own)
 				DsyncLocatePut(store->rel, name, &row->tid, cached);
-			return DsyncStoreCheckRow(store, row) ? row : NULL;
+			if (DsyncStoreCheckRow(store, row))
+				return row;
+			DsyncRowFree(store, row);
+			return NULL;
 		}
 
 		/* An invisible version leads on only if an update replaced it. */

@@ -54,6 +54,7 @@
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
+#include "utils/guc.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
@@ -276,6 +277,7 @@ DsyncStoreLoadRow(DsyncStore *store, HeapTuple tuple, DsyncRow *row)
 			row->values[i] = datumCopy(row->values[i], att->attbyval, att->attlen);
 	}
 	row->tid = tuple->t_self;
+	row->unlocked = (tuple->t_data->t_infomask & HEAP_XMAX_INVALID) != 0;
 }
 
 /*
@@ -486,6 +488,7 @@ DsyncStoreWrite(DsyncStore *store, DsyncRow *row, bool update)
 	if (!update || !HeapTupleIsHeapOnly(tuple))
 		DsyncStoreIndexInsert(store, tuple, row, update);
 	row->tid = tuple->t_self;
+	row->unlocked = true;
 	heap_freetuple(tuple);
 	if (store->table == DSYNC_TABLE_LEASE)
 		DsyncLocateAtCommit(store->rel, DatumGetTextPP(row->values[0]), &row->tid);
@@ -504,6 +507,24 @@ DsyncStoreUpdate(DsyncStore *store, DsyncRow *row)
 }
 
 /*
+ * DsyncServerHasAssertions
+ *		Whether the server (not only dsync) was built with assertions.
+ */
+static bool
+DsyncServerHasAssertions(void)
+{
+	static int	has_assertions = -1;
+
+	if (has_assertions < 0)
+	{
+		const char *value = GetConfigOption("debug_assertions", false, false);
+
+		has_assertions = value != NULL && strcmp(value, "on") == 0;
+	}
+	return has_assertions == 1;
+}
+
+/*
  * DsyncStoreTryUpdate
  *		Write a row's new values over the version it was read from, with no
  *		lock taken first: the update is the lock, and one WAL record rather
@@ -516,6 +537,12 @@ DsyncStoreUpdate(DsyncStore *store, DsyncRow *row)
  * have to wait, or to work out whether the lock is one it may pass, so the
  * caller takes the slow path (DsyncStoreLock, then DsyncStoreUpdate),
  * which knows guards, the reaper and this transaction's own locks.
+ *
+ * A version that had an xmax when it was read (a lock, perhaps of a
+ * transaction long gone) goes the slow way at once.  So does every row on
+ * a server built with assertions: heap_update asserts that no caller asks
+ * it not to wait, though without assertions it returns TM_BeingModified
+ * as it does for the other failures, which is what this relies on.
  */
 TM_Result
 DsyncStoreTryUpdate(DsyncStore *store, DsyncRow *row)
@@ -526,6 +553,8 @@ DsyncStoreTryUpdate(DsyncStore *store, DsyncRow *row)
 
 	Assert(store->lockmode == RowExclusiveLock);
 	Assert(ItemPointerIsValid(&row->tid));
+	if (!row->unlocked || DsyncServerHasAssertions())
+		return TM_BeingModified;
 	tuple = heap_form_tuple(RelationGetDescr(store->rel), row->values, row->nulls);
 	result = DsyncHeapUpdateNoWait(store->rel, &row->tid, tuple, &tmfd);
 	switch (result)
@@ -534,6 +563,7 @@ DsyncStoreTryUpdate(DsyncStore *store, DsyncRow *row)
 			if (!HeapTupleIsHeapOnly(tuple))
 				DsyncStoreIndexInsert(store, tuple, row, true);
 			row->tid = tuple->t_self;
+			row->unlocked = true;
 			if (store->table == DSYNC_TABLE_LEASE)
 				DsyncLocateAtCommit(store->rel, DatumGetTextPP(row->values[0]), &row->tid);
 			DsyncStoreWakeAtEnd(store, DatumGetTextPP(row->values[0]));

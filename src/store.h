@@ -21,6 +21,7 @@
 typedef struct DsyncRow
 {
 	ItemPointerData tid;		/* the row version this was read from */
+	bool		unlocked;		/* that version had no xmax when read */
 	Datum		values[DSYNC_MAX_ATTS];
 	bool		nulls[DSYNC_MAX_ATTS];
 } DsyncRow;

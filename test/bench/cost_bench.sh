@@ -14,7 +14,11 @@
 #      apart: a checkpoint just before would otherwise decide the figure);
 #   3. throughput side by side: pgbench cycles/s of each variant, rotated
 #      and interleaved, median of BENCH_ROUNDS rounds, with
-#      synchronous_commit off and on, and the ratios to the table.
+#      synchronous_commit off and on, and the ratios to the table;
+#   4. the cost of listeners: dsync's cycles/s (synchronous_commit off)
+#      with BENCH_LISTENERS sessions LISTENing (on the channel of one
+#      name: PostgreSQL makes every listening backend of the database read
+#      every notification) against none, rotated, median of BENCH_ROUNDS.
 #
 # Run as root after `make install`, from the top of the source tree:
 #
@@ -26,14 +30,15 @@
 #   BENCH_SECONDS          seconds per throughput run (default 10)
 #   BENCH_ROUNDS           throughput rounds (default 3)
 #   BENCH_CLIENTS          pgbench clients (default 4)
-#   BENCH_PARTS            which parts to run, e.g. 12 (default 123)
+#   BENCH_LISTENERS        listening sessions of part 4 (default 4)
+#   BENCH_PARTS            which parts to run, e.g. 12 (default 1234)
 #   BENCH_KEEP             1: keep the directory
 #
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/server.sh"
-bench_settings N1=300 N2=1300 WAL_CYCLES=2000 CLIENTS=4 PARTS=123
+bench_settings N1=300 N2=1300 WAL_CYCLES=2000 CLIENTS=4 LISTENERS=4 PARTS=1234
 bench_throughput_settings 10 3
 VARIANTS=(dsync table)
 NAMES=100000
@@ -180,6 +185,69 @@ if bench_part 3 "Throughput: $CLIENTS clients, ${SECONDS_PER_RUN} s per run, $RO
 	done
 fi
 
+# ---------------------------------------------------------------------------
+# 4. Listeners
+# ---------------------------------------------------------------------------
+
+# listeners_start N: N psql sessions that LISTEN on the channel of name 1
+# and then sit idle, so that their backends read the notification queue
+# as PostgreSQL's listeners do; returns once all N are listening.  Each
+# reads its commands from a FIFO that this script holds open.
+listeners_start() {
+	local channel n fifo fd
+	channel=$(q bench "SELECT dsync_channel('1')")
+	LISTENER_FDS=()
+	for i in $(seq 1 "$1"); do
+		fifo=$WORKDIR/listener.$i
+		rm -f "$fifo"
+		mkfifo "$fifo"
+		PGAPPNAME="cost_bench listener" "$PGBIN/psql" -X -q -d bench <"$fifo" >/dev/null 2>&1 &
+		exec {fd}>"$fifo"
+		LISTENER_FDS+=("$fd")
+		echo "LISTEN \"$channel\";" >&"$fd"
+	done
+	for _ in $(seq 1 100); do
+		n=$(q bench "SELECT count(*) FROM pg_stat_activity
+		             WHERE application_name = 'cost_bench listener' AND query LIKE 'LISTEN%'")
+		[ "$n" = "$1" ] && return 0
+		sleep 0.1
+	done
+	echo "the listeners did not show up" >&2
+	exit 1
+}
+
+# listeners_stop: end the listeners' input; their psql sessions exit.
+listeners_stop() {
+	local fd
+	for fd in "${LISTENER_FDS[@]}"; do
+		exec {fd}>&-
+	done
+	wait
+}
+
+declare -A LTPS=()
+if bench_part 4 "Listeners: dsync cycles/s with $LISTENERS sessions listening and with none ($CLIENTS clients, synchronous_commit=off)"; then
+	warm_locations
+	rotation=0
+	for round in $(seq 1 "$ROUNDS"); do
+		mapfile -t order < <(rotated "$rotation" none listening)
+		rotation=$((rotation + 1))
+		for l in "${order[@]}"; do
+			[ "$l" = listening ] && listeners_start "$LISTENERS"
+			q bench "CHECKPOINT"
+			out=$(PGOPTIONS="-c synchronous_commit=off" "$PGBIN/pgbench" -n -M "$PROTOCOL" \
+				-c "$CLIENTS" -j 2 -T "$SECONDS_PER_RUN" -f "$HERE/cycle_dsync.sql" bench 2>&1)
+			LTPS[$l]="${LTPS[$l]:-} $(pgbench_tps "dsync, $l" "$out")"
+			[ "$l" = listening ] && listeners_stop
+			wait_idle bench
+		done
+	done
+	n=$(median ${LTPS[none]})
+	l=$(median ${LTPS[listening]})
+	printf '  no listener %9.0f  %d listeners %9.0f  ratio %.2f\n' "$n" "$LISTENERS" "$l" \
+		"$(awk -v l="$l" -v n="$n" 'BEGIN { print (n > 0 ? l / n : 0) }')"
+fi
+
 echo
 echo "## Summary (dsync / table)"
 echo
@@ -195,3 +263,11 @@ for commit in off on; do
 	t=$(median ${TPS[table,$commit]})
 	printf '| cycles/s, synchronous_commit=%s | %.0f | %.0f | %s |\n' "$commit" "$d" "$t" "$(ratio "$d" "$t")"
 done
+if [ -n "${LTPS[none]:-}" ]; then
+	n=$(median ${LTPS[none]})
+	l=$(median ${LTPS[listening]})
+	echo
+	echo "| dsync, synchronous_commit=off | no listener | $LISTENERS listeners | ratio |"
+	echo "| --- | ---: | ---: | ---: |"
+	printf '| cycles/s | %.0f | %.0f | %s |\n' "$n" "$l" "$(ratio "$l" "$n")"
+fi

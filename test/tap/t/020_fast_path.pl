@@ -135,14 +135,21 @@ sub records
 }
 
 q1($node, "SET ROLE app; SELECT dsync_acquire('w', 'a', '1 hour'); SELECT dsync_release('w', 'a')");
-like(records("SELECT dsync_acquire('w', 'a', '1 hour')"), qr/^HOT_UPDATE$/,
-	'a grant of a free row writes one heap record');
-like(records("SELECT dsync_renew('w', 'a')"), qr/^HOT_UPDATE$/,
-	'a renewal writes one heap record');
-like(records("SELECT dsync_acquire('w', 'a', '1 hour')"), qr/^HOT_UPDATE$/,
-	'a reentrant acquire writes one heap record');
-like(records("SELECT dsync_release('w', 'a')"), qr/^HOT_UPDATE$/,
-	'a release writes one heap record');
+SKIP:
+{
+	# heap_update asserts that nobody asks it not to wait: on a server
+	# built with assertions dsync locks first (store.c).
+	skip 'the server is built with assertions: every change locks first', 4
+	  if q1($node, 'SHOW debug_assertions') eq 'on';
+	like(records("SELECT dsync_acquire('w', 'a', '1 hour')"), qr/^HOT_UPDATE$/,
+		'a grant of a free row writes one heap record');
+	like(records("SELECT dsync_renew('w', 'a')"), qr/^HOT_UPDATE$/,
+		'a renewal writes one heap record');
+	like(records("SELECT dsync_acquire('w', 'a', '1 hour')"), qr/^HOT_UPDATE$/,
+		'a reentrant acquire writes one heap record');
+	like(records("SELECT dsync_release('w', 'a')"), qr/^HOT_UPDATE$/,
+		'a release writes one heap record');
+}
 is(q1($node, "SET ROLE app; SELECT dsync_acquire('w', 'a', '1 hour') > 0; BEGIN;
 	SELECT dsync_assert_held('w', 'a') > 0; SELECT dsync_release('w', 'a'); COMMIT;
 	SELECT dsync_leader('w') IS NULL"), "t\nt\nt\nt",
