@@ -160,6 +160,16 @@ fi
 # 3. Throughput side by side
 # ---------------------------------------------------------------------------
 
+# cycles_tps VARIANT COMMIT: cycles/s of VARIANT's pgbench script, with
+# synchronous_commit = COMMIT, right after a checkpoint.
+cycles_tps() {
+	local out
+	q bench "CHECKPOINT"
+	out=$(PGOPTIONS="-c synchronous_commit=$2" "$PGBIN/pgbench" -n -M "$PROTOCOL" \
+		-c "$CLIENTS" -j 2 -T "$SECONDS_PER_RUN" -f "$HERE/cycle_$1.sql" bench 2>&1)
+	pgbench_tps "$1" "$out"
+}
+
 declare -A TPS=()
 if bench_part 3 "Throughput: $CLIENTS clients, ${SECONDS_PER_RUN} s per run, $ROUNDS round(s), median"; then
 	warm_locations
@@ -169,10 +179,7 @@ if bench_part 3 "Throughput: $CLIENTS clients, ${SECONDS_PER_RUN} s per run, $RO
 			mapfile -t order < <(rotated "$rotation" "${VARIANTS[@]}")
 			rotation=$((rotation + 1))
 			for v in "${order[@]}"; do
-				q bench "CHECKPOINT"
-				out=$(PGOPTIONS="-c synchronous_commit=$commit" "$PGBIN/pgbench" -n -M "$PROTOCOL" \
-					-c "$CLIENTS" -j 2 -T "$SECONDS_PER_RUN" -f "$HERE/cycle_$v.sql" bench 2>&1)
-				TPS[$v,$commit]="${TPS[$v,$commit]:-} $(pgbench_tps "$v" "$out")"
+				TPS[$v,$commit]="${TPS[$v,$commit]:-} $(cycles_tps "$v" "$commit")"
 				wait_idle bench
 			done
 		done
@@ -234,10 +241,7 @@ if bench_part 4 "Listeners: dsync cycles/s with $LISTENERS sessions listening an
 		rotation=$((rotation + 1))
 		for l in "${order[@]}"; do
 			[ "$l" = listening ] && listeners_start "$LISTENERS"
-			q bench "CHECKPOINT"
-			out=$(PGOPTIONS="-c synchronous_commit=off" "$PGBIN/pgbench" -n -M "$PROTOCOL" \
-				-c "$CLIENTS" -j 2 -T "$SECONDS_PER_RUN" -f "$HERE/cycle_dsync.sql" bench 2>&1)
-			LTPS[$l]="${LTPS[$l]:-} $(pgbench_tps "dsync, $l" "$out")"
+			LTPS[$l]="${LTPS[$l]:-} $(cycles_tps dsync off)"
 			[ "$l" = listening ] && listeners_stop
 			wait_idle bench
 		done
