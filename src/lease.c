@@ -101,7 +101,7 @@ LeaseStoresClose(LeaseStores *stores)
 /*
  * LeaseMayHavePermits
  *		Whether dsync_permit may hold a row: it is installed and has pages
- *		(see DsyncStoreHasNoPages).
+ *		(as in DsyncSemaphoreCount).
  */
 static bool
 LeaseMayHavePermits(LeaseStores *stores)
@@ -584,17 +584,27 @@ LeaseRenewUsec(DsyncRow *row, Interval *ttl, int64 ttl_usec)
 	return DsyncCapTtl(ttl_usec);
 }
 
+/* What the fast path of release and renew found. */
+typedef enum LeaseFast
+{
+	LEASE_FAST_DONE,			/* changed */
+	LEASE_FAST_NOT_HELD,		/* holder does not hold it: nothing to do */
+	LEASE_FAST_SLOW				/* the slow path must decide */
+} LeaseFast;
+
 /*
  * LeaseChangeFast
  *		The fast path of release and renew (for ttl, ttl_usec) of a plain
- *		lease held live by holder: find its row, write the change
- *		in one update, with no lock taken first.  Returns false if the path
- *		does not apply (not a plain lease held by holder, or the row is
- *		locked: a guard, the reaper, this transaction), and the caller
- *		takes the slow path, which finds out again.  On true, *token is
+ *		lease held live by holder: find its row, write the change in one
+ *		update, with no lock taken first.  On LEASE_FAST_DONE, *token is
  *		the lease's token and *expiry the new expiry of a renewal.
+ *
+ * When the plain row is not held by holder and the database has no
+ * permits, the answer is known without the slow path, which would only
+ * look again.  A locked row (a guard, the reaper, this transaction) and a
+ * name that may have permits go the slow way.
  */
-static bool
+static LeaseFast
 LeaseChangeFast(LeaseStores *stores, text *lease, text *holder, bool release,
 				Interval *ttl, int64 ttl_usec, int64 *token, TimestampTz *expiry)
 {
@@ -606,7 +616,7 @@ LeaseChangeFast(LeaseStores *stores, text *lease, text *holder, bool release,
 		CHECK_FOR_INTERRUPTS();
 		row = DsyncLeaseFindPlain(&stores->lease, lease);
 		if (row == NULL || !LeaseHeldByCaller(row, holder))
-			return false;
+			return LeaseMayHavePermits(stores) ? LEASE_FAST_SLOW : LEASE_FAST_NOT_HELD;
 		changed = *row;
 		if (release)
 			DsyncLeaseSetReleased(&changed);
@@ -620,12 +630,12 @@ LeaseChangeFast(LeaseStores *stores, text *lease, text *holder, bool release,
 				else
 					LeaseRecordDeadline(&stores->lease, &changed, DsyncRowExpiry(row));
 				*token = DatumGetInt64(row->values[Anum_lease_fencing - 1]);
-				return true;
+				return LEASE_FAST_DONE;
 			case TM_Updated:
 			case TM_Deleted:
 				continue;
 			default:
-				return false;
+				return LEASE_FAST_SLOW;
 		}
 	}
 }
@@ -646,19 +656,24 @@ dsync_renew(PG_FUNCTION_ARGS)
 	int64		ttl_usec = DsyncArgTtl(fcinfo, 2, "ttl", true, &ttl);
 	LeaseStores stores;
 	DsyncStore *store;
-	DsyncRow   *row;
+	DsyncRow   *row = NULL;
 	TimestampTz expiry = 0;
 	int64		token;
 
 	DsyncPreventWrite("dsync_renew()");
 
 	LeaseStoresOpen(&stores, fcinfo, true);
-	if (LeaseChangeFast(&stores, lease, holder, false, ttl, ttl_usec, &token, &expiry))
+	switch (LeaseChangeFast(&stores, lease, holder, false, ttl, ttl_usec, &token, &expiry))
 	{
-		LeaseStoresClose(&stores);
-		PG_RETURN_TIMESTAMPTZ(expiry);
+		case LEASE_FAST_DONE:
+			LeaseStoresClose(&stores);
+			PG_RETURN_TIMESTAMPTZ(expiry);
+		case LEASE_FAST_NOT_HELD:
+			break;
+		case LEASE_FAST_SLOW:
+			row = LeaseLockHeld(&stores, lease, holder, LockTupleNoKeyExclusive, &store);
+			break;
 	}
-	row = LeaseLockHeld(&stores, lease, holder, LockTupleNoKeyExclusive, &store);
 	if (row)
 	{
 		TimestampTz previous = DsyncRowExpiry(row);
@@ -689,16 +704,19 @@ LeaseHeldCall(FunctionCallInfo fcinfo, const char *fname, LockTupleMode mode,
 	DsyncStore *store;
 	DsyncRow   *row;
 	int64		token = -1;
+	LeaseFast	fast;
 
 	*lease = DsyncArgName(fcinfo, 0, "lease");
 	*holder = DsyncArgName(fcinfo, 1, "holder");
 	DsyncPreventWrite(fname);
 
 	LeaseStoresOpen(&stores, fcinfo, true);
-	if (release && LeaseChangeFast(&stores, *lease, *holder, true, NULL, 0, &token, NULL))
+	fast = release ? LeaseChangeFast(&stores, *lease, *holder, true, NULL, 0, &token, NULL) :
+		LEASE_FAST_SLOW;
+	if (fast != LEASE_FAST_SLOW)
 	{
 		LeaseStoresClose(&stores);
-		return token;
+		return fast == LEASE_FAST_DONE ? token : -1;
 	}
 	row = LeaseLockHeld(&stores, *lease, *holder, mode, &store);
 	if (row)

@@ -10,7 +10,7 @@
  * snapshot stays open.  Yet the row wanted is almost always the version
  * the last committed change wrote.  So each change remembers the location
  * it wrote and publishes it when its transaction commits; the next caller
- * reads that one tuple (scan.c, DsyncScanCached) and uses the index only
+ * reads that one tuple (scan.c, DsyncScanKeyLatest) and uses the index only
  * when the location no longer holds the newest version of that name.
  *
  * A location is only a hint.  Whoever uses it checks the tuple found there

@@ -53,7 +53,6 @@ struct DsyncScan
 	TupleTableSlot *slot;
 	ScanDirection direction;
 	ScanKeyData keys[3];
-	bool		own;			/* the last row returned is this transaction's */
 };
 
 /* Versions of a row followed from a cached location before giving up. */
@@ -288,7 +287,6 @@ DsyncScanNext(DsyncScan *scan)
 
 		row = palloc(sizeof(DsyncRow));
 		DsyncStoreLoadRow(scan->store, tuple, row);
-		scan->own = TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetRawXmin(tuple->t_data));
 		if (DsyncStoreCheckRow(scan->store, row))
 			return row;
 		DsyncRowFree(scan->store, row);
@@ -436,8 +434,6 @@ ScanLocatedWalk(DsyncStore *store, text *name, int32 slot, Snapshot snapshot,
 		}
 		if (HeapTupleSatisfiesVisibility(&tuple, snapshot, buffer))
 		{
-			bool		own = TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetRawXmin(tuple.t_data));
-
 			row = palloc(sizeof(DsyncRow));
 			DsyncStoreLoadRow(store, &tuple, row);
 			UnlockReleaseBuffer(buffer);
@@ -447,7 +443,7 @@ ScanLocatedWalk(DsyncStore *store, text *name, int32 slot, Snapshot snapshot,
 				return NULL;
 			}
 			/* Save the next caller the walk, unless it may still roll back. */
-			if (hop > 0 && !own)
+			if (hop > 0 && !TransactionIdIsCurrentTransactionId(row->xmin))
 				DsyncLocatePut(store->rel, name, &row->tid, cached);
 			if (DsyncStoreCheckRow(store, row))
 				return row;
@@ -521,7 +517,7 @@ DsyncScanKeyLatest(DsyncStore *store, text *name, int32 slot)
 	scan = DsyncScanKey(store, name, Int32GetDatum(slot));
 	row = DsyncScanNext(scan);
 	/* Only committed versions are published: others may still roll back. */
-	if (row != NULL && !scan->own)
+	if (row != NULL && !TransactionIdIsCurrentTransactionId(row->xmin))
 		DsyncLocatePut(store->rel, name, &row->tid, &cached);
 	DsyncScanEnd(scan);
 	return row;

@@ -80,10 +80,17 @@ DsyncSemaphoreCount(const DsyncCatalog *catalog, text *name, bool for_grant)
 	DsyncRow   *row;
 	int			permits = -1;
 
-	if (DsyncStoreHasNoPages(catalog, DSYNC_TABLE_SEMAPHORE))
+	if (!OidIsValid(catalog->rels[DSYNC_TABLE_SEMAPHORE]))
 		return -1;
 	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_SEMAPHORE, for_grant);
-	for (;;)
+
+	/*
+	 * A table with no pages has no row, committed or not: a database that
+	 * uses no semaphores pays a size check here, not an index probe (any
+	 * insert extends the table before its row can be seen, and VACUUM
+	 * truncates it to nothing only once every row is gone).
+	 */
+	while (DsyncStoreBlockCount(store.rel) > 0)
 	{
 		row = SemaphoreFind(&store, name);
 		if (row == NULL)

@@ -186,34 +186,6 @@ DsyncStoreBlockCount(Relation rel)
 }
 
 /*
- * DsyncStoreHasNoPages
- *		Whether a table (of a database that may not have it installed)
- *		has no pages at all: then no row is in it, committed or not, and a
- *		lookup there can be skipped.
- *
- * This is how a database that uses no semaphores pays nothing for them:
- * their tables stay empty, and asking for the size of an empty relation
- * costs a system call where an index probe costs thousands of
- * instructions.  Any insert extends the table before its row can be seen,
- * and VACUUM truncates it to nothing only once every row is gone.
- */
-bool
-DsyncStoreHasNoPages(const DsyncCatalog *catalog, DsyncTable table)
-{
-	Relation	rel;
-	bool		empty;
-
-	if (!OidIsValid(catalog->rels[table]))
-		return true;
-	rel = try_table_open(catalog->rels[table], AccessShareLock);
-	if (rel == NULL)
-		return false;			/* dropped: let the full path say so */
-	empty = DsyncStoreBlockCount(rel) == 0;
-	table_close(rel, AccessShareLock);
-	return empty;
-}
-
-/*
  * DsyncStoreClose
  *		Close what DsyncStoreOpen opened; locks stay until transaction end.
  */
@@ -277,6 +249,7 @@ DsyncStoreLoadRow(DsyncStore *store, HeapTuple tuple, DsyncRow *row)
 			row->values[i] = datumCopy(row->values[i], att->attbyval, att->attlen);
 	}
 	row->tid = tuple->t_self;
+	row->xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
 	row->unlocked = (tuple->t_data->t_infomask & HEAP_XMAX_INVALID) != 0;
 }
 
@@ -464,6 +437,28 @@ DsyncStoreIndexInsert(DsyncStore *store, HeapTuple tuple, DsyncRow *row, bool up
 }
 
 /*
+ * DsyncStoreWritten
+ *		What follows every row version written, whichever way: its index
+ *		entries unless the update was HOT, the row pointing at it, its
+ *		location noted for the cache (locate.c), the change made visible
+ *		to the rest of the statement.
+ */
+static void
+DsyncStoreWritten(DsyncStore *store, DsyncRow *row, HeapTuple tuple, bool update)
+{
+	if (!update || !HeapTupleIsHeapOnly(tuple))
+		DsyncStoreIndexInsert(store, tuple, row, update);
+	row->tid = tuple->t_self;
+	row->xmin = GetCurrentTransactionId();
+	row->unlocked = true;
+	heap_freetuple(tuple);
+	if (store->table == DSYNC_TABLE_LEASE)
+		DsyncLocateAtCommit(store->rel, DatumGetTextPP(row->values[0]), &row->tid);
+	DsyncXactChanged();
+	CommandCounterIncrement();
+}
+
+/*
  * DsyncStoreWrite
  *		Write a row's values as a new row (insert), or as the new version of
  *		the locked row it was read from (update), with its index entries.
@@ -485,15 +480,7 @@ DsyncStoreWrite(DsyncStore *store, DsyncRow *row, bool update)
 		DsyncSimpleHeapUpdate(store->rel, &row->tid, tuple);
 	else
 		simple_heap_insert(store->rel, tuple);
-	if (!update || !HeapTupleIsHeapOnly(tuple))
-		DsyncStoreIndexInsert(store, tuple, row, update);
-	row->tid = tuple->t_self;
-	row->unlocked = true;
-	heap_freetuple(tuple);
-	if (store->table == DSYNC_TABLE_LEASE)
-		DsyncLocateAtCommit(store->rel, DatumGetTextPP(row->values[0]), &row->tid);
-	DsyncXactChanged();
-	CommandCounterIncrement();
+	DsyncStoreWritten(store, row, tuple, update);
 }
 
 /*
@@ -560,16 +547,10 @@ DsyncStoreTryUpdate(DsyncStore *store, DsyncRow *row)
 	switch (result)
 	{
 		case TM_Ok:
-			if (!HeapTupleIsHeapOnly(tuple))
-				DsyncStoreIndexInsert(store, tuple, row, true);
-			row->tid = tuple->t_self;
-			row->unlocked = true;
-			if (store->table == DSYNC_TABLE_LEASE)
-				DsyncLocateAtCommit(store->rel, DatumGetTextPP(row->values[0]), &row->tid);
+			/* What DsyncStoreLock would have scheduled for its lock. */
 			DsyncStoreWakeAtEnd(store, DatumGetTextPP(row->values[0]));
-			DsyncXactChanged();
-			CommandCounterIncrement();
-			break;
+			DsyncStoreWritten(store, row, tuple, true);
+			return TM_Ok;
 		case TM_Updated:
 		case TM_Deleted:
 		case TM_BeingModified:

@@ -21,6 +21,7 @@
 typedef struct DsyncRow
 {
 	ItemPointerData tid;		/* the row version this was read from */
+	TransactionId xmin;			/* the transaction that wrote it */
 	bool		unlocked;		/* that version had no xmax when read */
 	Datum		values[DSYNC_MAX_ATTS];
 	bool		nulls[DSYNC_MAX_ATTS];
@@ -45,7 +46,6 @@ extern void DsyncStoreOpen(DsyncStore *store, FunctionCallInfo fcinfo, DsyncTabl
 extern void DsyncStoreOpenCatalog(DsyncStore *store, const DsyncCatalog *catalog,
 								  DsyncTable table, bool for_write);
 extern BlockNumber DsyncStoreBlockCount(Relation rel);
-extern bool DsyncStoreHasNoPages(const DsyncCatalog *catalog, DsyncTable table);
 extern void DsyncStoreClose(DsyncStore *store);
 extern Relation DsyncStoreIndex(DsyncStore *store);
 extern Relation DsyncStoreHolderIndex(DsyncStore *store);
