@@ -29,7 +29,8 @@ OBJS = \
 	src/stats.o \
 	src/role.o \
 	src/signal.o \
-	src/member.o
+	src/member.o \
+	src/ephemeral.o
 
 # The install and upgrade scripts sit at the top, as in contrib.
 DATA = $(sort $(wildcard dsync--*.sql))

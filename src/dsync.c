@@ -32,6 +32,8 @@ int			dsync_idle_row_retention = 600;
 int			dsync_deadlines_in_memory = 100000;
 int			dsync_max_workers = 3;
 int			dsync_worker_idle_timeout = 60000;
+int			dsync_ephemeral_max_leases = 1024;
+int			dsync_ephemeral_max_ttl = 60;
 
 /*
  * The integer settings, as a table: they differ only in their values.
@@ -101,6 +103,17 @@ static const DsyncIntSetting dsync_int_settings[] = {
 		"It keeps the nearest ones and reads its tables again for the "
 		"next ones when those are used up; about 150 bytes each.",
 		&dsync_deadlines_in_memory, 100000, 100, 10000000, PGC_SIGHUP, 0},
+	{"dsync.ephemeral_max_leases",
+		"Most ephemeral leases (durable => false) held at once, in all databases.",
+		"Each takes about 1.9 kB of shared memory; 0 turns ephemeral leases off.",
+		&dsync_ephemeral_max_leases, 1024, 0, 1000000, PGC_POSTMASTER, 0},
+	{"dsync.ephemeral_max_ttl",
+		"Longest time-to-live an ephemeral lease may be given.",
+		"Ephemeral leases are lost in a restart, crash or failover; for this "
+		"long afterwards no ephemeral lease is granted, so that a holder from "
+		"before cannot overlap a new one.  Do not lower it across a restart "
+		"while ephemeral leases are held.",
+		&dsync_ephemeral_max_ttl, 60, 1, 86400, PGC_POSTMASTER, GUC_UNIT_S},
 };
 
 /*

@@ -208,14 +208,14 @@ DsyncEventIsAnnounced(DsyncEventKind kind)
  *		Add a committed transaction's changes to its database's counters.
  */
 static void
-DsyncEventCount(DsyncDbSlot *slot)
+DsyncEventCount(DsyncDbSlot *slot, List *events, int64 renewals)
 {
 	ListCell   *lc;
 	int64		grants = 0,
 				releases = 0,
 				expiries = 0;
 
-	foreach(lc, pending_events)
+	foreach(lc, events)
 	{
 		DsyncPendingEvent *pe = lfirst(lc);
 
@@ -231,7 +231,7 @@ DsyncEventCount(DsyncDbSlot *slot)
 	DsyncStatAddSlot(slot, DSYNC_STAT_GRANTS, grants);
 	DsyncStatAddSlot(slot, DSYNC_STAT_RELEASES, releases);
 	DsyncStatAddSlot(slot, DSYNC_STAT_EXPIRIES, expiries);
-	DsyncStatAddSlot(slot, DSYNC_STAT_RENEWALS, pending_renewals);
+	DsyncStatAddSlot(slot, DSYNC_STAT_RENEWALS, renewals);
 }
 
 /*
@@ -266,7 +266,7 @@ DsyncDeadlineLower(DsyncDbSlot *slot, TimestampTz deadline)
  * deadline only, told the earlier time it must start one.
  */
 static void
-DsyncEventPublish(void)
+DsyncEventPublish(List *events, int64 renewals)
 {
 	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
 	ListCell   *lc;
@@ -291,7 +291,7 @@ DsyncEventPublish(void)
 		LWLockRelease(slot->queue_lock);
 		return;
 	}
-	foreach(lc, pending_events)
+	foreach(lc, events)
 	{
 		DsyncPendingEvent *pe = lfirst(lc);
 
@@ -318,7 +318,7 @@ DsyncEventPublish(void)
 	if (slot->queue_bytes > pool_bytes / 4 || dropped > 0)
 		wake = true;
 	LWLockRelease(slot->queue_lock);
-	DsyncEventCount(slot);
+	DsyncEventCount(slot, events, renewals);
 
 	/* After queueing: a worker that leaves now sees the events (ReaperExit). */
 	procno = slot->pgprocno;
@@ -422,6 +422,48 @@ DsyncEventMakeRoom(void)
 }
 
 /*
+ * DsyncEventPrepareNow
+ *		Before DsyncEventPublishNow: make sure the database has a slot,
+ *		warning the client if it cannot have one (as at commit).
+ */
+void
+DsyncEventPrepareNow(void)
+{
+	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+
+	if (slot != NULL && slot->state == DSYNC_DB_ACTIVE)
+		return;
+	if (DsyncDbIsTemplate(MyDatabaseId))
+		return;
+	slot = DsyncDbSlotClaim(MyDatabaseId, true);
+	DsyncEventWarnUnserved(slot);
+}
+
+/*
+ * DsyncEventPublishNow
+ *		Queue events of a change that took effect outside any transaction
+ *		(an ephemeral lease), and count it with renewals renewals.  Like
+ *		the commit callback, it cannot fail; it may run under an LWLock.
+ */
+void
+DsyncEventPublishNow(const DsyncEvent *events, int nevents, int64 renewals)
+{
+	DsyncPendingEvent pending[4];
+	List	   *list = NIL;
+
+	Assert(nevents <= (int) lengthof(pending));
+	for (int i = 0; i < nevents; i++)
+	{
+		pending[i].nest_level = 0;
+		pending[i].event = events[i];
+		list = lappend(list, &pending[i]);
+	}
+	if (list != NIL || renewals > 0)
+		DsyncEventPublish(list, renewals);
+	list_free(list);
+}
+
+/*
  * DsyncEventXactCallback
  *		Make room before commit, publish at commit, forget at abort.
  */
@@ -436,7 +478,7 @@ DsyncEventXactCallback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_COMMIT:
 			if (pending_events != NIL || pending_renewals > 0)
-				DsyncEventPublish();
+				DsyncEventPublish(pending_events, pending_renewals);
 			pending_events = NIL;
 			pending_renewals = 0;
 			break;

@@ -48,6 +48,8 @@ extern void DsyncEventRecord(DsyncEventKind kind, const DsyncRow *row);
 extern void DsyncEventRecordRaw(DsyncEventKind kind, text *name, text *holder,
 								TimestampTz expires_at);
 extern void DsyncEventRecordRenewal(void);
+extern void DsyncEventPrepareNow(void);
+extern void DsyncEventPublishNow(const DsyncEvent *events, int nevents, int64 renewals);
 extern char *DsyncEventPayload(const DsyncEvent *event);
 extern bool DsyncEventHasDeadline(DsyncEventKind kind);
 extern bool DsyncEventIsAnnounced(DsyncEventKind kind);

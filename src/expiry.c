@@ -52,6 +52,7 @@
 #include "settings.h"
 #include "store.h"
 #include "events.h"
+#include "ephemeral.h"
 
 /* The most deadlines kept in memory (and a quarter more before trimming). */
 #define EXPIRY_MAX_ENTRIES		dsync_deadlines_in_memory
@@ -79,6 +80,9 @@ typedef struct ExpiryEntry
 static HTAB *expiry_entries = NULL;
 static pairingheap *expiry_heap = NULL;
 static MemoryContext expiry_cxt = NULL;
+
+/* When ephemeral leases may next be due (ephemeral.c); 0: none. */
+static TimestampTz expiry_ephemeral = 0;
 
 /* Every deadline not kept is at or after this (DT_NOEND: all are kept). */
 static TimestampTz expiry_horizon = DT_NOEND;
@@ -300,6 +304,14 @@ ExpiryTrim(void)
 void
 ExpiryScheduleEvent(const DsyncEvent *event)
 {
+	/* An ephemeral lease has no row: its table is looked at as a whole. */
+	if (event->slot < 0)
+	{
+		if ((event->kind == DSYNC_EVENT_ACQUIRED || event->kind == DSYNC_EVENT_DEADLINE) &&
+			(expiry_ephemeral == 0 || event->expires_at < expiry_ephemeral))
+			expiry_ephemeral = event->expires_at;
+		return;
+	}
 	switch (event->kind)
 	{
 		case DSYNC_EVENT_ACQUIRED:
@@ -345,6 +357,8 @@ ExpiryNext(void)
 		if (next == 0 || first < next)
 			next = first;
 	}
+	if (expiry_ephemeral != 0 && (next == 0 || expiry_ephemeral < next))
+		next = expiry_ephemeral;
 	return next;
 }
 
@@ -505,6 +519,7 @@ ExpiryRebuild(void)
 {
 	ExpiryReset();
 	expiry_horizon = DT_NOBEGIN;	/* nothing kept: everything is beyond */
+	expiry_ephemeral = GetCurrentTimestamp();	/* look at them once now */
 	ExpiryRescan();
 }
 
@@ -533,6 +548,8 @@ ExpiryReapDue(DsyncDbSlot *slot, bool *more)
 		CommitTransactionCommand();
 		return -1;
 	}
+	if (expiry_ephemeral != 0 && expiry_ephemeral <= GetCurrentTimestamp())
+		expiry_ephemeral = DsyncEphemeralReap();
 	catalog = DsyncCatalogFromExtension();
 	has[EXPIRY_LEASE] = true;
 	has[EXPIRY_PERMIT] = OidIsValid(catalog->rels[DSYNC_TABLE_PERMIT]);

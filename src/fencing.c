@@ -318,13 +318,15 @@ FencingClaimSlot(Oid seqoid)
 }
 
 /*
- * DsyncNextFencingToken
+ * FencingNext
  *		A new token, greater than every token handed out before in this
  *		database, from a block made durable (locally and on synchronous
- *		standbys) before any of its tokens was handed out.
+ *		standbys) before any of its tokens was handed out.  Unless take,
+ *		only make sure the database has a block with a token left, and
+ *		return 0.
  */
-int64
-DsyncNextFencingToken(const DsyncCatalog *catalog)
+static int64
+FencingNext(const DsyncCatalog *catalog, bool take)
 {
 	Oid			seqoid = catalog->fencing_seq;
 
@@ -342,7 +344,7 @@ DsyncNextFencingToken(const DsyncCatalog *catalog)
 		block = FencingClaimSlot(seqoid);
 		if (block->next < block->limit)
 		{
-			int64		token = block->next++;
+			int64		token = take ? block->next++ : 0;
 
 			SpinLockRelease(&dsync_shared->fencing_lock);
 			return token;
@@ -364,12 +366,12 @@ DsyncNextFencingToken(const DsyncCatalog *catalog)
 			int64		token;
 
 			if (block->next < block->limit)
-				token = block->next++;	/* another backend refilled it */
+				token = take ? block->next++ : 0;	/* another backend refilled it */
 			else if (start >= block->limit)
 			{
-				block->next = start + 1;
+				block->next = take ? start + 1 : start;
 				block->limit = start + size;
-				token = start;
+				token = take ? start : 0;
 			}
 			else
 			{
@@ -383,4 +385,49 @@ DsyncNextFencingToken(const DsyncCatalog *catalog)
 		/* The slot went to another database meanwhile: start over. */
 		SpinLockRelease(&dsync_shared->fencing_lock);
 	}
+}
+
+/*
+ * DsyncNextFencingToken
+ *		A new token (FencingNext).
+ */
+int64
+DsyncNextFencingToken(const DsyncCatalog *catalog)
+{
+	return FencingNext(catalog, true);
+}
+
+/*
+ * DsyncFencingFill
+ *		Make sure the database has tokens in shared memory, fetching a
+ *		block if need be, so that DsyncFencingTryNext can then succeed
+ *		(unless others use them all first).
+ */
+void
+DsyncFencingFill(const DsyncCatalog *catalog)
+{
+	(void) FencingNext(catalog, false);
+}
+
+/*
+ * DsyncFencingTryNext
+ *		A new token from the database's block in shared memory, without
+ *		fetching one: false if there is none left.  For callers holding an
+ *		LWLock, who must not wait for WAL, a standby or a lock.
+ */
+bool
+DsyncFencingTryNext(const DsyncCatalog *catalog, int64 *token)
+{
+	DsyncFencingBlock *block;
+	bool		found = false;
+
+	SpinLockAcquire(&dsync_shared->fencing_lock);
+	block = FencingFindSlot(catalog->fencing_seq);
+	if (block != NULL && block->next < block->limit)
+	{
+		*token = block->next++;
+		found = true;
+	}
+	SpinLockRelease(&dsync_shared->fencing_lock);
+	return found;
 }

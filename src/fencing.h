@@ -27,5 +27,7 @@ typedef struct DsyncFencingBlock
 } DsyncFencingBlock;
 
 extern int64 DsyncNextFencingToken(const DsyncCatalog *catalog);
+extern void DsyncFencingFill(const DsyncCatalog *catalog);
+extern bool DsyncFencingTryNext(const DsyncCatalog *catalog, int64 *token);
 
 #endif							/* DSYNC_FENCING_H */

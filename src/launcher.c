@@ -58,6 +58,7 @@
 #include "dbslot.h"
 #include "settings.h"
 #include "workers.h"
+#include "ephemeral.h"
 #include "compat.h"
 
 /* A worker serves at least this long before it is asked to make way. */
@@ -473,6 +474,7 @@ dsync_launcher_main(Datum arg)
 			dsync_workers->slots[i].pid = 0;
 	LWLockRelease(dsync_workers->lock);
 
+	DsyncEphemeralOpen();
 	ereport(LOG, (errmsg("dsync launcher started")));
 	short_of_slots = false;
 

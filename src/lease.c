@@ -45,6 +45,7 @@
 #include "store.h"
 #include "lease.h"
 #include "events.h"
+#include "ephemeral.h"
 
 PG_FUNCTION_INFO_V1(dsync_acquire);
 PG_FUNCTION_INFO_V1(dsync_renew);
@@ -68,6 +69,7 @@ typedef struct LeaseTryArgs
 	FunctionCallInfo fcinfo;
 	text	   *lease;
 	const LeaseGrant *grant;
+	bool		durable;		/* false: an ephemeral lease (ephemeral.c) */
 	int64		token;
 } LeaseTryArgs;
 
@@ -414,11 +416,17 @@ LeaseTryAcquire(LeaseStores *stores, text *lease, const LeaseGrant *grant,
 				case DSYNC_CLAIM_OK:
 					break;
 			}
+			if (!DsyncEphemeralExclude(lease, retry_at))
+			{
+				DsyncStoreUnclaimKey(&stores->lease, lease, Int32GetDatum(0));
+				return false;
+			}
 			fresh = DsyncStoreNewRow();
 			DsyncRowSet(fresh, Anum_lease_name, PointerGetDatum(lease));
 			DsyncRowSet(fresh, Anum_lease_slot, Int32GetDatum(0));
 			DsyncLeaseSetGrant(&stores->lease, fresh, grant);
 			DsyncStoreInsert(&stores->lease, fresh);
+			DsyncEphemeralExcludeEnd();
 			DsyncStoreUnclaimKey(&stores->lease, lease, Int32GetDatum(0));
 			DsyncEventRecord(DSYNC_EVENT_ACQUIRED, fresh);
 			*token = DatumGetInt64(fresh->values[Anum_lease_fencing - 1]);
@@ -426,7 +434,11 @@ LeaseTryAcquire(LeaseStores *stores, text *lease, const LeaseGrant *grant,
 		}
 
 		/* Free or expired: take it if nobody else is changing it. */
-		switch (LeaseTakeOver(&stores->lease, row, grant, token))
+		if (!DsyncEphemeralExclude(lease, retry_at))
+			return false;
+		result = LeaseTakeOver(&stores->lease, row, grant, token);
+		DsyncEphemeralExcludeEnd();
+		switch (result)
 		{
 			case TM_Ok:
 				return true;
@@ -441,11 +453,14 @@ LeaseTryAcquire(LeaseStores *stores, text *lease, const LeaseGrant *grant,
 			return false;
 		if (result != TM_Ok || DsyncRowIsLive(row, GetCurrentTimestamp()))
 			continue;
+		if (!DsyncEphemeralExclude(lease, retry_at))
+			return false;
 		/* Taking over an expired lease announces its expiry first. */
 		if (!row->nulls[Anum_lease_holder - 1])
 			DsyncEventRecord(DSYNC_EVENT_EXPIRED, row);
 		DsyncLeaseSetGrant(&stores->lease, row, grant);
 		DsyncStoreUpdate(&stores->lease, row);
+		DsyncEphemeralExcludeEnd();
 		DsyncEventRecord(DSYNC_EVENT_ACQUIRED, row);
 		*token = DatumGetInt64(row->values[Anum_lease_fencing - 1]);
 		return true;
@@ -466,6 +481,9 @@ LeaseTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 	bool		granted;
 
 	*retry_at = 0;
+	if (!args->durable)
+		return DsyncEphemeralTryAcquire(args->fcinfo, args->lease, args->grant, may_take,
+										&args->token, retry_at);
 	if (permits >= 0)
 		return DsyncPermitTryAcquire(args->fcinfo, args->lease, args->grant, permits,
 									 may_take, thorough, &args->token);
@@ -478,7 +496,8 @@ LeaseTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 
 /*
  * dsync_acquire
- *		SQL: dsync_acquire(lease, holder, ttl, wait, info) RETURNS bigint
+ *		SQL: dsync_acquire(lease, holder, ttl, wait, info, durable) RETURNS
+ *		bigint (durable from 1.3 on)
  */
 Datum
 dsync_acquire(PG_FUNCTION_ARGS)
@@ -496,8 +515,19 @@ dsync_acquire(PG_FUNCTION_ARGS)
 	DsyncArgWait(fcinfo, 3, "wait", &wait_forever, &wait_usec);
 	grant.info_null = PG_ARGISNULL(4);
 	grant.info = grant.info_null ? (Datum) 0 : JsonbPGetDatum(PG_GETARG_JSONB_P(4));
+	args.durable = true;
+	if (PG_NARGS() > 5)
+	{
+		if (PG_ARGISNULL(5))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("argument \"durable\" must not be null")));
+		args.durable = PG_GETARG_BOOL(5);
+	}
 
 	DsyncPreventWrite("dsync_acquire()");
+	if (!args.durable)
+		DsyncEphemeralCheckGrant(fcinfo, lease, &grant);
 
 	args.fcinfo = fcinfo;
 	args.lease = lease;
@@ -662,6 +692,15 @@ dsync_renew(PG_FUNCTION_ARGS)
 
 	DsyncPreventWrite("dsync_renew()");
 
+	switch (DsyncEphemeralRenew(lease, holder, ttl, ttl_usec, &expiry))
+	{
+		case DSYNC_EPHEMERAL_DONE:
+			PG_RETURN_TIMESTAMPTZ(expiry);
+		case DSYNC_EPHEMERAL_NOT_HELD:
+			PG_RETURN_NULL();
+		case DSYNC_EPHEMERAL_NONE:
+			break;
+	}
 	LeaseStoresOpen(&stores, fcinfo, true);
 	switch (LeaseChangeFast(&stores, lease, holder, false, ttl, ttl_usec, &token, &expiry))
 	{
@@ -710,6 +749,16 @@ LeaseHeldCall(FunctionCallInfo fcinfo, const char *fname, LockTupleMode mode,
 	*holder = DsyncArgName(fcinfo, 1, "holder");
 	DsyncPreventWrite(fname);
 
+	switch (release ? DsyncEphemeralRelease(*lease, *holder, &token) :
+			DsyncEphemeralGuard(*lease, *holder, &token))
+	{
+		case DSYNC_EPHEMERAL_DONE:
+			return token;
+		case DSYNC_EPHEMERAL_NOT_HELD:
+			return -1;
+		case DSYNC_EPHEMERAL_NONE:
+			break;
+	}
 	LeaseStoresOpen(&stores, fcinfo, true);
 	fast = release ? LeaseChangeFast(&stores, *lease, *holder, true, NULL, 0, &token, NULL) :
 		LEASE_FAST_SLOW;
@@ -760,6 +809,8 @@ DsyncLeaseLeader(FunctionCallInfo fcinfo, text *lease)
 
 	if (permits > 1)
 		return NULL;
+	if (DsyncEphemeralLeader(lease, &leader) == DSYNC_EPHEMERAL_DONE)
+		return leader;
 	LeaseStoresOpen(&stores, fcinfo, false);
 	row = DsyncLeaseFindPlain(&stores.lease, lease);
 	if (row && DsyncRowIsLive(row, now))
@@ -877,8 +928,9 @@ LeaseForceRelease(FunctionCallInfo fcinfo, text *lease, text *holder, bool cance
 
 	DsyncPreventWrite("dsync_force_release()");
 
+	released = DsyncEphemeralForceRelease(lease, holder, cancel_waits);
 	LeaseStoresOpen(&stores, fcinfo, true);
-	released = LeaseForceReleaseIn(&stores.lease, lease, holder, cancel_waits);
+	released += LeaseForceReleaseIn(&stores.lease, lease, holder, cancel_waits);
 	if (stores.has_permits)
 		released += LeaseForceReleaseIn(&stores.permit, lease, holder, cancel_waits);
 	LeaseStoresClose(&stores);

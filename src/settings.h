@@ -20,5 +20,7 @@ extern int	dsync_idle_row_retention;
 extern int	dsync_deadlines_in_memory;
 extern int	dsync_max_workers;
 extern int	dsync_worker_idle_timeout;
+extern int	dsync_ephemeral_max_leases;
+extern int	dsync_ephemeral_max_ttl;
 
 #endif							/* DSYNC_SETTINGS_H */

@@ -28,6 +28,7 @@
 #include "locate.h"
 #include "settings.h"
 #include "events.h"
+#include "ephemeral.h"
 
 DsyncShared *dsync_shared = NULL;
 DsyncWorkerShared *dsync_workers = NULL;
@@ -132,6 +133,7 @@ DsyncShmemRequest(void)
 	RequestAddinShmemSpace(DsyncWorkerShmemSize());
 	RequestAddinShmemSpace(DsyncLocateShmemSize());
 	RequestNamedLWLockTranche("dsync", 2 + dsync_max_databases);
+	DsyncEphemeralShmemRequest();
 }
 
 /*
@@ -165,6 +167,7 @@ DsyncShmemStartup(void)
 	if (!found)
 		DsyncWorkerShmemInit();
 	DsyncLocateShmemInit();
+	DsyncEphemeralShmemInit();
 	LWLockRelease(AddinShmemInitLock);
 }
 

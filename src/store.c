@@ -49,6 +49,7 @@
 #include "nodes/execnodes.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
+#include "access/multixact.h"
 #include "storage/procarray.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -651,6 +652,67 @@ DsyncStoreKeyInFlight(DsyncStore *store, text *name, Datum second, bool *exists)
 	ExecDropSingleTupleTableSlot(slot);
 	index_endscan(scan);
 	return xid;
+}
+
+/*
+ * DsyncStoreKeyTaken
+ *		Whether a key's row is held live, or being changed or locked by a
+ *		transaction still running (whose outcome may make it held), as far
+ *		as the latest state shows, uncommitted changes included.  For an
+ *		ephemeral grant, which cannot wait for that outcome and must not
+ *		overlap a durable holder.  *retry_at: a live holder's expiry.
+ */
+bool
+DsyncStoreKeyTaken(DsyncStore *store, text *name, Datum second, TimestampTz now,
+				   TimestampTz *retry_at)
+{
+	SnapshotData dirty;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	ScanKeyData keys[2];
+	bool		taken = false;
+
+	InitDirtySnapshot(dirty);
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
+	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_INT4EQ, second);
+	scan = DsyncIndexBeginscan(store->rel, DsyncStoreIndex(store), &dirty, 2, 0);
+	index_rescan(scan, keys, 2, NULL, 0);
+	slot = table_slot_create(store->rel, NULL);
+	while (!taken && index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		should_free;
+		HeapTuple	tuple;
+		DsyncRow	row;
+		uint16		infomask;
+		TransactionId xmax;
+
+		if (TransactionIdIsValid(dirty.xmin) || TransactionIdIsValid(dirty.xmax))
+		{
+			taken = true;		/* inserted or changed by a running transaction */
+			break;
+		}
+		tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
+		DsyncStoreLoadRow(store, tuple, &row);
+		infomask = tuple->t_data->t_infomask;
+		xmax = HeapTupleHeaderGetRawXmax(tuple->t_data);
+		if (should_free)
+			heap_freetuple(tuple);
+		if (DsyncRowIsLive(&row, now))
+		{
+			*retry_at = DsyncRowExpiry(&row);
+			taken = true;
+		}
+		else if (!(infomask & HEAP_XMAX_INVALID))
+		{
+			/* A guard keeps even an expired lease; so does the reaper's lock. */
+			taken = (infomask & HEAP_XMAX_IS_MULTI) ?
+				MultiXactIdIsRunning(xmax, HEAP_XMAX_IS_LOCKED_ONLY(infomask)) :
+				TransactionIdIsInProgress(xmax);
+		}
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	index_endscan(scan);
+	return taken;
 }
 
 /*

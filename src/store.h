@@ -89,6 +89,8 @@ typedef enum DsyncClaim
 	DSYNC_CLAIM_BUSY			/* another transaction is inserting or deleting it */
 } DsyncClaim;
 
+extern bool DsyncStoreKeyTaken(DsyncStore *store, text *name, Datum second,
+							   TimestampTz now, TimestampTz *retry_at);
 extern DsyncClaim DsyncStoreClaimKey(DsyncStore *store, text *name, Datum second,
 									 bool wait);
 extern void DsyncStoreUnclaimKey(DsyncStore *store, text *name, Datum second);

@@ -49,6 +49,7 @@
 
 #include "catalog.h"
 #include "store.h"
+#include "ephemeral.h"
 #include "lease.h"
 #include "compat.h"
 
@@ -66,7 +67,7 @@ typedef struct LeaseScanState
 {
 	const DsyncCatalog *catalog;
 	bool		started;
-	int			table;			/* 0: dsync_lease, 1: dsync_permit, 2: done */
+	int			table;			/* 0: dsync_lease, 1: dsync_permit, 2: ephemeral */
 	DsyncStore	store;
 	bool		store_open;
 	DsyncScan  *scan;
@@ -80,6 +81,8 @@ typedef struct LeaseScanState
 	MemoryContext row_cxt;		/* reset for every row */
 	text	   *permits_name;	/* the name whose count permits_count is */
 	int			permits_count;
+	List	   *ephemeral;		/* copies of the live ephemeral leases */
+	int			ephemeral_next; /* the next of them to return */
 } LeaseScanState;
 
 /*
@@ -289,6 +292,8 @@ LeaseScanStart(ForeignScanState *node, LeaseScanState *state)
 		i++;
 	}
 	state->table = 0;
+	state->ephemeral = NIL;
+	state->ephemeral_next = 0;
 	state->started = true;
 }
 
@@ -347,6 +352,34 @@ LeaseScanPermits(LeaseScanState *state, text *name)
 }
 
 /*
+ * LeaseScanEphemeral
+ *		The next ephemeral lease's row; false at the end.  They come last,
+ *		copied when the tables are done.
+ */
+static bool
+LeaseScanEphemeral(LeaseScanState *state, Datum *values, bool *nulls)
+{
+	DsyncEphemeralRow *row;
+
+	if (state->ephemeral_next >= list_length(state->ephemeral))
+		return false;
+	row = list_nth(state->ephemeral, state->ephemeral_next++);
+	memset(nulls, 0, sizeof(bool) * 10);
+	values[0] = PointerGetDatum(row->lease);
+	values[1] = PointerGetDatum(row->holder);
+	values[2] = Int64GetDatum(row->fencing);
+	values[3] = Int32GetDatum(1);
+	values[4] = TimestampTzGetDatum(row->acquired_at);
+	values[5] = TimestampTzGetDatum(row->renewed_at);
+	values[6] = TimestampTzGetDatum(row->expires_at);
+	values[7] = IntervalPGetDatum(&row->ttl);
+	values[8] = PointerGetDatum(row->info);
+	nulls[8] = row->info == NULL;
+	values[9] = ObjectIdGetDatum(row->owner);
+	return true;
+}
+
+/*
  * LeaseScanNextRow
  *		The next live holder's row, with its permit count, into values and
  *		nulls; false at the end.  Allocates in the current context.
@@ -365,9 +398,11 @@ LeaseScanNextRow(LeaseScanState *state, Datum *values, bool *nulls)
 			MemoryContext oldcontext = MemoryContextSwitchTo(state->keep_cxt);
 			bool		opened = LeaseScanOpenTable(state);
 
+			if (!opened && state->ephemeral_next == 0 && state->ephemeral == NIL)
+				state->ephemeral = DsyncEphemeralRows(state->lease, state->holder);
 			MemoryContextSwitchTo(oldcontext);
 			if (!opened)
-				return false;
+				return LeaseScanEphemeral(state, values, nulls);
 		}
 		row = DsyncScanNext(state->scan);
 		if (row == NULL)

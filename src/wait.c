@@ -270,6 +270,27 @@ DsyncWakeDatabase(Oid dbid)
 }
 
 /*
+ * DsyncWakeNow
+ *		Wake the waiters on key at once: a change that takes effect
+ *		without waiting for a commit (an ephemeral lease) freed it.
+ */
+void
+DsyncWakeNow(uint64 key)
+{
+	DsyncWakeChannel(key % DSYNC_WAKE_CHANNELS);
+}
+
+/*
+ * DsyncWakeDatabaseNow
+ *		Wake every waiter of this database at once.
+ */
+void
+DsyncWakeDatabaseNow(void)
+{
+	DsyncWakeDatabase(MyDatabaseId);
+}
+
+/*
  * DsyncWaitGeneration
  *		How many broadcasts key's channel has had; read before a try.
  */

@@ -44,6 +44,8 @@ extern uint64 DsyncWaitKey(text *name);
 extern uint64 DsyncWaitKeySignal(text *name);
 extern void DsyncWakeAtEnd(uint64 key);
 extern void DsyncWakeDatabaseAtEnd(void);
+extern void DsyncWakeNow(uint64 key);
+extern void DsyncWakeDatabaseNow(void);
 extern bool DsyncWaitMayTake(uint64 key, Oid roleid);
 extern void DsyncWaitEvict(uint64 key, Oid owner);
 extern void DsyncXactChanged(void);

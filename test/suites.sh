@@ -79,7 +79,8 @@ fi
 # libpq at it; the server settings are the ones the tests rely on.
 virtualenv() {
 	pg_virtualenv -v "$major" -o "shared_preload_libraries=dsync" \
-		-o "max_prepared_transactions=10" -o "log_min_messages=warning" "$@"
+		-o "max_prepared_transactions=10" -o "log_min_messages=warning" \
+		-o "dsync.ephemeral_max_ttl=2" "$@"
 }
 
 # pg_regress and the isolation specs run as dsync_tester, an ordinary login

@@ -785,14 +785,18 @@ force_clean(PGconn *monitor, const char *name)
 }
 
 /*
- * Take name for holder with the given ttl, without waiting.  Returns the
- * fencing token, or -1 after an anomaly (and a clean-up of name).
+ * Take name for holder with the given ttl, without waiting: a durable
+ * lease, or with durable false an ephemeral one (durable => false).
+ * Returns the fencing token, or -1 after an anomaly (and a clean-up of
+ * name).
  */
 int64_t
-take(int v, PGconn *c, PGconn *monitor, const char *name, const char *holder,
-	 const char *ttl)
+take_lease(int v, PGconn *c, PGconn *monitor, const char *name, const char *holder,
+		   const char *ttl, bool durable)
 {
-	PGresult   *r = run(c, "SELECT dsync_acquire($1, $2, $3::interval)", name, holder, ttl, NULL);
+	PGresult   *r = durable ?
+		run(c, "SELECT dsync_acquire($1, $2, $3::interval)", name, holder, ttl, NULL) :
+		run(c, "SELECT dsync_acquire($1, $2, $3::interval, '0', NULL, false)", name, holder, ttl, NULL);
 	int64_t		token = null_at(r, 0) ? -1 : int8_at(r, 0);
 
 	PQclear(r);
@@ -802,6 +806,14 @@ take(int v, PGconn *c, PGconn *monitor, const char *name, const char *holder,
 		force_clean(monitor, name);
 	}
 	return token;
+}
+
+/* take_lease of a durable lease. */
+int64_t
+take(int v, PGconn *c, PGconn *monitor, const char *name, const char *holder,
+	 const char *ttl)
+{
+	return take_lease(v, c, monitor, name, holder, ttl, true);
 }
 
 /* Release name held by holder; an anomaly if the release returns false. */
@@ -821,12 +833,19 @@ release_as(int v, PGconn *c, const char *name, const char *holder)
  * asleep in a wait of the given kind), then the releaser commits A's
  * release.  Both timestamps come from the server clock; A's is taken
  * before its commit, which is when the release takes effect, so the
- * commit is part of the figure.  Returns the latency (us), the waiter then
- * holding name, or -1 after an anomaly.
+ * commit is part of the figure.  With durable false the lease is an
+ * ephemeral one, and the waiter asks for it with durable => false and a
+ * ttl of 10 s (an ephemeral ttl may not exceed dsync.ephemeral_max_ttl);
+ * its release takes effect, and wakes the waiter, within A's call, before
+ * A's timestamp, so that (as with pg_advisory_unlock) the latency can be
+ * negative: the waiter held the lease before A's call had returned.  Sets
+ * *latency (us) and returns true, the waiter then holding name, or returns
+ * false after an anomaly.
  */
-int64_t
-dsync_handoff(int v, PGconn *releaser, PGconn *waiter, PGconn *monitor,
-			  const char *name, const char *kind, const char *wname, int64_t token_a)
+bool
+lease_handoff(int v, PGconn *releaser, PGconn *waiter, PGconn *monitor,
+			  const char *name, const char *kind, const char *wname, int64_t token_a,
+			  bool durable, int64_t *latency)
 {
 	PGresult   *r;
 	int64_t		token_w,
@@ -834,7 +853,9 @@ dsync_handoff(int v, PGconn *releaser, PGconn *waiter, PGconn *monitor,
 				t_grant;
 	bool		released;
 
-	send_query(waiter, "SELECT dsync_acquire($1, $2, '30 s', '30 s'), " US("clock_timestamp()"),
+	send_query(waiter, durable ?
+			   "SELECT dsync_acquire($1, $2, '30 s', '30 s'), " US("clock_timestamp()") :
+			   "SELECT dsync_acquire($1, $2, '10 s', '30 s', NULL, false), " US("clock_timestamp()"),
 			   name, wname);
 	if (wait_until_asleep(monitor, waiter, kind) < 0)
 	{
@@ -844,7 +865,7 @@ dsync_handoff(int v, PGconn *releaser, PGconn *waiter, PGconn *monitor,
 				wname, r == NULL ? "an error" : null_at(r, 0) ? "NULL" : PQgetvalue(r, 0, 0));
 		PQclear(r);
 		force_clean(monitor, name);
-		return -1;
+		return false;
 	}
 
 	r = run(releaser, "SELECT dsync_release($1, 'A'), " US("clock_timestamp()"),
@@ -860,7 +881,7 @@ dsync_handoff(int v, PGconn *releaser, PGconn *waiter, PGconn *monitor,
 				r ? "NULL" : "an error", released ? "true" : "false");
 		PQclear(r);
 		force_clean(monitor, name);
-		return -1;
+		return false;
 	}
 	token_w = int8_at(r, 0);
 	t_grant = int8_at(r, 1);
@@ -870,7 +891,23 @@ dsync_handoff(int v, PGconn *releaser, PGconn *waiter, PGconn *monitor,
 	if (token_w <= token_a)
 		anomaly(v, "fencing token did not grow: A %" PRId64 ", %s %" PRId64,
 				token_a, wname, token_w);
-	return t_grant - t_release;
+	*latency = t_grant - t_release;
+	return true;
+}
+
+/*
+ * lease_handoff of a durable lease (or a semaphore's permit), whose latency
+ * cannot be negative: returns it (us), or -1 after an anomaly.
+ */
+int64_t
+dsync_handoff(int v, PGconn *releaser, PGconn *waiter, PGconn *monitor,
+			  const char *name, const char *kind, const char *wname, int64_t token_a)
+{
+	int64_t		latency;
+
+	if (!lease_handoff(v, releaser, waiter, monitor, name, kind, wname, token_a, true, &latency))
+		return -1;
+	return latency;
 }
 
 /*

@@ -121,9 +121,14 @@ extern int64_t int8_at(PGresult *r, int col);
 extern bool bool_at(PGresult *r, int col);
 extern int64_t wait_until_asleep(PGconn *monitor, PGconn *waiter, const char *kind);
 extern void force_clean(PGconn *monitor, const char *name);
+extern int64_t take_lease(int v, PGconn *c, PGconn *monitor, const char *name,
+						  const char *holder, const char *ttl, bool durable);
 extern int64_t take(int v, PGconn *c, PGconn *monitor, const char *name, const char *holder,
 					const char *ttl);
 extern void release_as(int v, PGconn *c, const char *name, const char *holder);
+extern bool lease_handoff(int v, PGconn *releaser, PGconn *waiter, PGconn *monitor,
+						  const char *name, const char *kind, const char *wname,
+						  int64_t token_a, bool durable, int64_t *latency);
 extern int64_t dsync_handoff(int v, PGconn *releaser, PGconn *waiter, PGconn *monitor,
 							 const char *name, const char *kind, const char *wname,
 							 int64_t token_a);

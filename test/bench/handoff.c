@@ -19,6 +19,18 @@
  *                         A's commit, so the commit (and with "on" its WAL
  *                         flush) is part of the figure, as it is part of any
  *                         real hand-off.
+ *   ephemeral             the same with an ephemeral lease: A holds L taken
+ *                         with durable => false and ttl '10 s'; B blocks in
+ *                         SELECT dsync_acquire(L,'B','10 s','30 s',
+ *                                              NULL,false), ts
+ *                         (confirmed asleep the same way); A (with
+ *                         synchronous_commit off) runs
+ *                         SELECT dsync_release(L,'A'), ts.  The
+ *                         release takes effect, and wakes B, within the call,
+ *                         with no WAL and no commit to wait for; A's ts is
+ *                         read after the call, so, as with advisory, a sample
+ *                         is negative when B held the lease before A's call
+ *                         had returned.
  *   advisory              the same with pg_advisory_lock(k) /
  *                         pg_advisory_unlock(k) (wait_event 'advisory').
  *   table-poll            the hand-written lease table of NOTES.md section 8;
@@ -58,6 +70,7 @@ enum
 {
 	V_DSYNC_OFF,
 	V_DSYNC_ON,
+	V_EPHEMERAL,
 	V_ADVISORY,
 	V_TABLE,
 	V_EXPIRY,
@@ -67,7 +80,7 @@ enum
 const char *bench_prog = "handoff";
 
 static Variant variants[NVARIANTS] = {
-	{.key = "dsync-off"}, {.key = "dsync-on"}, {.key = "advisory"},
+	{.key = "dsync-off"}, {.key = "dsync-on"}, {.key = "ephemeral"}, {.key = "advisory"},
 	{.key = "table-poll"}, {.key = "expiry"}
 };
 
@@ -110,18 +123,24 @@ sleep_until_ns(int64_t t)
 
 /* ---------------------------------------------------------------------- */
 
-/* dsync hand-off from release (committed by a) to b's grant. */
+/*
+ * dsync hand-off from release (committed by a) to b's grant: of a durable
+ * lease, or for V_EPHEMERAL of an ephemeral one (durable => false, whose
+ * ttl may not exceed dsync.ephemeral_max_ttl, hence 10 s).
+ */
 static void
 iter_dsync(int v, bool measured)
 {
 	PGconn	   *a = v == V_DSYNC_ON ? a_on : a_off;
-	const char *lease = v == V_DSYNC_ON ? "handoff-on" : "handoff-off";
+	bool		durable = v != V_EPHEMERAL;
+	const char *lease = v == V_DSYNC_ON ? "handoff-on" :
+		v == V_EPHEMERAL ? "handoff-ephemeral" : "handoff-off";
 	int64_t		token_a,
 				latency;
 
-	if ((token_a = take(v, a, m, lease, "A", "30 s")) < 0)
+	if ((token_a = take_lease(v, a, m, lease, "A", durable ? "30 s" : "10 s", durable)) < 0)
 		return;
-	if ((latency = dsync_handoff(v, a, b, m, lease, "lease", "B", token_a)) < 0)
+	if (!lease_handoff(v, a, b, m, lease, "lease", "B", token_a, durable, &latency))
 		return;
 	release_as(v, b, lease, "B");
 	add_sample(v, latency, measured);
@@ -260,6 +279,7 @@ run_variant(int v, bool measured)
 	{
 		case V_DSYNC_OFF:
 		case V_DSYNC_ON:
+		case V_EPHEMERAL:
 			iter_dsync(v, measured);
 			break;
 		case V_ADVISORY:
@@ -391,6 +411,7 @@ print_targets(void)
 {
 	double		d_off = pct(&variants[V_DSYNC_OFF].samples, 50),
 				d_on = pct(&variants[V_DSYNC_ON].samples, 50),
+				eph = pct(&variants[V_EPHEMERAL].samples, 50),
 				adv = pct(&variants[V_ADVISORY].samples, 50),
 				tab = pct(&variants[V_TABLE].samples, 50),
 				exp = pct(&variants[V_EXPIRY].samples, 50);
@@ -399,6 +420,7 @@ print_targets(void)
 	printf("\nRatios of medians:\n");
 	printf("  dsync (sync_commit=off) / pg_advisory_lock   %8.1fx\n", adv > 0 ? d_off / adv : 0);
 	printf("  dsync (sync_commit=on)  / pg_advisory_lock   %8.1fx\n", adv > 0 ? d_on / adv : 0);
+	printf("  dsync ephemeral         / pg_advisory_lock   %8.1fx\n", adv > 0 ? eph / adv : 0);
 	printf("  50 ms polling table     / dsync (off)        %8.1fx\n", d_off > 0 ? tab / d_off : 0);
 
 	printf("\nTargets (printed, not asserted; hand-off figures use the sync_commit=off releaser):\n");
@@ -407,6 +429,9 @@ print_targets(void)
 	printf("  dsync median within 10x of advisory median   %-8s (%.1fx; sync_commit=on: %.1fx)\n",
 		   have_off && adv > 0 && d_off <= 10 * adv ? "met" : "NOT MET",
 		   adv > 0 ? d_off / adv : 0, adv > 0 ? d_on / adv : 0);
+	printf("  ephemeral median within 2x of advisory's     %-8s (%.3f ms; %.1fx)\n",
+		   variants[V_EPHEMERAL].samples.n > 0 && adv > 0 && eph <= 2 * adv ? "met" : "NOT MET",
+		   eph, adv > 0 ? eph / adv : 0);
 	printf("  expiry-to-grant median < 10 ms               %-8s (%.3f ms)\n",
 		   variants[V_EXPIRY].samples.n > 0 && exp < 10.0 ? "met" : "NOT MET", exp);
 }
@@ -420,6 +445,7 @@ main(int argc, char **argv)
 	static const char *const label[NVARIANTS] = {
 		"dsync hand-off, releaser sync_commit=off",
 		"dsync hand-off, releaser sync_commit=on",
+		"dsync ephemeral hand-off (durable => false)",
 		"pg_advisory_lock hand-off",
 		"lease table, client polls every %d ms",
 		"dsync expiry-to-grant, ttl %d ms",

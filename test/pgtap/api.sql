@@ -10,8 +10,8 @@ CREATE EXTENSION IF NOT EXISTS dsync;
 SELECT plan(131);
 
 -- functions, argument types and return types
-SELECT has_function('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb']);
-SELECT function_returns('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb'], 'bigint');
+SELECT has_function('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean']);
+SELECT function_returns('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean'], 'bigint');
 SELECT has_function('dsync_renew', ARRAY['text', 'text', 'interval']);
 SELECT function_returns('dsync_renew', ARRAY['text', 'text', 'interval'], 'timestamp with time zone');
 SELECT has_function('dsync_release', ARRAY['text', 'text']);
@@ -102,7 +102,7 @@ SELECT is((SELECT info FROM dsync_members('api-group') WHERE member = 'm'), NULL
 	'join with defaults: no info');
 
 -- state-changing functions are volatile and parallel unsafe
-SELECT volatility_is('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb'], 'volatile');
+SELECT volatility_is('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean'], 'volatile');
 SELECT volatility_is('dsync_renew', ARRAY['text', 'text', 'interval'], 'volatile');
 SELECT volatility_is('dsync_release', ARRAY['text', 'text'], 'volatile');
 SELECT volatility_is('dsync_assert_held', ARRAY['text', 'text'], 'volatile');
@@ -132,7 +132,7 @@ SELECT is((SELECT count(*) FROM pg_proc WHERE proname LIKE 'dsync\_%' AND prosec
 	'no dsync function is SECURITY DEFINER');
 
 -- privileges: everything for PUBLIC but force_release
-SELECT function_privs_are('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean'], 'public', ARRAY['EXECUTE']);
 SELECT function_privs_are('dsync_renew', ARRAY['text', 'text', 'interval'], 'public', ARRAY['EXECUTE']);
 SELECT function_privs_are('dsync_release', ARRAY['text', 'text'], 'public', ARRAY['EXECUTE']);
 SELECT function_privs_are('dsync_leader', ARRAY['text'], 'public', ARRAY['EXECUTE']);

@@ -165,7 +165,7 @@ $node->safe_psql('from10', q{
 my $old_token = $node->safe_psql('from10', "SELECT fencing FROM dsync_leases WHERE lease = 'old'");
 $node->safe_psql('from10', 'ALTER EXTENSION dsync UPDATE');
 is($node->safe_psql('from10', "SELECT extversion FROM pg_extension WHERE extname = 'dsync'"),
-	'1.2', '1.0 updates to 1.2');
+	'1.3', '1.0 updates to 1.3');
 is($node->safe_psql('from10', "SELECT dsync_acquire('old', 'h', '1 hour')"), $old_token,
 	'a lease taken under 1.0 is still held, with its token');
 like($node->safe_psql('from10', "SELECT dsync_semaphore_create('s', 2)::text || count(*) FROM dsync_stats"),

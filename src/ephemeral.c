@@ -1,0 +1,953 @@
+/*-------------------------------------------------------------------------
+ *
+ * ephemeral.c
+ *		Ephemeral leases (dsync_acquire(..., durable => false)): held in a
+ *		shared hash table, not in dsync_lease.
+ *
+ * An ephemeral grant, renewal or release takes effect at once, whatever
+ * the caller's transaction does next, and writes no WAL: it costs a hash
+ * probe under one of EPHEMERAL_PARTITIONS LWLocks, plus a look at
+ * dsync_lease to make sure the name is not held there.  Everything else is
+ * as for a durable lease: the token comes from the same durable sequence
+ * (so tokens keep rising across restarts), waiters queue and wake the same
+ * way (woken at once rather than at commit), events go through the same
+ * queue, the reaper announces expiries, and dsync_leases shows them.
+ *
+ * Nothing of this survives a restart, a crash or a failover.  A holder
+ * from before may still believe it holds its lease, for up to its ttl, so
+ * no ephemeral grant is made until dsync.ephemeral_max_ttl (the longest
+ * ttl an ephemeral lease can have) has passed since the launcher first
+ * started after shared memory was set up: on a primary that is just after
+ * startup or crash recovery, on a standby just after promotion.
+ *
+ * One name is held in one kind at a time.  An ephemeral grant holds its
+ * partition lock exclusively while it looks at dsync_lease (seeing
+ * uncommitted changes too, with a dirty snapshot) and enters the name; a
+ * durable grant holds the same partition lock in share mode from its look
+ * at the hash table until its row version is written
+ * (DsyncEphemeralExclude).  Whichever comes second sees the first.  The
+ * durable grant also draws its token inside that window, so a name's
+ * tokens rise across the two kinds as well.
+ *
+ * A guard (dsync_assert_held) counts itself in the entry until its
+ * transaction ends; while it is counted, nobody else takes the lease and
+ * the reaper leaves it, even once it has expired, and a release or forced
+ * release by another transaction waits for it, as a row lock would make
+ * it wait.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/heapam.h"
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/condition_variable.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+
+#include "args.h"
+#include "catalog.h"
+#include "compat.h"
+#include "dbslot.h"
+#include "events.h"
+#include "fencing.h"
+#include "settings.h"
+#include "stats.h"
+#include "store.h"
+#include "wait.h"
+#include "ephemeral.h"
+
+#define EPHEMERAL_PARTITIONS	16
+#define EPHEMERAL_INFO_MAX		1024	/* bytes of jsonb an ephemeral lease keeps */
+
+/* A name in one database; zero-padded, so that it hashes as a blob. */
+typedef struct EphemeralKey
+{
+	Oid			dbid;
+	char		name[DSYNC_NAME_MAX_BYTES + 1];
+} EphemeralKey;
+
+typedef struct EphemeralEntry
+{
+	EphemeralKey key;
+	char		holder[DSYNC_NAME_MAX_BYTES + 1];
+	int64		fencing;
+	TimestampTz acquired_at;
+	TimestampTz renewed_at;
+	TimestampTz expires_at;
+	Interval	ttl;
+	Oid			owner;
+	int			guards;			/* transactions guarding it now */
+	int			info_len;		/* 0: no info */
+	char		info[EPHEMERAL_INFO_MAX];
+} EphemeralEntry;
+
+typedef struct EphemeralShared
+{
+	LWLockPadded *locks;
+	pg_atomic_uint32 entries;	/* in all databases */
+	pg_atomic_uint64 open_at;	/* no grant before; 0: not yet known */
+	ConditionVariable guards_done;	/* a guard ended */
+} EphemeralShared;
+
+/* A guard of this backend's transaction, dropped when it ends. */
+typedef struct EphemeralGuardNote
+{
+	EphemeralKey key;
+	uint32		hash;
+	uint64		wait_key;		/* DsyncWaitKey of the name */
+} EphemeralGuardNote;
+
+static EphemeralShared *ephemeral_shared = NULL;
+static HTAB *ephemeral_hash = NULL;
+static List *my_guards = NIL;	/* in TopMemoryContext */
+static bool guard_callback_registered = false;
+static LWLock *excluding = NULL;	/* held by DsyncEphemeralExclude */
+
+/*
+ * DsyncEphemeralShmemSize
+ *		Shared memory for the table and its header.
+ */
+Size
+DsyncEphemeralShmemSize(void)
+{
+	if (dsync_ephemeral_max_leases == 0)
+		return 0;
+	return add_size(MAXALIGN(sizeof(EphemeralShared)),
+					hash_estimate_size(dsync_ephemeral_max_leases, sizeof(EphemeralEntry)));
+}
+
+/*
+ * DsyncEphemeralShmemRequest
+ *		Ask for the memory and the partition locks (from the shmem request hook).
+ */
+void
+DsyncEphemeralShmemRequest(void)
+{
+	if (dsync_ephemeral_max_leases == 0)
+		return;
+	RequestAddinShmemSpace(DsyncEphemeralShmemSize());
+	RequestNamedLWLockTranche("dsync ephemeral", EPHEMERAL_PARTITIONS);
+}
+
+/*
+ * DsyncEphemeralShmemInit
+ *		Create or attach to the table (from the shmem startup hook, with
+ *		AddinShmemInitLock held).
+ */
+void
+DsyncEphemeralShmemInit(void)
+{
+	HASHCTL		ctl;
+	bool		found;
+
+	if (dsync_ephemeral_max_leases == 0)
+		return;
+	ephemeral_shared = ShmemInitStruct("dsync ephemeral", sizeof(EphemeralShared), &found);
+	if (!found)
+	{
+		ephemeral_shared->locks = GetNamedLWLockTranche("dsync ephemeral");
+		pg_atomic_init_u32(&ephemeral_shared->entries, 0);
+		pg_atomic_init_u64(&ephemeral_shared->open_at, 0);
+		ConditionVariableInit(&ephemeral_shared->guards_done);
+	}
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(EphemeralKey);
+	ctl.entrysize = sizeof(EphemeralEntry);
+	ctl.num_partitions = EPHEMERAL_PARTITIONS;
+	ephemeral_hash = ShmemInitHash("dsync ephemeral leases",
+								   dsync_ephemeral_max_leases, dsync_ephemeral_max_leases,
+								   &ctl, HASH_ELEM | HASH_BLOBS | HASH_PARTITION);
+}
+
+/*
+ * DsyncEphemeralOpen
+ *		The launcher has started: ephemeral grants may begin once every
+ *		holder from before this shared memory was set up has expired.
+ *		Only the first launcher of this shared memory sets it, so that a
+ *		launcher that restarts does not close them again.
+ */
+void
+DsyncEphemeralOpen(void)
+{
+	uint64		expected = 0;
+	TimestampTz open_at;
+
+	if (ephemeral_shared == NULL)
+		return;
+	open_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+										  (int64) dsync_ephemeral_max_ttl * 1000);
+	(void) pg_atomic_compare_exchange_u64(&ephemeral_shared->open_at, &expected,
+										  (uint64) open_at);
+}
+
+/*
+ * EphemeralRequire
+ *		Error out unless ephemeral leases are enabled.
+ */
+static void
+EphemeralRequire(void)
+{
+	if (ephemeral_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("ephemeral leases are disabled"),
+				 errhint("Set dsync.ephemeral_max_leases above 0 and restart the server.")));
+}
+
+/*
+ * EphemeralKeyFor
+ *		The key of a name in this database, and its hash.
+ */
+static uint32
+EphemeralKeyFor(text *lease, EphemeralKey *key)
+{
+	int			len = VARSIZE_ANY_EXHDR(lease);
+
+	memset(key, 0, sizeof(*key));
+	key->dbid = MyDatabaseId;
+	memcpy(key->name, VARDATA_ANY(lease), Min(len, DSYNC_NAME_MAX_BYTES));
+	return get_hash_value(ephemeral_hash, key);
+}
+
+/*
+ * EphemeralLock
+ *		The partition lock of a hash value.
+ */
+static LWLock *
+EphemeralLock(uint32 hash)
+{
+	return &ephemeral_shared->locks[hash % EPHEMERAL_PARTITIONS].lock;
+}
+
+/*
+ * EphemeralFind
+ *		The entry of a key, or NULL; the partition lock must be held.
+ */
+static EphemeralEntry *
+EphemeralFind(const EphemeralKey *key, uint32 hash)
+{
+	return hash_search_with_hash_value(ephemeral_hash, key, hash, HASH_FIND, NULL);
+}
+
+/*
+ * EphemeralIsHeld
+ *		Whether an entry still keeps others out: live, or guarded.
+ */
+static bool
+EphemeralIsHeld(const EphemeralEntry *entry, TimestampTz now)
+{
+	return entry->expires_at > now || entry->guards > 0;
+}
+
+/*
+ * EphemeralHolderIs
+ *		Whether the entry's holder is holder and the caller acts for its
+ *		owner role.
+ */
+static bool
+EphemeralHolderIs(const EphemeralEntry *entry, text *holder)
+{
+	int			len = VARSIZE_ANY_EXHDR(holder);
+
+	return (int) strlen(entry->holder) == len &&
+		memcmp(entry->holder, VARDATA_ANY(holder), len) == 0 &&
+		has_privs_of_role(GetUserId(), entry->owner);
+}
+
+/*
+ * EphemeralEvent
+ *		An event about an entry, for DsyncEventPublishNow.  slot -1 tells
+ *		the reaper there is no row to look up.
+ */
+static DsyncEvent
+EphemeralEvent(DsyncEventKind kind, const EphemeralEntry *entry)
+{
+	DsyncEvent	event;
+
+	memset(&event, 0, sizeof(event));
+	event.kind = kind;
+	event.slot = -1;
+	event.fencing = entry->fencing;
+	event.expires_at = kind == DSYNC_EVENT_RELEASED ? GetCurrentTimestamp() : entry->expires_at;
+	event.name = (char *) entry->key.name;
+	event.holder = (char *) entry->holder;
+	return event;
+}
+
+/*
+ * EphemeralRemove
+ *		Take an entry out of the table, under its partition lock held
+ *		exclusively.
+ */
+static void
+EphemeralRemove(EphemeralEntry *entry, uint32 hash)
+{
+	EphemeralKey key = entry->key;
+
+	(void) hash_search_with_hash_value(ephemeral_hash, &key, hash, HASH_REMOVE, NULL);
+	pg_atomic_fetch_sub_u32(&ephemeral_shared->entries, 1);
+}
+
+/*
+ * EphemeralSetInfo
+ *		Keep a grant's info (checked for size by DsyncEphemeralCheckGrant).
+ */
+static void
+EphemeralSetInfo(EphemeralEntry *entry, const LeaseGrant *grant)
+{
+	Jsonb	   *info = DatumGetJsonbP(grant->info);
+
+	entry->info_len = VARSIZE(info);
+	memcpy(entry->info, info, entry->info_len);
+}
+
+/*
+ * EphemeralTtlTooLong
+ *		Refuse a ttl beyond dsync.ephemeral_max_ttl: after a restart, grants
+ *		wait only that long for holders from before to expire.
+ */
+static void
+EphemeralTtlTooLong(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("argument \"ttl\" is longer than dsync.ephemeral_max_ttl (%d s) allows for an ephemeral lease",
+					dsync_ephemeral_max_ttl),
+			 errhint("Use a shorter ttl and renew it, or a durable lease.")));
+}
+
+/*
+ * DsyncEphemeralCheckGrant
+ *		Refuse, before any waiting, what an ephemeral grant cannot be: a
+ *		ttl beyond dsync.ephemeral_max_ttl, info too big to keep, or a
+ *		semaphore's name.
+ */
+void
+DsyncEphemeralCheckGrant(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant)
+{
+	EphemeralRequire();
+	if (grant->ttl_usec > (int64) dsync_ephemeral_max_ttl * USECS_PER_SEC)
+		EphemeralTtlTooLong();
+	if (!grant->info_null)
+	{
+		Jsonb	   *info = DatumGetJsonbP(grant->info);
+
+		if (VARSIZE(info) > EPHEMERAL_INFO_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("argument \"info\" is too large for an ephemeral lease"),
+					 errdetail("An ephemeral lease keeps at most %d bytes of info; this is %d.",
+							   EPHEMERAL_INFO_MAX, (int) VARSIZE(info))));
+	}
+	if (DsyncSemaphorePermitsFor(fcinfo, lease, false) >= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("semaphore \"%s\" cannot be acquired as an ephemeral lease",
+						text_to_cstring(lease)),
+				 errhint("Acquire its permits with durable => true.")));
+}
+
+/*
+ * EphemeralDurableTaken
+ *		Whether dsync_lease has the name held, being changed, or guarded;
+ *		*retry_at is set to a live holder's expiry.
+ */
+static bool
+EphemeralDurableTaken(DsyncStore *store, text *lease, TimestampTz now, TimestampTz *retry_at)
+{
+	return DsyncStoreKeyTaken(store, lease, Int32GetDatum(0), now, retry_at);
+}
+
+/*
+ * EphemeralFillGrant
+ *		Make an entry the holder's, with a new token.
+ */
+static void
+EphemeralFillGrant(EphemeralEntry *entry, const LeaseGrant *grant, int64 token,
+				   TimestampTz now)
+{
+	int			len = VARSIZE_ANY_EXHDR(grant->holder);
+
+	memset(entry->holder, 0, sizeof(entry->holder));
+	memcpy(entry->holder, VARDATA_ANY(grant->holder), len);
+	entry->fencing = token;
+	entry->acquired_at = now;
+	entry->renewed_at = now;
+	entry->expires_at = DsyncExpiry(now, grant->ttl_usec, "ttl");
+	entry->ttl = *grant->ttl;
+	entry->owner = GetUserId();
+	entry->guards = 0;
+	entry->info_len = 0;
+	if (!grant->info_null)
+		EphemeralSetInfo(entry, grant);
+}
+
+/*
+ * DsyncEphemeralTryAcquire
+ *		One try of an ephemeral grant: the holder's extension if it has the
+ *		lease, else a grant if the name is free in both kinds and may_take.
+ *		As LeaseTryAcquire, *retry_at is when to look again by itself.
+ */
+bool
+DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
+						 bool may_take, int64 *token, TimestampTz *retry_at)
+{
+	const DsyncCatalog *catalog = DsyncCatalogGet(fcinfo);
+	DsyncStore	store;
+	EphemeralKey key;
+	uint32		hash;
+	LWLock	   *lock;
+
+	*retry_at = 0;
+	EphemeralRequire();
+	hash = EphemeralKeyFor(lease, &key);
+	lock = EphemeralLock(hash);
+
+	/* Relation locks are taken before the partition lock, never under it. */
+	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_LEASE, false);
+	(void) DsyncStoreIndex(&store);
+	DsyncEventPrepareNow();
+
+	for (;;)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		TimestampTz open_at = (TimestampTz) pg_atomic_read_u64(&ephemeral_shared->open_at);
+		EphemeralEntry *entry;
+		DsyncEvent	events[2];
+		int			nevents = 0;
+		int64		renewals = 0;
+		bool		found;
+
+		CHECK_FOR_INTERRUPTS();
+		if (open_at == 0 || now < open_at)
+		{
+			/* Holders from before the restart may still be live. */
+			*retry_at = open_at;
+			DsyncStoreClose(&store);
+			return false;
+		}
+
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		entry = EphemeralFind(&key, hash);
+		if (entry != NULL && EphemeralIsHeld(entry, now))
+		{
+			if (entry->expires_at > now && EphemeralHolderIs(entry, grant->holder))
+			{
+				/* Reentrant: extend, keep the token. */
+				TimestampTz previous = entry->expires_at;
+
+				entry->renewed_at = now;
+				entry->expires_at = DsyncExpiry(now, grant->ttl_usec, "ttl");
+				entry->ttl = *grant->ttl;
+				if (!grant->info_null)
+					EphemeralSetInfo(entry, grant);
+				*token = entry->fencing;
+				if (entry->expires_at < previous)
+					events[nevents++] = EphemeralEvent(DSYNC_EVENT_DEADLINE, entry);
+				DsyncEventPublishNow(events, nevents, 1);
+				LWLockRelease(lock);
+				DsyncStoreClose(&store);
+				return true;
+			}
+			*retry_at = entry->expires_at > now ? entry->expires_at : 0;
+			LWLockRelease(lock);
+			DsyncStoreClose(&store);
+			return false;
+		}
+		if (!may_take || EphemeralDurableTaken(&store, lease, now, retry_at))
+		{
+			LWLockRelease(lock);
+			DsyncStoreClose(&store);
+			return false;
+		}
+		if (!DsyncFencingTryNext(catalog, token))
+		{
+			/* A new block of tokens is fetched without the lock; try again. */
+			LWLockRelease(lock);
+			DsyncFencingFill(catalog);
+			continue;
+		}
+		if (entry != NULL)
+			events[nevents++] = EphemeralEvent(DSYNC_EVENT_EXPIRED, entry);
+		else
+		{
+			entry = hash_search_with_hash_value(ephemeral_hash, &key, hash,
+												HASH_ENTER_NULL, &found);
+			if (entry == NULL)
+			{
+				LWLockRelease(lock);
+				ereport(ERROR,
+						(errcode(ERRCODE_OUT_OF_MEMORY),
+						 errmsg("too many ephemeral leases"),
+						 errdetail("All %d entries of the ephemeral lease table are in use.",
+								   dsync_ephemeral_max_leases),
+						 errhint("Raise dsync.ephemeral_max_leases and restart the server, or use durable leases.")));
+			}
+			pg_atomic_fetch_add_u32(&ephemeral_shared->entries, 1);
+		}
+		EphemeralFillGrant(entry, grant, *token, now);
+		events[nevents++] = EphemeralEvent(DSYNC_EVENT_ACQUIRED, entry);
+		DsyncEventPublishNow(events, nevents, renewals);
+		LWLockRelease(lock);
+		DsyncStoreClose(&store);
+		return true;
+	}
+}
+
+/*
+ * EphemeralLookHeld
+ *		Find a name's entry under its partition lock (held on return, in
+ *		mode, when the result is not NONE): NONE if the name has no held
+ *		ephemeral lease, NOT_HELD if holder does not hold it, else DONE
+ *		with *entry set.
+ */
+static DsyncEphemeralFound
+EphemeralLookHeld(text *lease, text *holder, LWLockMode mode, EphemeralKey *key,
+				  uint32 *hash, EphemeralEntry **entry)
+{
+	TimestampTz now;
+
+	*entry = NULL;
+	if (ephemeral_shared == NULL || pg_atomic_read_u32(&ephemeral_shared->entries) == 0)
+		return DSYNC_EPHEMERAL_NONE;
+	*hash = EphemeralKeyFor(lease, key);
+	LWLockAcquire(EphemeralLock(*hash), mode);
+	*entry = EphemeralFind(key, *hash);
+	now = GetCurrentTimestamp();
+	if (*entry == NULL || !EphemeralIsHeld(*entry, now))
+	{
+		LWLockRelease(EphemeralLock(*hash));
+		return DSYNC_EPHEMERAL_NONE;
+	}
+	if (holder == NULL)
+		return DSYNC_EPHEMERAL_DONE;
+	if ((*entry)->expires_at <= now || !EphemeralHolderIs(*entry, holder))
+		return DSYNC_EPHEMERAL_NOT_HELD;
+	return DSYNC_EPHEMERAL_DONE;
+}
+
+/*
+ * DsyncEphemeralRenew
+ *		dsync_renew of an ephemeral lease: NONE if the name has none.
+ */
+DsyncEphemeralFound
+DsyncEphemeralRenew(text *lease, text *holder, Interval *ttl, int64 ttl_usec,
+					TimestampTz *expiry)
+{
+	EphemeralKey key;
+	uint32		hash;
+	EphemeralEntry *entry;
+	DsyncEphemeralFound found;
+	TimestampTz now;
+	TimestampTz previous;
+	int64		usec = ttl_usec;
+	DsyncEvent	event;
+
+	found = EphemeralLookHeld(lease, holder, LW_EXCLUSIVE, &key, &hash, &entry);
+	if (found == DSYNC_EPHEMERAL_NONE)
+		return found;
+	if (found == DSYNC_EPHEMERAL_NOT_HELD)
+	{
+		LWLockRelease(EphemeralLock(hash));
+		return found;
+	}
+	if (ttl == NULL)
+	{
+		(void) DsyncIntervalUsec(&entry->ttl, &usec);
+		usec = DsyncCapTtl(usec);
+	}
+	else if (ttl_usec > (int64) dsync_ephemeral_max_ttl * USECS_PER_SEC)
+	{
+		LWLockRelease(EphemeralLock(hash));
+		EphemeralTtlTooLong();
+	}
+	now = GetCurrentTimestamp();
+	previous = entry->expires_at;
+	entry->renewed_at = now;
+	entry->expires_at = DsyncExpiry(now, usec, "ttl");
+	*expiry = entry->expires_at;
+	event = EphemeralEvent(DSYNC_EVENT_DEADLINE, entry);
+	DsyncEventPublishNow(&event, entry->expires_at < previous ? 1 : 0, 1);
+	LWLockRelease(EphemeralLock(hash));
+	return DSYNC_EPHEMERAL_DONE;
+}
+
+/*
+ * EphemeralMyGuards
+ *		How many guards of this backend's transaction an entry counts.
+ */
+static int
+EphemeralMyGuards(const EphemeralKey *key)
+{
+	ListCell   *lc;
+	int			mine = 0;
+
+	foreach(lc, my_guards)
+		if (memcmp(&((EphemeralGuardNote *) lfirst(lc))->key, key, sizeof(*key)) == 0)
+			mine++;
+	return mine;
+}
+
+/*
+ * EphemeralWaitGuards
+ *		With the partition lock held exclusively on entry, wait until no
+ *		other transaction guards the entry; the lock is held again on
+ *		return, and *entry looked up again (NULL if it is gone).
+ */
+static void
+EphemeralWaitGuards(const EphemeralKey *key, uint32 hash, EphemeralEntry **entry)
+{
+	LWLock	   *lock = EphemeralLock(hash);
+
+	while (*entry != NULL && (*entry)->guards > EphemeralMyGuards(key))
+	{
+		LWLockRelease(lock);
+		ConditionVariablePrepareToSleep(&ephemeral_shared->guards_done);
+		ConditionVariableTimedSleep(&ephemeral_shared->guards_done, DSYNC_WAIT_CAP_MS,
+									PG_WAIT_EXTENSION);
+		ConditionVariableCancelSleep();
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		*entry = EphemeralFind(key, hash);
+	}
+}
+
+/*
+ * EphemeralLetGo
+ *		Release an entry (partition lock held exclusively): announce it,
+ *		remove it, wake its waiters.
+ */
+static void
+EphemeralLetGo(EphemeralEntry *entry, uint32 hash)
+{
+	DsyncEvent	event = EphemeralEvent(DSYNC_EVENT_RELEASED, entry);
+
+	DsyncEventPublishNow(&event, 1, 0);
+	EphemeralRemove(entry, hash);
+}
+
+/*
+ * DsyncEphemeralRelease
+ *		dsync_release of an ephemeral lease: NONE if the name has none.
+ *		Waits for the guards of other transactions, as a row lock would.
+ */
+DsyncEphemeralFound
+DsyncEphemeralRelease(text *lease, text *holder, int64 *token)
+{
+	EphemeralKey key;
+	uint32		hash;
+	EphemeralEntry *entry;
+	DsyncEphemeralFound found;
+
+	found = EphemeralLookHeld(lease, holder, LW_EXCLUSIVE, &key, &hash, &entry);
+	if (found == DSYNC_EPHEMERAL_NONE)
+		return found;
+	if (found == DSYNC_EPHEMERAL_DONE)
+	{
+		DsyncEventPrepareNow();
+		EphemeralWaitGuards(&key, hash, &entry);
+		/* It may have expired or changed hands while we waited. */
+		if (entry == NULL || entry->expires_at <= GetCurrentTimestamp() ||
+			!EphemeralHolderIs(entry, holder))
+			found = DSYNC_EPHEMERAL_NOT_HELD;
+		else
+		{
+			*token = entry->fencing;
+			EphemeralLetGo(entry, hash);
+		}
+	}
+	LWLockRelease(EphemeralLock(hash));
+	if (found == DSYNC_EPHEMERAL_DONE)
+		DsyncWakeNow(DsyncWaitKey(lease));
+	return found;
+}
+
+/*
+ * EphemeralGuardXactCallback
+ *		At the end of the top-level transaction, drop its guards and wake
+ *		whoever waits for them; a guarded lease that expired meanwhile is
+ *		due for the reaper now.
+ */
+static void
+EphemeralGuardXactCallback(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+
+	if (my_guards == NIL ||
+		(event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT &&
+		 event != XACT_EVENT_PARALLEL_COMMIT && event != XACT_EVENT_PARALLEL_ABORT))
+		return;
+	foreach(lc, my_guards)
+	{
+		EphemeralGuardNote *note = lfirst(lc);
+		LWLock	   *lock = EphemeralLock(note->hash);
+		EphemeralEntry *entry;
+
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		entry = EphemeralFind(&note->key, note->hash);
+		if (entry != NULL && entry->guards > 0)
+		{
+			entry->guards--;
+			if (entry->guards == 0 && entry->expires_at <= GetCurrentTimestamp())
+			{
+				DsyncEvent	due = EphemeralEvent(DSYNC_EVENT_DEADLINE, entry);
+
+				due.expires_at = GetCurrentTimestamp();
+				DsyncEventPublishNow(&due, 1, 0);
+			}
+		}
+		LWLockRelease(lock);
+		DsyncWakeNow(note->wait_key);
+	}
+	list_free_deep(my_guards);
+	my_guards = NIL;
+	ConditionVariableBroadcast(&ephemeral_shared->guards_done);
+}
+
+/*
+ * DsyncEphemeralGuard
+ *		dsync_assert_held of an ephemeral lease: NONE if the name has none.
+ */
+DsyncEphemeralFound
+DsyncEphemeralGuard(text *lease, text *holder, int64 *token)
+{
+	EphemeralKey key;
+	uint32		hash;
+	EphemeralEntry *entry;
+	DsyncEphemeralFound found;
+	EphemeralGuardNote *note;
+	MemoryContext oldcontext;
+
+	found = EphemeralLookHeld(lease, holder, LW_EXCLUSIVE, &key, &hash, &entry);
+	if (found == DSYNC_EPHEMERAL_NONE)
+		return found;
+	if (found == DSYNC_EPHEMERAL_DONE)
+	{
+		/* A guard is not kept across PREPARE TRANSACTION. */
+		DsyncXactChanged();
+		if (!guard_callback_registered)
+		{
+			RegisterXactCallback(EphemeralGuardXactCallback, NULL);
+			guard_callback_registered = true;
+		}
+		oldcontext = MemoryContextSwitchTo(TopMemoryContext);
+		note = palloc(sizeof(EphemeralGuardNote));
+		note->key = key;
+		note->hash = hash;
+		note->wait_key = DsyncWaitKey(lease);
+		my_guards = lappend(my_guards, note);
+		MemoryContextSwitchTo(oldcontext);
+		entry->guards++;
+		*token = entry->fencing;
+	}
+	LWLockRelease(EphemeralLock(hash));
+	return found;
+}
+
+/*
+ * DsyncEphemeralLeader
+ *		The holder of a live ephemeral lease: NONE if the name has none.
+ */
+DsyncEphemeralFound
+DsyncEphemeralLeader(text *lease, text **holder)
+{
+	EphemeralKey key;
+	uint32		hash;
+	EphemeralEntry *entry;
+	DsyncEphemeralFound found;
+
+	found = EphemeralLookHeld(lease, NULL, LW_SHARED, &key, &hash, &entry);
+	if (found == DSYNC_EPHEMERAL_NONE)
+		return found;
+	*holder = entry->expires_at > GetCurrentTimestamp() ? cstring_to_text(entry->holder) : NULL;
+	LWLockRelease(EphemeralLock(hash));
+	return found;
+}
+
+/*
+ * DsyncEphemeralForceRelease
+ *		dsync_force_release of an ephemeral lease (of holder, if given);
+ *		returns 1 if it released one.
+ */
+int32
+DsyncEphemeralForceRelease(text *lease, text *holder, bool cancel_waits)
+{
+	EphemeralKey key;
+	uint32		hash;
+	EphemeralEntry *entry;
+	Oid			owner;
+
+	if (EphemeralLookHeld(lease, NULL, LW_EXCLUSIVE, &key, &hash, &entry) ==
+		DSYNC_EPHEMERAL_NONE)
+		return 0;
+	DsyncEventPrepareNow();
+	EphemeralWaitGuards(&key, hash, &entry);
+	if (entry == NULL || entry->expires_at <= GetCurrentTimestamp() ||
+		(holder != NULL && (strlen(entry->holder) != VARSIZE_ANY_EXHDR(holder) ||
+							memcmp(entry->holder, VARDATA_ANY(holder),
+								   VARSIZE_ANY_EXHDR(holder)) != 0)))
+	{
+		LWLockRelease(EphemeralLock(hash));
+		return 0;
+	}
+	owner = entry->owner;
+	EphemeralLetGo(entry, hash);
+	LWLockRelease(EphemeralLock(hash));
+	if (cancel_waits)
+		DsyncWaitEvict(DsyncWaitKey(lease), owner);
+	DsyncWakeNow(DsyncWaitKey(lease));
+	return 1;
+}
+
+/*
+ * DsyncEphemeralExclude
+ *		Before a durable grant of lease writes its row: false (with
+ *		*retry_at, 0 if unknown) if an ephemeral lease holds the name;
+ *		otherwise true, with the name's partition lock held in share mode
+ *		until DsyncEphemeralExcludeEnd, so that no ephemeral grant of the
+ *		name can happen before the row version is written.
+ */
+bool
+DsyncEphemeralExclude(text *lease, TimestampTz *retry_at)
+{
+	EphemeralKey key;
+	uint32		hash;
+	EphemeralEntry *entry;
+	TimestampTz now;
+
+	excluding = NULL;
+	if (ephemeral_shared == NULL)
+		return true;
+	hash = EphemeralKeyFor(lease, &key);
+	LWLockAcquire(EphemeralLock(hash), LW_SHARED);
+	entry = pg_atomic_read_u32(&ephemeral_shared->entries) == 0 ? NULL :
+		EphemeralFind(&key, hash);
+	now = GetCurrentTimestamp();
+	if (entry != NULL && EphemeralIsHeld(entry, now))
+	{
+		*retry_at = entry->expires_at > now ? entry->expires_at : 0;
+		LWLockRelease(EphemeralLock(hash));
+		return false;
+	}
+	excluding = EphemeralLock(hash);
+	return true;
+}
+
+/*
+ * DsyncEphemeralExcludeEnd
+ *		The durable row version is written (or the write failed): let
+ *		ephemeral grants of the name look again.
+ */
+void
+DsyncEphemeralExcludeEnd(void)
+{
+	if (excluding != NULL)
+		LWLockRelease(excluding);
+	excluding = NULL;
+}
+
+/*
+ * DsyncEphemeralReap
+ *		The reaper's pass over this database's ephemeral leases: remove and
+ *		announce the expired ones nobody guards, wake their waiters.
+ *		Returns the earliest expiry left (0 if none).
+ */
+TimestampTz
+DsyncEphemeralReap(void)
+{
+	HASH_SEQ_STATUS status;
+	EphemeralEntry *entry;
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz next = 0;
+	bool		woke = false;
+
+	if (ephemeral_shared == NULL || pg_atomic_read_u32(&ephemeral_shared->entries) == 0)
+		return 0;
+	DsyncEventPrepareNow();
+	for (int i = 0; i < EPHEMERAL_PARTITIONS; i++)
+		LWLockAcquire(&ephemeral_shared->locks[i].lock, LW_EXCLUSIVE);
+	hash_seq_init(&status, ephemeral_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		if (entry->key.dbid != MyDatabaseId || entry->guards > 0)
+			continue;
+		if (entry->expires_at <= now)
+		{
+			DsyncEvent	event = EphemeralEvent(DSYNC_EVENT_EXPIRED, entry);
+			EphemeralKey key = entry->key;
+
+			DsyncEventPublishNow(&event, 1, 0);
+			(void) hash_search(ephemeral_hash, &key, HASH_REMOVE, NULL);
+			pg_atomic_fetch_sub_u32(&ephemeral_shared->entries, 1);
+			woke = true;
+		}
+		else if (next == 0 || entry->expires_at < next)
+			next = entry->expires_at;
+	}
+	for (int i = EPHEMERAL_PARTITIONS - 1; i >= 0; i--)
+		LWLockRelease(&ephemeral_shared->locks[i].lock);
+	if (woke)
+		DsyncWakeDatabaseNow();
+	return next;
+}
+
+/*
+ * DsyncEphemeralRows
+ *		Copies of this database's live ephemeral leases (of lease, and of
+ *		holder, where given), for dsync_leases.
+ */
+List *
+DsyncEphemeralRows(text *lease, text *holder)
+{
+	List	   *rows = NIL;
+	HASH_SEQ_STATUS status;
+	EphemeralEntry *entry;
+	TimestampTz now = GetCurrentTimestamp();
+	EphemeralKey key;
+
+	if (ephemeral_shared == NULL || pg_atomic_read_u32(&ephemeral_shared->entries) == 0)
+		return NIL;
+	if (lease != NULL)
+		(void) EphemeralKeyFor(lease, &key);
+	for (int i = 0; i < EPHEMERAL_PARTITIONS; i++)
+		LWLockAcquire(&ephemeral_shared->locks[i].lock, LW_SHARED);
+	hash_seq_init(&status, ephemeral_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		DsyncEphemeralRow *row;
+
+		if (entry->key.dbid != MyDatabaseId || entry->expires_at <= now)
+			continue;
+		if (lease != NULL && strcmp(entry->key.name, key.name) != 0)
+			continue;
+		if (holder != NULL && (strlen(entry->holder) != VARSIZE_ANY_EXHDR(holder) ||
+							   memcmp(entry->holder, VARDATA_ANY(holder),
+									  VARSIZE_ANY_EXHDR(holder)) != 0))
+			continue;
+		row = palloc0(sizeof(DsyncEphemeralRow));
+		row->lease = cstring_to_text(entry->key.name);
+		row->holder = cstring_to_text(entry->holder);
+		row->fencing = entry->fencing;
+		row->acquired_at = entry->acquired_at;
+		row->renewed_at = entry->renewed_at;
+		row->expires_at = entry->expires_at;
+		row->ttl = entry->ttl;
+		row->owner = entry->owner;
+		if (entry->info_len > 0)
+		{
+			row->info = palloc(entry->info_len);
+			memcpy(row->info, entry->info, entry->info_len);
+		}
+		rows = lappend(rows, row);
+	}
+	for (int i = EPHEMERAL_PARTITIONS - 1; i >= 0; i--)
+		LWLockRelease(&ephemeral_shared->locks[i].lock);
+	return rows;
+}

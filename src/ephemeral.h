@@ -1,0 +1,63 @@
+/*-------------------------------------------------------------------------
+ *
+ * ephemeral.h
+ *		Ephemeral leases: held in shared memory only (ephemeral.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DSYNC_EPHEMERAL_H
+#define DSYNC_EPHEMERAL_H
+
+#include "postgres.h"
+#include "fmgr.h"
+#include "nodes/pg_list.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+#include "lease.h"
+
+/* What a renew, release or guard of a name found among ephemeral leases. */
+typedef enum DsyncEphemeralFound
+{
+	DSYNC_EPHEMERAL_NONE,		/* not an ephemeral lease now: ask the tables */
+	DSYNC_EPHEMERAL_DONE,		/* held by the caller: done */
+	DSYNC_EPHEMERAL_NOT_HELD	/* an ephemeral lease the caller does not hold */
+} DsyncEphemeralFound;
+
+/* One live ephemeral lease, as dsync_leases shows it. */
+typedef struct DsyncEphemeralRow
+{
+	text	   *lease;
+	text	   *holder;
+	int64		fencing;
+	TimestampTz acquired_at;
+	TimestampTz renewed_at;
+	TimestampTz expires_at;
+	Interval	ttl;
+	Jsonb	   *info;			/* NULL if none */
+	Oid			owner;
+} DsyncEphemeralRow;
+
+extern Size DsyncEphemeralShmemSize(void);
+extern void DsyncEphemeralShmemRequest(void);
+extern void DsyncEphemeralShmemInit(void);
+extern void DsyncEphemeralOpen(void);
+
+extern void DsyncEphemeralCheckGrant(FunctionCallInfo fcinfo, text *lease,
+									 const LeaseGrant *grant);
+extern bool DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease,
+									 const LeaseGrant *grant, bool may_take,
+									 int64 *token, TimestampTz *retry_at);
+extern DsyncEphemeralFound DsyncEphemeralRenew(text *lease, text *holder, Interval *ttl,
+											   int64 ttl_usec, TimestampTz *expiry);
+extern DsyncEphemeralFound DsyncEphemeralRelease(text *lease, text *holder, int64 *token);
+extern DsyncEphemeralFound DsyncEphemeralGuard(text *lease, text *holder, int64 *token);
+extern DsyncEphemeralFound DsyncEphemeralLeader(text *lease, text **holder);
+extern int32 DsyncEphemeralForceRelease(text *lease, text *holder, bool cancel_waits);
+
+extern bool DsyncEphemeralExclude(text *lease, TimestampTz *retry_at);
+extern void DsyncEphemeralExcludeEnd(void);
+
+extern TimestampTz DsyncEphemeralReap(void);
+extern List *DsyncEphemeralRows(text *lease, text *holder);
+
+#endif							/* DSYNC_EPHEMERAL_H */

@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+#
+# ephemeral_bench.sh: throughput of ephemeral dsync leases (dsync_acquire(...,
+# durable => false), held in shared memory only, no WAL) against durable
+# dsync leases and the baselines of NOTES.md section 8.
+#
+# Run as root, after `make install`, from the top of the source tree:
+#
+#     bash test/bench/ephemeral_bench.sh
+#
+# It starts one throwaway PostgreSQL 15 server of its own (initdb into a
+# mktemp directory owned by postgres, Unix socket only, dsync preloaded,
+# dsync.ephemeral_max_ttl = 10), and stops and removes it on exit.  No
+# ephemeral lease is granted until dsync.ephemeral_max_ttl has passed since
+# the server started, so the script first waits for that (one blocking
+# ephemeral acquire, about 10 s).  Every figure is measured in the same run
+# on the same server, and the variants are interleaved (their order rotates
+# from one configuration to the next) so that noise on a shared machine hits
+# all of them alike.  Timings are printed, never asserted.
+#
+# Acquire+release cycles per second on random lease names (1..100000), each
+# cycle being two autocommit transactions (one to acquire, one to release),
+# as in part 1 of lease_bench.sh, for four variants:
+#   ephemeral  dsync_acquire(name, holder, '10 seconds', '0', NULL, false);
+#              dsync_release(name, holder)               (cycle_ephemeral.sql)
+#   dsync      the same with a durable lease, ttl 30 s   (cycle_dsync.sql)
+#   table      the hand-written lease table: INSERT ... ON CONFLICT DO UPDATE
+#              ... WHERE; DELETE                          (cycle_table.sql)
+#   advisory   pg_try_advisory_lock(key); pg_advisory_unlock(key)
+#                                                         (cycle_advisory.sql)
+# with 4 and 16 clients (pgbench -j 2), synchronous_commit off and on.
+# pgbench counts one run of a script file as one "transaction", so its tps
+# is cycles/s; the script checks this at the start by comparing pgbench's
+# count with the server's commit counter.  Before measuring, dsync_lease is
+# filled with one released row per name, the state a long-running system
+# reaches (an ephemeral grant also looks the name up there, to make sure no
+# durable lease holds it); BENCH_PREFILL=0 measures from an empty table.
+#
+# Settings (environment):
+#   BENCH_SECONDS    seconds per measured pgbench run (default 10)
+#   BENCH_WARMUP     seconds of unmeasured warm-up per variant (default 3)
+#   BENCH_ROUNDS     repetitions of the whole matrix; the median is reported
+#                    (default 1)
+#   BENCH_PROTOCOL   pgbench query mode: prepared (default), simple, extended
+#   BENCH_PREFILL    1 (default) or 0, see above
+#   BENCH_KEEP       1: keep the directory (server log, pgbench output)
+#
+# Targets: ephemeral >= 2x the table and >= 0.8x pg_advisory_lock, in every
+# configuration (printed as met or MISSED, never asserted).
+#
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/server.sh"
+bench_throughput_settings 10 1
+
+VARIANTS=(ephemeral dsync table advisory)
+CLIENT_COUNTS=(4 16)
+COMMIT_MODES=(off on)
+NAMES=100000
+EPHEMERAL_MAX_TTL=10
+TARGET_TABLE=2.0
+TARGET_ADVISORY=0.8
+
+# ---------------------------------------------------------------------------
+# The throwaway server (test/bench/server.sh)
+# ---------------------------------------------------------------------------
+
+bench_server_start ephemeral "$THROUGHPUT_CONF
+dsync.ephemeral_max_ttl = $EPHEMERAL_MAX_TTL"
+RUN_LOG=$WORKDIR/pgbench.log
+KEEP_NOTE="pgbench output: $RUN_LOG"
+
+# bench DB SCRIPT CLIENTS COMMIT SECONDS: run pgbench, print its tps.
+bench() {
+	local db=$1 script=$2 clients=$3 commit=$4 secs=$5 out tps
+	out=$(PGOPTIONS="-c synchronous_commit=$commit" \
+		"$PGBIN/pgbench" -n -M "$PROTOCOL" -c "$clients" -j 2 -T "$secs" \
+		-f "$HERE/$script" "$db" 2>>"$RUN_LOG") || {
+		echo "pgbench failed: $script, $clients clients, synchronous_commit=$commit" >&2
+		echo "$out" >&2
+		tail -n 20 "$RUN_LOG" >&2
+		exit 1
+	}
+	printf '== %s clients=%s commit=%s\n%s\n' "$script" "$clients" "$commit" "$out" >>"$RUN_LOG"
+	tps=$(pgbench_tps "$script" "$out")
+	wait_idle "$db"
+	echo "$tps"
+}
+
+bench_header "dsync ephemeral lease benchmark"
+echo "  settings: shared_buffers=256MB, fsync on, dsync.ephemeral_max_ttl=${EPHEMERAL_MAX_TTL}s, pgbench -M $PROTOCOL -j 2,"
+echo "            ${SECONDS_PER_RUN}s per run, ${WARMUP}s warm-up per variant, $ROUNDS round(s), median reported"
+
+# The extension now, right after the server has loaded the library, so
+# that its SQL script and the loaded library match even if someone
+# re-installs dsync while this runs.
+q postgres "CREATE DATABASE bench"
+q bench "CREATE EXTENSION dsync"
+q bench "CREATE TABLE lease (name text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL)"
+DSYNC_SCHEMA=$(q bench "SELECT quote_ident(extnamespace::regnamespace::text) FROM pg_extension WHERE extname = 'dsync'")
+DSYNC_TABLE="$DSYNC_SCHEMA.dsync_lease"
+
+# No ephemeral grant before dsync.ephemeral_max_ttl has passed since the
+# start: a blocking ephemeral acquire returns once it has.
+t0=$(date +%s.%N)
+opened=$(q bench "SELECT dsync_acquire('bench-open', 'w', '1 second', '30 seconds', NULL, false) IS NOT NULL")
+[ "$opened" = t ] || { echo "no ephemeral lease granted within 30 s of the start" >&2; exit 1; }
+q bench "SELECT dsync_release('bench-open', 'w')" >/dev/null
+echo "  ephemeral grants open: waited $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s for the first one"
+
+# pgbench counts one run of a script file as one "transaction"; with
+# autocommit, each of its two statements is a transaction of its own on
+# the server.  Check that, so that cycles/s = pgbench tps is not a guess.
+wait_idle bench
+commits_before=$(q bench "SELECT pg_stat_force_next_flush(); SELECT xact_commit FROM pg_stat_database WHERE datname = 'bench'" | tail -n 1)
+check_out=$("$PGBIN/pgbench" -n -M "$PROTOCOL" -c 1 -t 1000 -f "$HERE/cycle_ephemeral.sql" bench 2>>"$RUN_LOG")
+wait_idle bench
+commits_after=$(q bench "SELECT pg_stat_force_next_flush(); SELECT xact_commit FROM pg_stat_database WHERE datname = 'bench'" | tail -n 1)
+check_counted=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$check_out")
+echo
+echo "Counting check: pgbench ran cycle_ephemeral.sql $check_counted times (its \"transactions\");"
+echo "  the server committed $((commits_after - commits_before)) transactions meanwhile (2 per run expected, plus this check's own queries)."
+echo "  So one pgbench \"transaction\" = one cycle = two server transactions, and cycles/s = pgbench tps."
+
+if [ "$PREFILL" = 1 ]; then
+	prefill_released bench "$NAMES"
+fi
+q bench "VACUUM ANALYZE lease" >/dev/null
+q bench "VACUUM ANALYZE $DSYNC_TABLE" >/dev/null
+
+# Warm-up: one unmeasured run of each variant.
+if [ "$WARMUP" -gt 0 ]; then
+	for v in "${VARIANTS[@]}"; do
+		bench bench "cycle_$v.sql" 16 off "$WARMUP" >/dev/null
+	done
+fi
+
+declare -A RESULTS=()
+rotation=0
+for _ in $(seq 1 "$ROUNDS"); do
+	for commit in "${COMMIT_MODES[@]}"; do
+		for clients in "${CLIENT_COUNTS[@]}"; do
+			# Rotate the order of the variants from one configuration to the next.
+			mapfile -t order < <(rotated "$rotation" "${VARIANTS[@]}")
+			rotation=$((rotation + 1))
+			for v in "${order[@]}"; do
+				# Every run starts right after a checkpoint, so none of them
+				# pays for one that happens to fall inside it.
+				q bench "CHECKPOINT"
+				tps=$(bench bench "cycle_$v.sql" "$clients" "$commit" "$SECONDS_PER_RUN")
+				RESULTS[$v,$clients,$commit]="${RESULTS[$v,$clients,$commit]:-} $tps"
+			done
+		done
+	done
+done
+
+declare -A CYCLES=()
+echo
+echo "Acquire+release cycles per second (random names 1..$NAMES, two transactions per cycle)"
+printf '%-9s %8s %12s %10s   %s\n' variant clients sync_commit cycles/s "each round"
+for commit in "${COMMIT_MODES[@]}"; do
+	for clients in "${CLIENT_COUNTS[@]}"; do
+		for v in "${VARIANTS[@]}"; do
+			# shellcheck disable=SC2086
+			CYCLES[$v,$clients,$commit]=$(median ${RESULTS[$v,$clients,$commit]})
+			# shellcheck disable=SC2086
+			printf '%-9s %8s %12s %10.0f   %s\n' "$v" "$clients" "$commit" \
+				"${CYCLES[$v,$clients,$commit]}" "$(printf '%.0f ' ${RESULTS[$v,$clients,$commit]})"
+		done
+	done
+done
+
+echo
+echo "Ratios (same run, same server)"
+printf '%8s %12s %16s %8s %19s %8s %16s\n' clients sync_commit ephemeral/table \
+	"(>= $TARGET_TABLE)" ephemeral/advisory "(>= $TARGET_ADVISORY)" ephemeral/dsync
+for commit in "${COMMIT_MODES[@]}"; do
+	for clients in "${CLIENT_COUNTS[@]}"; do
+		awk -v e="${CYCLES[ephemeral,$clients,$commit]}" -v d="${CYCLES[dsync,$clients,$commit]}" \
+			-v t="${CYCLES[table,$clients,$commit]}" -v a="${CYCLES[advisory,$clients,$commit]}" \
+			-v c="$clients" -v m="$commit" -v tt="$TARGET_TABLE" -v ta="$TARGET_ADVISORY" 'BEGIN {
+				rt = e / t;
+				ra = e / a;
+				printf "%8s %12s %16.2f %8s %19.2f %8s %16.2f\n", c, m,
+					rt, (rt >= tt ? "met" : "MISSED"), ra, (ra >= ta ? "met" : "MISSED"), e / d;
+			}'
+	done
+done
+echo "(met/MISSED compares the unrounded ratio with the target: ephemeral >= ${TARGET_TABLE}x the table, >= ${TARGET_ADVISORY}x advisory)"
+
+echo
+echo "dsync_lease after the cycle runs: $(q bench "SELECT count(*) || ' rows, ' || pg_size_pretty(pg_relation_size('$DSYNC_TABLE')) || ' heap, ' || pg_size_pretty(pg_total_relation_size('$DSYNC_TABLE')) || ' with index' FROM $DSYNC_TABLE")"
+echo "leases still held after the runs (both kinds; 0 expected): $(q bench "SELECT count(*) FROM $DSYNC_SCHEMA.dsync_leases")"
+
+if grep -Eq 'PANIC|FATAL|TRAP|terminated by signal' "$SERVER_LOG"; then
+	echo
+	echo "server log has errors:"
+	grep -E 'PANIC|FATAL|TRAP|terminated by signal' "$SERVER_LOG" | head -n 20
+fi
+
+echo
+echo "dsync.so measured: the one installed at $DSYNC_SO_STAMP"
