@@ -84,6 +84,7 @@ typedef struct EphemeralEntry
 	TimestampTz expires_at;
 	Interval	ttl;
 	Oid			owner;
+	uint64		generation;		/* of this grant: a guard of an earlier one is not its */
 	int			guards;			/* transactions guarding it now */
 	int			info_len;		/* 0: no info */
 	char		info[EPHEMERAL_INFO_MAX];
@@ -94,6 +95,7 @@ typedef struct EphemeralShared
 	LWLockPadded *locks;
 	pg_atomic_uint32 entries;	/* in all databases */
 	pg_atomic_uint64 open_at;	/* no grant before; 0: not yet known */
+	pg_atomic_uint64 generations;	/* grants so far */
 	ConditionVariable guards_done;	/* a guard ended */
 } EphemeralShared;
 
@@ -102,6 +104,7 @@ typedef struct EphemeralGuardNote
 {
 	EphemeralKey key;
 	uint32		hash;
+	uint64		generation;		/* of the grant guarded */
 	uint64		wait_key;		/* DsyncWaitKey of the name */
 } EphemeralGuardNote;
 
@@ -156,6 +159,7 @@ DsyncEphemeralShmemInit(void)
 		ephemeral_shared->locks = GetNamedLWLockTranche("dsync ephemeral");
 		pg_atomic_init_u32(&ephemeral_shared->entries, 0);
 		pg_atomic_init_u64(&ephemeral_shared->open_at, 0);
+		pg_atomic_init_u64(&ephemeral_shared->generations, 0);
 		ConditionVariableInit(&ephemeral_shared->guards_done);
 	}
 	memset(&ctl, 0, sizeof(ctl));
@@ -164,7 +168,7 @@ DsyncEphemeralShmemInit(void)
 	ctl.num_partitions = EPHEMERAL_PARTITIONS;
 	ephemeral_hash = ShmemInitHash("dsync ephemeral leases",
 								   dsync_ephemeral_max_leases, dsync_ephemeral_max_leases,
-								   &ctl, HASH_ELEM | HASH_BLOBS | HASH_PARTITION);
+								   &ctl, HASH_ELEM | HASH_BLOBS | HASH_PARTITION | HASH_FIXED_SIZE);
 }
 
 /*
@@ -357,13 +361,25 @@ DsyncEphemeralCheckGrant(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 
 /*
  * EphemeralDurableTaken
- *		Whether dsync_lease has the name held, being changed, or guarded;
- *		*retry_at is set to a live holder's expiry.
+ *		Whether dsync_lease has the name held, or being changed or guarded
+ *		by a transaction still running; *retry_at is set to a live holder's
+ *		expiry.  The row is found as a durable acquire finds it (its cached
+ *		location, else the index); only a name with no row needs a look at
+ *		uncommitted inserts.
  */
 static bool
 EphemeralDurableTaken(DsyncStore *store, text *lease, TimestampTz now, TimestampTz *retry_at)
 {
-	return DsyncStoreKeyTaken(store, lease, Int32GetDatum(0), now, retry_at);
+	DsyncRow   *row = DsyncLeaseFindPlain(store, lease);
+
+	if (row == NULL)
+		return DsyncStoreKeyTaken(store, lease, Int32GetDatum(0), now, retry_at);
+	if (DsyncRowIsLive(row, now))
+	{
+		*retry_at = DsyncRowExpiry(row);
+		return true;
+	}
+	return DsyncRowXmaxRunning(row);
 }
 
 /*
@@ -384,6 +400,7 @@ EphemeralFillGrant(EphemeralEntry *entry, const LeaseGrant *grant, int64 token,
 	entry->expires_at = DsyncExpiry(now, grant->ttl_usec, "ttl");
 	entry->ttl = *grant->ttl;
 	entry->owner = GetUserId();
+	entry->generation = pg_atomic_add_fetch_u64(&ephemeral_shared->generations, 1);
 	entry->guards = 0;
 	entry->info_len = 0;
 	if (!grant->info_null)
@@ -585,14 +602,19 @@ DsyncEphemeralRenew(text *lease, text *holder, Interval *ttl, int64 ttl_usec,
  *		How many guards of this backend's transaction an entry counts.
  */
 static int
-EphemeralMyGuards(const EphemeralKey *key)
+EphemeralMyGuards(const EphemeralEntry *entry)
 {
 	ListCell   *lc;
 	int			mine = 0;
 
 	foreach(lc, my_guards)
-		if (memcmp(&((EphemeralGuardNote *) lfirst(lc))->key, key, sizeof(*key)) == 0)
+	{
+		EphemeralGuardNote *note = lfirst(lc);
+
+		if (note->generation == entry->generation &&
+			memcmp(&note->key, &entry->key, sizeof(EphemeralKey)) == 0)
 			mine++;
+	}
 	return mine;
 }
 
@@ -607,7 +629,7 @@ EphemeralWaitGuards(const EphemeralKey *key, uint32 hash, EphemeralEntry **entry
 {
 	LWLock	   *lock = EphemeralLock(hash);
 
-	while (*entry != NULL && (*entry)->guards > EphemeralMyGuards(key))
+	while (*entry != NULL && (*entry)->guards > EphemeralMyGuards(*entry))
 	{
 		LWLockRelease(lock);
 		ConditionVariablePrepareToSleep(&ephemeral_shared->guards_done);
@@ -692,7 +714,7 @@ EphemeralGuardXactCallback(XactEvent event, void *arg)
 
 		LWLockAcquire(lock, LW_EXCLUSIVE);
 		entry = EphemeralFind(&note->key, note->hash);
-		if (entry != NULL && entry->guards > 0)
+		if (entry != NULL && entry->generation == note->generation && entry->guards > 0)
 		{
 			entry->guards--;
 			if (entry->guards == 0 && entry->expires_at <= GetCurrentTimestamp())
@@ -741,6 +763,7 @@ DsyncEphemeralGuard(text *lease, text *holder, int64 *token)
 		note = palloc(sizeof(EphemeralGuardNote));
 		note->key = key;
 		note->hash = hash;
+		note->generation = entry->generation;
 		note->wait_key = DsyncWaitKey(lease);
 		my_guards = lappend(my_guards, note);
 		MemoryContextSwitchTo(oldcontext);

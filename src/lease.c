@@ -476,14 +476,16 @@ static bool
 LeaseTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 {
 	LeaseTryArgs *args = arg;
-	int			permits = DsyncSemaphorePermitsFor(args->fcinfo, args->lease, true);
+	int			permits;
 	LeaseStores stores;
 	bool		granted;
 
 	*retry_at = 0;
+	/* A semaphore's name was refused before (DsyncEphemeralCheckGrant). */
 	if (!args->durable)
 		return DsyncEphemeralTryAcquire(args->fcinfo, args->lease, args->grant, may_take,
 										&args->token, retry_at);
+	permits = DsyncSemaphorePermitsFor(args->fcinfo, args->lease, true);
 	if (permits >= 0)
 		return DsyncPermitTryAcquire(args->fcinfo, args->lease, args->grant, permits,
 									 may_take, thorough, &args->token);

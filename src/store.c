@@ -252,6 +252,24 @@ DsyncStoreLoadRow(DsyncStore *store, HeapTuple tuple, DsyncRow *row)
 	row->tid = tuple->t_self;
 	row->xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
 	row->unlocked = (tuple->t_data->t_infomask & HEAP_XMAX_INVALID) != 0;
+	row->xmax = HeapTupleHeaderGetRawXmax(tuple->t_data);
+	row->infomask = tuple->t_data->t_infomask;
+}
+
+/*
+ * DsyncRowXmaxRunning
+ *		Whether the version a row was read from is being updated, deleted
+ *		or locked by a transaction still running (a guard, the reaper, an
+ *		uncommitted change), as far as its xmax showed when read.
+ */
+bool
+DsyncRowXmaxRunning(const DsyncRow *row)
+{
+	if (row->infomask & HEAP_XMAX_INVALID)
+		return false;
+	if (row->infomask & HEAP_XMAX_IS_MULTI)
+		return MultiXactIdIsRunning(row->xmax, HEAP_XMAX_IS_LOCKED_ONLY(row->infomask));
+	return TransactionIdIsInProgress(row->xmax);
 }
 
 /*
@@ -683,8 +701,6 @@ DsyncStoreKeyTaken(DsyncStore *store, text *name, Datum second, TimestampTz now,
 		bool		should_free;
 		HeapTuple	tuple;
 		DsyncRow	row;
-		uint16		infomask;
-		TransactionId xmax;
 
 		if (TransactionIdIsValid(dirty.xmin) || TransactionIdIsValid(dirty.xmax))
 		{
@@ -693,8 +709,6 @@ DsyncStoreKeyTaken(DsyncStore *store, text *name, Datum second, TimestampTz now,
 		}
 		tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
 		DsyncStoreLoadRow(store, tuple, &row);
-		infomask = tuple->t_data->t_infomask;
-		xmax = HeapTupleHeaderGetRawXmax(tuple->t_data);
 		if (should_free)
 			heap_freetuple(tuple);
 		if (DsyncRowIsLive(&row, now))
@@ -702,13 +716,8 @@ DsyncStoreKeyTaken(DsyncStore *store, text *name, Datum second, TimestampTz now,
 			*retry_at = DsyncRowExpiry(&row);
 			taken = true;
 		}
-		else if (!(infomask & HEAP_XMAX_INVALID))
-		{
-			/* A guard keeps even an expired lease; so does the reaper's lock. */
-			taken = (infomask & HEAP_XMAX_IS_MULTI) ?
-				MultiXactIdIsRunning(xmax, HEAP_XMAX_IS_LOCKED_ONLY(infomask)) :
-				TransactionIdIsInProgress(xmax);
-		}
+		else
+			taken = DsyncRowXmaxRunning(&row);	/* a guard keeps even an expired lease */
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	index_endscan(scan);

@@ -23,6 +23,8 @@ typedef struct DsyncRow
 	ItemPointerData tid;		/* the row version this was read from */
 	TransactionId xmin;			/* the transaction that wrote it */
 	bool		unlocked;		/* that version had no xmax when read */
+	TransactionId xmax;			/* its raw xmax when read, unless unlocked */
+	uint16		infomask;		/* and its infomask */
 	Datum		values[DSYNC_MAX_ATTS];
 	bool		nulls[DSYNC_MAX_ATTS];
 } DsyncRow;
@@ -89,6 +91,7 @@ typedef enum DsyncClaim
 	DSYNC_CLAIM_BUSY			/* another transaction is inserting or deleting it */
 } DsyncClaim;
 
+extern bool DsyncRowXmaxRunning(const DsyncRow *row);
 extern bool DsyncStoreKeyTaken(DsyncStore *store, text *name, Datum second,
 							   TimestampTz now, TimestampTz *retry_at);
 extern DsyncClaim DsyncStoreClaimKey(DsyncStore *store, text *name, Datum second,
