@@ -53,10 +53,6 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# PGXS tracks no header dependencies: a changed struct in a header must
-# rebuild every object, or objects built against the old layout crash.
-$(OBJS): $(wildcard src/*.h)
-
 # Perl TAP tests (PostgreSQL::Test::Cluster).  Debian's PGXS disables its own
 # prove targets, so this one runs them against the installed server.  They
 # start their own clusters, which initdb refuses to do as root: run as an
