@@ -408,6 +408,56 @@ EphemeralFillGrant(EphemeralEntry *entry, const LeaseGrant *grant, int64 token,
 }
 
 /*
+ * EphemeralSweep
+ *		Remove entries of a database (InvalidOid: any) that nobody can hold
+ *		any more: expired and unguarded for longer than
+ *		dsync.ephemeral_max_ttl (whose reaper, had the database one, would
+ *		have announced them by then: a dropped or unserved database), or
+ *		all of dbid's if forget.  Takes every partition lock; returns how
+ *		many it removed.  Cannot fail, so that a commit callback may call it.
+ */
+static int
+EphemeralSweep(Oid dbid, bool forget)
+{
+	HASH_SEQ_STATUS status;
+	EphemeralEntry *entry;
+	TimestampTz stale = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													-(int64) dsync_ephemeral_max_ttl * 1000);
+	int			removed = 0;
+
+	for (int i = 0; i < EPHEMERAL_PARTITIONS; i++)
+		LWLockAcquire(&ephemeral_shared->locks[i].lock, LW_EXCLUSIVE);
+	hash_seq_init(&status, ephemeral_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		EphemeralKey key = entry->key;
+
+		if (OidIsValid(dbid) && key.dbid != dbid)
+			continue;
+		if (!forget && (entry->guards > 0 || entry->expires_at > stale))
+			continue;
+		(void) hash_search(ephemeral_hash, &key, HASH_REMOVE, NULL);
+		pg_atomic_fetch_sub_u32(&ephemeral_shared->entries, 1);
+		removed++;
+	}
+	for (int i = EPHEMERAL_PARTITIONS - 1; i >= 0; i--)
+		LWLockRelease(&ephemeral_shared->locks[i].lock);
+	return removed;
+}
+
+/*
+ * DsyncEphemeralForgetDatabase
+ *		DROP EXTENSION dsync committed: this database's ephemeral leases go
+ *		with it.
+ */
+void
+DsyncEphemeralForgetDatabase(Oid dbid)
+{
+	if (ephemeral_shared != NULL && pg_atomic_read_u32(&ephemeral_shared->entries) > 0)
+		(void) EphemeralSweep(dbid, true);
+}
+
+/*
  * DsyncEphemeralTryAcquire
  *		One try of an ephemeral grant: the holder's extension if it has the
  *		lease, else a grant if the name is free in both kinds and may_take.
@@ -422,6 +472,7 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 	EphemeralKey key;
 	uint32		hash;
 	LWLock	   *lock;
+	bool		swept = false;
 
 	*retry_at = 0;
 	EphemeralRequire();
@@ -501,6 +552,12 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 			if (entry == NULL)
 			{
 				LWLockRelease(lock);
+				/* Room held by leases nobody reaps (a dropped database)? */
+				if (!swept && EphemeralSweep(InvalidOid, false) > 0)
+				{
+					swept = true;
+					continue;
+				}
 				ereport(ERROR,
 						(errcode(ERRCODE_OUT_OF_MEMORY),
 						 errmsg("too many ephemeral leases"),

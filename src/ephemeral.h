@@ -41,6 +41,7 @@ extern Size DsyncEphemeralShmemSize(void);
 extern void DsyncEphemeralShmemRequest(void);
 extern void DsyncEphemeralShmemInit(void);
 extern void DsyncEphemeralOpen(void);
+extern void DsyncEphemeralForgetDatabase(Oid dbid);
 
 extern void DsyncEphemeralCheckGrant(FunctionCallInfo fcinfo, text *lease,
 									 const LeaseGrant *grant);

@@ -70,6 +70,7 @@
 #include "utils/tuplestore.h"
 
 #include "wait.h"
+#include "ephemeral.h"
 #include "stats.h"
 #include "dbslot.h"
 #include "shmem.h"
@@ -344,7 +345,10 @@ DsyncWaitReleaseCallback(ResourceReleasePhase phase, bool isCommit,
 		return;
 	}
 	if (wake_database_at_commit && isCommit)
+	{
+		DsyncEphemeralForgetDatabase(MyDatabaseId);
 		DsyncWakeDatabase(MyDatabaseId);
+	}
 	if (wake_pending)
 		DsyncWakeBroadcast(wake_at_end);
 	memset(wake_at_end, 0, sizeof(wake_at_end));
