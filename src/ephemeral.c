@@ -592,6 +592,9 @@ EphemeralLookHeld(text *lease, text *holder, LWLockMode mode, EphemeralKey *key,
 	*entry = NULL;
 	if (ephemeral_shared == NULL || pg_atomic_read_u32(&ephemeral_shared->entries) == 0)
 		return DSYNC_EPHEMERAL_NONE;
+	/* What may claim a database slot (catalogs, locks) comes before the LWLock. */
+	if (mode == LW_EXCLUSIVE)
+		DsyncEventPrepareNow();
 	*hash = EphemeralKeyFor(lease, key);
 	LWLockAcquire(EphemeralLock(*hash), mode);
 	*entry = EphemeralFind(key, *hash);
@@ -730,7 +733,6 @@ DsyncEphemeralRelease(text *lease, text *holder, int64 *token)
 		return found;
 	if (found == DSYNC_EPHEMERAL_DONE)
 	{
-		DsyncEventPrepareNow();
 		EphemeralWaitGuards(&key, hash, &entry);
 		/* It may have expired or changed hands while we waited. */
 		if (entry == NULL || entry->expires_at <= GetCurrentTimestamp() ||
@@ -867,7 +869,6 @@ DsyncEphemeralForceRelease(text *lease, text *holder, bool cancel_waits)
 	if (EphemeralLookHeld(lease, NULL, LW_EXCLUSIVE, &key, &hash, &entry) ==
 		DSYNC_EPHEMERAL_NONE)
 		return 0;
-	DsyncEventPrepareNow();
 	EphemeralWaitGuards(&key, hash, &entry);
 	if (entry == NULL || entry->expires_at <= GetCurrentTimestamp() ||
 		(holder != NULL && (strlen(entry->holder) != VARSIZE_ANY_EXHDR(holder) ||
