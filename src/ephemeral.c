@@ -41,6 +41,7 @@
 
 #include "access/heapam.h"
 #include "access/xact.h"
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/condition_variable.h"
@@ -141,6 +142,20 @@ DsyncEphemeralShmemRequest(void)
 }
 
 /*
+ * EphemeralKeyHash
+ *		dynahash's hash of a key: of the name's bytes and the database,
+ *		not of the whole zero-padded buffer (keys still compare whole).
+ */
+static uint32
+EphemeralKeyHash(const void *key, Size keysize)
+{
+	const EphemeralKey *k = key;
+
+	return hash_combine(hash_bytes((const unsigned char *) k->name, strlen(k->name)),
+						murmurhash32(k->dbid));
+}
+
+/*
  * DsyncEphemeralShmemInit
  *		Create or attach to the table (from the shmem startup hook, with
  *		AddinShmemInitLock held).
@@ -165,10 +180,11 @@ DsyncEphemeralShmemInit(void)
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = sizeof(EphemeralKey);
 	ctl.entrysize = sizeof(EphemeralEntry);
+	ctl.hash = EphemeralKeyHash;
 	ctl.num_partitions = EPHEMERAL_PARTITIONS;
 	ephemeral_hash = ShmemInitHash("dsync ephemeral leases",
 								   dsync_ephemeral_max_leases, dsync_ephemeral_max_leases,
-								   &ctl, HASH_ELEM | HASH_BLOBS | HASH_PARTITION | HASH_FIXED_SIZE);
+								   &ctl, HASH_ELEM | HASH_FUNCTION | HASH_PARTITION | HASH_FIXED_SIZE);
 }
 
 /*
