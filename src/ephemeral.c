@@ -116,6 +116,19 @@ static bool guard_callback_registered = false;
 static LWLock *excluding = NULL;	/* held by DsyncEphemeralExclude */
 
 /*
+ * EphemeralTableSize
+ *		Entries to allocate.  A partitioned table spreads its entries over
+ *		32 free lists, at least one each, and lends between them: it cannot
+ *		be kept smaller than that, so dsync.ephemeral_max_leases is enforced
+ *		with the entries counter, not by the table running out.
+ */
+static long
+EphemeralTableSize(void)
+{
+	return Max(dsync_ephemeral_max_leases, 64);
+}
+
+/*
  * DsyncEphemeralShmemSize
  *		Shared memory for the table and its header.
  */
@@ -125,7 +138,7 @@ DsyncEphemeralShmemSize(void)
 	if (dsync_ephemeral_max_leases == 0)
 		return 0;
 	return add_size(MAXALIGN(sizeof(EphemeralShared)),
-					hash_estimate_size(dsync_ephemeral_max_leases, sizeof(EphemeralEntry)));
+					hash_estimate_size(EphemeralTableSize(), sizeof(EphemeralEntry)));
 }
 
 /*
@@ -183,7 +196,7 @@ DsyncEphemeralShmemInit(void)
 	ctl.hash = EphemeralKeyHash;
 	ctl.num_partitions = EPHEMERAL_PARTITIONS;
 	ephemeral_hash = ShmemInitHash("dsync ephemeral leases",
-								   dsync_ephemeral_max_leases, dsync_ephemeral_max_leases,
+								   EphemeralTableSize(), EphemeralTableSize(),
 								   &ctl, HASH_ELEM | HASH_FUNCTION | HASH_PARTITION | HASH_FIXED_SIZE);
 }
 
@@ -563,10 +576,16 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 			events[nevents++] = EphemeralEvent(DSYNC_EVENT_EXPIRED, entry);
 		else
 		{
-			entry = hash_search_with_hash_value(ephemeral_hash, &key, hash,
-												HASH_ENTER_NULL, &found);
+			/* Count it first: the counter is what enforces the limit. */
+			if (pg_atomic_fetch_add_u32(&ephemeral_shared->entries, 1) >=
+				(uint32) dsync_ephemeral_max_leases)
+				entry = NULL;
+			else
+				entry = hash_search_with_hash_value(ephemeral_hash, &key, hash,
+													HASH_ENTER_NULL, &found);
 			if (entry == NULL)
 			{
+				pg_atomic_fetch_sub_u32(&ephemeral_shared->entries, 1);
 				LWLockRelease(lock);
 				/* Room held by leases nobody reaps (a dropped database)? */
 				if (!swept && EphemeralSweep(InvalidOid, false) > 0)
@@ -574,14 +593,14 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 					swept = true;
 					continue;
 				}
+				DsyncStoreClose(&store);
 				ereport(ERROR,
 						(errcode(ERRCODE_OUT_OF_MEMORY),
 						 errmsg("too many ephemeral leases"),
-						 errdetail("All %d entries of the ephemeral lease table are in use.",
+						 errdetail("All %d ephemeral leases the server may hold are held.",
 								   dsync_ephemeral_max_leases),
 						 errhint("Raise dsync.ephemeral_max_leases and restart the server, or use durable leases.")));
 			}
-			pg_atomic_fetch_add_u32(&ephemeral_shared->entries, 1);
 		}
 		EphemeralFillGrant(entry, grant, *token, now);
 		events[nevents++] = EphemeralEvent(DSYNC_EVENT_ACQUIRED, entry);
