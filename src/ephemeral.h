@@ -55,7 +55,8 @@ extern DsyncEphemeralFound DsyncEphemeralGuard(text *lease, text *holder, int64 
 extern DsyncEphemeralFound DsyncEphemeralLeader(text *lease, text **holder);
 extern int32 DsyncEphemeralForceRelease(text *lease, text *holder, bool cancel_waits);
 
-extern bool DsyncEphemeralExclude(text *lease, TimestampTz *retry_at);
+extern bool DsyncEphemeralExclude(const DsyncCatalog *catalog, text *lease,
+								  TimestampTz *retry_at);
 extern void DsyncEphemeralExcludeEnd(void);
 
 extern TimestampTz DsyncEphemeralReap(void);

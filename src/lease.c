@@ -416,7 +416,7 @@ LeaseTryAcquire(LeaseStores *stores, text *lease, const LeaseGrant *grant,
 				case DSYNC_CLAIM_OK:
 					break;
 			}
-			if (!DsyncEphemeralExclude(lease, retry_at))
+			if (!DsyncEphemeralExclude(stores->lease.catalog, lease, retry_at))
 			{
 				DsyncStoreUnclaimKey(&stores->lease, lease, Int32GetDatum(0));
 				return false;
@@ -434,7 +434,7 @@ LeaseTryAcquire(LeaseStores *stores, text *lease, const LeaseGrant *grant,
 		}
 
 		/* Free or expired: take it if nobody else is changing it. */
-		if (!DsyncEphemeralExclude(lease, retry_at))
+		if (!DsyncEphemeralExclude(stores->lease.catalog, lease, retry_at))
 			return false;
 		result = LeaseTakeOver(&stores->lease, row, grant, token);
 		DsyncEphemeralExcludeEnd();
@@ -453,7 +453,7 @@ LeaseTryAcquire(LeaseStores *stores, text *lease, const LeaseGrant *grant,
 			return false;
 		if (result != TM_Ok || DsyncRowIsLive(row, GetCurrentTimestamp()))
 			continue;
-		if (!DsyncEphemeralExclude(lease, retry_at))
+		if (!DsyncEphemeralExclude(stores->lease.catalog, lease, retry_at))
 			return false;
 		/* Taking over an expired lease announces its expiry first. */
 		if (!row->nulls[Anum_lease_holder - 1])

@@ -43,6 +43,10 @@ for my $mode ('off', 'local')
 		"SELECT sync_state = 'sync' FROM pg_stat_replication WHERE application_name = '$appname'"
 	) or die "standby did not become synchronous";
 
+	# Blocks of 1024 tokens, as before 1.3, so that 1100 grants need a new
+	# one (dsync reads the increment from the catalog at each fetch).
+	$primary->safe_psql('postgres',
+		'ALTER SEQUENCE dsync_fencing_seq INCREMENT BY 1024');
 	my $first = $primary->safe_psql('postgres',
 		"SELECT dsync_acquire('warm-up', 'w', '1 hour')");
 	# Tokens come in blocks of 1024 (one nextval each), and the sequence
