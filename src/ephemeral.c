@@ -281,6 +281,19 @@ EphemeralIsHeld(const EphemeralEntry *entry, TimestampTz now)
 }
 
 /*
+ * EphemeralHolderNameIs
+ *		Whether the entry's holder is holder.
+ */
+static bool
+EphemeralHolderNameIs(const EphemeralEntry *entry, text *holder)
+{
+	int			len = VARSIZE_ANY_EXHDR(holder);
+
+	return (int) strlen(entry->holder) == len &&
+		memcmp(entry->holder, VARDATA_ANY(holder), len) == 0;
+}
+
+/*
  * EphemeralHolderIs
  *		Whether the entry's holder is holder and the caller acts for its
  *		owner role.
@@ -288,10 +301,7 @@ EphemeralIsHeld(const EphemeralEntry *entry, TimestampTz now)
 static bool
 EphemeralHolderIs(const EphemeralEntry *entry, text *holder)
 {
-	int			len = VARSIZE_ANY_EXHDR(holder);
-
-	return (int) strlen(entry->holder) == len &&
-		memcmp(entry->holder, VARDATA_ANY(holder), len) == 0 &&
+	return EphemeralHolderNameIs(entry, holder) &&
 		has_privs_of_role(GetUserId(), entry->owner);
 }
 
@@ -906,9 +916,7 @@ DsyncEphemeralForceRelease(text *lease, text *holder, bool cancel_waits)
 		return 0;
 	EphemeralWaitGuards(&key, hash, &entry);
 	if (entry == NULL || entry->expires_at <= GetCurrentTimestamp() ||
-		(holder != NULL && (strlen(entry->holder) != VARSIZE_ANY_EXHDR(holder) ||
-							memcmp(entry->holder, VARDATA_ANY(holder),
-								   VARSIZE_ANY_EXHDR(holder)) != 0)))
+		(holder != NULL && !EphemeralHolderNameIs(entry, holder)))
 	{
 		LWLockRelease(EphemeralLock(hash));
 		return 0;
@@ -1048,9 +1056,7 @@ DsyncEphemeralRows(text *lease, text *holder)
 			continue;
 		if (lease != NULL && strcmp(entry->key.name, key.name) != 0)
 			continue;
-		if (holder != NULL && (strlen(entry->holder) != VARSIZE_ANY_EXHDR(holder) ||
-							   memcmp(entry->holder, VARDATA_ANY(holder),
-									  VARSIZE_ANY_EXHDR(holder)) != 0))
+		if (holder != NULL && !EphemeralHolderNameIs(entry, holder))
 			continue;
 		row = palloc0(sizeof(DsyncEphemeralRow));
 		row->lease = cstring_to_text(entry->key.name);
