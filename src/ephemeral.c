@@ -403,22 +403,30 @@ DsyncEphemeralCheckGrant(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
  *		Whether dsync_lease has the name held, or being changed or guarded
  *		by a transaction still running; *retry_at is set to a live holder's
  *		expiry.  The row is found as a durable acquire finds it (its cached
- *		location, else the index); only a name with no row needs a look at
- *		uncommitted inserts.
+ *		location, else the index).
  */
 static bool
 EphemeralDurableTaken(DsyncStore *store, text *lease, TimestampTz now, TimestampTz *retry_at)
 {
 	DsyncRow   *row = DsyncLeaseFindPlain(store, lease);
 
-	if (row == NULL)
-		return DsyncStoreKeyTaken(store, lease, Int32GetDatum(0), now, retry_at);
-	if (DsyncRowIsLive(row, now))
+	if (row != NULL && DsyncRowIsLive(row, now))
 	{
 		*retry_at = DsyncRowExpiry(row);
 		return true;
 	}
-	return DsyncRowXmaxRunning(row);
+
+	/*
+	 * A free version that nobody had touched when it was read stays free:
+	 * a durable grant writes only while it holds off ephemeral grants of
+	 * the name, which we do now.  One with an xmax may have been granted
+	 * by a transaction that committed since our snapshot (so the xmax no
+	 * longer runs): look again, seeing uncommitted versions too.  So does
+	 * a name with no row, for an uncommitted insert.
+	 */
+	if (row != NULL && row->unlocked)
+		return false;
+	return DsyncStoreKeyTaken(store, lease, Int32GetDatum(0), now, retry_at);
 }
 
 /*

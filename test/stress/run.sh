@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds the libpq stress driver and runs it against the server in the
-# libpq environment (test/run_all.sh runs this inside pg_virtualenv):
-# 16 clients at mixed isolation levels with kills, the fairness run (and
-# the proof that its check catches clients that cut in), 16 clients with
-# kills on one semaphore of 3 permits, and the fairness run once more
+# libpq environment (test/run_all.sh runs this inside pg_virtualenv, with
+# dsync.ephemeral_max_ttl=2): 16 clients at mixed isolation levels with
+# kills, taking durable and ephemeral leases on the same names, the
+# fairness run, durable only and with both kinds in one queue (and the
+# proof that its check catches clients that cut in), 16 clients with
+# kills on one semaphore of 3 permits, and the fairness runs once more
 # beside a CPU hog on every core, where a backend is often descheduled
 # between its statement starting and its joining the queue.  With
 # STRESS_HOG=1 every run has the hog beside it.  Every run is made; the exit
@@ -33,6 +35,7 @@ if [ "${STRESS_HOG:-0}" = 1 ]; then start_hogs; fi
 status=0
 "$bin/lease_stress" "${STRESS_CLIENTS:-16}" "${STRESS_SECONDS:-20}" "${STRESS_LEASES:-3}" || status=1
 "$bin/lease_stress" fair "${FAIR_CLIENTS:-8}" "${FAIR_ROUNDS:-20}" || status=1
+"$bin/lease_stress" fair-mixed "${FAIR_CLIENTS:-8}" "${FAIR_ROUNDS:-20}" || status=1
 if "$bin/lease_stress" fair-cut-in "${FAIR_CLIENTS:-8}" "${FAIR_ROUNDS:-20}"; then
 	echo "FAILED the fairness check did not catch clients that cut in"
 	status=1
@@ -42,5 +45,6 @@ fi
 "$bin/lease_stress" semaphore "${SEM_CLIENTS:-16}" "${SEM_SECONDS:-20}" "${SEM_PERMITS:-3}" || status=1
 if [ "${STRESS_HOG:-0}" != 1 ]; then start_hogs; fi
 "$bin/lease_stress" fair "${FAIR_CLIENTS:-8}" "${FAIR_ROUNDS:-20}" || status=1
+"$bin/lease_stress" fair-mixed "${FAIR_CLIENTS:-8}" "${FAIR_ROUNDS:-20}" || status=1
 stop_hogs
 exit $status
