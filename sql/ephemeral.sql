@@ -51,6 +51,19 @@ INSERT INTO tok SELECT 'd2', dsync_acquire('mixed', 'w1', '1 minute');
 SELECT (SELECT token FROM tok WHERE step = 'd2') > (SELECT token FROM tok WHERE step = 'e3') AS rises_to_durable;
 SELECT dsync_release('mixed', 'w1');
 
+-- a durable release this transaction could still roll back keeps the name
+-- from an ephemeral grant (a rollback to the savepoint brings 'a' back)
+SELECT dsync_acquire('own', 'a', '1 minute') IS NOT NULL AS durable_held;
+BEGIN;
+SAVEPOINT s;
+SELECT dsync_release('own', 'a') AS released_in_savepoint;
+SELECT dsync_acquire('own', 'b', '1 second', durable => false) IS NULL AS ephemeral_refused;
+ROLLBACK TO s;
+COMMIT;
+SELECT dsync_leader('own') AS leader_after_rollback,
+	   (SELECT count(*) FROM dsync_leases WHERE lease = 'own') AS holders;
+SELECT dsync_release('own', 'a');
+
 -- a waiter gets it when it expires; nobody holds an expired one
 SELECT dsync_acquire('exp', 'w1', '0.2 seconds', durable => false) IS NOT NULL AS short_granted;
 SELECT dsync_acquire('exp', 'w2', '1 second', '5 seconds', NULL, false) IS NOT NULL AS waited_for_expiry;

@@ -417,6 +417,14 @@ EphemeralDurableTaken(DsyncStore *store, text *lease, TimestampTz now, Timestamp
 	}
 
 	/*
+	 * Our own transaction released or cleared it: a rollback (of the
+	 * transaction or a savepoint) would bring the durable holder back,
+	 * while the ephemeral grant would stay.
+	 */
+	if (row != NULL && TransactionIdIsCurrentTransactionId(row->xmin))
+		return true;
+
+	/*
 	 * A free version that nobody had touched when it was read stays free:
 	 * a durable grant writes only while it holds off ephemeral grants of
 	 * the name, which we do now.  One with an xmax may have been granted
@@ -551,6 +559,8 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 		}
 
 		LWLockAcquire(lock, LW_EXCLUSIVE);
+		/* The clock read once the lock is ours: a durable grant may just have ended. */
+		now = GetCurrentTimestamp();
 		entry = EphemeralFind(&key, hash);
 		if (entry != NULL && EphemeralIsHeld(entry, now))
 		{
@@ -591,7 +601,12 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 			continue;
 		}
 		if (entry != NULL)
-			events[nevents++] = EphemeralEvent(DSYNC_EVENT_EXPIRED, entry);
+		{
+			/* Announced before the grant overwrites the holder it names. */
+			DsyncEvent	expired = EphemeralEvent(DSYNC_EVENT_EXPIRED, entry);
+
+			DsyncEventPublishNow(&expired, 1, 0);
+		}
 		else
 		{
 			/* Count it first: the counter is what enforces the limit. */
@@ -829,11 +844,12 @@ EphemeralGuardXactCallback(XactEvent event, void *arg)
 		if (entry != NULL && entry->generation == note->generation && entry->guards > 0)
 		{
 			entry->guards--;
-			if (entry->guards == 0 && entry->expires_at <= GetCurrentTimestamp())
+			if (entry->guards == 0)
 			{
+				/* Unguarded: the reaper must know when it is due (now, if expired). */
 				DsyncEvent	due = EphemeralEvent(DSYNC_EVENT_DEADLINE, entry);
 
-				due.expires_at = GetCurrentTimestamp();
+				due.expires_at = Max(entry->expires_at, GetCurrentTimestamp());
 				DsyncEventPublishNow(&due, 1, 0);
 			}
 		}
@@ -1013,8 +1029,15 @@ DsyncEphemeralReap(void)
 	hash_seq_init(&status, ephemeral_hash);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		if (entry->key.dbid != MyDatabaseId || entry->guards > 0)
+		if (entry->key.dbid != MyDatabaseId)
 			continue;
+		if (entry->guards > 0)
+		{
+			/* Its guard's end says when it is due, if it has expired by then. */
+			if (entry->expires_at > now && (next == 0 || entry->expires_at < next))
+				next = entry->expires_at;
+			continue;
+		}
 		if (entry->expires_at <= now)
 		{
 			DsyncEvent	event = EphemeralEvent(DSYNC_EVENT_EXPIRED, entry);

@@ -316,12 +316,24 @@ LeaseExtend(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant)
 	DsyncRow	extended = *row;
 	TimestampTz previous = DsyncRowExpiry(row);
 	TM_Result	result;
+	TimestampTz retry_at;
 
-	/* Expired since it was read: a new grant, with a new token. */
-	if (!DsyncRowIsLive(row, GetCurrentTimestamp()))
+	/*
+	 * Expired since it was read: a new grant, with a new token.  Checked
+	 * while ephemeral grants of the name are held off, or one could take
+	 * the name between the check and the update, which would revive it.
+	 */
+	if (!DsyncEphemeralExclude(store->catalog, DatumGetTextPP(row->values[Anum_lease_name - 1]),
+							   &retry_at))
 		return TM_Updated;
+	if (!DsyncRowIsLive(row, GetCurrentTimestamp()))
+	{
+		DsyncEphemeralExcludeEnd();
+		return TM_Updated;
+	}
 	LeaseSetExtension(&extended, grant);
 	result = DsyncStoreTryUpdate(store, &extended);
+	DsyncEphemeralExcludeEnd();
 	if (result == TM_Ok)
 	{
 		*row = extended;
@@ -644,6 +656,7 @@ LeaseChangeFast(LeaseStores *stores, text *lease, text *holder, bool release,
 	{
 		DsyncRow   *row;
 		DsyncRow	changed;
+		TM_Result	result;
 
 		CHECK_FOR_INTERRUPTS();
 		row = DsyncLeaseFindPlain(&stores->lease, lease);
@@ -653,8 +666,26 @@ LeaseChangeFast(LeaseStores *stores, text *lease, text *holder, bool release,
 		if (release)
 			DsyncLeaseSetReleased(&changed);
 		else
+		{
+			TimestampTz retry_at;
+
+			/*
+			 * As in LeaseExtend: an ephemeral grant must not come between
+			 * the liveness check and the renewal.
+			 */
+			if (!DsyncEphemeralExclude(stores->lease.catalog, lease, &retry_at))
+				return LEASE_FAST_SLOW;
+			if (!DsyncRowIsLive(row, GetCurrentTimestamp()))
+			{
+				DsyncEphemeralExcludeEnd();
+				return LEASE_FAST_SLOW;
+			}
 			*expiry = LeaseSetRenewal(&changed, LeaseRenewUsec(row, ttl, ttl_usec));
-		switch (DsyncStoreTryUpdate(&stores->lease, &changed))
+		}
+		result = DsyncStoreTryUpdate(&stores->lease, &changed);
+		if (!release)
+			DsyncEphemeralExcludeEnd();
+		switch (result)
 		{
 			case TM_Ok:
 				if (release)

@@ -716,6 +716,8 @@ DsyncStoreKeyTaken(DsyncStore *store, text *name, Datum second, TimestampTz now,
 			*retry_at = DsyncRowExpiry(&row);
 			taken = true;
 		}
+		else if (TransactionIdIsCurrentTransactionId(row.xmin))
+			taken = true;		/* our own change, which a rollback would undo */
 		else
 			taken = DsyncRowXmaxRunning(&row);	/* a guard keeps even an expired lease */
 	}

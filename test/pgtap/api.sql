@@ -53,8 +53,8 @@ SELECT is(pg_get_function_result('dsync_members(text)'::regprocedure),
 	'dsync_members returns TABLE(member, info, joined_at, expires_at, is_leader)');
 
 -- argument names, order and defaults
-SELECT is(pg_get_function_arguments('dsync_acquire(text,text,interval,interval,jsonb)'::regprocedure),
-	'lease text, holder text, ttl interval DEFAULT ''00:00:30''::interval, wait interval DEFAULT ''00:00:00''::interval, info jsonb DEFAULT NULL::jsonb',
+SELECT is(pg_get_function_arguments('dsync_acquire(text,text,interval,interval,jsonb,boolean)'::regprocedure),
+	'lease text, holder text, ttl interval DEFAULT ''00:00:30''::interval, wait interval DEFAULT ''00:00:00''::interval, info jsonb DEFAULT NULL::jsonb, durable boolean DEFAULT true',
 	'dsync_acquire arguments and defaults');
 SELECT is(pg_get_function_arguments('dsync_renew(text,text,interval)'::regprocedure),
 	'lease text, holder text, ttl interval DEFAULT NULL::interval',
