@@ -70,6 +70,15 @@ SELECT dsync_acquire('exp', 'w2', '1 second', '5 seconds', NULL, false) IS NOT N
 SELECT dsync_renew('exp', 'w1') IS NULL AS expired_not_renewed;
 SELECT dsync_release('exp', 'w2');
 
+-- a semaphore defined on a name held ephemerally counts that holder
+SELECT dsync_acquire('eph-then-sem', 'e', '2 seconds', durable => false) IS NOT NULL AS ephemeral_held;
+SELECT dsync_semaphore_create('eph-then-sem', 1);
+SELECT dsync_acquire('eph-then-sem', 'd', '1 minute') IS NULL AS no_permit_left;
+SELECT dsync_release('eph-then-sem', 'e');
+SELECT dsync_acquire('eph-then-sem', 'd', '1 minute') IS NOT NULL AS permit_after_release;
+SELECT dsync_release('eph-then-sem', 'd');
+SELECT dsync_semaphore_drop('eph-then-sem');
+
 -- dsync_stats counts ephemeral grants too
 SELECT grants >= 6 AS counted FROM dsync_stats;
 

@@ -43,6 +43,7 @@
 #include "catalog.h"
 #include "store.h"
 #include "lease.h"
+#include "ephemeral.h"
 #include "events.h"
 
 /*
@@ -111,7 +112,7 @@ PermitGrant(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant)
  * PermitExtraHolders
  *		Live holders that are not in the semaphore's own slots: permits at
  *		or above its count (from before a re-creation with fewer) and a
- *		plain lock taken before it was defined.
+ *		plain lock, durable or ephemeral, taken before it was defined.
  */
 static int
 PermitExtraHolders(DsyncStore *permits_store, DsyncRow *plain, text *name, int permits)
@@ -120,6 +121,11 @@ PermitExtraHolders(DsyncStore *permits_store, DsyncRow *plain, text *name, int p
 	DsyncScan  *scan = DsyncScanFrom(permits_store, name, permits);
 	DsyncRow   *row;
 	int			extra = (plain && DsyncRowIsLive(plain, now)) ? 1 : 0;
+	text	   *leader;
+
+	/* An ephemeral lease taken before the semaphore was defined counts too. */
+	if (DsyncEphemeralLeader(name, &leader) == DSYNC_EPHEMERAL_DONE)
+		extra++;
 
 	while ((row = DsyncScanNext(scan)) != NULL)
 		if (DsyncRowIsLive(row, now))
