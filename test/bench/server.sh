@@ -286,3 +286,90 @@ bench_header() {
 	echo "  data:     $(df -T "$WORKDIR" | awk 'NR == 2 { print $2 " on " $1 }'), fsync on"
 	echo "  dsync.so: installed $DSYNC_SO_STAMP"
 }
+
+# cycle_run DB SCRIPT CLIENTS COMMIT SECONDS: run pgbench, print its tps
+# (its whole output goes to RUN_LOG).
+cycle_run() {
+	local db=$1 script=$2 clients=$3 commit=$4 secs=$5 out tps
+	out=$(PGOPTIONS="-c synchronous_commit=$commit" \
+		"$PGBIN/pgbench" -n -M "$PROTOCOL" -c "$clients" -j 2 -T "$secs" \
+		-f "$HERE/$script" "$db" 2>>"$RUN_LOG") || {
+		echo "pgbench failed: $script, $clients clients, synchronous_commit=$commit" >&2
+		echo "$out" >&2
+		tail -n 20 "$RUN_LOG" >&2
+		exit 1
+	}
+	printf '== %s clients=%s commit=%s\n%s\n' "$script" "$clients" "$commit" "$out" >>"$RUN_LOG"
+	tps=$(pgbench_tps "$script" "$out")
+	wait_idle "$db"
+	echo "$tps"
+}
+
+# cycle_matrix CHECK_SCRIPT: the acquire+release cycle runs that
+# lease_bench.sh and ephemeral_bench.sh share, in database bench.  First a
+# counting check (pgbench runs CHECK_SCRIPT 1000 times; the server's commit
+# counter shows two transactions per run), the prefill (PREFILL), then a
+# warm-up of each of VARIANTS and ROUNDS rounds of every variant for
+# CLIENT_COUNTS x COMMIT_MODES, in rotating order, each after a CHECKPOINT.
+# Fills the global CYCLES[variant,clients,commit] with medians and prints
+# them.  Needs NAMES, DSYNC_TABLE and a table "lease" in bench.
+cycle_matrix() {
+	local check_script=$1 commits_before commits_after check_out check_counted
+	local rotation=0 commit clients v tps order
+	wait_idle bench
+	commits_before=$(q bench "SELECT pg_stat_force_next_flush(); SELECT xact_commit FROM pg_stat_database WHERE datname = 'bench'" | tail -n 1)
+	check_out=$("$PGBIN/pgbench" -n -M "$PROTOCOL" -c 1 -t 1000 -f "$HERE/$check_script" bench 2>>"$RUN_LOG")
+	wait_idle bench
+	commits_after=$(q bench "SELECT pg_stat_force_next_flush(); SELECT xact_commit FROM pg_stat_database WHERE datname = 'bench'" | tail -n 1)
+	check_counted=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$check_out")
+	echo
+	echo "Counting check: pgbench ran $check_script $check_counted times (its \"transactions\");"
+	echo "  the server committed $((commits_after - commits_before)) transactions meanwhile (2 per run expected, plus this check's own queries)."
+	echo "  So one pgbench \"transaction\" = one cycle = two server transactions, and cycles/s = pgbench tps."
+
+	if [ "$PREFILL" = 1 ]; then
+		prefill_released bench "$NAMES"
+	fi
+	q bench "VACUUM ANALYZE lease" >/dev/null
+	q bench "VACUUM ANALYZE $DSYNC_TABLE" >/dev/null
+
+	# Warm-up: one unmeasured run of each variant.
+	if [ "$WARMUP" -gt 0 ]; then
+		for v in "${VARIANTS[@]}"; do
+			cycle_run bench "cycle_$v.sql" 16 off "$WARMUP" >/dev/null
+		done
+	fi
+
+	local -A RESULTS=()
+	rotation=0
+	for _ in $(seq 1 "$ROUNDS"); do
+		for commit in "${COMMIT_MODES[@]}"; do
+			for clients in "${CLIENT_COUNTS[@]}"; do
+				# Rotate the order of the variants from one configuration to the next.
+				mapfile -t order < <(rotated "$rotation" "${VARIANTS[@]}")
+				rotation=$((rotation + 1))
+				for v in "${order[@]}"; do
+					# Every run starts right after a checkpoint, so none of them
+					# pays for one that happens to fall inside it.
+					q bench "CHECKPOINT"
+					tps=$(cycle_run bench "cycle_$v.sql" "$clients" "$commit" "$SECONDS_PER_RUN")
+					RESULTS[$v,$clients,$commit]="${RESULTS[$v,$clients,$commit]:-} $tps"
+				done
+			done
+		done
+	done
+
+	echo
+	echo "Acquire+release cycles per second (random names 1..$NAMES, two transactions per cycle)"
+	printf '%-9s %8s %12s %10s   %s\n' variant clients sync_commit cycles/s "each round"
+	for commit in "${COMMIT_MODES[@]}"; do
+		for clients in "${CLIENT_COUNTS[@]}"; do
+			for v in "${VARIANTS[@]}"; do
+				# shellcheck disable=SC2086
+				CYCLES[$v,$clients,$commit]=$(median ${RESULTS[$v,$clients,$commit]})
+				printf '%-9s %8s %12s %10.0f   %s\n' "$v" "$clients" "$commit" \
+					"${CYCLES[$v,$clients,$commit]}" "$(printf '%.0f ' ${RESULTS[$v,$clients,$commit]})"
+			done
+		done
+	done
+}
