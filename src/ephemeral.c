@@ -960,13 +960,14 @@ DsyncEphemeralForceRelease(text *lease, text *holder, bool cancel_waits)
  *		*retry_at, 0 if unknown) if an ephemeral lease holds the name;
  *		otherwise true, with the name's partition lock held in share mode
  *		until DsyncEphemeralExcludeEnd, so that no ephemeral grant of the
- *		name can happen before the row version is written.  The token the
- *		grant draws meanwhile almost always comes from the block in shared
+ *		name can happen before the row version is written.  for_grant: the
+ *		catalog of a grant (NULL for a renewal, which draws no token); the
+ *		token the grant draws meanwhile almost always comes from the block in shared
  *		memory; one fetched under the lock (if others used the block up in
  *		between) holds up only ephemeral grants in its partition.
  */
 bool
-DsyncEphemeralExclude(const DsyncCatalog *catalog, text *lease, TimestampTz *retry_at)
+DsyncEphemeralExclude(const DsyncCatalog *for_grant, text *lease, TimestampTz *retry_at)
 {
 	EphemeralKey key;
 	uint32		hash;
@@ -976,8 +977,9 @@ DsyncEphemeralExclude(const DsyncCatalog *catalog, text *lease, TimestampTz *ret
 	excluding = NULL;
 	if (ephemeral_shared == NULL)
 		return true;
-	/* The grant draws its token under the lock: fetch a block before. */
-	DsyncFencingFill(catalog);
+	/* A grant draws its token under the lock: fetch a block before. */
+	if (for_grant != NULL)
+		DsyncFencingFill(for_grant);
 	hash = EphemeralKeyFor(lease, &key);
 	LWLockAcquire(EphemeralLock(hash), LW_SHARED);
 	entry = pg_atomic_read_u32(&ephemeral_shared->entries) == 0 ? NULL :

@@ -55,7 +55,7 @@ extern DsyncEphemeralFound DsyncEphemeralGuard(text *lease, text *holder, int64 
 extern DsyncEphemeralFound DsyncEphemeralLeader(text *lease, text **holder);
 extern int32 DsyncEphemeralForceRelease(text *lease, text *holder, bool cancel_waits);
 
-extern bool DsyncEphemeralExclude(const DsyncCatalog *catalog, text *lease,
+extern bool DsyncEphemeralExclude(const DsyncCatalog *for_grant, text *lease,
 								  TimestampTz *retry_at);
 extern void DsyncEphemeralExcludeEnd(void);
 

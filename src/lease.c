@@ -323,7 +323,7 @@ LeaseExtend(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant)
 	 * while ephemeral grants of the name are held off, or one could take
 	 * the name between the check and the update, which would revive it.
 	 */
-	if (!DsyncEphemeralExclude(store->catalog, DatumGetTextPP(row->values[Anum_lease_name - 1]),
+	if (!DsyncEphemeralExclude(NULL, DatumGetTextPP(row->values[Anum_lease_name - 1]),
 							   &retry_at))
 		return TM_Updated;
 	if (!DsyncRowIsLive(row, GetCurrentTimestamp()))
@@ -673,7 +673,7 @@ LeaseChangeFast(LeaseStores *stores, text *lease, text *holder, bool release,
 			 * As in LeaseExtend: an ephemeral grant must not come between
 			 * the liveness check and the renewal.
 			 */
-			if (!DsyncEphemeralExclude(stores->lease.catalog, lease, &retry_at))
+			if (!DsyncEphemeralExclude(NULL, lease, &retry_at))
 				return LEASE_FAST_SLOW;
 			if (!DsyncRowIsLive(row, GetCurrentTimestamp()))
 			{

@@ -634,6 +634,43 @@ DsyncStoreKeyTag(DsyncStore *store, text *name, Datum second, LOCKTAG *tag)
 }
 
 /*
+ * StoreDirtyScanBegin
+ *		Start an index scan for one key with a dirty snapshot, which also
+ *		returns versions other transactions are inserting or changing now
+ *		(dirty->xmin, dirty->xmax tell which).  The caller ends it with
+ *		StoreDirtyScanEnd.
+ */
+static IndexScanDesc
+StoreDirtyScanBegin(DsyncStore *store, text *name, Datum second, Snapshot dirty,
+					TupleTableSlot **slot)
+{
+	IndexScanDesc scan;
+	ScanKeyData keys[2];
+	int			nkeys = store->table == DSYNC_TABLE_SEMAPHORE ? 1 : 2;
+
+	InitDirtySnapshot(*dirty);
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
+	if (nkeys == 2)
+		ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber,
+					store->table == DSYNC_TABLE_MEMBER ? F_TEXTEQ : F_INT4EQ, second);
+	scan = DsyncIndexBeginscan(store->rel, DsyncStoreIndex(store), dirty, nkeys, 0);
+	index_rescan(scan, keys, nkeys, NULL, 0);
+	*slot = table_slot_create(store->rel, NULL);
+	return scan;
+}
+
+/*
+ * StoreDirtyScanEnd
+ *		End what StoreDirtyScanBegin started.
+ */
+static void
+StoreDirtyScanEnd(IndexScanDesc scan, TupleTableSlot *slot)
+{
+	ExecDropSingleTupleTableSlot(slot);
+	index_endscan(scan);
+}
+
+/*
  * DsyncStoreKeyInFlight
  *		After a latest-state scan found no row for a key: the transaction
  *		inserting a row with that key right now, if another one is, else
@@ -644,21 +681,11 @@ static TransactionId
 DsyncStoreKeyInFlight(DsyncStore *store, text *name, Datum second, bool *exists)
 {
 	SnapshotData dirty;
-	IndexScanDesc scan;
 	TupleTableSlot *slot;
-	ScanKeyData keys[2];
-	int			nkeys = store->table == DSYNC_TABLE_SEMAPHORE ? 1 : 2;
+	IndexScanDesc scan = StoreDirtyScanBegin(store, name, second, &dirty, &slot);
 	TransactionId xid = InvalidTransactionId;
 
 	*exists = false;
-	InitDirtySnapshot(dirty);
-	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
-	if (nkeys == 2)
-		ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber,
-					store->table == DSYNC_TABLE_MEMBER ? F_TEXTEQ : F_INT4EQ, second);
-	scan = DsyncIndexBeginscan(store->rel, DsyncStoreIndex(store), &dirty, nkeys, 0);
-	index_rescan(scan, keys, nkeys, NULL, 0);
-	slot = table_slot_create(store->rel, NULL);
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
 		if (TransactionIdIsValid(dirty.xmin))
@@ -667,8 +694,7 @@ DsyncStoreKeyInFlight(DsyncStore *store, text *name, Datum second, bool *exists)
 			*exists = true;
 		break;
 	}
-	ExecDropSingleTupleTableSlot(slot);
-	index_endscan(scan);
+	StoreDirtyScanEnd(scan, slot);
 	return xid;
 }
 
@@ -685,17 +711,10 @@ DsyncStoreKeyTaken(DsyncStore *store, text *name, Datum second, TimestampTz now,
 				   TimestampTz *retry_at)
 {
 	SnapshotData dirty;
-	IndexScanDesc scan;
 	TupleTableSlot *slot;
-	ScanKeyData keys[2];
+	IndexScanDesc scan = StoreDirtyScanBegin(store, name, second, &dirty, &slot);
 	bool		taken = false;
 
-	InitDirtySnapshot(dirty);
-	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
-	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_INT4EQ, second);
-	scan = DsyncIndexBeginscan(store->rel, DsyncStoreIndex(store), &dirty, 2, 0);
-	index_rescan(scan, keys, 2, NULL, 0);
-	slot = table_slot_create(store->rel, NULL);
 	while (!taken && index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
 		bool		should_free;
@@ -721,8 +740,7 @@ DsyncStoreKeyTaken(DsyncStore *store, text *name, Datum second, TimestampTz now,
 		else
 			taken = DsyncRowXmaxRunning(&row);	/* a guard keeps even an expired lease */
 	}
-	ExecDropSingleTupleTableSlot(slot);
-	index_endscan(scan);
+	StoreDirtyScanEnd(scan, slot);
 	return taken;
 }
 
