@@ -10,6 +10,7 @@ OBJS = \
 	src/store.o \
 	src/scan.o \
 	src/locate.o \
+	src/listen.o \
 	src/row.o \
 	src/fencing.o \
 	src/lease.o \

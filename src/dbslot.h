@@ -65,6 +65,14 @@ typedef struct DsyncDbSlot
 	/* The next deadline of the database (0: none known). */
 	pg_atomic_uint64 next_deadline;
 
+	/*
+	 * When an ephemeral lease of the database may next be due (0: none):
+	 * lowered by grants under their partition lock, set exactly by the
+	 * reaper under all of them (ephemeral.c).  No event carries it, so
+	 * that ephemeral leases nobody listens to never touch the queue.
+	 */
+	pg_atomic_uint64 ephemeral_deadline;
+
 	/* Event queue: a list of pool chunks, protected by queue_lock. */
 	LWLock	   *queue_lock;
 	int			queue_first;	/* chunk read next, -1 if empty */

@@ -1009,12 +1009,50 @@ DsyncEphemeralExcludeEnd(void)
 }
 
 /*
- * DsyncEphemeralReap
- *		The reaper's pass over this database's ephemeral leases: remove and
- *		announce the expired ones nobody guards, wake their waiters.
- *		Returns the earliest expiry left (0 if none).
+ * DsyncEphemeralDue
+ *		When an ephemeral lease of this database may next be due (0:
+ *		none), for the reaper.
  */
 TimestampTz
+DsyncEphemeralDue(void)
+{
+	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+
+	return slot == NULL ? 0 : (TimestampTz) pg_atomic_read_u64(&slot->ephemeral_deadline);
+}
+
+/*
+ * DsyncEphemeralLookSoon
+ *		Make the reaper look at this database's ephemeral leases now: it
+ *		has just started and knows nothing of them.
+ */
+void
+DsyncEphemeralLookSoon(void)
+{
+	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+	TimestampTz now = GetCurrentTimestamp();
+	uint64		current;
+
+	if (slot == NULL)
+		return;
+	current = pg_atomic_read_u64(&slot->ephemeral_deadline);
+	while (current == 0 || (TimestampTz) current > now)
+	{
+		if (pg_atomic_compare_exchange_u64(&slot->ephemeral_deadline, &current, (uint64) now))
+			break;
+	}
+}
+
+/*
+ * DsyncEphemeralReap
+ *		The reaper's pass over this database's ephemeral leases: remove and
+ *		announce the expired ones nobody guards, wake their waiters, and
+ *		note in the slot when the next is due.
+ *
+ * Grants lower the slot's value under their partition lock; holding all
+ * of them, the reaper may set it exactly.
+ */
+void
 DsyncEphemeralReap(void)
 {
 	HASH_SEQ_STATUS status;
@@ -1022,9 +1060,10 @@ DsyncEphemeralReap(void)
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz next = 0;
 	bool		woke = false;
+	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
 
-	if (ephemeral_shared == NULL || pg_atomic_read_u32(&ephemeral_shared->entries) == 0)
-		return 0;
+	if (slot == NULL || ephemeral_shared == NULL)
+		return;
 	DsyncEventPrepareNow();
 	for (int i = 0; i < EPHEMERAL_PARTITIONS; i++)
 		LWLockAcquire(&ephemeral_shared->locks[i].lock, LW_EXCLUSIVE);
@@ -1053,11 +1092,11 @@ DsyncEphemeralReap(void)
 		else if (next == 0 || entry->expires_at < next)
 			next = entry->expires_at;
 	}
+	pg_atomic_write_u64(&slot->ephemeral_deadline, (uint64) next);
 	for (int i = EPHEMERAL_PARTITIONS - 1; i >= 0; i--)
 		LWLockRelease(&ephemeral_shared->locks[i].lock);
 	if (woke)
 		DsyncWakeDatabaseNow();
-	return next;
 }
 
 /*

@@ -59,7 +59,9 @@ extern bool DsyncEphemeralExclude(const DsyncCatalog *for_grant, text *lease,
 								  TimestampTz *retry_at);
 extern void DsyncEphemeralExcludeEnd(void);
 
-extern TimestampTz DsyncEphemeralReap(void);
+extern void DsyncEphemeralReap(void);
+extern TimestampTz DsyncEphemeralDue(void);
+extern void DsyncEphemeralLookSoon(void);
 extern List *DsyncEphemeralRows(text *lease, text *holder);
 
 #endif							/* DSYNC_EPHEMERAL_H */

@@ -204,33 +204,31 @@ DsyncEventIsAnnounced(DsyncEventKind kind)
 }
 
 /*
- * DsyncEventCount
- *		Add a committed transaction's changes to its database's counters.
+ * EventCountKind
+ *		Add one event to the counts of grants, releases and expiries.
  */
 static void
-DsyncEventCount(DsyncDbSlot *slot, List *events, int64 renewals)
+EventCountKind(DsyncEventKind kind, int64 *counts)
 {
-	ListCell   *lc;
-	int64		grants = 0,
-				releases = 0,
-				expiries = 0;
+	if (kind == DSYNC_EVENT_ACQUIRED || kind == DSYNC_EVENT_PERMIT_ACQUIRED)
+		counts[0]++;
+	else if (kind == DSYNC_EVENT_RELEASED || kind == DSYNC_EVENT_PERMIT_RELEASED)
+		counts[1]++;
+	else if (kind == DSYNC_EVENT_EXPIRED)
+		counts[2]++;
+}
 
-	foreach(lc, events)
-	{
-		DsyncPendingEvent *pe = lfirst(lc);
-
-		if (pe->event.kind == DSYNC_EVENT_ACQUIRED ||
-			pe->event.kind == DSYNC_EVENT_PERMIT_ACQUIRED)
-			grants++;
-		else if (pe->event.kind == DSYNC_EVENT_RELEASED ||
-				 pe->event.kind == DSYNC_EVENT_PERMIT_RELEASED)
-			releases++;
-		else if (pe->event.kind == DSYNC_EVENT_EXPIRED)
-			expiries++;
-	}
-	DsyncStatAddSlot(slot, DSYNC_STAT_GRANTS, grants);
-	DsyncStatAddSlot(slot, DSYNC_STAT_RELEASES, releases);
-	DsyncStatAddSlot(slot, DSYNC_STAT_EXPIRIES, expiries);
+/*
+ * EventCountAdd
+ *		Add counts of grants, releases and expiries, and renewals, to a
+ *		database's counters.
+ */
+static void
+EventCountAdd(DsyncDbSlot *slot, const int64 *counts, int64 renewals)
+{
+	DsyncStatAddSlot(slot, DSYNC_STAT_GRANTS, counts[0]);
+	DsyncStatAddSlot(slot, DSYNC_STAT_RELEASES, counts[1]);
+	DsyncStatAddSlot(slot, DSYNC_STAT_EXPIRIES, counts[2]);
 	DsyncStatAddSlot(slot, DSYNC_STAT_RENEWALS, renewals);
 }
 
@@ -263,15 +261,17 @@ DsyncDeadlineLower(DsyncDbSlot *slot, TimestampTz deadline)
  * already been warned and the events are dropped.  A running worker is
  * woken when there is something to announce or an earlier deadline; with
  * no worker, the launcher is asked for one (DsyncDbSlotWant) or, for a
- * deadline only, told the earlier time it must start one.
+ * deadline only, told the earlier time it must start one.  count: add the
+ * events to the database's counters.
  */
 static void
-DsyncEventPublish(List *events, int64 renewals)
+DsyncEventPublish(List *events, int64 renewals, bool count)
 {
 	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
 	ListCell   *lc;
 	bool		wake = false;
 	bool		earlier = false;
+	bool		heard;
 	int			procno;
 	uint64		dropped = 0;
 	uint64		dropped_announced = 0;
@@ -291,6 +291,8 @@ DsyncEventPublish(List *events, int64 renewals)
 		LWLockRelease(slot->queue_lock);
 		return;
 	}
+	/* Nobody to hear them: no need to wake the worker for them. */
+	heard = dsync_events && DsyncListenersIn(MyDatabaseId);
 	foreach(lc, events)
 	{
 		DsyncPendingEvent *pe = lfirst(lc);
@@ -302,7 +304,8 @@ DsyncEventPublish(List *events, int64 renewals)
 				dropped_announced++;
 			continue;
 		}
-		if (DsyncEventHasDeadline(pe->event.kind))
+		/* An ephemeral lease's deadline went through the slot instead. */
+		if (DsyncEventHasDeadline(pe->event.kind) && pe->event.slot >= 0)
 		{
 			uint64		before = pg_atomic_read_u64(&slot->next_deadline);
 
@@ -310,7 +313,7 @@ DsyncEventPublish(List *events, int64 renewals)
 			if (before == 0 || (TimestampTz) before > pe->event.expires_at)
 				earlier = true;
 		}
-		if (DsyncEventIsAnnounced(pe->event.kind) && dsync_events)
+		if (DsyncEventIsAnnounced(pe->event.kind) && heard)
 			wake = true;
 	}
 	slot->queue_dropped += dropped;
@@ -318,7 +321,14 @@ DsyncEventPublish(List *events, int64 renewals)
 	if (slot->queue_bytes > pool_bytes / 4 || dropped > 0)
 		wake = true;
 	LWLockRelease(slot->queue_lock);
-	DsyncEventCount(slot, events, renewals);
+	if (count)
+	{
+		int64		counts[3] = {0, 0, 0};
+
+		foreach(lc, events)
+			EventCountKind(((DsyncPendingEvent *) lfirst(lc))->event.kind, counts);
+		EventCountAdd(slot, counts, renewals);
+	}
 
 	/* After queueing: a worker that leaves now sees the events (ReaperExit). */
 	procno = slot->pgprocno;
@@ -440,26 +450,84 @@ DsyncEventPrepareNow(void)
 }
 
 /*
+ * EventEphemeralDeadline
+ *		Tell the reaper that an ephemeral lease of the database may be due
+ *		at deadline, and wake it (or the launcher) if that is earlier than
+ *		what it sleeps until.
+ *
+ * Runs under the lease's partition lock, so that the reaper, which sets
+ * the value exactly while holding all of them (DsyncEphemeralReap), never
+ * overwrites a lower one.  The compare-and-swap is a full barrier before
+ * next_deadline is read; the reaper writes next_deadline, then reads this
+ * value again (reaper.c): one of the two sees the other's write.
+ */
+static void
+EventEphemeralDeadline(DsyncDbSlot *slot, TimestampTz deadline)
+{
+	uint64		current = pg_atomic_read_u64(&slot->ephemeral_deadline);
+	uint64		before;
+	int			procno;
+
+	while (current == 0 || (TimestampTz) current > deadline)
+	{
+		if (pg_atomic_compare_exchange_u64(&slot->ephemeral_deadline, &current,
+										   (uint64) deadline))
+		{
+			current = (uint64) deadline;
+			break;
+		}
+	}
+	/* Whichever is earlier, ours or one already there, must be known. */
+	before = pg_atomic_read_u64(&slot->next_deadline);
+	if (before != 0 && before <= current)
+		return;
+	DsyncDeadlineLower(slot, (TimestampTz) current);
+	procno = slot->pgprocno;
+	if (procno >= 0)
+		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+	else
+		DsyncLauncherWake();
+}
+
+/*
  * DsyncEventPublishNow
- *		Queue events of a change that took effect outside any transaction
- *		(an ephemeral lease), and count it with renewals renewals.  Like
- *		the commit callback, it cannot fail; it may run under an LWLock.
+ *		Announce the events of a change that took effect outside any
+ *		transaction (an ephemeral lease), and count it with renewals
+ *		renewals.  Like the commit callback, it cannot fail; it runs under
+ *		the lease's partition lock.
+ *
+ * Deadlines reach the reaper through the slot, not the queue, so with
+ * nobody listening (listen.c) an ephemeral change never takes the queue
+ * lock: only the events to be sent are queued.
  */
 void
 DsyncEventPublishNow(const DsyncEvent *events, int nevents, int64 renewals)
 {
+	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
 	DsyncPendingEvent pending[4];
 	List	   *list = NIL;
+	int64		counts[3] = {0, 0, 0};
+	bool		heard;
 
 	Assert(nevents <= (int) lengthof(pending));
+	if (slot == NULL)
+		return;
+	heard = nevents > 0 && dsync_events && DsyncListenersIn(MyDatabaseId);
 	for (int i = 0; i < nevents; i++)
 	{
-		pending[i].nest_level = 0;
-		pending[i].event = events[i];
-		list = lappend(list, &pending[i]);
+		EventCountKind(events[i].kind, counts);
+		if (DsyncEventHasDeadline(events[i].kind))
+			EventEphemeralDeadline(slot, events[i].expires_at);
+		if (heard && DsyncEventIsAnnounced(events[i].kind))
+		{
+			pending[i].nest_level = 0;
+			pending[i].event = events[i];
+			list = lappend(list, &pending[i]);
+		}
 	}
-	if (list != NIL || renewals > 0)
-		DsyncEventPublish(list, renewals);
+	EventCountAdd(slot, counts, renewals);
+	if (list != NIL)
+		DsyncEventPublish(list, 0, false);
 	list_free(list);
 }
 
@@ -478,7 +546,7 @@ DsyncEventXactCallback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_COMMIT:
 			if (pending_events != NIL || pending_renewals > 0)
-				DsyncEventPublish(pending_events, pending_renewals);
+				DsyncEventPublish(pending_events, pending_renewals, true);
 			pending_events = NIL;
 			pending_renewals = 0;
 			break;

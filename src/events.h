@@ -11,6 +11,7 @@
 
 #include "postgres.h"
 #include "lib/stringinfo.h"
+#include "nodes/nodes.h"
 #include "utils/timestamp.h"
 #include "dbslot.h"
 #include "store.h"
@@ -65,5 +66,11 @@ extern bool DsyncQueueAppend(DsyncDbSlot *slot, const DsyncEvent *event);
 extern void DsyncQueueReset(DsyncDbSlot *slot);
 extern int	DsyncQueueDrain(DsyncDbSlot *slot, List **events, uint64 *dropped,
 							uint64 *dropped_announced);
+
+/* listen.c */
+extern Size DsyncListenShmemSize(void);
+extern void DsyncListenShmemInit(void);
+extern void DsyncListenUtility(Node *parsetree);
+extern bool DsyncListenersIn(Oid dbid);
 
 #endif							/* DSYNC_EVENTS_H */

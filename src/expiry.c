@@ -81,8 +81,6 @@ static HTAB *expiry_entries = NULL;
 static pairingheap *expiry_heap = NULL;
 static MemoryContext expiry_cxt = NULL;
 
-/* When ephemeral leases may next be due (ephemeral.c); 0: none. */
-static TimestampTz expiry_ephemeral = 0;
 
 /* Every deadline not kept is at or after this (DT_NOEND: all are kept). */
 static TimestampTz expiry_horizon = DT_NOEND;
@@ -304,14 +302,9 @@ ExpiryTrim(void)
 void
 ExpiryScheduleEvent(const DsyncEvent *event)
 {
-	/* An ephemeral lease has no row: its table is looked at as a whole. */
+	/* An ephemeral lease's deadline comes through the slot (ephemeral.c). */
 	if (event->slot < 0)
-	{
-		if ((event->kind == DSYNC_EVENT_ACQUIRED || event->kind == DSYNC_EVENT_DEADLINE) &&
-			(expiry_ephemeral == 0 || event->expires_at < expiry_ephemeral))
-			expiry_ephemeral = event->expires_at;
 		return;
-	}
 	switch (event->kind)
 	{
 		case DSYNC_EVENT_ACQUIRED:
@@ -348,6 +341,7 @@ TimestampTz
 ExpiryNext(void)
 {
 	TimestampTz next = expiry_horizon == DT_NOEND ? 0 : expiry_horizon;
+	TimestampTz ephemeral = DsyncEphemeralDue();
 
 	if (!pairingheap_is_empty(expiry_heap))
 	{
@@ -357,8 +351,8 @@ ExpiryNext(void)
 		if (next == 0 || first < next)
 			next = first;
 	}
-	if (expiry_ephemeral != 0 && (next == 0 || expiry_ephemeral < next))
-		next = expiry_ephemeral;
+	if (ephemeral != 0 && (next == 0 || ephemeral < next))
+		next = ephemeral;
 	return next;
 }
 
@@ -519,7 +513,7 @@ ExpiryRebuild(void)
 {
 	ExpiryReset();
 	expiry_horizon = DT_NOBEGIN;	/* nothing kept: everything is beyond */
-	expiry_ephemeral = GetCurrentTimestamp();	/* look at them once now */
+	DsyncEphemeralLookSoon();	/* look at them once now */
 	ExpiryRescan();
 }
 
@@ -548,8 +542,8 @@ ExpiryReapDue(DsyncDbSlot *slot, bool *more)
 		CommitTransactionCommand();
 		return -1;
 	}
-	if (expiry_ephemeral != 0 && expiry_ephemeral <= GetCurrentTimestamp())
-		expiry_ephemeral = DsyncEphemeralReap();
+	if (DsyncEphemeralDue() != 0 && DsyncEphemeralDue() <= GetCurrentTimestamp())
+		DsyncEphemeralReap();
 	catalog = DsyncCatalogFromExtension();
 	has[EXPIRY_LEASE] = true;
 	has[EXPIRY_PERMIT] = OidIsValid(catalog->rels[DSYNC_TABLE_PERMIT]);

@@ -284,6 +284,7 @@ DsyncProcessUtility(PlannedStmt *pstmt, const char *queryString,
 	if (IsA(parsetree, DropRoleStmt) || IsA(parsetree, DropOwnedStmt) ||
 		IsA(parsetree, ReassignOwnedStmt))
 		DsyncRoleUtility(parsetree);
+	DsyncListenUtility(parsetree);
 
 	PG_TRY();
 	{

@@ -67,6 +67,7 @@
 #include "stats.h"
 #include "dbslot.h"
 #include "events.h"
+#include "ephemeral.h"
 
 /* Events kept after a failed NOTIFY before the oldest are dropped. */
 #define DSYNC_MAX_UNSENT		1000000
@@ -167,12 +168,15 @@ ReaperDrainQueue(void)
 
 	int			n = DsyncQueueDrain(reaper_slot, &events, &dropped, &dropped_announced);
 
+	/* Events nobody listens to are not sent, nor numbered (listen.c). */
+	bool		heard = dsync_events && DsyncListenersIn(MyDatabaseId);
+
 	foreach(lc, events)
 	{
 		DsyncEvent *event = lfirst(lc);
 
 		ExpiryScheduleEvent(event);
-		if (DsyncEventIsAnnounced(event->kind) && dsync_events)
+		if (DsyncEventIsAnnounced(event->kind) && heard)
 			announce = lappend(announce, event);
 	}
 	if (announce != NIL)
@@ -545,6 +549,14 @@ dsync_reaper_main(Datum arg)
 		if (reaper_slot->queue_bytes > 0 || reaper_slot->queue_dropped > 0)
 			sleep_ms = 0;
 		LWLockRelease(reaper_slot->queue_lock);
+		/* Likewise an ephemeral deadline, which comes through the slot. */
+		pg_memory_barrier();
+		{
+			TimestampTz ephemeral = DsyncEphemeralDue();
+
+			if (ephemeral != 0 && (next == 0 || ephemeral < next))
+				sleep_ms = 0;
+		}
 
 		/*
 		 * The launcher wants this worker for a database with more urgent

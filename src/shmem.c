@@ -111,6 +111,7 @@ DsyncWorkerShmemInit(void)
 		slot->queue_first = slot->queue_last = -1;
 		slot->pgprocno = -1;
 		pg_atomic_init_u64(&slot->next_deadline, 0);
+		pg_atomic_init_u64(&slot->ephemeral_deadline, 0);
 		pg_atomic_init_u32(&slot->recheck, 0);
 		pg_atomic_init_u32(&slot->yield, 0);
 		pg_atomic_init_u32(&slot->wanted, 0);
@@ -132,6 +133,7 @@ DsyncShmemRequest(void)
 	RequestAddinShmemSpace(DsyncShmemSize());
 	RequestAddinShmemSpace(DsyncWorkerShmemSize());
 	RequestAddinShmemSpace(DsyncLocateShmemSize());
+	RequestAddinShmemSpace(DsyncListenShmemSize());
 	RequestNamedLWLockTranche("dsync", 2 + dsync_max_databases);
 	DsyncEphemeralShmemRequest();
 }
@@ -167,6 +169,7 @@ DsyncShmemStartup(void)
 	if (!found)
 		DsyncWorkerShmemInit();
 	DsyncLocateShmemInit();
+	DsyncListenShmemInit();
 	DsyncEphemeralShmemInit();
 	LWLockRelease(AddinShmemInitLock);
 }

@@ -20,7 +20,10 @@
 #   - events lost because dsync's queue was full use up their numbers:
 #     the gap in seq is exactly dsync_stats.events_lost;
 #   - dsync_stats counts grants, renewals, releases and expiries, and
-#     dsync_stats_reset zeroes it.
+#     dsync_stats_reset zeroes it;
+#   - events nobody listens to are not sent (no NOTIFY transaction for
+#     them), counting from a LISTEN on a dsync channel until the listener
+#     leaves or commits UNLISTEN * or DISCARD ALL.
 use strict;
 use warnings;
 
@@ -149,5 +152,45 @@ q1($node, "SELECT dsync_stats_reset()");
 is(q1($node, "SELECT grants + renewals + releases + expiries + waits FROM dsync_stats"),
 	'0', 'dsync_stats_reset zeroes the counters');
 
+# --- events nobody listens to are not sent -----------------------------------------
+
+# quiet_then_heard: changes nobody hears (acquired, set, expired), taken by
+# the worker (it wakes for the expiry), then one change on a name just
+# listened to.  Once that one arrives, the worker has sent whatever it was
+# going to send of the others: events_sent tells how many went out in all.
+sub quiet_then_heard
+{
+	my ($who, $quiet, $heard) = @_;
+	q1($node, "SELECT dsync_stats_reset()");
+	q1($node, "SELECT dsync_acquire('$quiet', 'h', '200 ms'), dsync_event_set('$quiet')");
+	ok(wait_for($node, "SELECT queue_used = 0 AND expiries = 1 FROM dsync_stats"),
+		"$quiet: expired, and the worker has taken every queued event");
+	my $c = $who->listen($heard);
+	q1($node, "SELECT dsync_event_set('$heard')");
+	my @got = $who->take($c, 1);
+	return scalar(@got) . ' ' . q1($node, "SELECT events_sent FROM dsync_stats");
+}
+
 $listener->quit;
+wait_for($node, "SELECT count(*) = 0 FROM pg_stat_activity"
+	  . " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()");
+$listener = Listener->new($node);
+is(quiet_then_heard($listener, 'quiet1', 'heard1'), '1 1',
+	'with nobody listening, acquired, set and expired are not sent; the next heard one is');
+$listener->{psql}->query_safe('UNLISTEN *');
+is(quiet_then_heard($listener, 'quiet2', 'heard2'), '1 1',
+	'after UNLISTEN * nothing is sent either');
+$listener->{psql}->query_safe('DISCARD ALL');
+is(quiet_then_heard($listener, 'quiet3', 'heard3'), '1 1', 'nor after DISCARD ALL');
+$listener->listen('quiet4');
+is(quiet_then_heard($listener, 'quiet4', 'heard4'), '1 4',
+	'a listener on another dsync channel: every event is sent');
+my $other = Listener->new($node);
+$listener->{psql}->query_safe('BEGIN');
+$listener->{psql}->query_safe('UNLISTEN *');
+$listener->{psql}->query_safe('ROLLBACK');
+is(quiet_then_heard($other, 'quiet5', 'heard5'), '1 4',
+	'an UNLISTEN * that rolls back changes nothing');
+$listener->quit;
+$other->quit;
 done_testing();

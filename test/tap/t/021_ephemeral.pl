@@ -25,7 +25,8 @@
 #      a member of the owner role and the owner itself succeed, and
 #      dsync_leases shows the owner;
 #   5. a LISTENing session receives acquired, released and expired (from
-#      the reaper) in order with increasing seq;
+#      the reaper) in order with increasing seq; with nobody listening,
+#      nothing is sent and the reaper still clears an expired lease;
 #   6. a ttl above dsync.ephemeral_max_ttl is SQLSTATE 22023; with
 #      dsync.ephemeral_max_leases = 2 the third concurrent holder gets
 #      SQLSTATE 53200 ("too many ephemeral leases"), and after a release a
@@ -376,6 +377,30 @@ is(scalar(grep { $_->{pid} eq $reaper } @ev), scalar(@ev), 'events: all sent by 
 is(scalar(grep { ($_->{json}{lease} // '') eq 'eph-ev' } @ev), scalar(@ev),
 	'events: all name the lease');
 $listener->quit;
+
+# With nobody listening the same changes send nothing, and the expiry is
+# still cleared on time: the reaper learns ephemeral deadlines from the
+# database's slot, not from queued events.  Once a change on a name just
+# listened to arrives, the reaper has sent whatever it would have.
+ok(wait_for($node, "SELECT count(*) = 0 FROM pg_stat_activity"
+		  . " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"),
+	'events: the listener has left');
+q1($node, "SELECT dsync_stats_reset()");
+eph($node, 'eph-quiet', 'q1');
+q1($node, "SELECT dsync_release('eph-quiet', 'q1')");
+eph($node, 'eph-quiet', 'q2', '1 s');
+ok(wait_for($node, "SELECT expiries = 1 FROM dsync_stats"),
+	'events: with nobody listening, the reaper still clears the expired lease');
+is(q1($node, "SELECT dsync_leader('eph-quiet') IS NULL"), 't', 'events: eph-quiet is free');
+$listener = Listener->new($node);
+$channel = $listener->listen('eph-heard');
+my $t5 = eph($node, 'eph-heard', 'h');
+@ev = $listener->take($channel, 1);
+is(scalar(@ev) . ' ' . ($ev[0]{json}{fencing} // ''), "1 $t5", 'events: the next heard change arrives');
+is(q1($node, "SELECT grants || ' ' || releases || ' ' || expiries || ' ' || events_sent FROM dsync_stats"),
+	'3 1 1 1', 'events: of 5 changes only the one heard was sent (grants, releases, expiries, sent)');
+$listener->quit;
+q1($node, "SELECT dsync_release('eph-heard', 'h')");
 
 # =========================================================================
 # 6. Limits
