@@ -390,7 +390,7 @@ DsyncEphemeralCheckGrant(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 					 errdetail("An ephemeral lease keeps at most %d bytes of info; this is %d.",
 							   EPHEMERAL_INFO_MAX, (int) VARSIZE(info))));
 	}
-	if (DsyncSemaphorePermitsFor(fcinfo, lease, false) >= 0)
+	if (DsyncSemaphoreCountUnlocked(DsyncCatalogGet(fcinfo), lease) >= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("semaphore \"%s\" cannot be acquired as an ephemeral lease",
@@ -402,15 +402,21 @@ DsyncEphemeralCheckGrant(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
  * EphemeralDurableTaken
  *		Whether dsync_lease has the name held, or being changed or guarded
  *		by a transaction still running; *retry_at is set to a live holder's
- *		expiry.  The row is found as a durable acquire finds it (its cached
- *		location, else the index).
+ *		expiry.  The row is found at its cached location; without one, a
+ *		single dirty-snapshot probe of the index answers (a name with no
+ *		row, the common case for names used only ephemerally, costs one
+ *		probe, not a committed-state one and then a dirty one).
  */
 static bool
 EphemeralDurableTaken(DsyncStore *store, text *lease, TimestampTz now, TimestampTz *retry_at)
 {
-	DsyncRow   *row = DsyncLeaseFindPlain(store, lease);
+	DsyncRow   *row = DsyncScanKeyCached(store, lease, 0);
 
-	if (row != NULL && DsyncRowIsLive(row, now))
+	/* No cached location: a name with no row, or one not looked up lately. */
+	if (row == NULL)
+		return DsyncStoreKeyTaken(store, lease, Int32GetDatum(0), now, retry_at);
+
+	if (DsyncRowIsLive(row, now))
 	{
 		*retry_at = DsyncRowExpiry(row);
 		return true;
@@ -421,7 +427,7 @@ EphemeralDurableTaken(DsyncStore *store, text *lease, TimestampTz now, Timestamp
 	 * transaction or a savepoint) would bring the durable holder back,
 	 * while the ephemeral grant would stay.
 	 */
-	if (row != NULL && TransactionIdIsCurrentTransactionId(row->xmin))
+	if (TransactionIdIsCurrentTransactionId(row->xmin))
 		return true;
 
 	/*
@@ -429,10 +435,9 @@ EphemeralDurableTaken(DsyncStore *store, text *lease, TimestampTz now, Timestamp
 	 * a durable grant writes only while it holds off ephemeral grants of
 	 * the name, which we do now.  One with an xmax may have been granted
 	 * by a transaction that committed since our snapshot (so the xmax no
-	 * longer runs): look again, seeing uncommitted versions too.  So does
-	 * a name with no row, for an uncommitted insert.
+	 * longer runs): look again, seeing uncommitted versions too.
 	 */
-	if (row != NULL && row->unlocked)
+	if (row->unlocked)
 		return false;
 	return DsyncStoreKeyTaken(store, lease, Int32GetDatum(0), now, retry_at);
 }

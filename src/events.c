@@ -200,7 +200,20 @@ bool
 DsyncEventIsAnnounced(DsyncEventKind kind)
 {
 	return kind != DSYNC_EVENT_DEADLINE && kind != DSYNC_EVENT_MEMBER_DEADLINE &&
-		kind != DSYNC_EVENT_PERMIT_DEADLINE && kind != DSYNC_EVENT_RENEWED;
+		kind != DSYNC_EVENT_PERMIT_DEADLINE && kind != DSYNC_EVENT_RENEWED &&
+		kind != DSYNC_EVENT_IDLE && kind != DSYNC_EVENT_PERMIT_IDLE;
+}
+
+/*
+ * DsyncEventIsRelease
+ *		Whether an event releases a lease or permit row, announced or not:
+ *		the row may be removed once unused for dsync.idle_row_retention.
+ */
+bool
+DsyncEventIsRelease(DsyncEventKind kind)
+{
+	return kind == DSYNC_EVENT_RELEASED || kind == DSYNC_EVENT_PERMIT_RELEASED ||
+		kind == DSYNC_EVENT_IDLE || kind == DSYNC_EVENT_PERMIT_IDLE;
 }
 
 /*
@@ -251,6 +264,62 @@ DsyncDeadlineLower(DsyncDbSlot *slot, TimestampTz deadline)
 }
 
 /*
+ * EventUnheard
+ *		What the worker still needs of an event nobody listens to, as a
+ *		kind that is not announced: the deadline of a grant or a join, or
+ *		the release after which an unused row may go (IDLE).
+ *		DSYNC_EVENT_NONE if nothing: then it is not queued at all.
+ *
+ * So an event is sent exactly when someone listened as it was queued:
+ * every change committed after a LISTEN committed, and nothing from
+ * before one (which would reach a new listener late and out of date).
+ */
+static DsyncEventKind
+EventUnheard(DsyncEventKind kind)
+{
+	switch (kind)
+	{
+		case DSYNC_EVENT_ACQUIRED:
+			return DSYNC_EVENT_DEADLINE;
+		case DSYNC_EVENT_PERMIT_ACQUIRED:
+			return DSYNC_EVENT_PERMIT_DEADLINE;
+		case DSYNC_EVENT_JOINED:
+			return DSYNC_EVENT_MEMBER_DEADLINE;
+		case DSYNC_EVENT_RELEASED:
+			return DSYNC_EVENT_IDLE;
+		case DSYNC_EVENT_PERMIT_RELEASED:
+			return DSYNC_EVENT_PERMIT_IDLE;
+		case DSYNC_EVENT_EXPIRED:
+		case DSYNC_EVENT_LEFT:
+		case DSYNC_EVENT_MEMBER_EXPIRED:
+		case DSYNC_EVENT_SET:
+			return DSYNC_EVENT_NONE;
+		default:
+			return kind;
+	}
+}
+
+/*
+ * EventDeadline
+ *		When the worker must look at what an event is about (0: never):
+ *		a lease's, permit's or membership's expiry, or when a released
+ *		row has been unused long enough to remove.  An ephemeral lease's
+ *		deadline goes through the slot instead (EventEphemeralDeadline).
+ */
+static TimestampTz
+EventDeadline(const DsyncEvent *event)
+{
+	if (event->slot < 0)
+		return 0;
+	if (DsyncEventHasDeadline(event->kind))
+		return event->expires_at;
+	if (DsyncEventIsRelease(event->kind) && dsync_idle_row_retention >= 0)
+		return TimestampTzPlusMilliseconds(event->expires_at,
+										   (int64) dsync_idle_row_retention * 1000);
+	return 0;
+}
+
+/*
  * DsyncEventPublish
  *		Queue the committed transaction's events and see that a worker
  *		comes for them.
@@ -291,29 +360,36 @@ DsyncEventPublish(List *events, int64 renewals, bool count)
 		LWLockRelease(slot->queue_lock);
 		return;
 	}
-	/* Nobody to hear them: no need to wake the worker for them. */
+	/* Read under the queue lock, after a LISTEN's mark (listen.c). */
 	heard = dsync_events && DsyncListenersIn(MyDatabaseId);
 	foreach(lc, events)
 	{
 		DsyncPendingEvent *pe = lfirst(lc);
+		DsyncEvent	event = pe->event;
+		TimestampTz deadline;
 
-		if (!DsyncQueueAppend(slot, &pe->event))
+		/* Nobody hears it: queue only what the worker itself needs. */
+		if (!heard)
+			event.kind = EventUnheard(event.kind);
+		if (event.kind == DSYNC_EVENT_NONE)
+			continue;
+		if (!DsyncQueueAppend(slot, &event))
 		{
 			dropped++;
-			if (DsyncEventIsAnnounced(pe->event.kind))
+			if (DsyncEventIsAnnounced(event.kind))
 				dropped_announced++;
 			continue;
 		}
-		/* An ephemeral lease's deadline went through the slot instead. */
-		if (DsyncEventHasDeadline(pe->event.kind) && pe->event.slot >= 0)
+		deadline = EventDeadline(&event);
+		if (deadline != 0)
 		{
 			uint64		before = pg_atomic_read_u64(&slot->next_deadline);
 
-			DsyncDeadlineLower(slot, pe->event.expires_at);
-			if (before == 0 || (TimestampTz) before > pe->event.expires_at)
+			DsyncDeadlineLower(slot, deadline);
+			if (before == 0 || (TimestampTz) before > deadline)
 				earlier = true;
 		}
-		if (DsyncEventIsAnnounced(pe->event.kind) && heard)
+		if (DsyncEventIsAnnounced(event.kind))
 			wake = true;
 	}
 	slot->queue_dropped += dropped;

@@ -19,6 +19,7 @@
 /* events.c: lease events recorded during a transaction, queued at commit */
 typedef enum DsyncEventKind
 {
+	DSYNC_EVENT_NONE = 0,		/* nothing to queue */
 	DSYNC_EVENT_ACQUIRED = 1,
 	DSYNC_EVENT_RELEASED,
 	DSYNC_EVENT_EXPIRED,
@@ -31,7 +32,9 @@ typedef enum DsyncEventKind
 	DSYNC_EVENT_PERMIT_ACQUIRED,	/* as ACQUIRED, for a semaphore permit */
 	DSYNC_EVENT_PERMIT_DEADLINE,	/* as DEADLINE, for a semaphore permit */
 	DSYNC_EVENT_PERMIT_RELEASED,	/* as RELEASED, for a semaphore permit */
-	DSYNC_EVENT_RENEWED			/* not announced or queued: counted only */
+	DSYNC_EVENT_RENEWED,		/* not announced or queued: counted only */
+	DSYNC_EVENT_IDLE,			/* as RELEASED, not announced: nobody listened */
+	DSYNC_EVENT_PERMIT_IDLE		/* as PERMIT_RELEASED, not announced */
 } DsyncEventKind;
 
 typedef struct DsyncEvent
@@ -54,6 +57,7 @@ extern void DsyncEventPublishNow(const DsyncEvent *events, int nevents, int64 re
 extern char *DsyncEventPayload(const DsyncEvent *event);
 extern bool DsyncEventHasDeadline(DsyncEventKind kind);
 extern bool DsyncEventIsAnnounced(DsyncEventKind kind);
+extern bool DsyncEventIsRelease(DsyncEventKind kind);
 extern const char *DsyncEventChannel(const char *name);
 extern void DsyncDeadlineLower(DsyncDbSlot *slot, TimestampTz deadline);
 extern void DsyncEventTimestamp(StringInfo buf, TimestampTz ts);

@@ -321,9 +321,12 @@ ExpiryScheduleEvent(const DsyncEvent *event)
 			break;
 		case DSYNC_EVENT_RELEASED:
 		case DSYNC_EVENT_PERMIT_RELEASED:
+		case DSYNC_EVENT_IDLE:
+		case DSYNC_EVENT_PERMIT_IDLE:
 			/* Look again once it may have been unused long enough. */
 			if (dsync_idle_row_retention >= 0)
-				ExpirySchedule(event->kind == DSYNC_EVENT_RELEASED ? EXPIRY_LEASE : EXPIRY_PERMIT,
+				ExpirySchedule(event->kind == DSYNC_EVENT_RELEASED ||
+							   event->kind == DSYNC_EVENT_IDLE ? EXPIRY_LEASE : EXPIRY_PERMIT,
 							   event->name, NULL, event->slot,
 							   TimestampTzPlusMilliseconds(event->expires_at,
 														   (int64) dsync_idle_row_retention * 1000));

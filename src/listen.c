@@ -15,13 +15,13 @@
  * its commits.  A count of such backends makes the common answer ("nobody
  * listens anywhere") one atomic read.
  *
- * The mark is set before the LISTEN can commit, and committing backends
- * and the reaper read it under the queue lock after queueing an event: so
- * an event committed after a LISTEN committed is always sent.  An event
- * committed earlier may or may not be, which is what NOTIFY itself does
- * for a listener that joins while it is sent.  The mark errs on the side
- * of sending: a LISTEN that rolls back, or an UNLISTEN of one channel,
- * leaves it set until the backend leaves.
+ * The mark is set before the LISTEN can commit, and a committing backend
+ * reads it under the queue lock, after its commit: so an event committed
+ * after a LISTEN committed is always sent.  One committed while nobody
+ * listened is queued only for what the reaper itself needs of it (a
+ * deadline, a released row), never to be sent (events.c, EventUnheard).
+ * The mark errs on the side of sending: a LISTEN that rolls back, or an
+ * UNLISTEN of one channel, leaves it set until the backend leaves.
  *
  *-------------------------------------------------------------------------
  */
@@ -192,8 +192,9 @@ DsyncListenUtility(Node *parsetree)
 /*
  * DsyncListenersIn
  *		Whether any backend listens on a dsync channel in database dbid.
- *		Callers read it after queueing the event in question, under the
- *		queue lock, which orders this read after a LISTEN's mark.
+ *		Callers read it after their change took effect, under the queue
+ *		lock or a partition lock, which orders this read after a LISTEN's
+ *		mark.
  */
 bool
 DsyncListenersIn(Oid dbid)

@@ -168,15 +168,12 @@ ReaperDrainQueue(void)
 
 	int			n = DsyncQueueDrain(reaper_slot, &events, &dropped, &dropped_announced);
 
-	/* Events nobody listens to are not sent, nor numbered (listen.c). */
-	bool		heard = dsync_events && DsyncListenersIn(MyDatabaseId);
-
 	foreach(lc, events)
 	{
 		DsyncEvent *event = lfirst(lc);
 
 		ExpiryScheduleEvent(event);
-		if (DsyncEventIsAnnounced(event->kind) && heard)
+		if (DsyncEventIsAnnounced(event->kind) && dsync_events)
 			announce = lappend(announce, event);
 	}
 	if (announce != NIL)

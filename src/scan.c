@@ -492,6 +492,21 @@ ScanLocated(DsyncStore *store, text *name, int32 slot, ItemPointer cached)
 }
 
 /*
+ * DsyncScanKeyCached
+ *		The row with key (name, slot) of dsync_lease as of the latest
+ *		committed state, if the location cache knows it; else NULL, with
+ *		no index probe (the caller looks another way).
+ */
+DsyncRow *
+DsyncScanKeyCached(DsyncStore *store, text *name, int32 slot)
+{
+	ItemPointerData cached;
+
+	Assert(store->table == DSYNC_TABLE_LEASE);
+	return ScanLocated(store, name, slot, &cached);
+}
+
+/*
  * DsyncScanKeyLatest
  *		The row with key (name, slot) of dsync_lease as of the latest
  *		committed state, or NULL: the tuple the location cache points at

@@ -17,6 +17,9 @@
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
 
 #include "args.h"
 #include "catalog.h"
@@ -26,6 +29,18 @@
 
 PG_FUNCTION_INFO_V1(dsync_semaphore_create);
 PG_FUNCTION_INFO_V1(dsync_semaphore_drop);
+
+/*
+ * How long this backend trusts having seen dsync_semaphore empty: a row
+ * written other than by dsync_semaphore_create (a restore, a superuser's
+ * INSERT) sends no invalidation, and is noticed within this time.
+ */
+#define SEMAPHORE_NONE_TRUST_MS	1000
+
+/* When this backend saw the table semaphore_none_rel empty (0: not known). */
+static TimestampTz semaphore_none_at = 0;
+static Oid	semaphore_none_rel = InvalidOid;
+static bool semaphore_callback = false;
 
 /*
  * SemaphoreFind
@@ -118,6 +133,63 @@ DsyncSemaphoreCount(const DsyncCatalog *catalog, text *name, bool for_grant)
 }
 
 /*
+ * SemaphoreRelcacheCallback
+ *		Forget having seen the definitions table empty when it is
+ *		invalidated: dsync_semaphore_create invalidates it as it commits.
+ */
+static void
+SemaphoreRelcacheCallback(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == semaphore_none_rel)
+		semaphore_none_at = 0;
+}
+
+/*
+ * DsyncSemaphoreCountUnlocked
+ *		DsyncSemaphoreCount for a caller that only needs to know, not to
+ *		hold the definition: one that must refuse a semaphore's name.
+ *
+ * An ephemeral acquire asks on every call, and in a database that uses no
+ * semaphores each answer was the same system call (the table's size, which
+ * PostgreSQL caches only during recovery).  An empty table is remembered
+ * until a definition commits (the relcache invalidation of
+ * dsync_semaphore_create, taken in here before looking) or a second has
+ * passed.
+ */
+int
+DsyncSemaphoreCountUnlocked(const DsyncCatalog *catalog, text *name)
+{
+	Oid			relid = catalog->rels[DSYNC_TABLE_SEMAPHORE];
+	TimestampTz now;
+	DsyncStore	store;
+	bool		empty;
+
+	if (!OidIsValid(relid))
+		return -1;
+	AcceptInvalidationMessages();
+	now = GetCurrentTimestamp();
+	if (semaphore_none_at != 0 && relid == semaphore_none_rel &&
+		!TimestampDifferenceExceeds(semaphore_none_at, now, SEMAPHORE_NONE_TRUST_MS))
+		return -1;
+	if (!semaphore_callback)
+	{
+		CacheRegisterRelcacheCallback(SemaphoreRelcacheCallback, (Datum) 0);
+		semaphore_callback = true;
+	}
+	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_SEMAPHORE, false);
+	empty = DsyncStoreBlockCount(store.rel) == 0;
+	DsyncStoreCloseUnlock(&store);
+	if (!empty)
+	{
+		semaphore_none_at = 0;
+		return DsyncSemaphoreCount(catalog, name, false);
+	}
+	semaphore_none_rel = relid;
+	semaphore_none_at = now;
+	return -1;
+}
+
+/*
  * dsync_semaphore_create
  *		SQL: dsync_semaphore_create(name, permits) RETURNS boolean
  *
@@ -180,6 +252,8 @@ dsync_semaphore_create(PG_FUNCTION_ARGS)
 				TimestampTzGetDatum(GetCurrentTimestamp()));
 	DsyncRowSet(row, Anum_semaphore_owner, ObjectIdGetDatum(GetUserId()));
 	DsyncStoreInsert(&store, row);
+	/* Backends that saw no definitions look again once this commits. */
+	CacheInvalidateRelcache(store.rel);
 	DsyncPermitFill(store.catalog, name, permits);
 	DsyncStoreUnclaimKey(&store, name, (Datum) 0);
 	DsyncStoreClose(&store);

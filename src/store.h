@@ -66,6 +66,7 @@ DsyncRowSet(DsyncRow *row, int attnum, Datum value)
 extern DsyncScan *DsyncScanName(DsyncStore *store, text *name);
 extern DsyncScan *DsyncScanKey(DsyncStore *store, text *name, Datum second);
 extern DsyncRow *DsyncScanKeyLatest(DsyncStore *store, text *name, int32 slot);
+extern DsyncRow *DsyncScanKeyCached(DsyncStore *store, text *name, int32 slot);
 extern DsyncScan *DsyncScanFrom(DsyncStore *store, text *name, int32 slot);
 extern DsyncScan *DsyncScanLast(DsyncStore *store, text *name);
 extern DsyncScan *DsyncScanHolder(DsyncStore *store, text *name, text *holder);

@@ -23,7 +23,8 @@
 #     dsync_stats_reset zeroes it;
 #   - events nobody listens to are not sent (no NOTIFY transaction for
 #     them), counting from a LISTEN on a dsync channel until the listener
-#     leaves or commits UNLISTEN * or DISCARD ALL.
+#     leaves or commits UNLISTEN * or DISCARD ALL; whether one is sent is
+#     decided as it commits, so a later listener never gets old ones.
 use strict;
 use warnings;
 
@@ -191,6 +192,22 @@ $listener->{psql}->query_safe('UNLISTEN *');
 $listener->{psql}->query_safe('ROLLBACK');
 is(quiet_then_heard($other, 'quiet5', 'heard5'), '1 4',
 	'an UNLISTEN * that rolls back changes nothing');
+
+# Whether a change is sent is decided as it commits: changes made while
+# nobody listened are not sent to a listener that arrives before the
+# worker has taken them (they would reach it late and out of date).
 $listener->quit;
 $other->quit;
+wait_for($node, "SELECT count(*) = 0 FROM pg_stat_activity"
+	  . " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()");
+q1($node, "SELECT dsync_stats_reset()");
+q1($node, "SELECT dsync_acquire('quiet6', 'h', '1 hour'), dsync_event_set('quiet6'), dsync_release('quiet6', 'h')");
+$listener = Listener->new($node);
+$listener->listen('quiet6');
+$ch = $listener->listen('heard6');
+q1($node, "SELECT dsync_event_set('heard6')");
+@n = $listener->take($ch, 1);
+is(scalar(@n) . ' ' . q1($node, "SELECT events_sent FROM dsync_stats"), '1 1',
+	'changes committed while nobody listened are not sent to a later listener');
+$listener->quit;
 done_testing();
