@@ -390,7 +390,7 @@ DsyncEphemeralCheckGrant(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 					 errdetail("An ephemeral lease keeps at most %d bytes of info; this is %d.",
 							   EPHEMERAL_INFO_MAX, (int) VARSIZE(info))));
 	}
-	if (DsyncSemaphoreCountUnlocked(DsyncCatalogGet(fcinfo), lease) >= 0)
+	if (DsyncSemaphorePermitsFor(fcinfo, lease, false) >= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("semaphore \"%s\" cannot be acquired as an ephemeral lease",

@@ -108,7 +108,8 @@ LeaseStoresClose(LeaseStores *stores)
 static bool
 LeaseMayHavePermits(LeaseStores *stores)
 {
-	return stores->has_permits && DsyncStoreBlockCount(stores->permit.rel) > 0;
+	return stores->has_permits && !DsyncSemaphoresUnused(stores->lease.catalog) &&
+		DsyncStoreBlockCount(stores->permit.rel) > 0;
 }
 
 /*

@@ -43,6 +43,6 @@ extern void DsyncPermitDropFree(const DsyncCatalog *catalog, text *name);
 extern int	DsyncSemaphorePermits(FunctionCallInfo fcinfo, text *name);
 extern int	DsyncSemaphorePermitsFor(FunctionCallInfo fcinfo, text *name, bool for_grant);
 extern int	DsyncSemaphoreCount(const DsyncCatalog *catalog, text *name, bool for_grant);
-extern int	DsyncSemaphoreCountUnlocked(const DsyncCatalog *catalog, text *name);
+extern bool DsyncSemaphoresUnused(const DsyncCatalog *catalog);
 
 #endif							/* DSYNC_LEASE_H */

@@ -37,7 +37,7 @@ PG_FUNCTION_INFO_V1(dsync_semaphore_drop);
  */
 #define SEMAPHORE_NONE_TRUST_MS	1000
 
-/* When this backend saw the table semaphore_none_rel empty (0: not known). */
+/* When this backend saw no semaphores, semaphore_none_rel being dsync_semaphore. */
 static TimestampTz semaphore_none_at = 0;
 static Oid	semaphore_none_rel = InvalidOid;
 static bool semaphore_callback = false;
@@ -95,16 +95,10 @@ DsyncSemaphoreCount(const DsyncCatalog *catalog, text *name, bool for_grant)
 	DsyncRow   *row;
 	int			permits = -1;
 
-	if (!OidIsValid(catalog->rels[DSYNC_TABLE_SEMAPHORE]))
+	/* A database that uses no semaphores pays no lookup, mostly nothing. */
+	if (DsyncSemaphoresUnused(catalog))
 		return -1;
 	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_SEMAPHORE, for_grant);
-
-	/*
-	 * A table with no pages has no row, committed or not: a database that
-	 * uses no semaphores pays a size check here, not an index probe (any
-	 * insert extends the table before its row can be seen, and VACUUM
-	 * truncates it to nothing only once every row is gone).
-	 */
 	while (DsyncStoreBlockCount(store.rel) > 0)
 	{
 		row = SemaphoreFind(&store, name);
@@ -134,7 +128,7 @@ DsyncSemaphoreCount(const DsyncCatalog *catalog, text *name, bool for_grant)
 
 /*
  * SemaphoreRelcacheCallback
- *		Forget having seen the definitions table empty when it is
+ *		Forget having seen no semaphores when the definitions table is
  *		invalidated: dsync_semaphore_create invalidates it as it commits.
  */
 static void
@@ -145,48 +139,63 @@ SemaphoreRelcacheCallback(Datum arg, Oid relid)
 }
 
 /*
- * DsyncSemaphoreCountUnlocked
- *		DsyncSemaphoreCount for a caller that only needs to know, not to
- *		hold the definition: one that must refuse a semaphore's name.
- *
- * An ephemeral acquire asks on every call, and in a database that uses no
- * semaphores each answer was the same system call (the table's size, which
- * PostgreSQL caches only during recovery).  An empty table is remembered
- * until a definition commits (the relcache invalidation of
- * dsync_semaphore_create, taken in here before looking) or a second has
- * passed.
+ * SemaphoreTableEmpty
+ *		Whether one of the semaphore tables has no pages, so no rows,
+ *		committed or not (any insert extends the table before its row can
+ *		be seen; VACUUM truncates it to nothing only once every row is
+ *		gone).
  */
-int
-DsyncSemaphoreCountUnlocked(const DsyncCatalog *catalog, text *name)
+static bool
+SemaphoreTableEmpty(const DsyncCatalog *catalog, DsyncTable table)
 {
-	Oid			relid = catalog->rels[DSYNC_TABLE_SEMAPHORE];
-	TimestampTz now;
 	DsyncStore	store;
 	bool		empty;
 
+	DsyncStoreOpenCatalog(&store, catalog, table, false);
+	empty = DsyncStoreBlockCount(store.rel) == 0;
+	DsyncStoreCloseUnlock(&store);
+	return empty;
+}
+
+/*
+ * DsyncSemaphoresUnused
+ *		Whether the database has no semaphore definitions and no permits,
+ *		so that every name is a plain lease.
+ *
+ * Every acquire asks, and in a database that uses no semaphores each
+ * answer was the same two system calls (the tables' sizes, which
+ * PostgreSQL caches only during recovery): on a small machine each one is
+ * also a point where the backend is preempted.  So an answer of "unused"
+ * is remembered until a definition commits (the relcache invalidation of
+ * dsync_semaphore_create, taken in here before looking) or a second has
+ * passed, which bounds how late rows written other than by dsync (a
+ * restore, a superuser's INSERT) are noticed.
+ */
+bool
+DsyncSemaphoresUnused(const DsyncCatalog *catalog)
+{
+	Oid			relid = catalog->rels[DSYNC_TABLE_SEMAPHORE];
+	TimestampTz now;
+	bool		unused;
+
 	if (!OidIsValid(relid))
-		return -1;
+		return true;
 	AcceptInvalidationMessages();
 	now = GetCurrentTimestamp();
 	if (semaphore_none_at != 0 && relid == semaphore_none_rel &&
 		!TimestampDifferenceExceeds(semaphore_none_at, now, SEMAPHORE_NONE_TRUST_MS))
-		return -1;
+		return true;
 	if (!semaphore_callback)
 	{
 		CacheRegisterRelcacheCallback(SemaphoreRelcacheCallback, (Datum) 0);
 		semaphore_callback = true;
 	}
-	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_SEMAPHORE, false);
-	empty = DsyncStoreBlockCount(store.rel) == 0;
-	DsyncStoreCloseUnlock(&store);
-	if (!empty)
-	{
-		semaphore_none_at = 0;
-		return DsyncSemaphoreCount(catalog, name, false);
-	}
+	unused = SemaphoreTableEmpty(catalog, DSYNC_TABLE_SEMAPHORE) &&
+		(!OidIsValid(catalog->rels[DSYNC_TABLE_PERMIT]) ||
+		 SemaphoreTableEmpty(catalog, DSYNC_TABLE_PERMIT));
 	semaphore_none_rel = relid;
-	semaphore_none_at = now;
-	return -1;
+	semaphore_none_at = unused ? now : 0;
+	return unused;
 }
 
 /*
