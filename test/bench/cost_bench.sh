@@ -139,10 +139,6 @@ fi
 if bench_part 2 "WAL per cycle ($WAL_CYCLES cycles, one client, after a warm-up)"; then
 	warm_locations
 	for v in "${VARIANTS[@]}"; do
-		# A checkpoint first, so that the full-page images of pages first
-		# touched after it fall in the warm-up of every variant alike,
-		# not in whichever measured run a timed checkpoint happens to hit.
-		q bench "CHECKPOINT" >/dev/null
 		"$PGBIN/pgbench" -n -M prepared -c 1 -t "$WAL_CYCLES" -f "$HERE/cycle_$v.sql" bench >/dev/null 2>&1
 		start=$(q bench "SELECT pg_current_wal_insert_lsn()")
 		"$PGBIN/pgbench" -n -M prepared -c 1 -t "$WAL_CYCLES" -f "$HERE/cycle_$v.sql" bench >/dev/null 2>&1
