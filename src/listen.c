@@ -199,7 +199,7 @@ DsyncListenUtility(Node *parsetree)
 bool
 DsyncListenersIn(Oid dbid)
 {
-	if (pg_atomic_read_u32(&listen_shared->listening) == 0)
+	if (listen_shared == NULL || pg_atomic_read_u32(&listen_shared->listening) == 0)
 		return false;
 	for (int i = 0; i < listen_shared->nprocs; i++)
 		if (pg_atomic_read_u32(&listen_shared->dbid[i]) == dbid)
