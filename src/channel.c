@@ -65,6 +65,17 @@ DsyncEventChannel(const char *name)
 }
 
 /*
+ * DsyncIsEventChannel
+ *		Whether a channel is one dsync sends events on.
+ */
+bool
+DsyncIsEventChannel(const char *channel)
+{
+	return strncmp(channel, DSYNC_CHANNEL_PREFIX, DSYNC_PREFIX_LEN) == 0 ||
+		strncmp(channel, DSYNC_HASHED_PREFIX, DSYNC_PREFIX_LEN) == 0;
+}
+
+/*
  * dsync_channel
  *		SQL: dsync_channel(name) RETURNS text
  */

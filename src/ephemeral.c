@@ -1035,17 +1035,9 @@ void
 DsyncEphemeralLookSoon(void)
 {
 	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
-	TimestampTz now = GetCurrentTimestamp();
-	uint64		current;
 
-	if (slot == NULL)
-		return;
-	current = pg_atomic_read_u64(&slot->ephemeral_deadline);
-	while (current == 0 || (TimestampTz) current > now)
-	{
-		if (pg_atomic_compare_exchange_u64(&slot->ephemeral_deadline, &current, (uint64) now))
-			break;
-	}
+	if (slot != NULL)
+		(void) DsyncTimeLower(&slot->ephemeral_deadline, GetCurrentTimestamp(), NULL);
 }
 
 /*

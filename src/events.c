@@ -246,21 +246,40 @@ EventCountAdd(DsyncDbSlot *slot, const int64 *counts, int64 renewals)
 }
 
 /*
+ * DsyncTimeLower
+ *		Lower a shared time (0: none) to t if that is earlier, atomically;
+ *		true if it was lowered.  *result, if given: the time it holds now,
+ *		ours or an earlier one.  A successful swap is a full barrier.
+ */
+bool
+DsyncTimeLower(pg_atomic_uint64 *value, TimestampTz t, TimestampTz *result)
+{
+	uint64		current = pg_atomic_read_u64(value);
+
+	while (current == 0 || (TimestampTz) current > t)
+	{
+		if (pg_atomic_compare_exchange_u64(value, &current, (uint64) t))
+		{
+			if (result)
+				*result = t;
+			return true;
+		}
+	}
+	if (result)
+		*result = (TimestampTz) current;
+	return false;
+}
+
+/*
  * DsyncDeadlineLower
  *		Make the reaper wake up by deadline if that is earlier than what it
- *		sleeps until.  Safe in a commit callback: no locks, no errors.
+ *		sleeps until; true if it is.  Safe in a commit callback: no locks,
+ *		no errors.
  */
-void
+bool
 DsyncDeadlineLower(DsyncDbSlot *slot, TimestampTz deadline)
 {
-	uint64		current = pg_atomic_read_u64(&slot->next_deadline);
-
-	while (current == 0 || (TimestampTz) current > deadline)
-	{
-		if (pg_atomic_compare_exchange_u64(&slot->next_deadline, &current,
-										   (uint64) deadline))
-			break;
-	}
+	return DsyncTimeLower(&slot->next_deadline, deadline, NULL);
 }
 
 /*
@@ -331,10 +350,11 @@ EventDeadline(const DsyncEvent *event)
  * woken when there is something to announce or an earlier deadline; with
  * no worker, the launcher is asked for one (DsyncDbSlotWant) or, for a
  * deadline only, told the earlier time it must start one.  count: add the
- * events to the database's counters.
+ * events to the database's counters.  heard_known: the caller has found a
+ * listener already (and passes only events to send).
  */
 static void
-DsyncEventPublish(List *events, int64 renewals, bool count)
+DsyncEventPublish(List *events, int64 renewals, bool count, bool heard_known)
 {
 	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
 	ListCell   *lc;
@@ -361,7 +381,7 @@ DsyncEventPublish(List *events, int64 renewals, bool count)
 		return;
 	}
 	/* Read under the queue lock, after a LISTEN's mark (listen.c). */
-	heard = dsync_events && DsyncListenersIn(MyDatabaseId);
+	heard = heard_known || (dsync_events && DsyncListenersIn(MyDatabaseId));
 	foreach(lc, events)
 	{
 		DsyncPendingEvent *pe = lfirst(lc);
@@ -381,14 +401,8 @@ DsyncEventPublish(List *events, int64 renewals, bool count)
 			continue;
 		}
 		deadline = EventDeadline(&event);
-		if (deadline != 0)
-		{
-			uint64		before = pg_atomic_read_u64(&slot->next_deadline);
-
-			DsyncDeadlineLower(slot, deadline);
-			if (before == 0 || (TimestampTz) before > deadline)
-				earlier = true;
-		}
+		if (deadline != 0 && DsyncDeadlineLower(slot, deadline))
+			earlier = true;
 		if (DsyncEventIsAnnounced(event.kind))
 			wake = true;
 	}
@@ -533,31 +547,22 @@ DsyncEventPrepareNow(void)
  *
  * Runs under the lease's partition lock, so that the reaper, which sets
  * the value exactly while holding all of them (DsyncEphemeralReap), never
- * overwrites a lower one.  The compare-and-swap is a full barrier before
- * next_deadline is read; the reaper writes next_deadline, then reads this
- * value again (reaper.c): one of the two sees the other's write.
+ * overwrites a lower one.  When we lower it, the compare-and-swap is a
+ * full barrier before next_deadline is read; the reaper writes
+ * next_deadline, then reads this value again (reaper.c): one of the two
+ * sees the other's write.  When it is already lower, whoever lowered it
+ * did the same, or the reaper set it under the lock we hold.
  */
 static void
 EventEphemeralDeadline(DsyncDbSlot *slot, TimestampTz deadline)
 {
-	uint64		current = pg_atomic_read_u64(&slot->ephemeral_deadline);
-	uint64		before;
+	TimestampTz due;
 	int			procno;
 
-	while (current == 0 || (TimestampTz) current > deadline)
-	{
-		if (pg_atomic_compare_exchange_u64(&slot->ephemeral_deadline, &current,
-										   (uint64) deadline))
-		{
-			current = (uint64) deadline;
-			break;
-		}
-	}
+	(void) DsyncTimeLower(&slot->ephemeral_deadline, deadline, &due);
 	/* Whichever is earlier, ours or one already there, must be known. */
-	before = pg_atomic_read_u64(&slot->next_deadline);
-	if (before != 0 && before <= current)
+	if (!DsyncDeadlineLower(slot, due))
 		return;
-	DsyncDeadlineLower(slot, (TimestampTz) current);
 	procno = slot->pgprocno;
 	if (procno >= 0)
 		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
@@ -569,8 +574,9 @@ EventEphemeralDeadline(DsyncDbSlot *slot, TimestampTz deadline)
  * DsyncEventPublishNow
  *		Announce the events of a change that took effect outside any
  *		transaction (an ephemeral lease), and count it with renewals
- *		renewals.  Like the commit callback, it cannot fail; it runs under
- *		the lease's partition lock.
+ *		renewals.  It runs under the lease's partition lock, after the
+ *		change: nothing here may fail but the small list of events to send
+ *		(out of memory, which releases the lock with the error).
  *
  * Deadlines reach the reaper through the slot, not the queue, so with
  * nobody listening (listen.c) an ephemeral change never takes the queue
@@ -603,7 +609,7 @@ DsyncEventPublishNow(const DsyncEvent *events, int nevents, int64 renewals)
 	}
 	EventCountAdd(slot, counts, renewals);
 	if (list != NIL)
-		DsyncEventPublish(list, 0, false);
+		DsyncEventPublish(list, 0, false, true);
 	list_free(list);
 }
 
@@ -622,7 +628,7 @@ DsyncEventXactCallback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_COMMIT:
 			if (pending_events != NIL || pending_renewals > 0)
-				DsyncEventPublish(pending_events, pending_renewals, true);
+				DsyncEventPublish(pending_events, pending_renewals, true, false);
 			pending_events = NIL;
 			pending_renewals = 0;
 			break;

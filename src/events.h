@@ -59,7 +59,9 @@ extern bool DsyncEventHasDeadline(DsyncEventKind kind);
 extern bool DsyncEventIsAnnounced(DsyncEventKind kind);
 extern bool DsyncEventIsRelease(DsyncEventKind kind);
 extern const char *DsyncEventChannel(const char *name);
-extern void DsyncDeadlineLower(DsyncDbSlot *slot, TimestampTz deadline);
+extern bool DsyncIsEventChannel(const char *channel);
+extern bool DsyncTimeLower(pg_atomic_uint64 *value, TimestampTz t, TimestampTz *result);
+extern bool DsyncDeadlineLower(DsyncDbSlot *slot, TimestampTz deadline);
 extern void DsyncEventTimestamp(StringInfo buf, TimestampTz ts);
 
 /* queue.c: event queues in a shared pool of chunks */

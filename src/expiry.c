@@ -81,7 +81,6 @@ static HTAB *expiry_entries = NULL;
 static pairingheap *expiry_heap = NULL;
 static MemoryContext expiry_cxt = NULL;
 
-
 /* Every deadline not kept is at or after this (DT_NOEND: all are kept). */
 static TimestampTz expiry_horizon = DT_NOEND;
 
@@ -535,6 +534,7 @@ ExpiryReapDue(DsyncDbSlot *slot, bool *more)
 	bool		has[3];
 	int			cleared = 0;
 	int			looked = 0;
+	TimestampTz ephemeral_due;
 
 	*more = false;
 	StartTransactionCommand();
@@ -545,7 +545,8 @@ ExpiryReapDue(DsyncDbSlot *slot, bool *more)
 		CommitTransactionCommand();
 		return -1;
 	}
-	if (DsyncEphemeralDue() != 0 && DsyncEphemeralDue() <= GetCurrentTimestamp())
+	ephemeral_due = DsyncEphemeralDue();
+	if (ephemeral_due != 0 && ephemeral_due <= GetCurrentTimestamp())
 		DsyncEphemeralReap();
 	catalog = DsyncCatalogFromExtension();
 	has[EXPIRY_LEASE] = true;

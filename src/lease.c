@@ -102,8 +102,9 @@ LeaseStoresClose(LeaseStores *stores)
 
 /*
  * LeaseMayHavePermits
- *		Whether dsync_permit may hold a row: it is installed and has pages
- *		(as in DsyncSemaphoreCount).
+ *		Whether dsync_permit may hold a row: it is installed, the database
+ *		may use semaphores (DsyncSemaphoresUnused, remembered), and it has
+ *		pages.
  */
 static bool
 LeaseMayHavePermits(LeaseStores *stores)

@@ -51,8 +51,11 @@ static DsyncListenShared *listen_shared = NULL;
 /* This backend's mark is set. */
 static bool listen_marked = false;
 
-/* An UNLISTEN * or DISCARD ALL clears the mark if its transaction commits. */
-static bool listen_clear_at_commit = false;
+/*
+ * The nesting level of an UNLISTEN * or DISCARD ALL (0: none): it clears
+ * the mark if it commits, not if its savepoint is rolled back.
+ */
+static int	listen_clear_level = 0;
 static bool listen_callbacks = false;
 
 /*
@@ -125,11 +128,31 @@ ListenAtExit(int code, Datum arg)
 static void
 ListenXactCallback(XactEvent event, void *arg)
 {
-	if (event == XACT_EVENT_COMMIT && listen_clear_at_commit)
+	if (event == XACT_EVENT_COMMIT && listen_clear_level > 0)
 		ListenUnmark();
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
 		event == XACT_EVENT_PREPARE)
-		listen_clear_at_commit = false;
+		listen_clear_level = 0;
+}
+
+/*
+ * ListenSubXactCallback
+ *		An UNLISTEN * in a savepoint that is rolled back never happened
+ *		(PostgreSQL drops it too); one in a released savepoint belongs to
+ *		the parent.
+ */
+static void
+ListenSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
+					  SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+
+	if (listen_clear_level < level)
+		return;
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		listen_clear_level = 0;
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+		listen_clear_level = level - 1;
 }
 
 /*
@@ -139,13 +162,14 @@ ListenXactCallback(XactEvent event, void *arg)
 static void
 ListenMark(void)
 {
-	listen_clear_at_commit = false;
+	listen_clear_level = 0;
 	if (listen_marked)
 		return;
 	if (!listen_callbacks)
 	{
 		before_shmem_exit(ListenAtExit, (Datum) 0);
 		RegisterXactCallback(ListenXactCallback, NULL);
+		RegisterSubXactCallback(ListenSubXactCallback, NULL);
 		listen_callbacks = true;
 	}
 	/* Full barriers: the mark is visible before the LISTEN can commit. */
@@ -161,8 +185,7 @@ ListenMark(void)
 static bool
 ListenIsDsyncChannel(const char *channel)
 {
-	return channel != NULL &&
-		(strncmp(channel, "dsync:", 6) == 0 || strncmp(channel, "dsync#", 6) == 0);
+	return channel != NULL && DsyncIsEventChannel(channel);
 }
 
 /*
@@ -186,15 +209,16 @@ DsyncListenUtility(Node *parsetree)
 			   ((UnlistenStmt *) parsetree)->conditionname == NULL) ||
 			  (IsA(parsetree, DiscardStmt) &&
 			   ((DiscardStmt *) parsetree)->target == DISCARD_ALL)))
-		listen_clear_at_commit = true;
+		listen_clear_level = GetCurrentTransactionNestLevel();
 }
 
 /*
  * DsyncListenersIn
  *		Whether any backend listens on a dsync channel in database dbid.
- *		Callers read it after their change took effect, under the queue
- *		lock or a partition lock, which orders this read after a LISTEN's
- *		mark.
+ *		Callers read it after their change took effect: a LISTEN that
+ *		committed before that had set its mark first (full barriers on
+ *		both sides), so this read sees it.  Costs a scan of the marks only
+ *		while some backend of the cluster listens.
  */
 bool
 DsyncListenersIn(Oid dbid)

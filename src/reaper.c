@@ -154,7 +154,8 @@ ReaperKeepUnsent(List *events)
 /*
  * ReaperDrainQueue
  *		Take the queued events: note their deadlines and keep the ones to
- *		announce.
+ *		announce.  Returns how many are to be announced: only those make
+ *		the worker busy and worth a pause for more to batch with.
  */
 static int
 ReaperDrainQueue(void)
@@ -166,7 +167,9 @@ ReaperDrainQueue(void)
 	ListCell   *lc;
 	MemoryContext oldcontext = MemoryContextSwitchTo(reaper_loop_cxt);
 
-	int			n = DsyncQueueDrain(reaper_slot, &events, &dropped, &dropped_announced);
+	int			n;
+
+	(void) DsyncQueueDrain(reaper_slot, &events, &dropped, &dropped_announced);
 
 	foreach(lc, events)
 	{
@@ -176,6 +179,7 @@ ReaperDrainQueue(void)
 		if (DsyncEventIsAnnounced(event->kind) && dsync_events)
 			announce = lappend(announce, event);
 	}
+	n = list_length(announce);
 	if (announce != NIL)
 		ReaperKeepUnsent(announce);
 	MemoryContextSwitchTo(oldcontext);

@@ -17,7 +17,6 @@
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
-#include "utils/inval.h"
 #include "utils/rel.h"
 #include "utils/timestamp.h"
 
@@ -26,21 +25,24 @@
 #include "wait.h"
 #include "store.h"
 #include "lease.h"
+#include "shmem.h"
 
 PG_FUNCTION_INFO_V1(dsync_semaphore_create);
 PG_FUNCTION_INFO_V1(dsync_semaphore_drop);
 
 /*
- * How long this backend trusts having seen dsync_semaphore empty: a row
+ * How long this backend trusts what it saw of the semaphore tables: a row
  * written other than by dsync_semaphore_create (a restore, a superuser's
- * INSERT) sends no invalidation, and is noticed within this time.
+ * INSERT) does not move the shared generation, and is noticed within this
+ * time.
  */
-#define SEMAPHORE_NONE_TRUST_MS	1000
+#define SEMAPHORE_TRUST_MS	1000
 
-/* When this backend saw no semaphores, semaphore_none_rel being dsync_semaphore. */
-static TimestampTz semaphore_none_at = 0;
-static Oid	semaphore_none_rel = InvalidOid;
-static bool semaphore_callback = false;
+/* What this backend saw: the shared generation then, when, and in which table. */
+static uint64 semaphore_seen_generation = 0;
+static TimestampTz semaphore_seen_at = 0;
+static Oid	semaphore_seen_rel = InvalidOid;
+static bool semaphore_seen_unused = false;
 
 /*
  * SemaphoreFind
@@ -127,18 +129,6 @@ DsyncSemaphoreCount(const DsyncCatalog *catalog, text *name, bool for_grant)
 }
 
 /*
- * SemaphoreRelcacheCallback
- *		Forget having seen no semaphores when the definitions table is
- *		invalidated: dsync_semaphore_create invalidates it as it commits.
- */
-static void
-SemaphoreRelcacheCallback(Datum arg, Oid relid)
-{
-	if (!OidIsValid(relid) || relid == semaphore_none_rel)
-		semaphore_none_at = 0;
-}
-
-/*
  * SemaphoreTableEmpty
  *		Whether one of the semaphore tables has no pages, so no rows,
  *		committed or not (any insert extends the table before its row can
@@ -165,37 +155,37 @@ SemaphoreTableEmpty(const DsyncCatalog *catalog, DsyncTable table)
  * Every acquire asks, and in a database that uses no semaphores each
  * answer was the same two system calls (the tables' sizes, which
  * PostgreSQL caches only during recovery): on a small machine each one is
- * also a point where the backend is preempted.  So an answer of "unused"
- * is remembered until a definition commits (the relcache invalidation of
- * dsync_semaphore_create, taken in here before looking) or a second has
- * passed, which bounds how late rows written other than by dsync (a
- * restore, a superuser's INSERT) are noticed.
+ * also a point where the backend is preempted.  So the answer, either
+ * way, is remembered until dsync_semaphore_create moves the shared
+ * generation (it does so after its insert and before it commits: a
+ * backend that looked at the tables before that insert sees the new
+ * generation), or for a second at most.  A stale "used" only costs the
+ * lookups every call made before.
  */
 bool
 DsyncSemaphoresUnused(const DsyncCatalog *catalog)
 {
 	Oid			relid = catalog->rels[DSYNC_TABLE_SEMAPHORE];
+	uint64		generation;
 	TimestampTz now;
-	bool		unused;
 
 	if (!OidIsValid(relid))
 		return true;
-	AcceptInvalidationMessages();
-	now = GetCurrentTimestamp();
-	if (semaphore_none_at != 0 && relid == semaphore_none_rel &&
-		!TimestampDifferenceExceeds(semaphore_none_at, now, SEMAPHORE_NONE_TRUST_MS))
-		return true;
-	if (!semaphore_callback)
-	{
-		CacheRegisterRelcacheCallback(SemaphoreRelcacheCallback, (Datum) 0);
-		semaphore_callback = true;
-	}
-	unused = SemaphoreTableEmpty(catalog, DSYNC_TABLE_SEMAPHORE) &&
+	generation = pg_atomic_read_u64(&dsync_shared->semaphore_generation);
+	now = GetCurrentStatementStartTimestamp();
+	if (semaphore_seen_at != 0 && relid == semaphore_seen_rel &&
+		generation == semaphore_seen_generation &&
+		!TimestampDifferenceExceeds(semaphore_seen_at, now, SEMAPHORE_TRUST_MS))
+		return semaphore_seen_unused;
+	/* The generation is read before the tables: see above. */
+	pg_read_barrier();
+	semaphore_seen_unused = SemaphoreTableEmpty(catalog, DSYNC_TABLE_SEMAPHORE) &&
 		(!OidIsValid(catalog->rels[DSYNC_TABLE_PERMIT]) ||
 		 SemaphoreTableEmpty(catalog, DSYNC_TABLE_PERMIT));
-	semaphore_none_rel = relid;
-	semaphore_none_at = unused ? now : 0;
-	return unused;
+	semaphore_seen_rel = relid;
+	semaphore_seen_generation = generation;
+	semaphore_seen_at = now;
+	return semaphore_seen_unused;
 }
 
 /*
@@ -261,8 +251,8 @@ dsync_semaphore_create(PG_FUNCTION_ARGS)
 				TimestampTzGetDatum(GetCurrentTimestamp()));
 	DsyncRowSet(row, Anum_semaphore_owner, ObjectIdGetDatum(GetUserId()));
 	DsyncStoreInsert(&store, row);
-	/* Backends that saw no definitions look again once this commits. */
-	CacheInvalidateRelcache(store.rel);
+	/* Backends that saw no definitions look again (DsyncSemaphoresUnused). */
+	pg_atomic_fetch_add_u64(&dsync_shared->semaphore_generation, 1);
 	DsyncPermitFill(store.catalog, name, permits);
 	DsyncStoreUnclaimKey(&store, name, (Datum) 0);
 	DsyncStoreClose(&store);

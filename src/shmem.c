@@ -157,6 +157,7 @@ DsyncShmemStartup(void)
 		memset(dsync_shared, 0, DsyncShmemSize());
 		dsync_shared->lock = &(GetNamedLWLockTranche("dsync"))->lock;
 		pg_atomic_init_u64(&dsync_shared->next_ticket, 1);
+		pg_atomic_init_u64(&dsync_shared->semaphore_generation, 0);
 		for (int i = 0; i < DSYNC_WAKE_CHANNELS; i++)
 		{
 			pg_atomic_init_u32(&dsync_shared->waiting[i], 0);

@@ -23,7 +23,8 @@
 #     dsync_stats_reset zeroes it;
 #   - events nobody listens to are not sent (no NOTIFY transaction for
 #     them), counting from a LISTEN on a dsync channel until the listener
-#     leaves or commits UNLISTEN * or DISCARD ALL; whether one is sent is
+#     leaves or commits UNLISTEN * or DISCARD ALL (not one rolled back to
+#     a savepoint); whether one is sent is
 #     decided as it commits, so a later listener never gets old ones.
 use strict;
 use warnings;
@@ -192,6 +193,14 @@ $listener->{psql}->query_safe('UNLISTEN *');
 $listener->{psql}->query_safe('ROLLBACK');
 is(quiet_then_heard($other, 'quiet5', 'heard5'), '1 4',
 	'an UNLISTEN * that rolls back changes nothing');
+$other->quit;
+wait_for($node, "SELECT count(*) = 1 FROM pg_stat_activity"
+	  . " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()");
+$listener->{psql}->query_safe($_)
+  for ('BEGIN', 'SAVEPOINT s', 'UNLISTEN *', 'ROLLBACK TO SAVEPOINT s', 'COMMIT');
+$other = Listener->new($node);
+is(quiet_then_heard($other, 'quiet5b', 'heard5b'), '1 4',
+	'nor one in a savepoint that is rolled back (the session still listens)');
 
 # Whether a change is sent is decided as it commits: changes made while
 # nobody listened are not sent to a listener that arrives before the
