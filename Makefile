@@ -11,6 +11,7 @@ OBJS = \
 	src/scan.o \
 	src/locate.o \
 	src/listen.o \
+	src/heldmap.o \
 	src/row.o \
 	src/fencing.o \
 	src/lease.o \

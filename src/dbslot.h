@@ -73,6 +73,9 @@ typedef struct DsyncDbSlot
 	 */
 	pg_atomic_uint64 ephemeral_deadline;
 
+	/* Its worker has read dsync_lease into the held map (heldmap.c). */
+	pg_atomic_uint32 held_map_ready;
+
 	/* Event queue: a list of pool chunks, protected by queue_lock. */
 	LWLock	   *queue_lock;
 	int			queue_first;	/* chunk read next, -1 if empty */

@@ -6,7 +6,8 @@
  *
  * An ephemeral grant, renewal or release takes effect at once, whatever
  * the caller's transaction does next, and writes no WAL: it costs a hash
- * probe under one of EPHEMERAL_PARTITIONS LWLocks, plus a look at
+ * probe under one of EPHEMERAL_PARTITIONS LWLocks, plus, unless the held
+ * map (heldmap.c) says no durable lease can hold the name, a look at
  * dsync_lease to make sure the name is not held there.  Everything else is
  * as for a durable lease: the token comes from the same durable sequence
  * (so tokens keep rising across restarts), waiters queue and wake the same
@@ -21,11 +22,12 @@
  * startup or crash recovery, on a standby just after promotion.
  *
  * One name is held in one kind at a time.  An ephemeral grant holds its
- * partition lock exclusively while it looks at dsync_lease (seeing
- * uncommitted changes too, with a dirty snapshot) and enters the name; a
- * durable grant holds the same partition lock in share mode from its look
- * at the hash table until its row version is written
- * (DsyncEphemeralExclude).  Whichever comes second sees the first.  The
+ * partition lock exclusively while it looks at the held map and, unless
+ * that clears the name, at dsync_lease (seeing uncommitted changes too,
+ * with a dirty snapshot), and enters the name; a durable grant holds the
+ * same partition lock in share mode from its look at the hash table until
+ * its row version is written (DsyncEphemeralExclude).  Whichever comes
+ * second sees the first.  The
  * durable grant also draws its token inside that window, so a name's
  * tokens rise across the two kinds as well.
  *
@@ -59,6 +61,7 @@
 #include "dbslot.h"
 #include "events.h"
 #include "fencing.h"
+#include "heldmap.h"
 #include "settings.h"
 #include "stats.h"
 #include "store.h"
@@ -137,7 +140,7 @@ DsyncEphemeralShmemSize(void)
 {
 	if (dsync_ephemeral_max_leases == 0)
 		return 0;
-	return add_size(MAXALIGN(sizeof(EphemeralShared)),
+	return add_size(add_size(MAXALIGN(sizeof(EphemeralShared)), DsyncHeldMapShmemSize()),
 					hash_estimate_size(EphemeralTableSize(), sizeof(EphemeralEntry)));
 }
 
@@ -190,6 +193,7 @@ DsyncEphemeralShmemInit(void)
 		pg_atomic_init_u64(&ephemeral_shared->generations, 0);
 		ConditionVariableInit(&ephemeral_shared->guards_done);
 	}
+	DsyncHeldMapShmemInit();
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = sizeof(EphemeralKey);
 	ctl.entrysize = sizeof(EphemeralEntry);
@@ -247,7 +251,25 @@ EphemeralKeyFor(text *lease, EphemeralKey *key)
 	memset(key, 0, sizeof(*key));
 	key->dbid = MyDatabaseId;
 	memcpy(key->name, VARDATA_ANY(lease), Min(len, DSYNC_NAME_MAX_BYTES));
+	/* The held map finds names by the same hash, computed its own way. */
+	Assert(get_hash_value(ephemeral_hash, key) == DsyncEphemeralNameHash(lease));
 	return get_hash_value(ephemeral_hash, key);
+}
+
+/*
+ * DsyncEphemeralNameHash
+ *		The hash of a name of this database, as the table and the held map
+ *		(heldmap.c) know it; for callers that have no key at hand (the
+ *		held map's, on every durable write).
+ */
+uint32
+DsyncEphemeralNameHash(text *lease)
+{
+	int			len = Min(VARSIZE_ANY_EXHDR(lease), DSYNC_NAME_MAX_BYTES);
+
+	/* EphemeralKeyHash of EphemeralKeyFor's key, without building the key. */
+	return hash_combine(hash_bytes((const unsigned char *) VARDATA_ANY(lease), len),
+						murmurhash32(MyDatabaseId));
 }
 
 /*
@@ -533,11 +555,14 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 	uint32		hash;
 	LWLock	   *lock;
 	bool		swept = false;
+	DsyncDbSlot *slot;
 
 	*retry_at = 0;
 	EphemeralRequire();
 	hash = EphemeralKeyFor(lease, &key);
 	lock = EphemeralLock(hash);
+	/* Looked up before the partition lock, which the worker lock never nests in. */
+	slot = DsyncDbSlotFind(MyDatabaseId);
 
 	/* Relation locks are taken before the partition lock, never under it. */
 	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_LEASE, false);
@@ -592,7 +617,9 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 			DsyncStoreClose(&store);
 			return false;
 		}
-		if (!may_take || EphemeralDurableTaken(&store, lease, now, retry_at))
+		if (!may_take ||
+			(!DsyncHeldMapClear(slot, hash, now) &&
+			 EphemeralDurableTaken(&store, lease, now, retry_at)))
 		{
 			LWLockRelease(lock);
 			DsyncStoreClose(&store);

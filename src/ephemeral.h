@@ -58,6 +58,7 @@ extern int32 DsyncEphemeralForceRelease(text *lease, text *holder, bool cancel_w
 extern bool DsyncEphemeralExclude(const DsyncCatalog *for_grant, text *lease,
 								  TimestampTz *retry_at);
 extern void DsyncEphemeralExcludeEnd(void);
+extern uint32 DsyncEphemeralNameHash(text *lease);
 
 extern void DsyncEphemeralReap(void);
 extern TimestampTz DsyncEphemeralDue(void);

@@ -66,6 +66,7 @@
 #include "catalog.h"
 #include "stats.h"
 #include "dbslot.h"
+#include "heldmap.h"
 #include "events.h"
 #include "ephemeral.h"
 
@@ -484,7 +485,10 @@ dsync_reaper_main(Datum arg)
 		present = false;
 	}
 	if (present)
+	{
 		ExpiryRebuild();
+		DsyncHeldMapFill(reaper_slot);
+	}
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 

@@ -63,6 +63,7 @@
 #include "locate.h"
 #include "wait.h"
 #include "dbslot.h"
+#include "heldmap.h"
 #include "store.h"
 #include "compat.h"
 
@@ -359,6 +360,28 @@ DsyncStoreReportChanged(DsyncStore *store, DsyncRow *row)
 }
 
 /*
+ * StoreNoteHeld
+ *		Tell the held map (heldmap.c) that this transaction locks or writes
+ *		a version of a lease, before it does: ephemeral grants of the name
+ *		look at the table until the transaction ends, as they would see
+ *		its xmin or xmax there.  written: the version being written, whose
+ *		holder's expiry counts.
+ */
+static void
+StoreNoteHeld(DsyncStore *store, const DsyncRow *row, bool written)
+{
+	TimestampTz expiry = 0;
+
+	if (store->table != DSYNC_TABLE_LEASE || row->nulls[Anum_lease_name - 1] ||
+		row->nulls[Anum_lease_slot - 1] || DsyncRowSlot(row) != 0)
+		return;
+	if (written && !row->nulls[Anum_lease_holder - 1] &&
+		!row->nulls[Anum_lease_expires_at - 1])
+		expiry = DsyncRowExpiry(row);
+	DsyncHeldMapNote(DatumGetTextPP(row->values[Anum_lease_name - 1]), expiry);
+}
+
+/*
  * DsyncStoreLock
  *		Lock the row version a scan returned, with the given wait policy.
  *
@@ -377,6 +400,7 @@ DsyncStoreLock(DsyncStore *store, DsyncRow *row, LockTupleMode mode,
 	TM_FailureData tmfd;
 	TM_Result	result;
 
+	StoreNoteHeld(store, row, false);
 	tuple.t_self = row->tid;
 	result = heap_lock_tuple(store->rel, &tuple, GetCurrentCommandId(true),
 							 mode, policy, false, &buffer, &tmfd);
@@ -494,6 +518,7 @@ DsyncStoreWrite(DsyncStore *store, DsyncRow *row, bool update)
 
 	Assert(store->lockmode == RowExclusiveLock);
 	Assert(!update || ItemPointerIsValid(&row->tid));
+	StoreNoteHeld(store, row, true);
 	tuple = heap_form_tuple(RelationGetDescr(store->rel), row->values, row->nulls);
 	if (update)
 		DsyncSimpleHeapUpdate(store->rel, &row->tid, tuple);
@@ -561,6 +586,7 @@ DsyncStoreTryUpdate(DsyncStore *store, DsyncRow *row)
 	Assert(ItemPointerIsValid(&row->tid));
 	if (!row->unlocked || DsyncServerHasAssertions())
 		return TM_BeingModified;
+	StoreNoteHeld(store, row, true);
 	tuple = heap_form_tuple(RelationGetDescr(store->rel), row->values, row->nulls);
 	result = DsyncHeapUpdateNoWait(store->rel, &row->tid, tuple, &tmfd);
 	switch (result)
