@@ -540,6 +540,17 @@ DsyncEphemeralForgetDatabase(Oid dbid)
 }
 
 /*
+ * EphemeralStoreClose
+ *		Close dsync_lease if a grant opened it.
+ */
+static void
+EphemeralStoreClose(DsyncStore *store, bool opened)
+{
+	if (opened)
+		DsyncStoreClose(store);
+}
+
+/*
  * DsyncEphemeralTryAcquire
  *		One try of an ephemeral grant: the holder's extension if it has the
  *		lease, else a grant if the name is free in both kinds and may_take.
@@ -555,6 +566,7 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 	uint32		hash;
 	LWLock	   *lock;
 	bool		swept = false;
+	bool		opened = false;
 	DsyncDbSlot *slot;
 
 	*retry_at = 0;
@@ -564,9 +576,6 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 	/* Looked up before the partition lock, which the worker lock never nests in. */
 	slot = DsyncDbSlotFind(MyDatabaseId);
 
-	/* Relation locks are taken before the partition lock, never under it. */
-	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_LEASE, false);
-	(void) DsyncStoreIndex(&store);
 	DsyncEventPrepareNow();
 
 	for (;;)
@@ -584,8 +593,20 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 		{
 			/* Holders from before the restart may still be live. */
 			*retry_at = open_at;
-			DsyncStoreClose(&store);
+			EphemeralStoreClose(&store, opened);
 			return false;
+		}
+
+		/*
+		 * dsync_lease is opened only if the held map may send us there:
+		 * relation locks are taken before the partition lock, never under
+		 * it.
+		 */
+		if (!opened && may_take && !DsyncHeldMapClear(slot, hash, now))
+		{
+			DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_LEASE, false);
+			(void) DsyncStoreIndex(&store);
+			opened = true;
 		}
 
 		LWLockAcquire(lock, LW_EXCLUSIVE);
@@ -609,20 +630,29 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 					events[nevents++] = EphemeralEvent(DSYNC_EVENT_DEADLINE, entry);
 				DsyncEventPublishNow(events, nevents, 1);
 				LWLockRelease(lock);
-				DsyncStoreClose(&store);
+				EphemeralStoreClose(&store, opened);
 				return true;
 			}
 			*retry_at = entry->expires_at > now ? entry->expires_at : 0;
 			LWLockRelease(lock);
-			DsyncStoreClose(&store);
+			EphemeralStoreClose(&store, opened);
 			return false;
+		}
+		if (may_take && !opened && !DsyncHeldMapClear(slot, hash, now))
+		{
+			/* A durable change of the name began since: open the table. */
+			LWLockRelease(lock);
+			DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_LEASE, false);
+			(void) DsyncStoreIndex(&store);
+			opened = true;
+			continue;
 		}
 		if (!may_take ||
 			(!DsyncHeldMapClear(slot, hash, now) &&
 			 EphemeralDurableTaken(&store, lease, now, retry_at)))
 		{
 			LWLockRelease(lock);
-			DsyncStoreClose(&store);
+			EphemeralStoreClose(&store, opened);
 			return false;
 		}
 		if (!DsyncFencingTryNext(catalog, token))
@@ -658,7 +688,7 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 					swept = true;
 					continue;
 				}
-				DsyncStoreClose(&store);
+				EphemeralStoreClose(&store, opened);
 				ereport(ERROR,
 						(errcode(ERRCODE_OUT_OF_MEMORY),
 						 errmsg("too many ephemeral leases"),
@@ -671,7 +701,7 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 		events[nevents++] = EphemeralEvent(DSYNC_EVENT_ACQUIRED, entry);
 		DsyncEventPublishNow(events, nevents, renewals);
 		LWLockRelease(lock);
-		DsyncStoreClose(&store);
+		EphemeralStoreClose(&store, opened);
 		return true;
 	}
 }

@@ -52,6 +52,7 @@
 #include "miscadmin.h"
 #include "storage/shmem.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 #include "utils/snapmgr.h"
 
 #include "catalog.h"
@@ -71,6 +72,7 @@ typedef struct HeldMapShared
 
 static HeldMapShared *heldmap = NULL;
 static uint32 *my_pins = NULL;	/* buckets this transaction pins; TopMemoryContext */
+static uint8 *my_pinned = NULL; /* the same as a bitmap, for a quick "already?" */
 static int	my_npins = 0;
 static int	my_maxpins = 0;
 static bool pin_callback_registered = false;
@@ -135,9 +137,9 @@ HeldMapRaise(uint32 bucket, TimestampTz t)
 /*
  * HeldMapXactEnd
  *		Drop this transaction's pins once it has ended, its changes now
- *		committed or gone.  dsync refuses to prepare a transaction that has
- *		made dsync changes; should one be prepared all the same, it goes on
- *		without us, and its buckets stay closed until the next restart.
+ *		committed or gone.  A transaction that was prepared changed nothing
+ *		of dsync's (wait.c refuses to prepare one that did: a lock taken or
+ *		a version written), so its pins are those of tries that failed.
  */
 static void
 HeldMapXactEnd(XactEvent event, void *arg)
@@ -157,10 +159,9 @@ HeldMapXactEnd(XactEvent event, void *arg)
 	}
 	for (int i = 0; i < my_npins; i++)
 	{
-		if (event == XACT_EVENT_PREPARE)
-			HeldMapRaise(my_pins[i], DT_NOEND);
 		/* A full barrier: whoever sees the pin gone sees the raise too. */
 		(void) pg_atomic_fetch_sub_u32(&heldmap->pins[my_pins[i]], 1);
+		my_pinned[my_pins[i] / 8] &= ~(1 << (my_pins[i] % 8));
 	}
 	my_npins = 0;
 }
@@ -176,22 +177,21 @@ void
 DsyncHeldMapNote(text *name, TimestampTz expiry)
 {
 	uint32		bucket;
-	int			i;
 
 	if (heldmap == NULL)
 		return;
 	bucket = HeldMapBucket(DsyncEphemeralNameHash(name));
 	if (expiry != 0)
 		HeldMapRaise(bucket, expiry);
-	/* One pin per bucket and transaction. */
-	for (i = 0; i < my_npins; i++)
-		if (my_pins[i] == bucket)
-			return;
 	if (!pin_callback_registered)
 	{
+		my_pinned = MemoryContextAllocZero(TopMemoryContext, HELDMAP_BUCKETS / 8);
 		RegisterXactCallback(HeldMapXactEnd, NULL);
 		pin_callback_registered = true;
 	}
+	/* One pin per bucket and transaction. */
+	if (my_pinned[bucket / 8] & (1 << (bucket % 8)))
+		return;
 	if (my_npins == my_maxpins)
 	{
 		int			newmax = Max(16, my_maxpins * 2);
@@ -203,6 +203,7 @@ DsyncHeldMapNote(text *name, TimestampTz expiry)
 		my_maxpins = newmax;
 	}
 	my_pins[my_npins++] = bucket;
+	my_pinned[bucket / 8] |= 1 << (bucket % 8);
 	(void) pg_atomic_fetch_add_u32(&heldmap->pins[bucket], 1);
 }
 
@@ -221,6 +222,9 @@ DsyncHeldMapClear(DsyncDbSlot *slot, uint32 hash, TimestampTz now)
 	if (heldmap == NULL || slot == NULL || pg_atomic_read_u32(&slot->held_map_ready) == 0)
 		return false;
 	pg_read_barrier();
+	/* Read once ready is: a slot handed to another database is reset first. */
+	if (slot->dbid != MyDatabaseId)
+		return false;
 	if (pg_atomic_read_u32(&heldmap->pins[bucket]) != 0)
 		return false;
 	/* A pin dropped is a raise made (HeldMapXactEnd). */
@@ -240,39 +244,46 @@ DsyncHeldMapFill(DsyncDbSlot *slot)
 {
 	const DsyncCatalog *catalog;
 	DsyncStore	store;
+	TupleDesc	desc;
 	TableScanDesc scan;
 	HeapTuple	tuple;
-	MemoryContext cxt;
-	MemoryContext oldcxt;
 	TimestampTz now = GetCurrentTimestamp();
 
 	if (heldmap == NULL || pg_atomic_read_u32(&slot->held_map_ready) != 0)
 		return;
 	catalog = DsyncCatalogFromExtension();
-	cxt = AllocSetContextCreate(CurrentMemoryContext, "dsync held map fill",
-								ALLOCSET_DEFAULT_SIZES);
 	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_LEASE, false);
+	desc = RelationGetDescr(store.rel);
 	scan = table_beginscan(store.rel, SnapshotAny, 0, NULL);
 	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
 	{
-		DsyncRow	row;
-		uint32		hash;
+		bool		isnull;
+		Datum		value;
+		text	   *name;
 
 		CHECK_FOR_INTERRUPTS();
-		oldcxt = MemoryContextSwitchTo(cxt);
-		DsyncStoreLoadRow(&store, tuple, &row);
-		if (!row.nulls[Anum_lease_name - 1] && DsyncRowSlot(&row) == 0)
+		/* Only what decides, and the name last: most versions are free or dead. */
+		value = heap_getattr(tuple, Anum_lease_slot, desc, &isnull);
+		if (isnull || DatumGetInt32(value) != 0)
+			continue;
+		(void) heap_getattr(tuple, Anum_lease_holder, desc, &isnull);
+		if (isnull)
+			continue;
+		value = heap_getattr(tuple, Anum_lease_expires_at, desc, &isnull);
+		if (isnull || DatumGetTimestampTz(value) <= now)
+			continue;
+		name = (text *) DatumGetPointer(heap_getattr(tuple, Anum_lease_name, desc, &isnull));
+		if (isnull || VARATT_IS_EXTERNAL(name) || VARATT_IS_COMPRESSED(name))
 		{
-			hash = DsyncEphemeralNameHash(DatumGetTextPP(row.values[Anum_lease_name - 1]));
-			if (DsyncRowIsLive(&row, now))
-				HeldMapRaise(HeldMapBucket(hash), DsyncRowExpiry(&row));
+			/* Never written by dsync (its names are short): close the lot. */
+			for (int i = 0; i < HELDMAP_BUCKETS; i++)
+				HeldMapRaise(i, DatumGetTimestampTz(value));
+			continue;
 		}
-		MemoryContextSwitchTo(oldcxt);
-		MemoryContextReset(cxt);
+		HeldMapRaise(HeldMapBucket(DsyncEphemeralNameHash(name)), DatumGetTimestampTz(value));
 	}
 	table_endscan(scan);
 	DsyncStoreClose(&store);
-	MemoryContextDelete(cxt);
 	/* The raises before the flag (a full barrier). */
 	pg_memory_barrier();
 	pg_atomic_write_u32(&slot->held_map_ready, 1);

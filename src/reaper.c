@@ -443,6 +443,24 @@ ReaperClaimSlot(int slotno, Oid dbid)
 }
 
 /*
+ * ReaperFillHeldMap
+ *		Read dsync_lease into the held map (heldmap.c), once this shared
+ *		memory has a worker for the database: until then every ephemeral
+ *		grant looks at the table.  After the first pass, so that a big
+ *		table delays no expiry; in a transaction of its own.
+ */
+static void
+ReaperFillHeldMap(void)
+{
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (OidIsValid(get_extension_oid("dsync", true)))
+		DsyncHeldMapFill(reaper_slot);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+}
+
+/*
  * dsync_reaper_main
  *		Connect, check for the extension, read deadlines, then loop:
  *		take queued events, clear due leases, send events, sleep until the
@@ -485,10 +503,7 @@ dsync_reaper_main(Datum arg)
 		present = false;
 	}
 	if (present)
-	{
 		ExpiryRebuild();
-		DsyncHeldMapFill(reaper_slot);
-	}
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 
@@ -572,6 +587,7 @@ dsync_reaper_main(Datum arg)
 		/* First pass done: from now on the launcher may ask us to make way. */
 		if (!reaper_slot->settled && sleep_ms != 0)
 		{
+			ReaperFillHeldMap();
 			LWLockAcquire(dsync_workers->lock, LW_EXCLUSIVE);
 			reaper_slot->settled = true;
 			LWLockRelease(dsync_workers->lock);
