@@ -836,9 +836,10 @@ release_as(int v, PGconn *c, const char *name, const char *holder)
  * commit is part of the figure.  With durable false the lease is an
  * ephemeral one, and the waiter asks for it with durable => false and a
  * ttl of 10 s (an ephemeral ttl may not exceed dsync.ephemeral_max_ttl);
- * its release takes effect, and wakes the waiter, within A's call, before
- * A's timestamp, so that (as with pg_advisory_unlock) the latency can be
- * negative: the waiter held the lease before A's call had returned.  Sets
+ * its release takes effect, and wakes the waiter, within A's call, so A's
+ * timestamp is read just before that call (as advisory_handoff's
+ * *from_before is): a timestamp read after it would come after the
+ * waiter's grant as often as not.  Sets
  * *latency (us) and returns true, the waiter then holding name, or returns
  * false after an anomaly.
  */
@@ -868,10 +869,13 @@ lease_handoff(int v, PGconn *releaser, PGconn *waiter, PGconn *monitor,
 		return false;
 	}
 
-	r = run(releaser, "SELECT dsync_release($1, 'A'), " US("clock_timestamp()"),
+	/* Columns are evaluated in order: an ephemeral release's clock comes first. */
+	r = run(releaser, durable ?
+			"SELECT dsync_release($1, 'A'), " US("clock_timestamp()") :
+			"SELECT " US("clock_timestamp()") ", dsync_release($1, 'A')",
 			name, NULL, NULL, NULL);
-	released = bool_at(r, 0);
-	t_release = int8_at(r, 1);
+	released = bool_at(r, durable ? 0 : 1);
+	t_release = int8_at(r, durable ? 1 : 0);
 	PQclear(r);
 
 	r = collect(waiter, v, "the waiter's acquire");

@@ -25,14 +25,15 @@
  *                                              NULL,false), ts
  *                         (confirmed asleep the same way); A (with
  *                         synchronous_commit off) runs
- *                         SELECT dsync_release(L,'A'), ts.  The
+ *                         SELECT ts, dsync_release(L,'A').  The
  *                         release takes effect, and wakes B, within the call,
- *                         with no WAL and no commit to wait for; A's ts is
- *                         read after the call, so, as with advisory, a sample
- *                         is negative when B held the lease before A's call
- *                         had returned.
+ *                         with no WAL and no commit to wait for, so A's ts is
+ *                         read just before the call: read after it, it came
+ *                         after B's grant about half the time (a negative
+ *                         sample) and the median meant little.
  *   advisory              the same with pg_advisory_lock(k) /
- *                         pg_advisory_unlock(k) (wait_event 'advisory').
+ *                         SELECT ts, pg_advisory_unlock(k) (wait_event
+ *                         'advisory'), ts again read just before the call.
  *   table-poll            the hand-written lease table of NOTES.md section 8;
  *                         B retries the upsert every poll period (client-side
  *                         sleep after each failed try), A deletes its row at
@@ -146,7 +147,7 @@ iter_dsync(int v, bool measured)
 	add_sample(v, latency, measured);
 }
 
-/* pg_advisory_lock hand-off, from the ts after the unlock. */
+/* pg_advisory_lock hand-off, from the ts just before the unlock. */
 static void
 iter_advisory(bool measured)
 {
@@ -154,7 +155,7 @@ iter_advisory(bool measured)
 				from_after;
 
 	if (advisory_handoff(V_ADVISORY, a_off, b, m, "4242", &from_before, &from_after))
-		add_sample(V_ADVISORY, from_after, measured);
+		add_sample(V_ADVISORY, from_before, measured);
 }
 
 #define TABLE_ACQUIRE \

@@ -30,14 +30,15 @@
 #      durable => false and ttl '10 s'; B blocks in
 #      SELECT dsync_acquire(L, 'B', '10 s', '30 s', NULL, false),
 #      clock_timestamp() (confirmed asleep the same way); A (synchronous_commit
-#      off) releases it the same way.  The release takes effect, and wakes B,
-#      within A's call: no WAL, no commit (so, as with pg_advisory_unlock,
-#      a sample is negative when B held it before A's call returned).  The
+#      off) runs SELECT clock_timestamp(), dsync_release(L, 'A').  The
+#      release takes effect, and wakes B, within A's call (no WAL, no
+#      commit), so A's timestamp is read just before the call.  The
 #      server is started with dsync.ephemeral_max_ttl = 10, and no ephemeral
 #      lease is granted until that long after the start, so the script
 #      waits for that (about 10 s) before running the driver.
 #   2. pg_advisory_lock hand-off, the same way: B blocks in
-#      pg_advisory_lock(k); A runs pg_advisory_unlock(k).
+#      pg_advisory_lock(k); A runs SELECT clock_timestamp(),
+#      pg_advisory_unlock(k), its timestamp again read just before.
 #   3. the hand-written lease table (INSERT ... ON CONFLICT DO UPDATE ...
 #      WHERE to acquire, DELETE to release) with a client polling every
 #      50 ms; A deletes at a random moment of B's poll period; latency =
