@@ -305,6 +305,13 @@ cycle_run() {
 	echo "$tps"
 }
 
+# cycle_hook FUNCTION VARIANT: call FUNCTION VARIANT if the script defines it.
+cycle_hook() {
+	if declare -F "$1" >/dev/null; then
+		"$1" "$2"
+	fi
+}
+
 # cycle_matrix CHECK_SCRIPT: the acquire+release cycle runs that
 # lease_bench.sh and ephemeral_bench.sh share, in database bench.  First a
 # counting check (pgbench runs CHECK_SCRIPT 1000 times; the server's commit
@@ -312,7 +319,9 @@ cycle_run() {
 # warm-up of each of VARIANTS and ROUNDS rounds of every variant for
 # CLIENT_COUNTS x COMMIT_MODES, in rotating order, each after a CHECKPOINT.
 # Fills the global CYCLES[variant,clients,commit] with medians and prints
-# them.  Needs NAMES, DSYNC_TABLE and a table "lease" in bench.
+# them.  Needs NAMES, DSYNC_TABLE and a table "lease" in bench.  A script
+# may define cycle_before VARIANT and cycle_after VARIANT, run around every
+# run of a variant (warm-up included), outside the measured time.
 cycle_matrix() {
 	local check_script=$1 commits_before commits_after check_out check_counted
 	local rotation=0 commit clients v tps order
@@ -336,7 +345,9 @@ cycle_matrix() {
 	# Warm-up: one unmeasured run of each variant.
 	if [ "$WARMUP" -gt 0 ]; then
 		for v in "${VARIANTS[@]}"; do
+			cycle_hook cycle_before "$v"
 			cycle_run bench "cycle_$v.sql" 16 off "$WARMUP" >/dev/null
+			cycle_hook cycle_after "$v"
 		done
 	fi
 
@@ -351,8 +362,10 @@ cycle_matrix() {
 				for v in "${order[@]}"; do
 					# Every run starts right after a checkpoint, so none of them
 					# pays for one that happens to fall inside it.
+					cycle_hook cycle_before "$v"
 					q bench "CHECKPOINT"
 					tps=$(cycle_run bench "cycle_$v.sql" "$clients" "$commit" "$SECONDS_PER_RUN")
+					cycle_hook cycle_after "$v"
 					RESULTS[$v,$clients,$commit]="${RESULTS[$v,$clients,$commit]:-} $tps"
 				done
 			done
