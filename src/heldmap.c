@@ -36,10 +36,13 @@
  * transaction with dsync changes can be prepared, so none survives a
  * restart).  Writes to dsync_lease by other means than dsync's functions
  * (which only a superuser may make) are not seen until the database's
- * map is filled again, after a restart.
+ * map is filled again, after a restart; an upgrade script that ever
+ * writes lease rows with holders must therefore be followed by a fill.
  *
  * Buckets are shared by all databases; collisions only send more grants
- * to the table, never fewer.
+ * to the table, never fewer.  until never goes down: a name held durably
+ * keeps its bucket closed until its last expiry, released or not, so a
+ * server with more durable names in use than buckets gains little.
  *
  *-------------------------------------------------------------------------
  */
