@@ -27,9 +27,8 @@
  * with a dirty snapshot), and enters the name; a durable grant holds the
  * same partition lock in share mode from its look at the hash table until
  * its row version is written (DsyncEphemeralExclude).  Whichever comes
- * second sees the first.  The
- * durable grant also draws its token inside that window, so a name's
- * tokens rise across the two kinds as well.
+ * second sees the first.  The durable grant also draws its token inside
+ * that window, so a name's tokens rise across the two kinds as well.
  *
  * A guard (dsync_assert_held) counts itself in the entry until its
  * transaction ends; while it is counted, nobody else takes the lease and
@@ -158,6 +157,17 @@ DsyncEphemeralShmemRequest(void)
 }
 
 /*
+ * EphemeralHashOf
+ *		The hash of a name's bytes in a database: the table's (through
+ *		EphemeralKeyHash) and the held map's.
+ */
+static inline uint32
+EphemeralHashOf(const char *name, int len, Oid dbid)
+{
+	return hash_combine(hash_bytes((const unsigned char *) name, len), murmurhash32(dbid));
+}
+
+/*
  * EphemeralKeyHash
  *		dynahash's hash of a key: of the name's bytes and the database,
  *		not of the whole zero-padded buffer (keys still compare whole).
@@ -167,8 +177,7 @@ EphemeralKeyHash(const void *key, Size keysize)
 {
 	const EphemeralKey *k = key;
 
-	return hash_combine(hash_bytes((const unsigned char *) k->name, strlen(k->name)),
-						murmurhash32(k->dbid));
+	return EphemeralHashOf(k->name, strlen(k->name), k->dbid);
 }
 
 /*
@@ -251,8 +260,6 @@ EphemeralKeyFor(text *lease, EphemeralKey *key)
 	memset(key, 0, sizeof(*key));
 	key->dbid = MyDatabaseId;
 	memcpy(key->name, VARDATA_ANY(lease), Min(len, DSYNC_NAME_MAX_BYTES));
-	/* The held map finds names by the same hash, computed its own way. */
-	Assert(get_hash_value(ephemeral_hash, key) == DsyncEphemeralNameHash(lease));
 	return get_hash_value(ephemeral_hash, key);
 }
 
@@ -265,11 +272,9 @@ EphemeralKeyFor(text *lease, EphemeralKey *key)
 uint32
 DsyncEphemeralNameHash(text *lease)
 {
-	int			len = Min(VARSIZE_ANY_EXHDR(lease), DSYNC_NAME_MAX_BYTES);
-
-	/* EphemeralKeyHash of EphemeralKeyFor's key, without building the key. */
-	return hash_combine(hash_bytes((const unsigned char *) VARDATA_ANY(lease), len),
-						murmurhash32(MyDatabaseId));
+	return EphemeralHashOf(VARDATA_ANY(lease),
+						   Min(VARSIZE_ANY_EXHDR(lease), DSYNC_NAME_MAX_BYTES),
+						   MyDatabaseId);
 }
 
 /*
@@ -587,6 +592,7 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 		int			nevents = 0;
 		int64		renewals = 0;
 		bool		found;
+		bool		clear;
 
 		CHECK_FOR_INTERRUPTS();
 		if (open_at == 0 || now < open_at)
@@ -638,7 +644,8 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 			EphemeralStoreClose(&store, opened);
 			return false;
 		}
-		if (may_take && !opened && !DsyncHeldMapClear(slot, hash, now))
+		clear = may_take && DsyncHeldMapClear(slot, hash, now);
+		if (may_take && !clear && !opened)
 		{
 			/* A durable change of the name began since: open the table. */
 			LWLockRelease(lock);
@@ -647,9 +654,7 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 			opened = true;
 			continue;
 		}
-		if (!may_take ||
-			(!DsyncHeldMapClear(slot, hash, now) &&
-			 EphemeralDurableTaken(&store, lease, now, retry_at)))
+		if (!may_take || (!clear && EphemeralDurableTaken(&store, lease, now, retry_at)))
 		{
 			LWLockRelease(lock);
 			EphemeralStoreClose(&store, opened);

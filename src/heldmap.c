@@ -53,6 +53,7 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "miscadmin.h"
+#include "port/pg_bitutils.h"
 #include "storage/shmem.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -61,7 +62,6 @@
 #include "catalog.h"
 #include "dbslot.h"
 #include "ephemeral.h"
-#include "events.h"
 #include "store.h"
 #include "heldmap.h"
 
@@ -74,10 +74,8 @@ typedef struct HeldMapShared
 } HeldMapShared;
 
 static HeldMapShared *heldmap = NULL;
-static uint32 *my_pins = NULL;	/* buckets this transaction pins; TopMemoryContext */
-static uint8 *my_pinned = NULL; /* the same as a bitmap, for a quick "already?" */
+static uint64 *my_pins = NULL;	/* bitmap of the buckets this transaction pins */
 static int	my_npins = 0;
-static int	my_maxpins = 0;
 static bool pin_callback_registered = false;
 
 /*
@@ -160,11 +158,16 @@ HeldMapXactEnd(XactEvent event, void *arg)
 		default:
 			return;
 	}
-	for (int i = 0; i < my_npins; i++)
+	for (int w = 0; w < HELDMAP_BUCKETS / 64; w++)
 	{
-		/* A full barrier: whoever sees the pin gone sees the raise too. */
-		(void) pg_atomic_fetch_sub_u32(&heldmap->pins[my_pins[i]], 1);
-		my_pinned[my_pins[i] / 8] &= ~(1 << (my_pins[i] % 8));
+		while (my_pins[w] != 0)
+		{
+			int			bit = pg_rightmost_one_pos64(my_pins[w]);
+
+			/* A full barrier: whoever sees the pin gone sees the raise too. */
+			(void) pg_atomic_fetch_sub_u32(&heldmap->pins[w * 64 + bit], 1);
+			my_pins[w] &= ~(UINT64CONST(1) << bit);
+		}
 	}
 	my_npins = 0;
 }
@@ -188,25 +191,15 @@ DsyncHeldMapNote(text *name, TimestampTz expiry)
 		HeldMapRaise(bucket, expiry);
 	if (!pin_callback_registered)
 	{
-		my_pinned = MemoryContextAllocZero(TopMemoryContext, HELDMAP_BUCKETS / 8);
+		my_pins = MemoryContextAllocZero(TopMemoryContext, HELDMAP_BUCKETS / 8);
 		RegisterXactCallback(HeldMapXactEnd, NULL);
 		pin_callback_registered = true;
 	}
 	/* One pin per bucket and transaction. */
-	if (my_pinned[bucket / 8] & (1 << (bucket % 8)))
+	if (my_pins[bucket / 64] & (UINT64CONST(1) << (bucket % 64)))
 		return;
-	if (my_npins == my_maxpins)
-	{
-		int			newmax = Max(16, my_maxpins * 2);
-
-		/* Before the pin is counted, so that a failure leaves nothing behind. */
-		my_pins = my_pins == NULL ?
-			MemoryContextAlloc(TopMemoryContext, newmax * sizeof(uint32)) :
-			repalloc(my_pins, newmax * sizeof(uint32));
-		my_maxpins = newmax;
-	}
-	my_pins[my_npins++] = bucket;
-	my_pinned[bucket / 8] |= 1 << (bucket % 8);
+	my_pins[bucket / 64] |= UINT64CONST(1) << (bucket % 64);
+	my_npins++;
 	(void) pg_atomic_fetch_add_u32(&heldmap->pins[bucket], 1);
 }
 
