@@ -52,6 +52,16 @@
 #endif
 
 /*
+ * A wait event set that lives as long as the backend: tied to a memory
+ * context before 17, to a resource owner (none) from 17 on.
+ */
+#if PG_VERSION_NUM >= 170000
+#define DsyncCreateWaitEventSet(nevents) CreateWaitEventSet(NULL, (nevents))
+#else
+#define DsyncCreateWaitEventSet(nevents) CreateWaitEventSet(TopMemoryContext, (nevents))
+#endif
+
+/*
  * Whether a role owns a database: one function per object kind before 16,
  * one for all kinds from 16 on.
  */

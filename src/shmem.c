@@ -166,6 +166,8 @@ DsyncShmemStartup(void)
 		}
 		SpinLockInit(&dsync_shared->fencing_lock);
 		dsync_shared->nslots = DsyncShmemSlots();
+		for (int i = 0; i < dsync_shared->nslots; i++)
+			pg_atomic_init_u64(&dsync_shared->slots[i].sleep_until, 0);
 	}
 	dsync_workers = ShmemInitStruct("dsync workers", DsyncWorkerShmemSize(), &found);
 	if (!found)

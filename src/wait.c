@@ -47,6 +47,14 @@
  * waiter of the database, and their next try reports that the extension
  * is gone.
  *
+ * In a queue, each hand-off would wake the next in line twice for nothing:
+ * when the new holder leaves the queue and when its grant commits, both
+ * times to find the lease taken.  A blocked caller granted a durable plain
+ * lease therefore leaves the queue quietly (its transaction's end wakes
+ * the next one anyway), and its commit lets the next one sleep on if that
+ * one wakes by itself before the new holder's expiry, which it always
+ * does when it sleeps the DSYNC_WAIT_CAP_MS cap and the ttl is longer.
+ *
  * PREPARE TRANSACTION never runs those callbacks at COMMIT PREPARED, so a
  * transaction that changed or locked anything of dsync's cannot be
  * prepared.
@@ -97,8 +105,28 @@ static bool in_internal_attempt = false;
 /* The current try noted a wake-up (it locked a row). */
 static bool attempt_noted = false;
 
+/* The current try granted a lease that nobody else can share ... */
+static bool attempt_exclusive = false;
+static TimestampTz attempt_until = 0;	/* ... until at least then */
+
+/*
+ * The last thing this transaction did to quiet_key was a blocked caller's
+ * exclusive grant, which holds it until at least quiet_until if we commit.
+ */
+static bool quiet_pending = false;
+static uint64 quiet_key = 0;
+static TimestampTz quiet_until = 0;
+
 /* This transaction changed or locked something of dsync's. */
 static bool xact_changed = false;
+
+/*
+ * What a blocked caller sleeps on: its latch, postmaster death and its
+ * client's socket closing.  Made once and kept, because WaitLatchOrSocket
+ * builds and closes an epoll set at every call, which is a fair share of
+ * a hand-off in a busy queue.
+ */
+static WaitEventSet *sleep_set = NULL;
 
 static bool callbacks_registered = false;
 static bool exit_callback_registered = false;
@@ -108,7 +136,7 @@ static void DsyncWaitSubXactCallback(SubXactEvent event, SubTransactionId mySubi
 									 SubTransactionId parentSubid, void *arg);
 static void DsyncWaitReleaseCallback(ResourceReleasePhase phase, bool isCommit,
 									 bool isTopLevel, void *arg);
-static void DsyncWaitDequeue(void);
+static void DsyncWaitDequeue(bool wake);
 
 /*
  * DsyncWaitKey
@@ -174,8 +202,23 @@ DsyncWakeAtEnd(uint64 key)
 	DsyncWaitRegisterCallbacks();
 	if (in_internal_attempt)
 		attempt_noted = true;
+	/* Anything else done to the name since voids what the grant told. */
+	if (quiet_pending && quiet_key % DSYNC_WAKE_CHANNELS == (uint64) channel)
+		quiet_pending = false;
 	wake_at_end[channel / 64] |= UINT64CONST(1) << (channel % 64);
 	wake_pending = true;
+}
+
+/*
+ * DsyncWakePendingFor
+ *		Whether the end of this transaction wakes key's channel.
+ */
+static bool
+DsyncWakePendingFor(uint64 key)
+{
+	int			channel = key % DSYNC_WAKE_CHANNELS;
+
+	return (wake_at_end[channel / 64] & (UINT64CONST(1) << (channel % 64))) != 0;
 }
 
 /*
@@ -191,6 +234,26 @@ DsyncWakeDatabaseAtEnd(void)
 }
 
 /*
+ * DsyncWaitGrantExcludes
+ *		The try under way grants something nobody else in line can have
+ *		while this transaction runs (a durable plain lease), and if it
+ *		commits, until at least until.  So whoever is next need not look
+ *		when we leave the queue: the end of our transaction wakes it
+ *		(DsyncWakeAtEnd), which is the first moment its look could tell it
+ *		anything new; and a commit need not wake it either if it wakes by
+ *		itself before until (DsyncWakeChannel).
+ */
+void
+DsyncWaitGrantExcludes(TimestampTz until)
+{
+	if (in_internal_attempt)
+	{
+		attempt_exclusive = true;
+		attempt_until = until;
+	}
+}
+
+/*
  * DsyncWakeChannel
  *		Wake the first waiter in line for each queue on one channel.
  *
@@ -200,9 +263,17 @@ DsyncWakeDatabaseAtEnd(void)
  * The one woken passes the turn on when it leaves the queue.  The channel's
  * wake count goes up first, so that a waiter between its try and its sleep
  * notices (DsyncWaitSleep).
+ *
+ * A commit whose last act on a lease was an exclusive grant (quiet) lets
+ * that lease's first waiter sleep on if it wakes by itself no later than
+ * the grant's expiry: its look now would only find the lease taken.  This
+ * saves a wake-up per hand-off in a queue.  The waiter publishes when it
+ * wakes (sleep_until) before it rereads the wake count, and we read it
+ * after raising the count, so either it sees the count move or we see
+ * when it wakes.
  */
 static void
-DsyncWakeChannel(int channel)
+DsyncWakeChannelQuiet(int channel, bool quiet)
 {
 	int			firsts[DSYNC_WAKE_MAX_KEYS];
 	int			nfirsts = 0;
@@ -249,11 +320,30 @@ DsyncWakeChannel(int channel)
 				SetLatch(&ProcGlobal->allProcs[i].procLatch);
 		nfirsts = 0;
 	}
+	for (int k = 0; quiet && k < nfirsts; k++)
+	{
+		DsyncWaiterSlot *first = &dsync_shared->slots[firsts[k]];
+		TimestampTz until = (TimestampTz) pg_atomic_read_u64(&first->sleep_until);
+
+		if (first->key == quiet_key && first->dbid == MyDatabaseId &&
+			first->roleid == InvalidOid && until != 0 && until <= quiet_until)
+			firsts[k--] = firsts[--nfirsts];
+	}
 	LWLockRelease(dsync_shared->lock);
 
 	/* Waiter slots are indexed by pgprocno. */
 	for (int k = 0; k < nfirsts; k++)
 		SetLatch(&ProcGlobal->allProcs[firsts[k]].procLatch);
+}
+
+/*
+ * DsyncWakeChannel
+ *		Wake the first waiter in line for each queue on one channel.
+ */
+static void
+DsyncWakeChannel(int channel)
+{
+	DsyncWakeChannelQuiet(channel, false);
 }
 
 /*
@@ -306,7 +396,7 @@ DsyncWaitGeneration(uint64 key)
  *		Wake every sleeper on the channels set in bits.
  */
 static void
-DsyncWakeBroadcast(const uint64 *bits)
+DsyncWakeBroadcast(const uint64 *bits, bool quiet)
 {
 	for (int word = 0; word < WAKE_WORDS; word++)
 	{
@@ -316,7 +406,8 @@ DsyncWakeBroadcast(const uint64 *bits)
 		{
 			int			bit = pg_rightmost_one_pos64(w);
 
-			DsyncWakeChannel(word * 64 + bit);
+			DsyncWakeChannelQuiet(word * 64 + bit,
+								  quiet && quiet_key % DSYNC_WAKE_CHANNELS == (uint64) (word * 64 + bit));
 			w &= w - 1;
 		}
 	}
@@ -340,7 +431,7 @@ DsyncWaitReleaseCallback(ResourceReleasePhase phase, bool isCommit,
 		if (wake_after_subabort)
 		{
 			wake_after_subabort = false;
-			DsyncWakeBroadcast(wake_at_end);
+			DsyncWakeBroadcast(wake_at_end, false);
 		}
 		return;
 	}
@@ -350,9 +441,10 @@ DsyncWaitReleaseCallback(ResourceReleasePhase phase, bool isCommit,
 		DsyncWakeDatabase(MyDatabaseId);
 	}
 	if (wake_pending)
-		DsyncWakeBroadcast(wake_at_end);
+		DsyncWakeBroadcast(wake_at_end, isCommit && quiet_pending);
 	memset(wake_at_end, 0, sizeof(wake_at_end));
 	wake_pending = false;
+	quiet_pending = false;
 	wake_after_subabort = false;
 	wake_database_at_commit = false;
 	xact_changed = false;
@@ -372,7 +464,10 @@ DsyncWaitSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 						 SubTransactionId parentSubid, void *arg)
 {
 	if (event == SUBXACT_EVENT_ABORT_SUB && wake_pending && !in_internal_attempt)
+	{
 		wake_after_subabort = true;
+		quiet_pending = false;	/* the grant may have been undone */
+	}
 }
 
 /*
@@ -467,7 +562,7 @@ static void
 DsyncWaitExit(int code, Datum arg)
 {
 	if (dsync_shared != NULL && MyProc != NULL && DsyncWaitMySlot()->in_use)
-		DsyncWaitDequeue();
+		DsyncWaitDequeue(true);
 }
 
 /*
@@ -506,11 +601,11 @@ DsyncWaitEnqueue(const DsyncWaitSpec *spec)
 
 /*
  * DsyncWaitDequeue
- *		Leave the queue, and wake the others on the channel: whoever is
- *		next in line must look again now.
+ *		Leave the queue, and unless told otherwise wake the others on the
+ *		channel: whoever is next in line must look again now.
  */
 static void
-DsyncWaitDequeue(void)
+DsyncWaitDequeue(bool wake)
 {
 	DsyncWaiterSlot *me = DsyncWaitMySlot();
 	uint64		key;
@@ -525,7 +620,8 @@ DsyncWaitDequeue(void)
 		pg_atomic_fetch_sub_u32(&dsync_shared->waiting[key % DSYNC_WAKE_CHANNELS], 1);
 	}
 	LWLockRelease(dsync_shared->lock);
-	DsyncWakeChannel(key % DSYNC_WAKE_CHANNELS);
+	if (wake)
+		DsyncWakeChannel(key % DSYNC_WAKE_CHANNELS);
 	DsyncStatAdd(DSYNC_STAT_WAIT_TIME, GetCurrentTimestamp() - since);
 }
 
@@ -556,8 +652,7 @@ static bool
 DsyncWaitSleep(uint64 key, TimestampTz wake_at, uint64 generation)
 {
 	long		ms = DSYNC_WAIT_CAP_MS;
-	int			events = WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH;
-	pgsocket	sock = PGINVALID_SOCKET;
+	WaitEvent	event;
 	int			rc;
 
 	if (wake_at != 0)
@@ -568,19 +663,32 @@ DsyncWaitSleep(uint64 key, TimestampTz wake_at, uint64 generation)
 		ms = Max(Min((until + 999) / 1000, (int64) DSYNC_WAIT_CAP_MS), 1);
 	}
 
+	/* Publish when we wake by ourselves before the last look at the count. */
+	pg_atomic_write_u64(&DsyncWaitMySlot()->sleep_until,
+						(uint64) (GetCurrentTimestamp() + ms * 1000));
+	pg_memory_barrier();
 	if (DsyncWaitGeneration(key) != generation)
-		return false;
-	if (MyProcPort != NULL && WaitEventSetCanReportClosed())
 	{
-		events |= WL_SOCKET_CLOSED;
-		sock = MyProcPort->sock;
+		pg_atomic_write_u64(&DsyncWaitMySlot()->sleep_until, 0);
+		return false;
 	}
-	rc = WaitLatchOrSocket(MyLatch, events, sock, ms, PG_WAIT_EXTENSION);
-	if (rc & WL_SOCKET_CLOSED)
+	if (sleep_set == NULL)
+	{
+		WaitEventSet *set = DsyncCreateWaitEventSet(3);
+
+		AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+		AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+		if (MyProcPort != NULL && WaitEventSetCanReportClosed())
+			AddWaitEventToSet(set, WL_SOCKET_CLOSED, MyProcPort->sock, NULL, NULL);
+		sleep_set = set;
+	}
+	rc = WaitEventSetWait(sleep_set, ms, &event, 1, PG_WAIT_EXTENSION);
+	pg_atomic_write_u64(&DsyncWaitMySlot()->sleep_until, 0);
+	if (rc > 0 && (event.events & WL_SOCKET_CLOSED))
 		DsyncWaitClientGone();
 	ResetLatch(MyLatch);
 	CHECK_FOR_INTERRUPTS();
-	return (rc & (WL_TIMEOUT | WL_LATCH_SET)) == WL_TIMEOUT;
+	return rc == 0;				/* no event: the time ran out */
 }
 
 /*
@@ -607,6 +715,7 @@ DsyncWaitTry(const DsyncWaitSpec *spec, bool may_take, bool thorough,
 	BeginInternalSubTransaction(NULL);
 	in_internal_attempt = true;
 	attempt_noted = false;
+	attempt_exclusive = false;
 	MemoryContextSwitchTo(oldcontext);
 
 	PG_TRY();
@@ -697,10 +806,17 @@ DsyncWaitFor(const DsyncWaitSpec *spec)
 
 			if (!queued)
 			{
-				/* Get in line, then look once more before sleeping. */
+				/*
+				 * Get in line and sleep without a second look: a wake-up
+				 * since generation was read makes the sleep return at once.
+				 * Only the first in line uses what the try said of the
+				 * holder's expiry, and a try made while others were queued
+				 * knows nothing of it.
+				 */
 				DsyncWaitEnqueue(spec);
 				queued = true;
-				continue;
+				if (first_in_line)
+					first_in_line = DsyncWaitMayTake(spec->key, spec->roleid);
 			}
 
 			if (!spec->forever && GetCurrentTimestamp() >= spec->deadline)
@@ -720,13 +836,24 @@ DsyncWaitFor(const DsyncWaitSpec *spec)
 	{
 		MemoryContextSwitchTo(oldcontext);
 		if (queued)
-			DsyncWaitDequeue();
+			DsyncWaitDequeue(true);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 
+	/*
+	 * Leaving with an exclusive grant, wake nobody now if our transaction's
+	 * end will: the next in line would only find the lease taken.
+	 */
+	if (granted && attempt_exclusive && DsyncWakePendingFor(spec->key))
+	{
+		quiet_pending = true;
+		quiet_key = spec->key;
+		quiet_until = attempt_until;
+	}
 	if (queued)
-		DsyncWaitDequeue();
+		DsyncWaitDequeue(!(granted && attempt_exclusive &&
+						   DsyncWakePendingFor(spec->key)));
 	if (timed_out)
 		DsyncStatAdd(DSYNC_STAT_WAIT_TIMEOUTS, 1);
 	MemoryContextDelete(attempt_cxt);

@@ -10,6 +10,7 @@
 
 #include "postgres.h"
 #include "args.h"
+#include "port/atomics.h"
 #include "utils/timestamp.h"
 
 /*
@@ -35,6 +36,7 @@ typedef struct DsyncWaiterSlot
 	uint64		key;			/* DsyncWaitKey of the name */
 	uint64		ticket;			/* queue position: lower goes first */
 	TimestampTz since;
+	pg_atomic_uint64 sleep_until;	/* when a sleeping waiter wakes by itself */
 	char		kind[16];
 	char		name[DSYNC_NAME_MAX_BYTES + 1];
 	char		holder[DSYNC_NAME_MAX_BYTES + 1];
@@ -48,6 +50,7 @@ extern void DsyncWakeNow(uint64 key);
 extern void DsyncWakeDatabaseNow(void);
 extern bool DsyncWaitMayTake(uint64 key, Oid roleid);
 extern void DsyncWaitEvict(uint64 key, Oid owner);
+extern void DsyncWaitGrantExcludes(TimestampTz until);
 extern void DsyncXactChanged(void);
 
 /*
