@@ -116,6 +116,7 @@ static TimestampTz attempt_until = 0;	/* ... until at least then */
 static bool quiet_pending = false;
 static uint64 quiet_key = 0;
 static TimestampTz quiet_until = 0;
+static char quiet_holder[DSYNC_NAME_MAX_BYTES + 1];	/* as in a waiter slot */
 
 /* This transaction changed or locked something of dsync's. */
 static bool xact_changed = false;
@@ -266,7 +267,8 @@ DsyncWaitGrantExcludes(TimestampTz until)
  *
  * A commit whose last act on a lease was an exclusive grant (quiet) lets
  * that lease's first waiter sleep on if it wakes by itself no later than
- * the grant's expiry: its look now would only find the lease taken.  This
+ * the grant's expiry and waits under another holder name: its look now
+ * would only find the lease taken.  This
  * saves a wake-up per hand-off in a queue.  The waiter publishes when it
  * wakes (sleep_until) before it rereads the wake count, and we read it
  * after raising the count, so either it sees the count move or we see
@@ -325,8 +327,13 @@ DsyncWakeChannelQuiet(int channel, bool quiet)
 		DsyncWaiterSlot *first = &dsync_shared->slots[firsts[k]];
 		TimestampTz until = (TimestampTz) pg_atomic_read_u64(&first->sleep_until);
 
+		/*
+		 * A waiter under the new holder's own name could extend the lease
+		 * now (LeaseTryAcquire), so it is woken as before.
+		 */
 		if (first->key == quiet_key && first->dbid == MyDatabaseId &&
-			first->roleid == InvalidOid && until != 0 && until <= quiet_until)
+			first->roleid == InvalidOid && until != 0 && until <= quiet_until &&
+			strcmp(first->holder, quiet_holder) != 0)
 			firsts[k--] = firsts[--nfirsts];
 	}
 	LWLockRelease(dsync_shared->lock);
@@ -640,6 +647,35 @@ DsyncWaitClientGone(void)
 }
 
 /*
+ * DsyncWaitMakeSleepSet
+ *		The wait event set a blocked caller sleeps on (sleep_set).
+ */
+static WaitEventSet *
+DsyncWaitMakeSleepSet(void)
+{
+	WaitEventSet *set = DsyncCreateWaitEventSet(3);
+
+	/* A set left half made would keep its epoll descriptor for good. */
+	PG_TRY();
+	{
+		AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+		/* As WaitLatch: single-user mode has no postmaster to watch. */
+		if (IsUnderPostmaster)
+			AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
+							  NULL, NULL);
+		if (MyProcPort != NULL && WaitEventSetCanReportClosed())
+			AddWaitEventToSet(set, WL_SOCKET_CLOSED, MyProcPort->sock, NULL, NULL);
+	}
+	PG_CATCH();
+	{
+		FreeWaitEventSet(set);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	return set;
+}
+
+/*
  * DsyncWaitSleep
  *		Sleep on key's channel until woken or until wake_at (0: no limit),
  *		whichever comes first, but never longer than DSYNC_WAIT_CAP_MS.
@@ -673,15 +709,7 @@ DsyncWaitSleep(uint64 key, TimestampTz wake_at, uint64 generation)
 		return false;
 	}
 	if (sleep_set == NULL)
-	{
-		WaitEventSet *set = DsyncCreateWaitEventSet(3);
-
-		AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-		AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
-		if (MyProcPort != NULL && WaitEventSetCanReportClosed())
-			AddWaitEventToSet(set, WL_SOCKET_CLOSED, MyProcPort->sock, NULL, NULL);
-		sleep_set = set;
-	}
+		sleep_set = DsyncWaitMakeSleepSet();
 	rc = WaitEventSetWait(sleep_set, ms, &event, 1, PG_WAIT_EXTENSION);
 	pg_atomic_write_u64(&DsyncWaitMySlot()->sleep_until, 0);
 	if (rc > 0 && (event.events & WL_SOCKET_CLOSED))
@@ -809,9 +837,8 @@ DsyncWaitFor(const DsyncWaitSpec *spec)
 				/*
 				 * Get in line and sleep without a second look: a wake-up
 				 * since generation was read makes the sleep return at once.
-				 * Only the first in line uses what the try said of the
-				 * holder's expiry, and a try made while others were queued
-				 * knows nothing of it.
+				 * Only the first in line sleeps until the holder's expiry
+				 * the try reported.
 				 */
 				DsyncWaitEnqueue(spec);
 				queued = true;
@@ -850,6 +877,7 @@ DsyncWaitFor(const DsyncWaitSpec *spec)
 		quiet_pending = true;
 		quiet_key = spec->key;
 		quiet_until = attempt_until;
+		text_to_cstring_buffer(spec->holder, quiet_holder, sizeof(quiet_holder));
 	}
 	if (queued)
 		DsyncWaitDequeue(!(granted && attempt_exclusive &&

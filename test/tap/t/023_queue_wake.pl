@@ -15,7 +15,9 @@
 #   - h2 with a 700 ms ttl: h3, asleep for up to 5 s (the cap on one
 #     sleep), must be woken by h2's commit to learn the new expiry;
 #   - h2 with a 6 s ttl: h3 may sleep on; it wakes at the cap, finds h2
-#     holding the lease, and sleeps until h2's expiry.
+#     holding the lease, and sleeps until h2's expiry;
+#   - and a waiter under the new holder's own name, which may extend the
+#     lease at once, is woken by that commit whatever its timer.
 # In both h3 must be granted at or after h2's expiry and less than 1 s
 # after it (a bound on correctness, far from either wrong outcome: 3.6 s
 # late in the first case, never in the second).
@@ -109,6 +111,40 @@ for my $case (['700 ms', 'woken by the commit'], ['6 s', 'waking at its cap'])
 	note(sprintf('h3 granted %.3f s after the expiry of h2 (%s)', $late, $h2_ttl));
 	ok($late >= 0 && $late < 1,
 		"h3 is granted within 1 s of h2's expiry ($h2_ttl, $how): " . sprintf('%.3f s', $late));
+}
+
+# A waiter under the new holder's own name may extend the lease at once
+# (a holder that has the lease always gets its extension), so the commit
+# wakes it even though it would otherwise sleep on: hb takes the lease
+# (6 s ttl) through a wait, and a second session waiting as hb too gets it
+# right after, not at the end of its own 5 s sleep.
+{
+	my $name = 'qsame';
+	my $h1_expiry = $node->safe_psql('qw',
+		"SELECT dsync_acquire('$name', 'h1', '700 ms') IS NOT NULL, "
+		  . "(SELECT extract(epoch FROM expires_at) FROM dsync_leases WHERE lease = '$name')");
+	(undef, $h1_expiry) = split /\|/, $h1_expiry;
+	my $first = client(acquire_sql($name, 'hb', '6 s', '10 s'));
+	ok( wait_for(
+			$node,
+			"SELECT count(*) = 1 FROM dsync_waiters WHERE name = '$name' AND holder = 'hb'",
+			30, 'qw'),
+		'hb waits');
+	my $second = client(acquire_sql($name, 'hb', '6 s', '20 s'));
+	ok( wait_for(
+			$node,
+			"SELECT count(*) = 2 FROM dsync_waiters WHERE name = '$name' AND holder = 'hb'",
+			30, 'qw'),
+		'a second session waits as hb behind it');
+	my ($first_granted) = split /\|/, finish($first);
+	my ($second_granted, $second_at) = split /\|/, finish($second);
+	is($first_granted,  't', 'hb is granted at the expiry of h1');
+	is($second_granted, 't', 'the second session waiting as hb is granted');
+	my $late = $second_at - $h1_expiry;
+	note(sprintf('second hb granted %.3f s after the expiry of h1', $late));
+	ok($late >= 0 && $late < 1,
+		"the second session waiting as hb is granted within 1 s of h1's expiry: "
+		  . sprintf('%.3f s', $late));
 }
 
 done_testing();
