@@ -545,6 +545,18 @@ DsyncEphemeralForgetDatabase(Oid dbid)
 }
 
 /*
+ * EphemeralStoreOpen
+ *		Open dsync_lease and its index for a grant's look: before the
+ *		partition lock, since relation locks are never taken under it.
+ */
+static void
+EphemeralStoreOpen(DsyncStore *store, const DsyncCatalog *catalog)
+{
+	DsyncStoreOpenCatalog(store, catalog, DSYNC_TABLE_LEASE, false);
+	(void) DsyncStoreIndex(store);
+}
+
+/*
  * EphemeralStoreClose
  *		Close dsync_lease if a grant opened it.
  */
@@ -603,15 +615,10 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 			return false;
 		}
 
-		/*
-		 * dsync_lease is opened only if the held map may send us there:
-		 * relation locks are taken before the partition lock, never under
-		 * it.
-		 */
+		/* dsync_lease is opened only if the held map may send us there. */
 		if (!opened && may_take && !DsyncHeldMapClear(slot, hash, now))
 		{
-			DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_LEASE, false);
-			(void) DsyncStoreIndex(&store);
+			EphemeralStoreOpen(&store, catalog);
 			opened = true;
 		}
 
@@ -649,8 +656,7 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 		{
 			/* A durable change of the name began since: open the table. */
 			LWLockRelease(lock);
-			DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_LEASE, false);
-			(void) DsyncStoreIndex(&store);
+			EphemeralStoreOpen(&store, catalog);
 			opened = true;
 			continue;
 		}

@@ -493,7 +493,6 @@ LeaseTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 	int			permits;
 	LeaseStores stores;
 	bool		granted;
-	TimestampTz before;
 
 	*retry_at = 0;
 	/* A semaphore's name was refused before (DsyncEphemeralCheckGrant). */
@@ -504,14 +503,12 @@ LeaseTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 	if (permits >= 0)
 		return DsyncPermitTryAcquire(args->fcinfo, args->lease, args->grant, permits,
 									 may_take, thorough, &args->token);
-	before = GetCurrentTimestamp();
 	LeaseStoresOpen(&stores, args->fcinfo, true);
 	granted = LeaseTryAcquire(&stores, args->lease, args->grant, may_take,
 							  &args->token, retry_at);
 	LeaseStoresClose(&stores);
-	/* The grant's expiry was computed later than before, so is no sooner. */
 	if (granted)
-		DsyncWaitGrantExcludes(before + args->grant->ttl_usec);
+		DsyncWaitGrantExcludes(args->grant->ttl_usec);
 	return granted;
 }
 

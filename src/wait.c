@@ -105,9 +105,10 @@ static bool in_internal_attempt = false;
 /* The current try noted a wake-up (it locked a row). */
 static bool attempt_noted = false;
 
-/* The current try granted a lease that nobody else can share ... */
-static bool attempt_exclusive = false;
-static TimestampTz attempt_until = 0;	/* ... until at least then */
+/* When the current try began, and (not 0) that it granted a lease nobody
+ * else can share until at least attempt_until. */
+static TimestampTz attempt_began = 0;
+static TimestampTz attempt_until = 0;
 
 /*
  * The last thing this transaction did to quiet_key was a blocked caller's
@@ -238,20 +239,18 @@ DsyncWakeDatabaseAtEnd(void)
  * DsyncWaitGrantExcludes
  *		The try under way grants something nobody else in line can have
  *		while this transaction runs (a durable plain lease), and if it
- *		commits, until at least until.  So whoever is next need not look
+ *		commits, for ttl_usec from a moment after the try began (so until
+ *		at least attempt_until).  So whoever is next need not look
  *		when we leave the queue: the end of our transaction wakes it
  *		(DsyncWakeAtEnd), which is the first moment its look could tell it
  *		anything new; and a commit need not wake it either if it wakes by
  *		itself before until (DsyncWakeChannel).
  */
 void
-DsyncWaitGrantExcludes(TimestampTz until)
+DsyncWaitGrantExcludes(int64 ttl_usec)
 {
 	if (in_internal_attempt)
-	{
-		attempt_exclusive = true;
-		attempt_until = until;
-	}
+		attempt_until = attempt_began + ttl_usec;
 }
 
 /*
@@ -268,8 +267,8 @@ DsyncWaitGrantExcludes(TimestampTz until)
  * A commit whose last act on a lease was an exclusive grant (quiet) lets
  * that lease's first waiter sleep on if it wakes by itself no later than
  * the grant's expiry and waits under another holder name: its look now
- * would only find the lease taken.  This
- * saves a wake-up per hand-off in a queue.  The waiter publishes when it
+ * would only find the lease taken.  This saves a wake-up per hand-off in
+ * a queue.  The waiter publishes when it
  * wakes (sleep_until) before it rereads the wake count, and we read it
  * after raising the count, so either it sees the count move or we see
  * when it wakes.
@@ -743,7 +742,8 @@ DsyncWaitTry(const DsyncWaitSpec *spec, bool may_take, bool thorough,
 	BeginInternalSubTransaction(NULL);
 	in_internal_attempt = true;
 	attempt_noted = false;
-	attempt_exclusive = false;
+	attempt_until = 0;
+	attempt_began = GetCurrentTimestamp();
 	MemoryContextSwitchTo(oldcontext);
 
 	PG_TRY();
@@ -801,6 +801,7 @@ DsyncWaitFor(const DsyncWaitSpec *spec)
 	volatile bool queued = false;
 	volatile bool granted = false;
 	volatile bool timed_out = false;
+	bool		quiet;
 
 	attempt_cxt = AllocSetContextCreate(CurrentMemoryContext, "dsync wait",
 										ALLOCSET_SMALL_SIZES);
@@ -872,7 +873,8 @@ DsyncWaitFor(const DsyncWaitSpec *spec)
 	 * Leaving with an exclusive grant, wake nobody now if our transaction's
 	 * end will: the next in line would only find the lease taken.
 	 */
-	if (granted && attempt_exclusive && DsyncWakePendingFor(spec->key))
+	quiet = granted && attempt_until != 0 && DsyncWakePendingFor(spec->key);
+	if (quiet)
 	{
 		quiet_pending = true;
 		quiet_key = spec->key;
@@ -880,8 +882,7 @@ DsyncWaitFor(const DsyncWaitSpec *spec)
 		text_to_cstring_buffer(spec->holder, quiet_holder, sizeof(quiet_holder));
 	}
 	if (queued)
-		DsyncWaitDequeue(!(granted && attempt_exclusive &&
-						   DsyncWakePendingFor(spec->key)));
+		DsyncWaitDequeue(!quiet);
 	if (timed_out)
 		DsyncStatAdd(DSYNC_STAT_WAIT_TIMEOUTS, 1);
 	MemoryContextDelete(attempt_cxt);
