@@ -32,7 +32,10 @@ OBJS = \
 	src/role.o \
 	src/signal.o \
 	src/member.o \
-	src/ephemeral.o
+	src/ephemeral.o \
+	src/fence.o \
+	src/eventlog.o \
+	src/session.o
 
 # The install and upgrade scripts sit at the top, as in contrib.
 DATA = $(sort $(wildcard dsync--*.sql))

@@ -38,6 +38,9 @@ JsonField(const char *json, const char *field, char *buf, size_t len)
 	if (p == NULL)
 		return NULL;
 	p += strlen(key);
+	/* jsonb's text form (the event log's) has a space after the colon. */
+	while (*p == ' ')
+		p++;
 	if (*p == '"')
 	{
 		p++;
@@ -177,13 +180,99 @@ FromSender(PGconn *conn, int *sender, int be_pid)
 }
 
 /*
+ * EventSeq
+ *		The seq of an event's payload, 0 if it has none.
+ */
+static long long
+EventSeq(const char *payload)
+{
+	char		buf[32];
+
+	return JsonField(payload, "seq", buf, sizeof(buf)) ? strtoll(buf, NULL, 10) : 0;
+}
+
+/*
+ * WatchStart
+ *		The seq to resume after if the first connection drops: the newest
+ *		event the log held before we listened (0 if none, -1 if the
+ *		installed version keeps no log).
+ */
+static long long
+WatchStart(PGconn *conn)
+{
+	PGresult   *res = PQexec(conn, "SELECT COALESCE((SELECT seq FROM dsync_event_log "
+							 "ORDER BY seq DESC LIMIT 1), 0)");
+	long long	start = -1;
+
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		start = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+	PQclear(res);
+	return start;
+}
+
+/*
+ * WatchCatchUp
+ *		After a reconnect, now that we listen again: print the events of the
+ *		name sent after *last_seq (dsync_events_since), and, after a
+ *		reconnect, say so if some may be gone from the log (older than
+ *		dsync.event_retention).
+ *		Notifications that arrive meanwhile repeat what is printed here;
+ *		the caller skips them by seq.
+ */
+static void
+WatchCatchUp(PGconn *conn, const Options *opt, long long *last_seq, bool reconnect)
+{
+	char		after[32];
+	const char *params[2] = {after, opt->name};
+	PGresult   *res;
+	long long	horizon;
+	int			n;
+
+	snprintf(after, sizeof(after), "%lld", *last_seq);
+	res = PQexec(conn, "SELECT dsync_events_horizon()");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+	{
+		Note("could not read the event log to catch up: %s", PQerrorMessage(conn));
+		PQclear(res);
+		return;
+	}
+	horizon = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+	PQclear(res);
+	if (reconnect && horizon > *last_seq)
+		Note("events sent while disconnected (seq %lld to %lld) are no longer kept; "
+			 "some of \"%s\" may have been missed (raise dsync.event_retention)",
+			 *last_seq + 1, horizon, opt->name);
+	res = PQexecParams(conn, "SELECT seq, payload::text FROM dsync_events_since($1, ARRAY[$2])",
+					   2, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+	{
+		Note("could not read the event log to catch up: %s", PQerrorMessage(conn));
+		PQclear(res);
+		return;
+	}
+	n = PQntuples(res);
+	if (n > 0 && !opt->json)
+		Note("catching up with %d events sent while disconnected", n);
+	for (int i = 0; i < n; i++)
+	{
+		PrintEvent(PQgetvalue(res, i, 1), opt->json);
+		*last_seq = strtoll(PQgetvalue(res, i, 0), NULL, 10);
+	}
+	PQclear(res);
+}
+
+/*
  * CommandWatch
  *		dsync watch: LISTEN on the name's channel and print each event that
- *		dsync sent; reconnect if the connection drops.
+ *		dsync sent; reconnect if the connection drops, and then catch up
+ *		from the event log with what was sent meanwhile, each event once.
  */
 int
 CommandWatch(Options *opt)
 {
+	long long	last_seq = -1;	/* -1: not connected yet, or no log */
+	bool		connected_before = false;
+
 	for (;;)
 	{
 		PGconn	   *conn = Connect(opt, false);
@@ -219,6 +308,9 @@ CommandWatch(Options *opt)
 		if (sender < 0)
 			Note("this version of the extension does not say which process sends "
 				 "its notifications: run ALTER EXTENSION dsync UPDATE");
+		/* Where the log stands before we listen: nothing after it is missed. */
+		if (!connected_before)
+			last_seq = WatchStart(conn);
 		res = PQexec(conn, sql);
 		free(sql);
 		if (PQresultStatus(res) != PGRES_COMMAND_OK)
@@ -226,6 +318,12 @@ CommandWatch(Options *opt)
 		PQclear(res);
 		if (!opt->json)
 			Note("watching \"%s\"", opt->name);
+		if (last_seq >= 0)
+			WatchCatchUp(conn, opt, &last_seq, connected_before);
+		else if (connected_before)
+			Note("events sent while disconnected were missed: this version of the "
+				 "extension keeps no event log (run ALTER EXTENSION dsync UPDATE)");
+		connected_before = true;
 
 		for (;;)
 		{
@@ -253,7 +351,15 @@ CommandWatch(Options *opt)
 			while ((notify = PQnotifies(conn)) != NULL)
 			{
 				if (FromSender(conn, &sender, notify->be_pid))
-					PrintEvent(notify->extra, opt->json);
+				{
+					long long	seq = EventSeq(notify->extra);
+
+					/* Already printed while catching up: skip. */
+					if (seq == 0 || seq > last_seq)
+						PrintEvent(notify->extra, opt->json);
+					if (last_seq >= 0 && seq > last_seq)
+						last_seq = seq;
+				}
 				PQfreemem(notify);
 			}
 		}

@@ -53,6 +53,7 @@ static const struct
 	[DSYNC_TABLE_SIGNAL] = {"dsync_signal", Natts_signal, 1, false},
 	[DSYNC_TABLE_MEMBER] = {"dsync_member", Natts_member, 1, false},
 	[DSYNC_TABLE_PERMIT] = {"dsync_permit", Natts_lease, 2, false},
+	[DSYNC_TABLE_FENCE] = {"dsync_fence", Natts_fence, 1, false},
 };
 
 /*
@@ -227,6 +228,8 @@ DsyncCatalogFill(Oid extension)
 												  extension, RELKIND_SEQUENCE);
 	dsync_catalog.event_seq = DsyncCatalogMember("dsync_event_seq", namespace,
 												 extension, RELKIND_SEQUENCE);
+	dsync_catalog.event_log = DsyncCatalogMember("dsync_event_log", namespace,
+												 extension, RELKIND_RELATION);
 
 	/*
 	 * An installation not yet updated is looked up again on every call, so
@@ -235,7 +238,9 @@ DsyncCatalogFill(Oid extension)
 	 */
 	dsync_catalog_valid = OidIsValid(dsync_catalog.rels[DSYNC_TABLE_PERMIT]) &&
 		OidIsValid(dsync_catalog.rels[DSYNC_TABLE_MEMBER]) &&
-		OidIsValid(dsync_catalog.signal_seq) && OidIsValid(dsync_catalog.event_seq);
+		OidIsValid(dsync_catalog.rels[DSYNC_TABLE_FENCE]) &&
+		OidIsValid(dsync_catalog.signal_seq) && OidIsValid(dsync_catalog.event_seq) &&
+		OidIsValid(dsync_catalog.event_log);
 
 	return &dsync_catalog;
 }

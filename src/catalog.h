@@ -54,6 +54,13 @@
 #define Anum_member_owner		8
 #define Natts_member			8
 
+/* dsync_fence (1.4): one row per fenced resource, its greatest token. */
+#define Anum_fence_resource		1
+#define Anum_fence_token		2
+#define Anum_fence_fenced_at	3
+#define Anum_fence_owner		4
+#define Natts_fence				4
+
 /* The widest dsync table; a DsyncRow can hold a row of any of them. */
 #define DSYNC_MAX_ATTS			Natts_lease
 
@@ -65,6 +72,7 @@ typedef enum DsyncTable
 	DSYNC_TABLE_SIGNAL,
 	DSYNC_TABLE_MEMBER,
 	DSYNC_TABLE_PERMIT,
+	DSYNC_TABLE_FENCE,
 	DSYNC_NUM_TABLES
 } DsyncTable;
 
@@ -76,6 +84,7 @@ typedef struct DsyncCatalog
 	Oid			fencing_seq;
 	Oid			signal_seq;
 	Oid			event_seq;		/* 1.2 */
+	Oid			event_log;		/* 1.4 */
 } DsyncCatalog;
 
 extern const DsyncCatalog *DsyncCatalogGet(FunctionCallInfo fcinfo);

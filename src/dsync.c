@@ -34,6 +34,7 @@ int			dsync_max_workers = 3;
 int			dsync_worker_idle_timeout = 60000;
 int			dsync_ephemeral_max_leases = 1024;
 int			dsync_ephemeral_max_ttl = 60;
+int			dsync_event_retention = 300;
 
 /*
  * The integer settings, as a table: they differ only in their values.
@@ -114,6 +115,11 @@ static const DsyncIntSetting dsync_int_settings[] = {
 		"before cannot overlap a new one.  Do not lower it across a restart "
 		"while ephemeral leases are held.",
 		&dsync_ephemeral_max_ttl, 60, 1, 86400, PGC_POSTMASTER, GUC_UNIT_S},
+	{"dsync.event_retention",
+		"How long sent events are kept for watchers to catch up with dsync_events_since().",
+		"The worker writes every event it sends to dsync_event_log and prunes "
+		"what is older, keeping at least the newest.  0 keeps no new events.",
+		&dsync_event_retention, 300, 0, 365 * 86400, PGC_SIGHUP, GUC_UNIT_S},
 };
 
 /*

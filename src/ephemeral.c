@@ -857,12 +857,13 @@ EphemeralLetGo(EphemeralEntry *entry, uint32 hash)
 }
 
 /*
- * DsyncEphemeralRelease
- *		dsync_release of an ephemeral lease: NONE if the name has none.
+ * EphemeralReleaseIf
+ *		Release holder's ephemeral lease if it holds it, and if only_token
+ *		is not 0, only the grant with that token.  NONE if the name has none.
  *		Waits for the guards of other transactions, as a row lock would.
  */
-DsyncEphemeralFound
-DsyncEphemeralRelease(text *lease, text *holder, int64 *token)
+static DsyncEphemeralFound
+EphemeralReleaseIf(text *lease, text *holder, int64 only_token, int64 *token)
 {
 	EphemeralKey key;
 	uint32		hash;
@@ -877,7 +878,8 @@ DsyncEphemeralRelease(text *lease, text *holder, int64 *token)
 		EphemeralWaitGuards(&key, hash, &entry);
 		/* It may have expired or changed hands while we waited. */
 		if (entry == NULL || entry->expires_at <= GetCurrentTimestamp() ||
-			!EphemeralHolderIs(entry, holder))
+			!EphemeralHolderIs(entry, holder) ||
+			(only_token != 0 && entry->fencing != only_token))
 			found = DSYNC_EPHEMERAL_NOT_HELD;
 		else
 		{
@@ -889,6 +891,29 @@ DsyncEphemeralRelease(text *lease, text *holder, int64 *token)
 	if (found == DSYNC_EPHEMERAL_DONE)
 		DsyncWakeNow(DsyncWaitKey(lease));
 	return found;
+}
+
+/*
+ * DsyncEphemeralRelease
+ *		dsync_release of an ephemeral lease: NONE if the name has none.
+ */
+DsyncEphemeralFound
+DsyncEphemeralRelease(text *lease, text *holder, int64 *token)
+{
+	return EphemeralReleaseIf(lease, holder, 0, token);
+}
+
+/*
+ * DsyncEphemeralReleaseGrant
+ *		Release the ephemeral grant holder got with token, if it still
+ *		holds it (a session lease whose backend ends); true if released.
+ */
+bool
+DsyncEphemeralReleaseGrant(text *lease, text *holder, int64 token)
+{
+	int64		released;
+
+	return EphemeralReleaseIf(lease, holder, token, &released) == DSYNC_EPHEMERAL_DONE;
 }
 
 /*

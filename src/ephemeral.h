@@ -51,6 +51,7 @@ extern bool DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease,
 extern DsyncEphemeralFound DsyncEphemeralRenew(text *lease, text *holder, Interval *ttl,
 											   int64 ttl_usec, TimestampTz *expiry);
 extern DsyncEphemeralFound DsyncEphemeralRelease(text *lease, text *holder, int64 *token);
+extern bool DsyncEphemeralReleaseGrant(text *lease, text *holder, int64 token);
 extern DsyncEphemeralFound DsyncEphemeralGuard(text *lease, text *holder, int64 *token);
 extern DsyncEphemeralFound DsyncEphemeralLeader(text *lease, text **holder);
 extern int32 DsyncEphemeralForceRelease(text *lease, text *holder, bool cancel_waits);

@@ -283,6 +283,17 @@ DsyncDeadlineLower(DsyncDbSlot *slot, TimestampTz deadline)
 }
 
 /*
+ * DsyncEventsHeard
+ *		Whether this database's events are to be sent now: someone listens
+ *		in it, or the event log keeps them for watchers who will.
+ */
+static bool
+DsyncEventsHeard(void)
+{
+	return dsync_events && (dsync_event_retention > 0 || DsyncListenersIn(MyDatabaseId));
+}
+
+/*
  * EventUnheard
  *		What the worker still needs of an event nobody listens to, as a
  *		kind that is not announced: the deadline of a grant or a join, or
@@ -381,7 +392,7 @@ DsyncEventPublish(List *events, int64 renewals, bool count, bool heard_known)
 		return;
 	}
 	/* Read under the queue lock, after a LISTEN's mark (listen.c). */
-	heard = heard_known || (dsync_events && DsyncListenersIn(MyDatabaseId));
+	heard = heard_known || DsyncEventsHeard();
 	foreach(lc, events)
 	{
 		DsyncPendingEvent *pe = lfirst(lc);
@@ -594,7 +605,7 @@ DsyncEventPublishNow(const DsyncEvent *events, int nevents, int64 renewals)
 	Assert(nevents <= (int) lengthof(pending));
 	if (slot == NULL)
 		return;
-	heard = nevents > 0 && dsync_events && DsyncListenersIn(MyDatabaseId);
+	heard = nevents > 0 && DsyncEventsHeard();
 	for (int i = 0; i < nevents; i++)
 	{
 		EventCountKind(events[i].kind, counts);

@@ -64,6 +64,9 @@ extern bool DsyncTimeLower(pg_atomic_uint64 *value, TimestampTz t, TimestampTz *
 extern bool DsyncDeadlineLower(DsyncDbSlot *slot, TimestampTz deadline);
 extern void DsyncEventTimestamp(StringInfo buf, TimestampTz ts);
 
+/* eventlog.c: the retained event log */
+extern void DsyncEventLogAppend(List *events);
+
 /* queue.c: event queues in a shared pool of chunks */
 extern Size DsyncQueueEntrySize(const DsyncEvent *event);
 extern void DsyncQueuePoolInit(DsyncWorkerShared *shared, DsyncChunk *chunks, int nchunks);

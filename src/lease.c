@@ -63,6 +63,9 @@ typedef struct LeaseStores
 	bool		has_permits;	/* dsync_permit exists (1.2) */
 } LeaseStores;
 
+static void LeaseStoresOpenCatalog(LeaseStores *stores, const DsyncCatalog *catalog,
+								   bool for_write);
+
 /* What a blocked acquirer's tries need. */
 typedef struct LeaseTryArgs
 {
@@ -80,8 +83,16 @@ typedef struct LeaseTryArgs
 static void
 LeaseStoresOpen(LeaseStores *stores, FunctionCallInfo fcinfo, bool for_write)
 {
-	const DsyncCatalog *catalog = DsyncCatalogGet(fcinfo);
+	LeaseStoresOpenCatalog(stores, DsyncCatalogGet(fcinfo), for_write);
+}
 
+/*
+ * LeaseStoresOpenCatalog
+ *		LeaseStoresOpen, given where the extension's tables are.
+ */
+static void
+LeaseStoresOpenCatalog(LeaseStores *stores, const DsyncCatalog *catalog, bool for_write)
+{
 	DsyncStoreOpenCatalog(&stores->lease, catalog, DSYNC_TABLE_LEASE, for_write);
 	stores->has_permits = OidIsValid(catalog->rels[DSYNC_TABLE_PERMIT]);
 	if (stores->has_permits)
@@ -514,8 +525,8 @@ LeaseTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 
 /*
  * dsync_acquire
- *		SQL: dsync_acquire(lease, holder, ttl, wait, info, durable) RETURNS
- *		bigint (durable from 1.3 on)
+ *		SQL: dsync_acquire(lease, holder, ttl, wait, info, durable, session)
+ *		RETURNS bigint (durable from 1.3 on, session from 1.4 on)
  */
 Datum
 dsync_acquire(PG_FUNCTION_ARGS)
@@ -526,6 +537,7 @@ dsync_acquire(PG_FUNCTION_ARGS)
 	bool		wait_forever;
 	int64		wait_usec;
 	bool		granted;
+	bool		session = false;
 
 	grant.holder = DsyncArgName(fcinfo, 1, "holder");
 	grant.ttl_usec = DsyncArgTtl(fcinfo, 2, "ttl", false, &grant.ttl);
@@ -541,6 +553,14 @@ dsync_acquire(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("argument \"durable\" must not be null")));
 		args.durable = PG_GETARG_BOOL(5);
+	}
+	if (PG_NARGS() > 6)
+	{
+		if (PG_ARGISNULL(6))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("argument \"session\" must not be null")));
+		session = PG_GETARG_BOOL(6);
 	}
 
 	DsyncPreventWrite("dsync_acquire()");
@@ -577,6 +597,8 @@ dsync_acquire(PG_FUNCTION_ARGS)
 
 	if (!granted)
 		PG_RETURN_NULL();
+	if (session)
+		DsyncSessionNote(DsyncCatalogGet(fcinfo), lease, grant.holder, args.token, args.durable);
 	PG_RETURN_INT64(args.token);
 }
 
@@ -813,6 +835,52 @@ LeaseHeldCall(FunctionCallInfo fcinfo, const char *fname, LockTupleMode mode,
 	}
 	LeaseStoresClose(&stores);
 	return token;
+}
+
+/*
+ * DsyncLeaseReleaseGrant
+ *		Release the grant holder got with token (its plain lease or its
+ *		permit), if it still holds it: a session lease whose backend ends
+ *		(session.c), released whatever role the backend acts as by then.
+ *		Returns whether it was released.
+ */
+bool
+DsyncLeaseReleaseGrant(const DsyncCatalog *catalog, text *lease, text *holder, int64 token)
+{
+	LeaseStores stores;
+	bool		released = false;
+
+	LeaseStoresOpenCatalog(&stores, catalog, true);
+	for (;;)
+	{
+		DsyncStore *store = &stores.lease;
+		DsyncRow   *row = DsyncLeaseFindPlain(&stores.lease, lease);
+		TimestampTz now = GetCurrentTimestamp();
+
+		CHECK_FOR_INTERRUPTS();
+		if (row == NULL || !DsyncRowIsLive(row, now) || !DsyncRowHolderIs(row, holder))
+		{
+			row = NULL;
+			if (LeaseMayHavePermits(&stores))
+			{
+				store = &stores.permit;
+				row = DsyncPermitFindHeld(&stores.permit, lease, holder, now);
+			}
+		}
+		if (row == NULL || DatumGetInt64(row->values[Anum_lease_fencing - 1]) != token)
+			break;
+		if (DsyncStoreLock(store, row, LockTupleNoKeyExclusive, LockWaitBlock) != TM_Ok)
+			continue;
+		if (DsyncRowIsLive(row, GetCurrentTimestamp()) && DsyncRowHolderIs(row, holder) &&
+			DatumGetInt64(row->values[Anum_lease_fencing - 1]) == token)
+		{
+			DsyncLeaseRelease(store, row);
+			released = true;
+		}
+		break;
+	}
+	LeaseStoresClose(&stores);
+	return released;
 }
 
 /*

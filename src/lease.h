@@ -29,6 +29,13 @@ extern void DsyncLeaseRenewRow(DsyncStore *store, DsyncRow *row, const LeaseGran
 extern void DsyncLeaseSetReleased(DsyncRow *row);
 extern void DsyncLeaseRelease(DsyncStore *store, DsyncRow *row);
 extern DsyncRow *DsyncLeaseFindPlain(DsyncStore *store, text *lease);
+extern bool DsyncLeaseReleaseGrant(const DsyncCatalog *catalog, text *lease, text *holder,
+								   int64 token);
+
+/* session.c: session leases, released when their backend ends */
+extern void DsyncSessionNote(const DsyncCatalog *catalog, text *lease, text *holder,
+							 int64 token, bool durable);
+extern void DsyncSessionSweep(void);
 
 /* permit.c: semaphore permits */
 extern bool DsyncPermitTryAcquire(FunctionCallInfo fcinfo, text *name, const LeaseGrant *grant,

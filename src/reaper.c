@@ -69,6 +69,7 @@
 #include "heldmap.h"
 #include "events.h"
 #include "ephemeral.h"
+#include "lease.h"
 
 /* Events kept after a failed NOTIFY before the oldest are dropped. */
 #define DSYNC_MAX_UNSENT		1000000
@@ -298,6 +299,17 @@ ReaperSendUnsent(void)
 		ListCell   *lc;
 
 		ReaperNumber();
+
+		/*
+		 * A listener must never see an event that a crash or failover then
+		 * takes out of the log (it would not be there for others to catch
+		 * up with): this commit is made durable before it is announced,
+		 * unlike the reaper's other transactions.
+		 */
+		if (dsync_event_retention > 0)
+			(void) set_config_option("synchronous_commit", "on", PGC_SUSET, PGC_S_OVERRIDE,
+									 GUC_ACTION_LOCAL, true, 0, false);
+		DsyncEventLogAppend(reaper_unsent);
 		foreach(lc, reaper_unsent)
 		{
 			DsyncEvent *event = lfirst(lc);
@@ -512,6 +524,14 @@ dsync_reaper_main(Datum arg)
 		ReaperSetState(DSYNC_DB_ABSENT);
 		proc_exit(0);
 	}
+
+	/* Session leases whose backends are gone (a crash, a promotion). */
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	DsyncSessionSweep();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+
 	ReaperSetState(DSYNC_DB_ACTIVE);
 	ereport(DEBUG1, (errmsg("dsync reaper started")));
 

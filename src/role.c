@@ -14,11 +14,12 @@
  * the database the command runs in:
  *
  *	- DROP ROLE fails (SQLSTATE 2BP01) while the role holds a live lease
- *	  or permit, has a live membership, owns a pending signal or a
- *	  semaphore definition;
+ *	  or permit, has a live membership, owns a pending signal, a
+ *	  semaphore definition or a fence;
  *	- DROP OWNED BY releases its leases and permits, ends its memberships,
  *	  drops its signals and semaphore definitions (with events, as the
- *	  functions would);
+ *	  functions would), and gives its fences to the bootstrap superuser
+ *	  (a fence's mark must never go back);
  *	- REASSIGN OWNED BY gives them to the new role.
  *
  * A backend sees only its own database's tables, so state in other
@@ -31,6 +32,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/pg_authid.h"
 #include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
@@ -60,6 +62,7 @@ static const int role_owner_attnum[DSYNC_NUM_TABLES] = {
 	[DSYNC_TABLE_SIGNAL] = Anum_signal_owner,
 	[DSYNC_TABLE_MEMBER] = Anum_member_owner,
 	[DSYNC_TABLE_PERMIT] = Anum_lease_owner,
+	[DSYNC_TABLE_FENCE] = Anum_fence_owner,
 };
 
 /*
@@ -115,6 +118,16 @@ RoleDropRow(DsyncStore *store, DsyncRow *row, List **semaphores)
 			DsyncEventRecordRaw(DSYNC_EVENT_LEFT,
 								DatumGetTextPP(row->values[Anum_member_grp - 1]),
 								DatumGetTextPP(row->values[Anum_member_member - 1]), 0);
+			break;
+		case DSYNC_TABLE_FENCE:
+
+			/*
+			 * A mark is a record of what was refused, not something the role
+			 * holds: deleting it would let a stale token through.  It goes to
+			 * the bootstrap superuser instead.
+			 */
+			row->values[Anum_fence_owner - 1] = ObjectIdGetDatum(BOOTSTRAP_SUPERUSERID);
+			DsyncStoreUpdate(store, row);
 			break;
 		case DSYNC_TABLE_SEMAPHORE:
 			DsyncStoreDelete(store, row);
@@ -195,17 +208,19 @@ RoleCheckDrop(const DsyncCatalog *catalog, Oid roleid, const char *rolename)
 	int64		signals = RoleScanTable(catalog, DSYNC_TABLE_SIGNAL, roleid, ROLE_COUNT, InvalidOid);
 	int64		semaphores = RoleScanTable(catalog, DSYNC_TABLE_SEMAPHORE, roleid, ROLE_COUNT,
 										   InvalidOid);
+	int64		fences = RoleScanTable(catalog, DSYNC_TABLE_FENCE, roleid, ROLE_COUNT, InvalidOid);
 
-	if (leases + members + signals + semaphores == 0)
+	if (leases + members + signals + semaphores + fences == 0)
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
 			 errmsg("role \"%s\" cannot be dropped because it owns dsync leases or other dsync state",
 					rolename),
 			 errdetail("In database \"%s\": %lld leases or permits, %lld memberships, "
-					   "%lld pending signals, %lld semaphore definitions.",
+					   "%lld pending signals, %lld semaphore definitions, %lld fences.",
 					   get_database_name(MyDatabaseId), (long long) leases,
-					   (long long) members, (long long) signals, (long long) semaphores),
+					   (long long) members, (long long) signals, (long long) semaphores,
+					   (long long) fences),
 			 errhint("Release them, or run DROP OWNED BY or REASSIGN OWNED BY in this database first.")));
 }
 

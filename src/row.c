@@ -153,6 +153,12 @@ DsyncRowDamage(DsyncTable table, const DsyncRow *row)
 			if (why == NULL && row->nulls[Anum_member_owner - 1])
 				why = "owner is null";
 			break;
+		case DSYNC_TABLE_FENCE:
+			CHECK(DsyncRowNameDamage(row, Anum_fence_resource, "resource"));
+			if (why == NULL && (row->nulls[Anum_fence_token - 1] ||
+								row->nulls[Anum_fence_owner - 1]))
+				why = "token or owner is null";
+			break;
 		case DSYNC_NUM_TABLES:
 			Assert(false);
 			break;

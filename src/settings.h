@@ -22,5 +22,6 @@ extern int	dsync_max_workers;
 extern int	dsync_worker_idle_timeout;
 extern int	dsync_ephemeral_max_leases;
 extern int	dsync_ephemeral_max_ttl;
+extern int	dsync_event_retention;
 
 #endif							/* DSYNC_SETTINGS_H */

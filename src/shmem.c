@@ -17,6 +17,7 @@
 #include "access/twophase.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
+#include "utils/timestamp.h"
 #include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
@@ -159,6 +160,8 @@ DsyncShmemStartup(void)
 		dsync_shared->lock = &(GetNamedLWLockTranche("dsync"))->lock;
 		pg_atomic_init_u64(&dsync_shared->next_ticket, 1);
 		pg_atomic_init_u64(&dsync_shared->semaphore_generation, 0);
+		/* Session leases of backends from before a crash are of another epoch. */
+		dsync_shared->session_epoch = GetCurrentTimestamp();
 		for (int i = 0; i < DSYNC_WAKE_CHANNELS; i++)
 		{
 			pg_atomic_init_u32(&dsync_shared->waiting[i], 0);

@@ -9,6 +9,7 @@
 #define DSYNC_SHMEM_H
 
 #include "postgres.h"
+#include "datatype/timestamp.h"
 #include "port/atomics.h"
 #include "storage/lwlock.h"
 #include "storage/spin.h"
@@ -21,6 +22,7 @@ typedef struct DsyncShared
 	int			nslots;
 	pg_atomic_uint64 next_ticket;
 	pg_atomic_uint64 semaphore_generation;	/* semaphore.c: definitions created */
+	TimestampTz session_epoch;	/* session.c: when shared memory was made */
 	pg_atomic_uint32 waiting[DSYNC_WAKE_CHANNELS];	/* waiters per channel */
 	pg_atomic_uint64 wakes[DSYNC_WAKE_CHANNELS];	/* broadcasts so far */
 	slock_t		fencing_lock;	/* protects fencing[] */

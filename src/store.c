@@ -672,7 +672,8 @@ StoreDirtyScanBegin(DsyncStore *store, text *name, Datum second, Snapshot dirty,
 {
 	IndexScanDesc scan;
 	ScanKeyData keys[2];
-	int			nkeys = store->table == DSYNC_TABLE_SEMAPHORE ? 1 : 2;
+	int			nkeys = (store->table == DSYNC_TABLE_SEMAPHORE ||
+						 store->table == DSYNC_TABLE_FENCE) ? 1 : 2;
 
 	InitDirtySnapshot(*dirty);
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));

@@ -70,7 +70,7 @@ export class LeaderElection extends EventEmitter {
   on(event: 'error', listener: (err: Error) => void): this;
 }
 
-export function watch(names: string[], opts?: ConnectOptions & { timeout?: number }): AsyncGenerator<DsyncEvent>;
+export function watch(names: string[], opts?: ConnectOptions & { timeout?: number; after?: bigint | number | string }): AsyncGenerator<DsyncEvent>;
 export function withLock<T>(name: string, fn: (lock: Lock) => Promise<T>, opts?: LockOptions & { timeout?: number }): Promise<T>;
 export function parsePayload(channel: string, payload: string): DsyncEvent | null;
 export function defaultHolder(): string;

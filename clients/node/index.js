@@ -40,6 +40,8 @@ const SQL = {
   state: 'SELECT lease, holder, fencing, expires_at FROM dsync_leases WHERE lease = ANY($1::text[]) ORDER BY lease, holder',
   backendPid: 'SELECT pg_backend_pid() AS v',
   stats: 'SELECT * FROM dsync_stats',
+  horizon: 'SELECT dsync_events_horizon()::text AS v',
+  since: 'SELECT seq::text AS seq, channel, payload::text AS payload FROM dsync_events_since($1::bigint, $2::text[])',
 };
 
 class DsyncError extends Error {}
@@ -495,6 +497,10 @@ class LeaderElection extends EventEmitter {
  * The events of the given names as an async iterator: first the current
  * state (kind "state", one per live holder), then each notification dsync
  * sent.  Ends after `timeout` seconds without an event (default: never).
+ * With `after` (the last seq an earlier watch yielded), it resumes instead:
+ * the events sent since are replayed from the server's event log, each
+ * once, and if some are gone (older than dsync.event_retention) an event
+ * of kind "gap" (seq: the last one lost) comes first, then the state.
  */
 async function* watch(names, opts = {}) {
   names = names.map((n) => nameArg(n, 'name'));
@@ -517,9 +523,35 @@ async function* watch(names, opts = {}) {
     }
     const chans = await listenOn(client, names);
     let senders = await senderPids(client);
-    const state = await client.query({ text: SQL.state, values: [names], types });
-    for (const r of state.rows) {
-      yield { kind: 'state', name: r.lease, holder: r.holder, fencing: r.fencing, expiresAt: r.expires_at, seq: null, channel: null, raw: {} };
+    let last = opts.after === undefined || opts.after === null ? null : BigInt(opts.after);
+    if (last !== null && last < 0n) throw new RangeError('after must be a non-negative seq');
+    let gap = null;
+    let missed = [];
+    if (last !== null) {
+      const horizon = BigInt((await client.query(SQL.horizon)).rows[0].v);
+      if (horizon > last) {
+        gap = { kind: 'gap', name: '', holder: null, fencing: null, expiresAt: null, seq: horizon, channel: null, raw: {} };
+        last = horizon;
+      }
+      missed = (await client.query(SQL.since, [String(last), names])).rows;
+    }
+    if (gap) yield gap;
+    if (last === null || gap) {
+      const state = await client.query({ text: SQL.state, values: [names], types });
+      for (const r of state.rows) {
+        yield { kind: 'state', name: r.lease, holder: r.holder, fencing: r.fencing, expiresAt: r.expires_at, seq: null, channel: null, raw: {} };
+      }
+    }
+    // A notification that repeats a replayed event is skipped by its seq.
+    const fresh = (ev) => {
+      if (ev.seq === null || last === null) return true;
+      if (ev.seq <= last) return false;
+      last = ev.seq;
+      return true;
+    };
+    for (const r of missed) {
+      const ev = parsePayload(r.channel, r.payload);
+      if (ev && fresh(ev)) yield ev;
     }
     for (;;) {
       if (!queue.length) {
@@ -540,7 +572,7 @@ async function* watch(names, opts = {}) {
         if (!senders.has(msg.processId)) continue;
       }
       const ev = parsePayload(msg.channel, msg.payload);
-      if (ev) yield ev;
+      if (ev && fresh(ev)) yield ev;
     }
   } finally {
     await client.end().catch(() => {});

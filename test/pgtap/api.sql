@@ -7,11 +7,11 @@
 SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS dsync;
-SELECT plan(131);
+SELECT plan(153);
 
 -- functions, argument types and return types
-SELECT has_function('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean']);
-SELECT function_returns('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean'], 'bigint');
+SELECT has_function('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean', 'boolean']);
+SELECT function_returns('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean', 'boolean'], 'bigint');
 SELECT has_function('dsync_renew', ARRAY['text', 'text', 'interval']);
 SELECT function_returns('dsync_renew', ARRAY['text', 'text', 'interval'], 'timestamp with time zone');
 SELECT has_function('dsync_release', ARRAY['text', 'text']);
@@ -52,9 +52,38 @@ SELECT is(pg_get_function_result('dsync_members(text)'::regprocedure),
 	'TABLE(member text, info jsonb, joined_at timestamp with time zone, expires_at timestamp with time zone, is_leader boolean)',
 	'dsync_members returns TABLE(member, info, joined_at, expires_at, is_leader)');
 
+-- storage-side fencing and the event log (1.4)
+SELECT has_function('dsync_fence', ARRAY['text', 'bigint']);
+SELECT function_returns('dsync_fence', ARRAY['text', 'bigint'], 'bigint');
+SELECT is(pg_get_function_arguments('dsync_fence(text,bigint)'::regprocedure),
+	'resource text, token bigint', 'dsync_fence arguments');
+SELECT has_function('dsync_fenced', ARRAY[]::text[]);
+SELECT function_returns('dsync_fenced', ARRAY[]::text[], 'trigger');
+SELECT has_function('dsync_events_since', ARRAY['bigint', 'text[]']);
+SELECT is(pg_get_function_result('dsync_events_since(bigint,text[])'::regprocedure),
+	'TABLE(seq bigint, channel text, payload jsonb, sent_at timestamp with time zone)',
+	'dsync_events_since returns TABLE(seq, channel, payload, sent_at)');
+SELECT is(pg_get_function_arguments('dsync_events_since(bigint,text[])'::regprocedure),
+	'after bigint, names text[] DEFAULT NULL::text[]', 'dsync_events_since arguments and defaults');
+SELECT has_function('dsync_events_horizon', ARRAY[]::text[]);
+SELECT function_returns('dsync_events_horizon', ARRAY[]::text[], 'bigint');
+SELECT volatility_is('dsync_fence', ARRAY['text', 'bigint'], 'volatile');
+SELECT function_privs_are('dsync_fence', ARRAY['text', 'bigint'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_events_since', ARRAY['bigint', 'text[]'], 'public', ARRAY['EXECUTE']);
+SELECT table_privs_are('dsync_fence', 'public', ARRAY[]::text[]);
+SELECT table_privs_are('dsync_fences', 'public', ARRAY['SELECT']);
+SELECT table_privs_are('dsync_event_log', 'public', ARRAY['SELECT']);
+SELECT col_is_pk('dsync_fence', ARRAY['resource']);
+SELECT col_is_pk('dsync_event_log', ARRAY['seq']);
+SELECT table_privs_are('dsync_session', 'public', ARRAY[]::text[]);
+SELECT columns_are('dsync_fences', ARRAY['resource', 'token', 'fenced_at', 'owner']);
+SELECT ok((SELECT count(*) = 1 FROM pg_extension e, unnest(e.extconfig) c
+			WHERE e.extname = 'dsync' AND c = 'dsync_fence'::regclass),
+	'fence marks are dumped by pg_dump');
+
 -- argument names, order and defaults
-SELECT is(pg_get_function_arguments('dsync_acquire(text,text,interval,interval,jsonb,boolean)'::regprocedure),
-	'lease text, holder text, ttl interval DEFAULT ''00:00:30''::interval, wait interval DEFAULT ''00:00:00''::interval, info jsonb DEFAULT NULL::jsonb, durable boolean DEFAULT true',
+SELECT is(pg_get_function_arguments('dsync_acquire(text,text,interval,interval,jsonb,boolean,boolean)'::regprocedure),
+	'lease text, holder text, ttl interval DEFAULT ''00:00:30''::interval, wait interval DEFAULT ''00:00:00''::interval, info jsonb DEFAULT NULL::jsonb, durable boolean DEFAULT true, session boolean DEFAULT false',
 	'dsync_acquire arguments and defaults');
 SELECT is(pg_get_function_arguments('dsync_renew(text,text,interval)'::regprocedure),
 	'lease text, holder text, ttl interval DEFAULT NULL::interval',
@@ -102,7 +131,7 @@ SELECT is((SELECT info FROM dsync_members('api-group') WHERE member = 'm'), NULL
 	'join with defaults: no info');
 
 -- state-changing functions are volatile and parallel unsafe
-SELECT volatility_is('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean'], 'volatile');
+SELECT volatility_is('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean', 'boolean'], 'volatile');
 SELECT volatility_is('dsync_renew', ARRAY['text', 'text', 'interval'], 'volatile');
 SELECT volatility_is('dsync_release', ARRAY['text', 'text'], 'volatile');
 SELECT volatility_is('dsync_assert_held', ARRAY['text', 'text'], 'volatile');
@@ -132,7 +161,7 @@ SELECT is((SELECT count(*) FROM pg_proc WHERE proname LIKE 'dsync\_%' AND prosec
 	'no dsync function is SECURITY DEFINER');
 
 -- privileges: everything for PUBLIC but force_release
-SELECT function_privs_are('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean', 'boolean'], 'public', ARRAY['EXECUTE']);
 SELECT function_privs_are('dsync_renew', ARRAY['text', 'text', 'interval'], 'public', ARRAY['EXECUTE']);
 SELECT function_privs_are('dsync_release', ARRAY['text', 'text'], 'public', ARRAY['EXECUTE']);
 SELECT function_privs_are('dsync_leader', ARRAY['text'], 'public', ARRAY['EXECUTE']);
@@ -144,7 +173,7 @@ SELECT function_privs_are('dsync_force_release', ARRAY['text', 'text', 'boolean'
 SELECT function_privs_are('dsync_stats_reset', ARRAY[]::text[], 'public', ARRAY[]::text[]);
 SELECT table_privs_are('dsync_stats', 'public', ARRAY['SELECT']);
 SELECT table_privs_are('dsync_permit', 'public', ARRAY[]::text[]);
-SELECT sequence_privs_are('dsync_event_seq', 'public', ARRAY[]::text[]);
+SELECT sequence_privs_are('dsync_event_seq', 'public', ARRAY['SELECT']);
 SELECT table_privs_are('dsync_lease', 'public', ARRAY[]::text[]);
 SELECT sequence_privs_are('dsync_fencing_seq', 'public', ARRAY[]::text[]);
 SELECT table_privs_are('dsync_leases', 'public', ARRAY['SELECT']);
@@ -220,9 +249,9 @@ SELECT has_sequence('dsync_event_seq');
 -- PostgreSQL 17 on, a relation's row type is a member of the extension too)
 SELECT is((SELECT count(*) FROM pg_depend d JOIN pg_extension e ON d.refobjid = e.oid
 			WHERE e.extname = 'dsync' AND d.deptype = 'e'
-			  AND d.classid <> 'pg_type'::regclass), 38::bigint,
-	'the extension owns its five tables, foreign table, three sequences, four views, '
-	'twenty-three functions, foreign data wrapper and server');
+			  AND d.classid <> 'pg_type'::regclass), 46::bigint,
+	'the extension owns its eight tables, foreign table, three sequences, five views, '
+	'twenty-seven functions, foreign data wrapper and server');
 
 SELECT * FROM finish();
 ROLLBACK;

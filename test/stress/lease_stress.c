@@ -16,7 +16,13 @@
  *	   INSERT a log row (lease, me, token, t_start, clock_timestamp());
  *	   COMMIT.  While that transaction is open nobody else can hold the
  *	   lease, so logged intervals of different holders must not overlap.
+ *	   The same transaction writes a row with the token to the lease's
+ *	   fenced table (stress_fenced_N, trigger dsync_fenced).
  *	3. Usually dsync_release; sometimes walk away and let the ttl expire.
+ *	4. One time in three, a moment later, write to the fenced table once
+ *	   more with the token given up, as a holder that lost its lease
+ *	   unawares would: refused if a newer holder has written since.
+ *	   In commit order, each fenced table's tokens must never go back.
  * A killer process calls pg_terminate_backend on a random client every
  * so often; killed clients reconnect under a new holder name, and the
  * lease they held comes back when its ttl passes.
@@ -104,6 +110,9 @@ typedef struct ClientCounts
 	long		timeouts;
 	long		errors;
 	long		reconnects;
+	long		fenced;			/* fenced writes committed */
+	long		stale_refused;	/* late writes refused as stale */
+	long		guarded_refused;	/* guarded writes refused: must be none */
 } ClientCounts;
 
 /*
@@ -208,6 +217,36 @@ query_row(PGconn *conn, const char *sql, int nparams, const char *const *params,
 }
 
 /*
+ * fenced_write
+ *		Write a row carrying token to the fenced table of lease number
+ *		lease_no (stress_fenced_N, whose trigger dsync_fenced refuses
+ *		stale tokens), in the open transaction.  1: written; 0: refused
+ *		as stale (SQLSTATE 55000); -1: any other error.
+ */
+static int
+fenced_write(PGconn *conn, int lease_no, const char *holder, const char *token, bool guarded)
+{
+	char		sql[160];
+	const char *p[3] = {holder, token, guarded ? "t" : "f"};
+	PGresult   *res;
+	int			rc;
+
+	snprintf(sql, sizeof(sql),
+			 "INSERT INTO stress_fenced_%d (holder, token, guarded) VALUES ($1, $2, $3)", lease_no);
+	res = PQexecParams(conn, sql, 3, NULL, p, NULL, NULL, 0);
+	if (PQresultStatus(res) == PGRES_COMMAND_OK)
+		rc = 1;
+	else
+	{
+		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+		rc = state && strcmp(state, "55000") == 0 ? 0 : -1;
+	}
+	PQclear(res);
+	return rc;
+}
+
+/*
  * ephemeral_open
  *		Wait until ephemeral grants are made (dsync.ephemeral_max_ttl after
  *		server start), with a blocking ephemeral acquire; returns how long
@@ -261,6 +300,8 @@ client_main(int id, int nleases, time_t deadline, const char *sem, int report_fd
 		char		t_start[64];
 		char		slot[16];
 		const char *p[3];
+		int			lease_no = 0;
+		int			fenced = -1;
 		bool		ephemeral;
 		bool		in_block = true;
 		bool		rolled_back = false;
@@ -285,7 +326,10 @@ client_main(int id, int nleases, time_t deadline, const char *sem, int report_fd
 		if (sem)
 			snprintf(lease, sizeof(lease), "%s", sem);
 		else
-			snprintf(lease, sizeof(lease), "stress-%d", (int) (rand_r(&seed) % nleases));
+		{
+			lease_no = (int) (rand_r(&seed) % nleases);
+			snprintf(lease, sizeof(lease), "stress-%d", lease_no);
+		}
 		p[0] = lease;
 		p[1] = holder;
 		p[2] = token;
@@ -380,7 +424,14 @@ client_main(int id, int nleases, time_t deadline, const char *sem, int report_fd
 
 			snprintf(sleep_sql, sizeof(sleep_sql), "SELECT pg_sleep(%.3f)",
 					 (rand_r(&seed) % 20) / 1000.0);
-			if (!exec_ok(conn, sleep_sql) ||
+			/* The holder's fenced write: its token is the newest. */
+			if (!sem)
+			{
+				fenced = fenced_write(conn, lease_no, holder, token, true);
+				if (fenced == 0)
+					counts.guarded_refused++;
+			}
+			if ((!sem && fenced != 1) || !exec_ok(conn, sleep_sql) ||
 				(sem ?
 				 query_value(conn,
 							 "INSERT INTO sem_log (lease, holder, token, guard_token, t_start, t_end, iso, slot) "
@@ -396,6 +447,8 @@ client_main(int id, int nleases, time_t deadline, const char *sem, int report_fd
 				counts.errors++;
 				exec_ok(conn, "ROLLBACK");
 			}
+			else if (!sem)
+				counts.fenced++;
 		}
 		else
 		{
@@ -421,12 +474,31 @@ client_main(int id, int nleases, time_t deadline, const char *sem, int report_fd
 							ephemeral ? 3 : 2, p, released, sizeof(released)) < 0)
 				counts.errors++;
 		}
+
+		/*
+		 * 4. One time in three, a late write with the token just given up,
+		 * with no guard, as a holder that lost its lease unawares would
+		 * make, a moment later: refused if a newer holder of the lease has
+		 * written since.
+		 */
+		if (!sem && rand_r(&seed) % 3 == 0 && exec_ok(conn, "SELECT pg_sleep(0.03)") &&
+			exec_ok(conn, "BEGIN"))
+		{
+			fenced = fenced_write(conn, lease_no, holder, token, false);
+			if (fenced == 0)
+				counts.stale_refused++;
+			if (fenced == 1 && exec_ok(conn, "COMMIT"))
+				counts.fenced++;
+			else
+				exec_ok(conn, "ROLLBACK");
+		}
 	}
 	if (conn)
 		PQfinish(conn);
-	printf("client %2d (%s, %s): grants %ld (ephemeral %ld), timeouts %ld, errors %ld, reconnects %ld\n",
+	printf("client %2d (%s, %s): grants %ld (ephemeral %ld), timeouts %ld, errors %ld, reconnects %ld, "
+		   "fenced writes %ld (stale refused %ld)\n",
 		   id, iso, client_kinds[kinds], counts.grants, counts.ephemeral, counts.timeouts,
-		   counts.errors, counts.reconnects);
+		   counts.errors, counts.reconnects, counts.fenced, counts.stale_refused);
 	if (report_fd >= 0 && write(report_fd, &counts, sizeof(counts)) != (ssize_t) sizeof(counts))
 		die("client %d: cannot report its counts", id);
 	exit(counts.grants > 0 ? 0 : 1);
@@ -943,8 +1015,32 @@ main(int argc, char **argv)
 		!exec_ok(conn,
 				 "CREATE TABLE stress_release (id bigserial PRIMARY KEY, lease text, holder text, "
 				 "token bigint, released_at timestamptz)") ||
-		!exec_ok(conn, "SELECT dsync_force_release('stress-' || i) FROM generate_series(0, 99) i"))
+		!exec_ok(conn, "SELECT dsync_force_release('stress-' || i) FROM generate_series(0, 99) i") ||
+		!exec_ok(conn,
+				 "CREATE OR REPLACE FUNCTION stress_fenced_at() RETURNS trigger LANGUAGE plpgsql AS "
+				 "$$BEGIN NEW.at := clock_timestamp(); RETURN NEW; END$$"))
 		die("setup failed: %s", PQerrorMessage(conn));
+
+	/*
+	 * A fenced table per lease.  Triggers fire in name order: "at" runs
+	 * after dsync_fenced has locked the table's mark, which is held until
+	 * commit, so ordering by "at" is ordering by commit.
+	 */
+	for (int i = 0; i < nleases; i++)
+	{
+		char		sql[512];
+
+		snprintf(sql, sizeof(sql),
+				 "DROP TABLE IF EXISTS stress_fenced_%d; "
+				 "CREATE TABLE stress_fenced_%d (id bigserial PRIMARY KEY, holder text, "
+				 "token bigint, guarded boolean, at timestamptz); "
+				 "CREATE TRIGGER a_fenced BEFORE INSERT OR UPDATE ON stress_fenced_%d "
+				 "FOR EACH ROW EXECUTE FUNCTION dsync_fenced('token'); "
+				 "CREATE TRIGGER b_at BEFORE INSERT ON stress_fenced_%d "
+				 "FOR EACH ROW EXECUTE FUNCTION stress_fenced_at()", i, i, i, i);
+		if (!exec_ok(conn, sql))
+			die("setup failed: %s", PQerrorMessage(conn));
+	}
 	waited = ephemeral_open(conn);
 
 	printf("lease_stress: %d clients, %d s, %d leases, durable (ttl 2 s) and ephemeral (ttl 1 s) "
@@ -980,6 +1076,9 @@ main(int argc, char **argv)
 		sum.ephemeral += counts.ephemeral;
 		sum.rolled_back += counts.rolled_back;
 		sum.renewals += counts.renewals;
+		sum.fenced += counts.fenced;
+		sum.stale_refused += counts.stale_refused;
+		sum.guarded_refused += counts.guarded_refused;
 	}
 	close(report[0]);
 
@@ -1095,6 +1194,54 @@ main(int argc, char **argv)
 		  "FROM (" STRESS_WOKEN_SQL ") s", 20, AT_MOST);
 	CHECK("waiters left behind",
 		  "SELECT count(*) FROM dsync_waiters", 0, false);
+
+	/*
+	 * The fenced tables: committed rows, in commit order, never carry an
+	 * older token than one before them; each table's mark is its greatest
+	 * token; late writers were refused now and then (so the check is not
+	 * vacuous) and a holder's own guarded write never was.
+	 */
+	{
+		char		sql[2048];
+		char		part[256];
+
+		sql[0] = '\0';
+		for (int i = 0; i < nleases; i++)
+		{
+			snprintf(part, sizeof(part), "%sSELECT '%d' AS t, token, guarded, at FROM stress_fenced_%d",
+					 i > 0 ? " UNION ALL " : "", i, i);
+			strncat(sql, part, sizeof(sql) - strlen(sql) - 1);
+		}
+		{
+			char		q[4096];
+
+			snprintf(q, sizeof(q), "SELECT count(*) FROM (%s) f", sql);
+			CHECK("fenced writes committed", q, 50, true);
+			snprintf(q, sizeof(q), "SELECT count(*) FROM (%s) f WHERE NOT guarded", sql);
+			CHECK("late fenced writes committed (no newer holder had written)", q, 1, true);
+			snprintf(q, sizeof(q),
+					 "SELECT count(*) FROM (SELECT token, lag(token) OVER (PARTITION BY t ORDER BY at) AS prev "
+					 "FROM (%s) f) s WHERE token < prev", sql);
+			CHECK("fenced rows whose token went backwards in commit order", q, 0, false);
+			snprintf(q, sizeof(q),
+					 "SELECT count(*) FROM (SELECT t, max(token) AS top FROM (%s) f GROUP BY t) m "
+					 "JOIN dsync_fences d ON d.resource = 'public.stress_fenced_' || m.t "
+					 "WHERE d.token <> m.top", sql);
+			CHECK("fenced tables whose mark is not their greatest token", q, 0, false);
+		}
+	}
+	printf("%s late writes refused as stale: %ld\n",
+		   sum.stale_refused > 0 ? "ok    " : "FAILED", sum.stale_refused);
+	if (sum.stale_refused > 0)
+		passed++;
+	else
+		failed++;
+	printf("%s guarded writes refused as stale: %ld\n",
+		   sum.guarded_refused == 0 ? "ok    " : "FAILED", sum.guarded_refused);
+	if (sum.guarded_refused == 0)
+		passed++;
+	else
+		failed++;
 
 	PQfinish(conn);
 	printf("\n%d passed, %d failed\n", passed, failed);

@@ -2,7 +2,8 @@
 # Builds the libpq stress driver and runs it against the server in the
 # libpq environment (test/run_all.sh runs this inside pg_virtualenv, with
 # dsync.ephemeral_max_ttl=2): 16 clients at mixed isolation levels with
-# kills, taking durable and ephemeral leases on the same names, the
+# kills, taking durable and ephemeral leases on the same names and writing
+# to fenced tables (dsync_fenced) whose tokens must never go back, the
 # fairness run, durable only and with both kinds in one queue (and the
 # proof that its check catches clients that cut in), 16 clients with
 # kills on one semaphore of 3 permits, and the fairness runs once more

@@ -103,6 +103,25 @@ test('payload tokens are BigInt and foreign NOTIFYs are skipped', async () => {
   assert.ok(seen[0].expiresAt instanceof Date);
 });
 
+test('watch resumes after a seq from the event log, each event once', async () => {
+  const name = uniqueName('resume');
+  await withLock(name, async () => {}, { config: direct, ttl: 30, holder: 'r1' });
+  await withLock(name, async () => {}, { config: direct, ttl: 30, holder: 'r2' });
+  let logged = [];
+  for (let i = 0; i < 200 && logged.length < 4; i++) {
+    logged = await adminQuery('SELECT seq::text AS seq FROM dsync_events_since(0, $1)', [[name]]);
+    if (logged.length < 4) await sleep(50);
+  }
+  assert.strictEqual(logged.length, 4);
+  const seen = [];
+  for await (const ev of watch([name], { config: direct, timeout: 1, after: logged[1].seq })) {
+    seen.push(ev);
+    if (seen.length === 2) break;
+  }
+  assert.deepStrictEqual(seen.map((e) => [e.kind, e.holder]), [['acquired', 'r2'], ['released', 'r2']]);
+  assert.deepStrictEqual(seen.map((e) => String(e.seq)), [logged[2].seq, logged[3].seq]);
+});
+
 test('watch through PgBouncer says LISTEN does not work', async () => {
   await assert.rejects((async () => {
     for await (const ev of watch(['x'], { config: bouncer, timeout: 1 })) void ev;

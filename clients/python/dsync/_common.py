@@ -51,6 +51,11 @@ SQL_MEMBERS = ("SELECT member, info, joined_at, expires_at, is_leader"
 SQL_CHANNELS = "SELECT n, dsync_channel(n) FROM unnest(%s::text[]) AS n"
 SQL_BACKEND_PID = "SELECT pg_backend_pid()"
 SQL_SENDERS = "SELECT * FROM dsync_stats"
+SQL_LOG_TOP = ("SELECT COALESCE((SELECT seq FROM dsync_event_log"
+               " ORDER BY seq DESC LIMIT 1), 0)")
+SQL_EVENTS_SINCE = ("SELECT seq, channel, payload::text"
+                    " FROM dsync_events_since(%s::bigint, %s::text[])")
+SQL_EVENTS_HORIZON = "SELECT dsync_events_horizon()"
 
 
 class DsyncError(Exception):
@@ -126,8 +131,10 @@ def pool_settings(kwargs: Mapping[str, Any]) -> dict:
 class LeaseEvent:
     """One dsync notification, typed: fencing is an int, times are
     timezone-aware datetimes.  kind is the payload's "event" ("acquired",
-    "released", "expired", "joined", "left", "set"), or "state" for a row
-    of the current state re-read after a (re)connect."""
+    "released", "expired", "joined", "left", "set"), "state" for a row
+    of the current state read at the start (and after a gap), or "gap":
+    events up to seq were missed for good (older than the server's
+    dsync.event_retention when the watch resumed)."""
 
     kind: str
     name: str
@@ -177,6 +184,36 @@ def parse_payload(channel: str, payload: str) -> Optional[LeaseEvent]:
         channel=channel,
         raw=data,
     )
+
+
+class Resume:
+    """Where a watch stands in the server's event log: the last seq it
+    has given its caller (None: the server keeps no log), so that after a
+    reconnect it replays what it missed, and skips a notification it has
+    already replayed."""
+
+    def __init__(self, after: Optional[int]):
+        if after is not None and (not isinstance(after, int) or after < 0):
+            raise ValueError("after must be a non-negative int (a seq), or None")
+        self.last = after
+        self.started = after is not None   # a position to resume from is known
+
+    def fresh(self, ev: LeaseEvent) -> bool:
+        """Whether ev is new to the caller; notes its seq if so."""
+        if ev.seq is None or self.last is None:
+            return True
+        if ev.seq <= self.last:
+            return False
+        self.last = ev.seq
+        return True
+
+    def gap(self, horizon: Optional[int]) -> Optional[LeaseEvent]:
+        """The "gap" event if events after the last seq are gone."""
+        if horizon is None or self.last is None or horizon <= self.last:
+            return None
+        ev = LeaseEvent(kind="gap", name="", seq=int(horizon))
+        self.last = int(horizon)
+        return ev
 
 
 def lost_by(event: LeaseEvent, name: str, holder: str) -> bool:

@@ -549,11 +549,24 @@ class AsyncLeaderElection(c.ElectionSettings):
         await self.stop()
 
 
+async def _log_query(conn: psycopg.AsyncConnection, sql: str, params: Any = None) -> Optional[list]:
+    """Rows of a query on the event log, or None if the installed version
+    keeps none (before 1.4)."""
+    try:
+        cur = await conn.execute(sql, params)
+        return await cur.fetchall()
+    except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction):
+        return None
+
+
 async def awatch(names: Sequence[str], *, conninfo: str, timeout: Optional[Seconds] = None,
-                 reconnect: bool = True, **connect_kwargs: Any) -> AsyncIterator[LeaseEvent]:
-    """The asyncio form of dsync.watch: the current state, then events."""
+                 reconnect: bool = True, after: Optional[int] = None,
+                 **connect_kwargs: Any) -> AsyncIterator[LeaseEvent]:
+    """The asyncio form of dsync.watch: the current state, then events,
+    resumed from the server's event log after a reconnect."""
     names = [c.name_arg(n, "name") for n in names]
     limit = c.interval(timeout, "timeout")
+    resume = c.Resume(after)
     kwargs = c.pool_settings(connect_kwargs)
     kwargs.setdefault("application_name", "dsync watch")
     while True:
@@ -571,15 +584,34 @@ async def awatch(names: Sequence[str], *, conninfo: str, timeout: Optional[Secon
                     "LISTEN does not work through this connection: it goes through a "
                     "connection pooler in transaction mode; watch needs a direct "
                     "connection (or a pool in session mode)")
+            if not resume.started:
+                # Where the log stands before we listen: nothing later is missed.
+                top = await _log_query(conn, c.SQL_LOG_TOP)
+                resume.last = top[0][0] if top else None
             chans = await _listen(conn, names)
             notes = _Notifications(conn)
             notes.pause()
-            cur = await conn.execute(c.SQL_LEASE_STATE, (names,))
-            state = await cur.fetchall()
+            horizon = await _log_query(conn, c.SQL_EVENTS_HORIZON) if resume.started else None
+            gap = resume.gap(horizon[0][0]) if horizon else None
+            state = []
+            if not resume.started or gap is not None or resume.last is None:
+                cur = await conn.execute(c.SQL_LEASE_STATE, (names,))
+                state = await cur.fetchall()
+            missed = []
+            if resume.last is not None:
+                missed = await _log_query(conn, c.SQL_EVENTS_SINCE, (resume.last, names)) or []
             senders = await _senders(conn)
             notes.resume()
+            # Everything is read before anything is yielded (see watch).
+            resume.started = True
+            if gap is not None:
+                yield gap
             for row in state:
                 yield c.state_event(row)
+            for seq, channel, payload in missed:
+                ev = c.parse_payload(channel, payload)
+                if ev is not None and resume.fresh(ev):
+                    yield ev
             while True:
                 item = await notes.get(None if limit is None else limit.total_seconds())
                 if item is None:
@@ -594,7 +626,7 @@ async def awatch(names: Sequence[str], *, conninfo: str, timeout: Optional[Secon
                     if pid not in senders:
                         continue
                 ev = c.parse_payload(channel, payload)
-                if ev is not None:
+                if ev is not None and resume.fresh(ev):
                     yield ev
         except psycopg.OperationalError:
             if not reconnect:

@@ -592,18 +592,33 @@ class LeaderElection(c.ElectionSettings):
         self.stop()
 
 
+def _log_query(conn: psycopg.Connection, sql: str, params: Any = None) -> Optional[list]:
+    """Rows of a query on the event log, or None if the installed version
+    keeps none (before 1.4)."""
+    try:
+        return conn.execute(sql, params).fetchall()
+    except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction):
+        return None
+
+
 def watch(names: Sequence[str], *, conninfo: str, timeout: Optional[Seconds] = None,
-          reconnect: bool = True, **connect_kwargs: Any) -> Iterator[LeaseEvent]:
+          reconnect: bool = True, after: Optional[int] = None,
+          **connect_kwargs: Any) -> Iterator[LeaseEvent]:
     """The events of the given lease, group or event names as they come.
 
-    Starts (and, after a reconnect, starts again) with the current state:
-    one LeaseEvent(kind="state") per live holder, so that nothing that
-    happened while disconnected goes unnoticed.  Notifications that dsync
+    Starts with the current state: one LeaseEvent(kind="state") per live
+    holder.  After a reconnect it resumes: the events it missed are
+    replayed from the server's event log (dsync_events_since), each once
+    and in order, and if some are gone (older than dsync.event_retention)
+    a LeaseEvent(kind="gap") says so, followed by the current state.
+    `after`: resume from this seq (the last one seen by an earlier watch)
+    instead of starting with the current state.  Notifications that dsync
     did not send (another role's NOTIFY on the channel) are skipped.  Ends
     after `timeout` seconds without an event (None: never).
     """
     names = [c.name_arg(n, "name") for n in names]
     limit = c.interval(timeout, "timeout")
+    resume = c.Resume(after)
     kwargs = c.pool_settings(connect_kwargs)
     kwargs.setdefault("application_name", "dsync watch")
     while True:
@@ -623,10 +638,32 @@ def watch(names: Sequence[str], *, conninfo: str, timeout: Optional[Seconds] = N
             pending: List[tuple] = []
             conn.add_notify_handler(lambda n: pending.append((n.channel, n.payload, n.pid)))
             chans = _channels(conn, names)
+            if not resume.started:
+                # Where the log stands before we listen: nothing later is missed.
+                top = _log_query(conn, c.SQL_LOG_TOP)
+                resume.last = top[0][0] if top else None
             _listen(conn, list(chans))
             senders = _senders(conn)
-            for row in conn.execute(c.SQL_LEASE_STATE, (names,)).fetchall():
+            # Everything is read before anything is yielded: the caller may
+            # take its time, and a connection lost meanwhile must not make
+            # the next one start afresh.
+            horizon = _log_query(conn, c.SQL_EVENTS_HORIZON) if resume.started else None
+            gap = resume.gap(horizon[0][0]) if horizon else None
+            state = []
+            if not resume.started or gap is not None or resume.last is None:
+                state = conn.execute(c.SQL_LEASE_STATE, (names,)).fetchall()
+            missed = []
+            if resume.last is not None:
+                missed = _log_query(conn, c.SQL_EVENTS_SINCE, (resume.last, names)) or []
+            resume.started = True
+            if gap is not None:
+                yield gap
+            for row in state:
                 yield c.state_event(row)
+            for seq, channel, payload in missed:
+                ev = c.parse_payload(channel, payload)
+                if ev is not None and resume.fresh(ev):
+                    yield ev
             last = time.monotonic()
             while True:
                 wait = None if limit is None else \
@@ -643,7 +680,7 @@ def watch(names: Sequence[str], *, conninfo: str, timeout: Optional[Seconds] = N
                         if pid not in senders:
                             continue
                     ev = c.parse_payload(channel, payload)
-                    if ev is not None:
+                    if ev is not None and resume.fresh(ev):
                         last = time.monotonic()
                         yield ev
         except psycopg.OperationalError:

@@ -148,6 +148,39 @@ def test_awatch(server, name):
     run(main())
 
 
+def test_awatch_resumes_after_reconnect(server, admin, name):
+    """awatch's connection is killed while the lease changes hands: after
+    the reconnect it replays the missed events once each, in order."""
+    async def main():
+        dsn = server.dsn()
+        app = f"aw-{name}"[:60]
+        seen = []
+
+        async def consume():
+            async for ev in awatch([name], conninfo=dsn, timeout=5, application_name=app):
+                seen.append(ev)
+                if (ev.kind, ev.holder) == ("acquired", "w3"):
+                    return
+        task = asyncio.create_task(consume())
+        for _ in range(200):
+            if admin.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+                             " AND state = 'idle'", (app,)).fetchone()[0]:
+                break
+            await asyncio.sleep(0.02)
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                      " WHERE application_name = %s", (app,))
+        async with AsyncLock(name, conninfo=dsn, ttl=30, holder="w2"):
+            pass
+        lock = AsyncLock(name, conninfo=dsn, ttl=30, holder="w3")
+        await lock.acquire()
+        await asyncio.wait_for(task, 30)
+        await lock.release()
+        assert [(e.kind, e.holder) for e in seen] == \
+            [("acquired", "w2"), ("released", "w2"), ("acquired", "w3")]
+        assert [e.seq for e in seen] == sorted({e.seq for e in seen})
+    run(main())
+
+
 def test_awatch_refuses_pgbouncer(server, name):
     async def main():
         from dsync import ListenUnavailable

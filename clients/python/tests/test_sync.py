@@ -319,28 +319,75 @@ def test_watchdog_declares_loss_before_expiry(server, admin, name):
     lock.close()
 
 
-def test_watch_rereads_state_after_reconnect(server, admin, name):
-    """The watcher's connection is killed; meanwhile someone acquires.
-    After the reconnect the watcher reports the current holder."""
+def test_watch_resumes_after_reconnect(server, admin, name):
+    """The watcher's connection is killed; meanwhile the lease changes
+    hands.  After the reconnect the watcher replays what it missed from
+    the server's event log, each event once, in order."""
     direct = server.dsn()
     it = watch([name], conninfo=direct, timeout=10, application_name=f"w-{name}"[:60])
-    got = []
     a = Lock(name, conninfo=direct, ttl=30, holder="before")
     a.acquire()
-    got.append(next(it))                       # state: "before" holds it
-    assert (got[0].kind, got[0].holder) == ("state", "before")
+    first = next(it)                           # state: "before" holds it
+    assert (first.kind, first.holder) == ("state", "before")
     admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                   " WHERE application_name = %s", (f"w-{name}"[:60],))
     a.release()
     b = Lock(name, conninfo=direct, ttl=30, holder="during")
     b.acquire()
-    ev = next(it)
-    while ev.kind != "state":                  # events that made it before the kill
-        ev = next(it)
-    assert ev.holder == "during" and ev.fencing == b.token
+    got = []
+    while not got or (got[-1].kind, got[-1].holder) != ("acquired", "during"):
+        got.append(next(it))
+    seqs = [e.seq for e in got]
+    assert seqs == sorted(set(seqs)), "each event once, in seq order"
+    assert [(e.kind, e.holder) for e in got if e.holder == "before"] == \
+        [("acquired", "before"), ("released", "before")] or \
+        [(e.kind, e.holder) for e in got if e.holder == "before"] == [("released", "before")]
+    assert got[-1].fencing == b.token
+    assert all(e.kind != "gap" for e in got)
     b.release()
+    ev = next(it)
+    assert (ev.kind, ev.holder) == ("released", "during") and ev.seq > seqs[-1]
     a.close()
     b.close()
+
+
+def test_watch_after_and_gap(server, admin, name):
+    """watch(after=seq) replays the retained events after seq; events
+    older than dsync.event_retention come back as one "gap" event, then
+    the current state."""
+    direct = server.dsn()
+    a = Lock(name, conninfo=direct, ttl=30, holder="one")
+    a.acquire()
+    a.release()
+    a.acquire()
+    for _ in range(200):
+        rows = admin.execute("SELECT seq, payload->>'event' FROM dsync_events_since(0, %s)",
+                             ([name],)).fetchall()
+        if len(rows) == 3:
+            break
+        time.sleep(0.05)
+    assert [r[1] for r in rows] == ["acquired", "released", "acquired"]
+    it = watch([name], conninfo=direct, timeout=2, after=rows[0][0])
+    got = [next(it), next(it)]
+    assert [(e.kind, e.seq) for e in got] == [("released", rows[1][0]), ("acquired", rows[2][0])]
+    # Pruned: one second of retention, then another event makes the reaper prune.
+    admin.execute("ALTER SYSTEM SET dsync.event_retention = 1")
+    admin.execute("SELECT pg_reload_conf()")
+    try:
+        time.sleep(2.5)
+        a.release()
+        for _ in range(200):
+            if admin.execute("SELECT count(*) FROM dsync_events_since(%s, %s)",
+                             (rows[0][0] - 1, [name])).fetchone()[0] <= 1:
+                break
+            time.sleep(0.05)
+        it = watch([name], conninfo=direct, timeout=2, after=rows[0][0])
+        gap = next(it)
+        assert gap.kind == "gap" and gap.seq > rows[0][0]
+    finally:
+        admin.execute("ALTER SYSTEM RESET dsync.event_retention")
+        admin.execute("SELECT pg_reload_conf()")
+    a.close()
 
 
 def test_reacquire_after_loss_keeps_renewing(server, admin, name):

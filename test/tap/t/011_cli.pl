@@ -238,7 +238,8 @@ sub wait_listening
 	my ($n) = @_;
 	return wait_true(
 		"SELECT count(*) >= $n FROM pg_stat_activity WHERE application_name = 'dsync'"
-		  . " AND state = 'idle' AND (query LIKE 'LISTEN %' OR query LIKE '%dsync_renew(%')");
+		  . " AND state = 'idle' AND (query LIKE 'LISTEN %' OR query LIKE '%dsync_events_since(%'"
+		  . " OR query LIKE '%dsync_renew(%')");
 }
 
 # Poll until $sql returns 't'; false after $timeout (not the harness's

@@ -123,15 +123,18 @@ $node->safe_psql('postgres', q{
 	SELECT dsync_event_set('r1-signal');
 	SELECT dsync_semaphore_create('r1-sem', 2);
 	SELECT dsync_acquire('r1-sem', 'p1', '1 hour');
+	SELECT dsync_fence('r1-fence', 10);
 }, extra_params => [ '-U', 'r1' ]);
 ($ret, $out, $err) = psql_err('DROP ROLE r1');
 like($err, qr/ERROR:\s+2BP01: role "r1" cannot be dropped because it owns dsync leases or other dsync state/,
 	'DROP ROLE of a role that holds leases fails (2BP01)');
-like($err, qr/DETAIL:\s+In database "postgres": 2 leases or permits, 1 memberships, 1 pending signals, 1 semaphore definitions\./,
+like($err, qr/DETAIL:\s+In database "postgres": 2 leases or permits, 1 memberships, 1 pending signals, 1 semaphore definitions, 1 fences\./,
 	'and says what it owns');
 q1($node, 'REASSIGN OWNED BY r1 TO r2');
 is(q1($node, "SELECT string_agg(DISTINCT owner, ',') FROM dsync_leases WHERE lease LIKE 'r1-%'"),
 	'r2', 'REASSIGN OWNED BY gives the leases to the new role');
+is(q1($node, "SELECT owner FROM dsync_fences WHERE resource = 'r1-fence'"), 'r2',
+	'and the fences');
 is($node->safe_psql('postgres', "SELECT dsync_renew('r1-lease', 'h1') IS NOT NULL",
 		extra_params => [ '-U', 'r2' ]),
 	't', 'which can renew them');
@@ -141,7 +144,7 @@ is($node->safe_psql('postgres', "SELECT dsync_event_wait('r1-signal', '0')",
 ($ret, $out, $err) = psql_err('DROP ROLE r1');
 is($ret, 0, 'DROP ROLE succeeds once nothing is owned') or diag($err);
 
-$node->safe_psql('postgres', "SELECT dsync_acquire('r3-lease', 'h3', '1 hour'), dsync_join('r3-group', 'm3')",
+$node->safe_psql('postgres', "SELECT dsync_acquire('r3-lease', 'h3', '1 hour'), dsync_join('r3-group', 'm3'), dsync_fence('r3-fence', 20)",
 	extra_params => [ '-U', 'r3' ]);
 my $listener = Listener->new($node);
 my $ch = $listener->listen('r3-lease');
@@ -151,6 +154,8 @@ is($rel->{json}{event} // '', 'released', 'DROP OWNED BY releases the role\'s le
 is(q1($node, "SELECT count(*) FROM dsync_leases WHERE lease = 'r3-lease'")
 	  . q1($node, "SELECT count(*) FROM dsync_members('r3-group')"),
 	'00', 'and ends its memberships');
+is(q1($node, "SELECT token || ' ' || (owner = (SELECT rolname FROM pg_roles WHERE oid = 10)) FROM dsync_fences WHERE resource = 'r3-fence'"),
+	'20 true', 'but keeps its fences\' marks, given to the bootstrap superuser');
 ($ret, $out, $err) = psql_err('DROP ROLE r3');
 is($ret, 0, 'DROP ROLE then succeeds') or diag($err);
 $listener->quit;
@@ -165,7 +170,7 @@ $node->safe_psql('from10', q{
 my $old_token = $node->safe_psql('from10', "SELECT fencing FROM dsync_leases WHERE lease = 'old'");
 $node->safe_psql('from10', 'ALTER EXTENSION dsync UPDATE');
 is($node->safe_psql('from10', "SELECT extversion FROM pg_extension WHERE extname = 'dsync'"),
-	'1.3', '1.0 updates to 1.3');
+	'1.4', '1.0 updates to 1.4');
 is($node->safe_psql('from10', "SELECT dsync_acquire('old', 'h', '1 hour')"), $old_token,
 	'a lease taken under 1.0 is still held, with its token');
 like($node->safe_psql('from10', "SELECT dsync_semaphore_create('s', 2)::text || count(*) FROM dsync_stats"),
@@ -197,5 +202,27 @@ like($node->safe_psql('from11', "SELECT dsync_acquire('sem', 'd', '1 hour')"), q
 is($node->safe_psql('from11', "SELECT dsync_acquire('sem', 'e', '1 hour') IS NULL"), 't',
 	'a fourth holder is refused');
 is($node->safe_psql('from11', "SELECT dsync_leader('plain')"), 'p', 'a plain lease stays');
+
+# --- the update from 1.3 adds fencing and the event log, keeping holders -----
+
+$node->safe_psql('postgres', 'CREATE DATABASE from13');
+$node->safe_psql('from13', q{
+	CREATE EXTENSION dsync VERSION '1.3';
+	SELECT dsync_acquire('kept', 'h', '1 hour');
+});
+my $kept_token = $node->safe_psql('from13', "SELECT fencing FROM dsync_leases WHERE lease = 'kept'");
+isnt($node->psql('from13', "SELECT dsync_fence('r', 1)", stderr => \my $fence_err), 0,
+	'dsync_fence does not exist before the update');
+$node->safe_psql('from13', 'ALTER EXTENSION dsync UPDATE');
+is($node->safe_psql('from13', "SELECT extversion FROM pg_extension WHERE extname = 'dsync'"),
+	'1.4', '1.3 updates to 1.4');
+is($node->safe_psql('from13', "SELECT dsync_acquire('kept', 'h', '1 hour')"), $kept_token,
+	'a lease taken under 1.3 is still held, with its token');
+is($node->safe_psql('from13', "SELECT dsync_fence('r', $kept_token) IS NULL"), 't',
+	'dsync_fence works after the update');
+$node->safe_psql('from13', "SELECT dsync_release('kept', 'h')");
+ok($node->poll_query_until('from13',
+		"SELECT count(*) > 0 FROM dsync_events_since(0, ARRAY['kept'])"),
+	'the reaper logs events after the update, without a restart');
 
 done_testing();

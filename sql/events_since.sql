@@ -1,0 +1,50 @@
+-- The retained event log: dsync_events_since() and dsync_events_horizon().
+-- Runs as dsync_tester, an ordinary role (test/tester.sql).
+CREATE EXTENSION IF NOT EXISTS dsync;
+
+CREATE TEMP TABLE es_start AS SELECT COALESCE(max(seq), 0) AS s FROM dsync_events_since(0);
+SELECT dsync_acquire('es_a', 'h1') IS NOT NULL AS granted;
+SELECT dsync_acquire('es_b', 'h1') IS NOT NULL AS granted;
+SELECT dsync_release('es_a', 'h1');
+SELECT dsync_event_set('es_sig');
+SELECT dsync_release('es_b', 'h1');
+
+-- The reaper sends and logs them shortly after commit.
+DO $$
+BEGIN
+	FOR i IN 1..200 LOOP
+		EXIT WHEN (SELECT count(*) FROM dsync_events_since((SELECT s FROM es_start),
+						ARRAY['es_a', 'es_b', 'es_sig'])) >= 5;
+		PERFORM pg_sleep(0.05);
+	END LOOP;
+END $$;
+
+-- In commit order, with seq rising, the payload's seq equal to the row's,
+-- and the channel each name is announced on.
+SELECT payload->>'event' AS event, COALESCE(payload->>'lease', payload->>'name') AS name,
+	   channel = dsync_channel(COALESCE(payload->>'lease', payload->>'name')) AS channel_ok,
+	   (payload->>'seq')::bigint = seq AS seq_ok,
+	   seq > lag(seq, 1, 0::bigint) OVER (ORDER BY seq) AS rising
+FROM dsync_events_since((SELECT s FROM es_start), ARRAY['es_a', 'es_b', 'es_sig'])
+ORDER BY seq;
+
+-- Only the names asked for; after a seq, only what came later.
+SELECT count(*) AS es_a_only
+FROM dsync_events_since((SELECT s FROM es_start), ARRAY['es_a']);
+SELECT payload->>'event' AS event
+FROM dsync_events_since((SELECT max(seq) - 1 FROM dsync_events_since((SELECT s FROM es_start),
+						 ARRAY['es_a', 'es_b', 'es_sig'])), ARRAY['es_b']);
+SELECT count(*) AS none_after_last
+FROM dsync_events_since((SELECT max(seq) FROM dsync_events_since(0)));
+SELECT count(*) AS unknown_name FROM dsync_events_since(0, ARRAY['es_nobody']);
+
+-- Nothing logged was pruned yet: the horizon is below every logged seq.
+SELECT dsync_events_horizon() < (SELECT min(seq) FROM dsync_events_since(0)) AS horizon_below;
+
+-- Bad input.
+SELECT regress_err($$SELECT * FROM dsync_events_since(NULL)$$);
+
+-- Readable by everybody, written by nobody but dsync.
+SELECT regress_err($$DELETE FROM dsync_event_log$$);
+SELECT regress_err($$INSERT INTO dsync_event_log VALUES (1, 'x', 'x', '{}', now())$$);
+SELECT regress_err($$UPDATE dsync_event_log SET payload = '{}'$$);

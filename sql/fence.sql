@@ -1,0 +1,108 @@
+-- Storage-side fencing: dsync_fence() and the trigger dsync_fenced().
+-- Runs as dsync_tester, an ordinary role (test/tester.sql).
+CREATE EXTENSION IF NOT EXISTS dsync;
+
+-- The first token for a resource makes its mark; older tokens are refused,
+-- equal and newer ones accepted, and the previous mark is returned.
+SELECT dsync_fence('reg_fence', 5) AS prev_none;
+SELECT dsync_fence('reg_fence', 7) AS prev_5;
+SELECT dsync_fence('reg_fence', 7) AS prev_7;
+SELECT regress_err($$SELECT dsync_fence('reg_fence', 6)$$);
+SELECT resource, token, owner = current_user AS mine FROM dsync_fences WHERE resource = 'reg_fence';
+
+-- Transactional: a rolled-back fence leaves the mark as it was.
+BEGIN;
+SELECT dsync_fence('reg_fence', 100) AS prev_7;
+ROLLBACK;
+SELECT token FROM dsync_fences WHERE resource = 'reg_fence';
+
+-- A refused token aborts the caller's transaction, with its writes.
+CREATE TABLE reg_fence_data (v int);
+BEGIN;
+INSERT INTO reg_fence_data VALUES (1);
+SELECT dsync_fence('reg_fence', 3);
+COMMIT;
+SELECT count(*) AS rows_after_stale FROM reg_fence_data;
+
+-- A token from dsync_acquire works as it is.
+SELECT dsync_fence('reg_fence_acq', dsync_acquire('reg_fence_lease', 'h')) IS NULL AS first_mark;
+SELECT dsync_release('reg_fence_lease', 'h');
+
+-- Bad input.
+SELECT regress_err($$SELECT dsync_fence(NULL, 1)$$);
+SELECT regress_err($$SELECT dsync_fence('', 1)$$);
+SELECT regress_err($$SELECT dsync_fence(repeat('x', 256), 1)$$);
+SELECT regress_err($$SELECT dsync_fence('reg_fence', NULL)$$);
+SELECT regress_err($$SELECT dsync_fence('reg_fence', 0)$$);
+SELECT regress_err($$SELECT dsync_fence('reg_fence', -5)$$);
+
+-- Ownership: bob may not move alice's mark; a member of alice may.
+SET ROLE regress_dsync_alice;
+SELECT dsync_fence('reg_fence_alice', 10) AS prev_none;
+SET ROLE regress_dsync_bob;
+SELECT regress_err($$SELECT dsync_fence('reg_fence_alice', 20)$$);
+SET ROLE regress_dsync_carol;
+SELECT dsync_fence('reg_fence_alice', 20) AS prev_10;
+RESET ROLE;
+SELECT resource, token, owner FROM dsync_fences WHERE resource = 'reg_fence_alice';
+
+-- Nobody writes the table directly; everybody reads the view.
+SELECT regress_err($$UPDATE dsync_fence SET token = 1$$);
+SELECT regress_err($$DELETE FROM dsync_fence$$);
+SELECT regress_err($$INSERT INTO dsync_fence VALUES ('x', 1, now(), 10)$$);
+
+-- The trigger: every row written must carry a token no older than the
+-- table's mark, which rises to it.
+CREATE TABLE reg_account (id int PRIMARY KEY, balance int, token bigint);
+CREATE TRIGGER reg_account_fenced BEFORE INSERT OR UPDATE ON reg_account
+	FOR EACH ROW EXECUTE FUNCTION dsync_fenced('token');
+INSERT INTO reg_account VALUES (1, 100, 40);
+UPDATE reg_account SET balance = 90, token = 41 WHERE id = 1;
+SELECT regress_err($$UPDATE reg_account SET balance = 0, token = 40 WHERE id = 1$$);
+SELECT regress_err($$INSERT INTO reg_account VALUES (2, 5, 39)$$);
+SELECT regress_err($$INSERT INTO reg_account VALUES (2, 5, NULL)$$);
+INSERT INTO reg_account SELECT g, 0, 41 FROM generate_series(2, 200) g;
+SELECT count(*), max(token) FROM reg_account;
+SELECT resource, token FROM dsync_fences WHERE resource = 'public.reg_account';
+-- Deletes carry no token and are not fenced.
+DELETE FROM reg_account WHERE id = 200;
+-- The table's mark and a direct fence of the same name are one mark.
+SELECT regress_err($$SELECT dsync_fence('public.reg_account', 30)$$);
+
+-- A role that may write the table moves its mark, whoever made it.
+GRANT SELECT, INSERT, UPDATE ON reg_account TO regress_dsync_bob;
+SET ROLE regress_dsync_bob;
+UPDATE reg_account SET token = 50 WHERE id = 1;
+RESET ROLE;
+SELECT token FROM dsync_fences WHERE resource = 'public.reg_account';
+
+-- Misuse of the trigger.
+CREATE TABLE reg_misuse (id int, token bigint, label text);
+CREATE TRIGGER t_after AFTER INSERT ON reg_misuse
+	FOR EACH ROW EXECUTE FUNCTION dsync_fenced('token');
+SELECT regress_err($$INSERT INTO reg_misuse VALUES (1, 1)$$);
+DROP TRIGGER t_after ON reg_misuse;
+CREATE TRIGGER t_stmt BEFORE INSERT ON reg_misuse
+	FOR EACH STATEMENT EXECUTE FUNCTION dsync_fenced('token');
+SELECT regress_err($$INSERT INTO reg_misuse VALUES (1, 1)$$);
+DROP TRIGGER t_stmt ON reg_misuse;
+CREATE TRIGGER t_del BEFORE DELETE ON reg_misuse
+	FOR EACH ROW EXECUTE FUNCTION dsync_fenced('token');
+INSERT INTO reg_misuse VALUES (1, 1);
+SELECT regress_err($$DELETE FROM reg_misuse$$);
+DROP TRIGGER t_del ON reg_misuse;
+CREATE TRIGGER t_noarg BEFORE INSERT ON reg_misuse
+	FOR EACH ROW EXECUTE FUNCTION dsync_fenced();
+SELECT regress_err($$INSERT INTO reg_misuse VALUES (1, 1)$$);
+DROP TRIGGER t_noarg ON reg_misuse;
+CREATE TRIGGER t_nocol BEFORE INSERT ON reg_misuse
+	FOR EACH ROW EXECUTE FUNCTION dsync_fenced('tok');
+SELECT regress_err($$INSERT INTO reg_misuse VALUES (1, 1)$$);
+DROP TRIGGER t_nocol ON reg_misuse;
+CREATE TRIGGER t_text BEFORE INSERT ON reg_misuse
+	FOR EACH ROW EXECUTE FUNCTION dsync_fenced('label');
+SELECT regress_err($$INSERT INTO reg_misuse VALUES (1, 1, 'x')$$);
+DROP TRIGGER t_text ON reg_misuse;
+SELECT regress_err($$SELECT dsync_fenced()$$);
+
+DROP TABLE reg_account, reg_misuse, reg_fence_data;

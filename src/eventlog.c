@@ -1,0 +1,184 @@
+/*-------------------------------------------------------------------------
+ *
+ * eventlog.c
+ *		The retained event log: every notification the reaper sends, kept
+ *		for dsync.event_retention so that watchers can catch up.
+ *
+ * NOTIFY reaches only those listening when it is sent: a watcher that
+ * reconnects (a network blip, a failover, a restart of its own) has missed
+ * whatever happened meanwhile.  So the reaper also writes every event it
+ * sends to dsync_event_log, in the transaction that sends them: a listener
+ * never receives an event the log does not have, and the log never has one
+ * that was not sent.  A watcher resumes with dsync_events_since(last seq
+ * seen), and dsync_events_horizon() tells it whether events it has not
+ * seen were already pruned.
+ *
+ * Rows go in with one statement per batch of notifications.  Pruning runs
+ * at most once a second, deletes what is older than the retention, and
+ * keeps the newest event: the horizon is then one below the oldest row,
+ * with no need to remember what was pruned.  The reaper prunes only when it
+ * sends, so a quiet database keeps its last events for longer.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "catalog.h"
+#include "events.h"
+#include "settings.h"
+
+/* How often the log is pruned, at most. */
+#define EVENT_LOG_PRUNE_MS	1000
+
+static TimestampTz eventlog_pruned_at = 0;
+
+/*
+ * EventLogTable
+ *		The log's schema-qualified name, or NULL if this installation has
+ *		none (not yet updated to 1.4).
+ */
+static char *
+EventLogTable(void)
+{
+	const DsyncCatalog *catalog = DsyncCatalogFromExtension();
+
+	if (!OidIsValid(catalog->event_log))
+		return NULL;
+	return quote_qualified_identifier(get_namespace_name(catalog->namespace),
+									  "dsync_event_log");
+}
+
+/*
+ * EventLogArray
+ *		A one-dimensional array of the given element type.
+ */
+static Datum
+EventLogArray(Datum *elems, int n, Oid elemtype)
+{
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+
+	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+	return PointerGetDatum(construct_array(elems, n, elemtype, typlen, typbyval, typalign));
+}
+
+/*
+ * EventLogPrune
+ *		Delete what is older than the retention, keeping the newest event.
+ */
+static void
+EventLogPrune(const char *table)
+{
+	StringInfoData sql;
+	Datum		args[1];
+	Oid			argtypes[1] = {TIMESTAMPTZOID};
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (eventlog_pruned_at != 0 &&
+		!TimestampDifferenceExceeds(eventlog_pruned_at, now, EVENT_LOG_PRUNE_MS))
+		return;
+	eventlog_pruned_at = now;
+
+	/*
+	 * The oldest row to keep is found along the key, as rows went in.
+	 * Every name is qualified: the reaper is a superuser, and a function or
+	 * operator a user put earlier in its search_path must not run as one.
+	 * With no retention nothing is kept, not even the newest event: the
+	 * horizon is then the sequence's last value.
+	 */
+	initStringInfo(&sql);
+	if (dsync_event_retention == 0)
+		appendStringInfo(&sql, "DELETE FROM %s WHERE $1 IS NOT NULL", table);
+	else
+		appendStringInfo(&sql,
+						 "DELETE FROM %s WHERE seq OPERATOR(pg_catalog.<) LEAST("
+						 "(SELECT pg_catalog.max(seq) FROM %s), "
+						 "COALESCE((SELECT seq FROM %s WHERE sent_at OPERATOR(pg_catalog.>=) $1 "
+						 "ORDER BY seq LIMIT 1), 9223372036854775807))",
+						 table, table, table);
+	args[0] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now,
+															  -(int64) dsync_event_retention * 1000));
+	if (SPI_execute_with_args(sql.data, 1, argtypes, args, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "dsync could not prune its event log");
+	pfree(sql.data);
+}
+
+/*
+ * DsyncEventLogAppend
+ *		Write the events being sent, which have their numbers, to the log,
+ *		and prune it.  In the reaper's sending transaction; an error undoes
+ *		the notifications too, and they are sent (and logged) again later.
+ */
+void
+DsyncEventLogAppend(List *events)
+{
+	char	   *table;
+	StringInfoData sql;
+	Datum	   *seqs;
+	Datum	   *names;
+	Datum	   *channels;
+	Datum	   *payloads;
+	Datum		args[4];
+	Oid			argtypes[4] = {INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
+	int			n = 0;
+	ListCell   *lc;
+
+	if (!OidIsValid(get_extension_oid("dsync", true)) || (table = EventLogTable()) == NULL)
+		return;
+
+	seqs = palloc(sizeof(Datum) * list_length(events));
+	names = palloc(sizeof(Datum) * list_length(events));
+	channels = palloc(sizeof(Datum) * list_length(events));
+	payloads = palloc(sizeof(Datum) * list_length(events));
+	if (dsync_event_retention > 0)
+	{
+		foreach(lc, events)
+		{
+			DsyncEvent *event = lfirst(lc);
+			char	   *payload = DsyncEventPayload(event);
+
+			if (payload == NULL)
+				continue;
+			seqs[n] = Int64GetDatum(event->seq);
+			names[n] = CStringGetTextDatum(event->name);
+			channels[n] = CStringGetTextDatum(DsyncEventChannel(event->name));
+			payloads[n] = CStringGetTextDatum(payload);
+			n++;
+		}
+	}
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "dsync could not connect to SPI to write its event log");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (n > 0)
+	{
+		initStringInfo(&sql);
+		appendStringInfo(&sql,
+						 "INSERT INTO %s (seq, name, channel, payload, sent_at) "
+						 "SELECT s, n, c, p::pg_catalog.jsonb, pg_catalog.now() "
+						 "FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), "
+						 "pg_catalog.unnest($3), pg_catalog.unnest($4)) AS e(s, n, c, p)",
+						 table);
+		args[0] = EventLogArray(seqs, n, INT8OID);
+		args[1] = EventLogArray(names, n, TEXTOID);
+		args[2] = EventLogArray(channels, n, TEXTOID);
+		args[3] = EventLogArray(payloads, n, TEXTOID);
+		if (SPI_execute_with_args(sql.data, 4, argtypes, args, NULL, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "dsync could not write its event log");
+		pfree(sql.data);
+	}
+	EventLogPrune(table);
+	PopActiveSnapshot();
+	SPI_finish();
+}

@@ -1,0 +1,161 @@
+# dsync watch resumes after a disconnect from the retained event log
+# (dsync_events_since), printing every event it missed exactly once, and
+# says so when events it missed are older than dsync.event_retention.
+#
+# This test proves:
+#   - a watcher (--json) whose connection is cut and whose role cannot log
+#     in for 5 s, while 1,000 events of the watched name are committed,
+#     prints all of them after it reconnects, in seq order, with no
+#     duplicate (the seqs it printed are exactly the server's log for the
+#     name) and then goes on printing live events;
+#   - the log's payloads are the notifications' (same seq, event, holder);
+#   - a watcher that was away longer than dsync.event_retention says on
+#     stderr that events may have been missed.
+use strict;
+use warnings;
+
+use IPC::Run;
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $timeout = 60;
+
+my $node = PostgreSQL::Test::Cluster->new('resume');
+$node->init;
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'dsync'\n");
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION dsync; CREATE ROLE watcher LOGIN');
+
+$ENV{PGHOST}     = $node->host;
+$ENV{PGPORT}     = $node->port;
+$ENV{PGDATABASE} = 'postgres';
+
+my @running;
+END
+{
+	local $?;
+	eval { $_->{h}->kill_kill(grace => 1) } for grep { defined $_->{h} } @running;
+}
+
+sub q1 { return $node->safe_psql('postgres', $_[0]); }
+
+# The tool in the background as role watcher, output captured.
+sub start_watch
+{
+	my (@args) = @_;
+	my $p = { out => '', err => '', what => "dsync @args" };
+	local $ENV{PGUSER} = 'watcher';
+	$p->{h} = IPC::Run::start([ 'dsync', @args ], '<', \undef, '>', \$p->{out}, '2>', \$p->{err});
+	push @running, $p;
+	return $p;
+}
+
+sub wait_output
+{
+	my ($p, $stream, $re) = @_;
+	my $deadline = time + $timeout;
+	while ($p->{$stream} !~ $re && time < $deadline)
+	{
+		$p->{h}->pump_nb if $p->{h}->pumpable;
+		usleep(20_000);
+	}
+	return 1 if $p->{$stream} =~ $re;
+	diag("$p->{what}: no $re on $stream\nstdout: " . substr($p->{out}, -2000) . "\nstderr: $p->{err}");
+	return 0;
+}
+
+# Events of the name the server has logged, as seq => payload.
+sub logged
+{
+	my ($name) = @_;
+	my %log;
+	for (split /\n/, q1("SELECT seq, payload FROM dsync_events_since(0, ARRAY['$name'])"))
+	{
+		my ($seq, $payload) = split /\|/, $_, 2;
+		$log{$seq} = decode_json($payload);
+	}
+	return \%log;
+}
+
+# Cut the watcher off: it may not log in again until allowed.
+sub cut_off
+{
+	q1("ALTER ROLE watcher NOLOGIN");
+	q1("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'watcher'");
+	ok($node->poll_query_until('postgres',
+			"SELECT count(*) = 0 FROM pg_stat_activity WHERE usename = 'watcher'"),
+		'the watcher is disconnected');
+}
+
+# --- 1,000 events while disconnected for 5 s ---------------------------------------
+
+my $w = start_watch('watch', 'wr', '--json');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE usename = 'watcher' AND state = 'idle'"),
+	'the watcher is connected');
+q1("SELECT dsync_acquire('wr', 'before', '1 minute'); SELECT dsync_release('wr', 'before')");
+ok(wait_output($w, 'out', qr/"holder":"before".*\n.*"released"/s), 'it prints live events');
+
+cut_off();
+my $cut_at = time;
+my $script = join '', map { "SELECT dsync_acquire('wr', 'h$_', '1 minute'); SELECT dsync_release('wr', 'h$_');\n" } 1 .. 500;
+q1($script);
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) >= 1002 FROM dsync_events_since(0, ARRAY['wr'])"),
+	'the reaper logged the 1,000 events');
+my $left = 5 - (time - $cut_at);
+usleep($left * 1_000_000) if $left > 0;
+note(sprintf('disconnected for %.1f s', time - $cut_at));
+q1("ALTER ROLE watcher LOGIN");
+
+ok(wait_output($w, 'out', qr/"holder": ?"h500".*\n.*"released"/s), 'after reconnecting it prints the last missed event');
+q1("SELECT dsync_acquire('wr', 'after', '1 minute'); SELECT dsync_release('wr', 'after')");
+ok(wait_output($w, 'out', qr/"holder":"after".*\n.*"released"/s), 'and then live events again');
+
+my @lines = grep { length } split /\n/, $w->{out};
+my @events = map { decode_json($_) } @lines;
+my @seqs = map { $_->{seq} } @events;
+my %printed;
+$printed{$_}++ for @seqs;
+my $log = logged('wr');
+is(scalar(@events), 1004, 'the watcher printed 1,004 events: 2 before, 1,000 missed, 2 after');
+is(scalar(grep { $printed{$_} > 1 } keys %printed), 0, 'no event twice');
+is_deeply([ sort { $a <=> $b } keys %printed ], [ sort { $a <=> $b } keys %$log ],
+	"the seqs printed are exactly the server's log of the name");
+is_deeply(\@seqs, [ sort { $a <=> $b } @seqs ], 'in seq order');
+my $mismatch = grep { $log->{ $_->{seq} }{event} ne $_->{event}
+	  || ($log->{ $_->{seq} }{holder} // '') ne ($_->{holder} // '') } @events;
+is($mismatch, 0, 'each printed event is the logged one (event and holder)');
+is(scalar(grep { $_->{event} eq 'acquired' } @events), 502, 'acquired 502 times');
+unlike($w->{err}, qr/no longer kept/, 'and says nothing was lost');
+$w->{h}->kill_kill(grace => 1);
+$w->{h}->finish;
+
+# --- away longer than the retention --------------------------------------------------
+
+$node->append_conf('postgresql.conf', "dsync.event_retention = 1\n");
+$node->reload;
+my $g = start_watch('watch', 'gap');
+ok(wait_output($g, 'err', qr/watching "gap"/), 'a second watcher is watching');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE usename = 'watcher' AND state = 'idle'"),
+	'and idle');
+cut_off();
+q1("SELECT dsync_acquire('gap', 'g1', '1 minute'); SELECT dsync_release('gap', 'g1')");
+sleep 3;
+# Later events prune the first ones (older than 1 s).
+q1("SELECT dsync_acquire('other', 'o', '1 minute'); SELECT dsync_release('other', 'o')");
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 0 FROM dsync_events_since(0, ARRAY['gap'])"),
+	'the missed events were pruned');
+q1("ALTER ROLE watcher LOGIN");
+ok(wait_output($g, 'err', qr/are no longer kept; some of "gap" may have been missed/),
+	'the watcher says events may have been missed');
+unlike($g->{out}, qr/g1/, 'and prints none it does not have');
+
+$g->{h}->kill_kill(grace => 1);
+@running = ();
+done_testing();

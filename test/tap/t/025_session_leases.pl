@@ -1,0 +1,193 @@
+# Session leases: dsync_acquire(..., session => true) is released when the
+# acquiring backend ends, not only when its ttl passes.
+#
+# This test proves, through a real socket (psql clients as role app):
+#   - a client killed with SIGKILL: its session lease is released at once
+#     (a blocked waiter is granted it; measured from the kill to the
+#     waiter's grant, median of 3 rounds at most 100 ms), while its plain
+#     lease stays held until its ttl;
+#   - the same for an ephemeral session lease, a terminated backend
+#     (pg_terminate_backend) and a client that disconnects normally;
+#   - a session acquire rolled back (also to a savepoint) leaves nothing to
+#     release and no record; a reentrant acquire keeps one record;
+#   - after a crash restart (a backend killed with SIGKILL) the session
+#     lease of a client from before is released by the reaper, and a
+#     plain lease of that client is still held;
+#   - bad input: session => NULL is an error (22004).
+use strict;
+use warnings;
+
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $timeout = 60;
+
+my $node = PostgreSQL::Test::Cluster->new('session');
+$node->init;
+$node->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'dsync'\nrestart_after_crash = on\n"
+	  . "dsync.ephemeral_max_ttl = 2\n");
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION dsync; CREATE ROLE app LOGIN');
+
+my @clients;
+END { local $?; eval { $_->{h}->kill_kill } for @clients; }
+
+sub q1 { return $node->safe_psql('postgres', $_[0]); }
+
+# A psql client as role app, fed statements one at a time.
+sub client
+{
+	my $c = { in => '', out => '', err => '' };
+	$c->{h} = IPC::Run::start([ 'psql', '-X', '-q', '-A', '-t', '-h', $node->host, '-p', $node->port,
+			'-U', 'app', '-d', 'postgres' ],
+		'<', \$c->{in}, '>', \$c->{out}, '2>', \$c->{err});
+	push @clients, $c;
+	return $c;
+}
+
+# Send a statement and wait for a line of output matching $re.
+sub send_wait
+{
+	my ($c, $sql, $re) = @_;
+	$c->{in} .= "$sql\n";
+	my $deadline = time + $timeout;
+	while ($c->{out} !~ $re && time < $deadline)
+	{
+		$c->{h}->pump_nb;
+		usleep(5_000);
+	}
+	return $c->{out} =~ $re;
+}
+
+# The client program's pid (psql), to kill it as a crash would.
+sub client_pid { return $_[0]->{h}{KIDS}[0]{PID}; }
+
+sub poll
+{
+	my ($sql) = @_;
+	my $deadline = time + $timeout;
+	while (time < $deadline)
+	{
+		my $v = $node->safe_psql('postgres', $sql);
+		return 1 if $v eq 't';
+		usleep(5_000);
+	}
+	return 0;
+}
+
+# --- a killed client: released at once, a waiter granted -----------------------
+
+my @took;
+for my $round (1 .. 3)
+{
+	my $a = client();
+	ok(send_wait($a, "SELECT dsync_acquire('s1', 'a$round', '1 hour', session => true) > 0 AS got;"
+			  . " SELECT dsync_acquire('n$round', 'a$round', '1 hour') > 0 AS plain;", qr/t\nt\n/),
+		"round $round: a session lease and a plain lease are granted");
+	my $w = client();
+	$w->{in} .= "SELECT 'granted ' || extract(epoch FROM clock_timestamp()) FROM "
+	  . "(SELECT dsync_acquire('s1', 'w$round', '1 minute', '30 seconds')) g;\n";
+	$w->{h}->pump_nb while length $w->{in};
+	ok(poll("SELECT count(*) = 1 FROM dsync_waiters WHERE name = 's1'"), "round $round: a waiter is blocked");
+	my $killed_at = time;
+	kill 'KILL', client_pid($a);
+	ok(send_wait($w, '', qr/granted (\d+\.\d+)/), "round $round: the waiter is granted the session lease");
+	my ($granted_at) = $w->{out} =~ /granted (\d+\.\d+)/;
+	push @took, ($granted_at - $killed_at) * 1000;
+	note(sprintf('round %d: granted %.1f ms after the client was killed', $round, $took[-1]));
+	is(q1("SELECT dsync_leader('n$round')"), "a$round", "round $round: the plain lease is still held");
+	q1("SELECT dsync_release('s1', 'w$round')");
+	$w->{in} .= "\\q\n";
+	$w->{h}->finish;
+}
+my @sorted = sort { $a <=> $b } @took;
+cmp_ok($sorted[1], '<=', 100, 'median from the kill to the waiter\'s grant at most 100 ms');
+cmp_ok($sorted[2], '<', 1000, 'and every one below 1 s');
+is(q1("SELECT count(*) FROM dsync_session"), '0', 'no session record is left');
+
+# --- ephemeral, terminated, and a normal disconnect --------------------------------
+
+my $e = client();
+# Ephemeral grants wait for dsync.ephemeral_max_ttl after a start.
+ok(send_wait($e, "SELECT dsync_acquire('e1', 'e', '2 seconds', '10 seconds', durable => false,"
+		  . " session => true) > 0;", qr/t\n/), 'an ephemeral session lease is granted');
+kill 'KILL', client_pid($e);
+ok(poll("SELECT dsync_leader('e1') IS NULL"), 'and released when its client is killed');
+
+# Released, not expired: the last event of each name says which.
+sub last_event
+{
+	my ($name) = @_;
+	my $sql = "SELECT payload->>'event' FROM dsync_events_since(0, ARRAY['$name']) ORDER BY seq DESC LIMIT 1";
+	poll("SELECT ($sql) IS NOT NULL");
+	return q1($sql);
+}
+is(last_event('e1'), 'released', 'released, not expired');
+
+my $t = client();
+ok(send_wait($t, "SELECT dsync_acquire('t1', 't', '1 hour', session => true) > 0;", qr/t\n/),
+	'a session lease for a backend to be terminated');
+q1("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'app'");
+ok(poll("SELECT dsync_leader('t1') IS NULL"), 'released when its backend is terminated');
+is(last_event('t1'), 'released', 'with a released event');
+
+my $d = client();
+ok(send_wait($d, "SELECT dsync_acquire('d1', 'd', '1 hour', session => true) > 0;", qr/t\n/),
+	'a session lease for a client that disconnects');
+$d->{in} .= "\\q\n";
+$d->{h}->finish;
+ok(poll("SELECT dsync_leader('d1') IS NULL"), 'released when it disconnects normally');
+
+# --- rollbacks and reentrant acquires --------------------------------------------
+
+my $r = client();
+ok(send_wait($r, "BEGIN; SELECT dsync_acquire('r1', 'r', '1 hour', session => true) > 0; ROLLBACK;"
+		  . " BEGIN; SAVEPOINT sp; SELECT dsync_acquire('r2', 'r', '1 hour', session => true) > 0;"
+		  . " ROLLBACK TO sp; SELECT dsync_acquire('r3', 'r', '1 hour') > 0; COMMIT;"
+		  . " SELECT dsync_acquire('r4', 'r', '1 hour', session => true) > 0;"
+		  . " SELECT dsync_acquire('r4', 'r', '1 hour', session => true) > 0;"
+		  . " SELECT 'count ' || count(*) FROM dsync_leases WHERE lease LIKE 'r_';", qr/count \d+/),
+	'session acquires rolled back, a plain one and a reentrant one');
+is(q1("SELECT string_agg(lease, ',' ORDER BY lease) FROM dsync_leases WHERE lease LIKE 'r_'"),
+	'r3,r4', 'the rolled-back grants are gone, the others held');
+is(q1("SELECT count(*) FROM dsync_session"), '1', 'one session record, for r4');
+$r->{in} .= "\\q\n";
+$r->{h}->finish;
+ok(poll("SELECT dsync_leader('r4') IS NULL"), 'r4 is released with the session');
+is(q1("SELECT dsync_leader('r3')"), 'r', 'the plain lease r3 is not');
+
+my ($ret, $out, $err);
+$ret = $node->psql('postgres', "SELECT dsync_acquire('x', 'h', session => NULL)",
+	stdout => \$out, stderr => \$err, extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/22004: argument "session" must not be null/, 'session => NULL is refused (22004)');
+
+# --- a crash restart --------------------------------------------------------------
+
+my $c = client();
+ok(send_wait($c, "SELECT dsync_acquire('c1', 'c', '1 hour', session => true) > 0;"
+		  . " SELECT dsync_acquire('c2', 'c', '1 hour') > 0;", qr/t\nt\n/),
+	'a session lease and a plain lease before the crash');
+is(q1("SELECT count(*) FROM dsync_session"), '1', 'the session grant is recorded');
+my $victim = q1("SELECT pid FROM pg_stat_activity WHERE usename = 'app'");
+kill 'KILL', $victim;
+$c->{h}->kill_kill;
+my $crashed_at = time;
+# The postmaster restarts every backend; wait until it takes connections.
+my $up = 0;
+for (1 .. 600)
+{
+	last if ($up = $node->psql('postgres', 'SELECT 1') == 0);
+	usleep(100_000);
+}
+ok($up, 'the server is back after the crash');
+ok(poll("SELECT dsync_leader('c1') IS NULL"), 'the session lease from before the crash is released');
+is(last_event('c1'), 'released', 'with a released event');
+note(sprintf('released %.2f s after the crash', time - $crashed_at));
+is(q1("SELECT dsync_leader('c2')"), 'c', 'the plain lease from before the crash is still held');
+is(q1("SELECT count(*) FROM dsync_session"), '0', 'and the record is gone');
+
+done_testing();
