@@ -35,7 +35,8 @@ OBJS = \
 	src/ephemeral.o \
 	src/fence.o \
 	src/eventlog.o \
-	src/session.o
+	src/session.o \
+	src/multi.o
 
 # The install and upgrade scripts sit at the top, as in contrib.
 DATA = $(sort $(wildcard dsync--*.sql))

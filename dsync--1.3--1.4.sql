@@ -48,6 +48,21 @@ CREATE VIEW @extschema@.dsync_fences AS
 
 GRANT SELECT ON @extschema@.dsync_fences TO PUBLIC;
 
+-- Several leases at once ----------------------------------------------------
+
+CREATE FUNCTION @extschema@.dsync_acquire_all(
+	leases text[],
+	holder text,
+	ttl interval DEFAULT '30 seconds',
+	wait interval DEFAULT '0',
+	info jsonb DEFAULT NULL)
+RETURNS bigint[]
+AS 'MODULE_PATHNAME', 'dsync_acquire_all'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.dsync_acquire_all(text[], text, interval, interval, jsonb) IS
+'take every one of leases or none; returns their fencing tokens in the array''s order, or NULL if not all could be had within wait; holds none of them while it waits';
+
 -- Session leases -----------------------------------------------------------
 
 /*

@@ -194,14 +194,14 @@ EventSeq(const char *payload)
 /*
  * WatchStart
  *		The seq to resume after if the first connection drops: the newest
- *		event the log held before we listened (0 if none, -1 if the
- *		installed version keeps no log).
+ *		event the log held before we listened, or the last number handed
+ *		out if it keeps none (-1 if the installed version has no log).
  */
 static long long
 WatchStart(PGconn *conn)
 {
-	PGresult   *res = PQexec(conn, "SELECT COALESCE((SELECT seq FROM dsync_event_log "
-							 "ORDER BY seq DESC LIMIT 1), 0)");
+	PGresult   *res = PQexec(conn, "SELECT GREATEST(COALESCE((SELECT seq FROM dsync_event_log "
+							 "ORDER BY seq DESC LIMIT 1), 0), dsync_events_horizon())");
 	long long	start = -1;
 
 	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
@@ -229,35 +229,31 @@ WatchCatchUp(PGconn *conn, const Options *opt, long long *last_seq, bool reconne
 	int			n;
 
 	snprintf(after, sizeof(after), "%lld", *last_seq);
-	res = PQexec(conn, "SELECT dsync_events_horizon()");
-	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+	/* One statement, one snapshot: no prune can come between the two. */
+	res = PQexecParams(conn, "SELECT h.h, e.seq, e.payload::text FROM dsync_events_horizon() AS h(h) "
+					   "LEFT JOIN dsync_events_since($1, ARRAY[$2]) AS e ON true ORDER BY e.seq",
+					   2, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1)
 	{
 		Note("could not read the event log to catch up: %s", PQerrorMessage(conn));
 		PQclear(res);
 		return;
 	}
 	horizon = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-	PQclear(res);
 	if (reconnect && horizon > *last_seq)
 		Note("events sent while disconnected (seq %lld to %lld) are no longer kept; "
 			 "some of \"%s\" may have been missed (raise dsync.event_retention)",
 			 *last_seq + 1, horizon, opt->name);
-	res = PQexecParams(conn, "SELECT seq, payload::text FROM dsync_events_since($1, ARRAY[$2])",
-					   2, NULL, params, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-	{
-		Note("could not read the event log to catch up: %s", PQerrorMessage(conn));
-		PQclear(res);
-		return;
-	}
-	n = PQntuples(res);
+	n = PQgetisnull(res, 0, 1) ? 0 : PQntuples(res);
 	if (n > 0 && !opt->json)
 		Note("catching up with %d events sent while disconnected", n);
 	for (int i = 0; i < n; i++)
 	{
-		PrintEvent(PQgetvalue(res, i, 1), opt->json);
-		*last_seq = strtoll(PQgetvalue(res, i, 0), NULL, 10);
+		PrintEvent(PQgetvalue(res, i, 2), opt->json);
+		*last_seq = strtoll(PQgetvalue(res, i, 1), NULL, 10);
 	}
+	if (horizon > *last_seq)
+		*last_seq = horizon;
 	PQclear(res);
 }
 

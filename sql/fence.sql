@@ -63,18 +63,42 @@ SELECT regress_err($$INSERT INTO reg_account VALUES (2, 5, 39)$$);
 SELECT regress_err($$INSERT INTO reg_account VALUES (2, 5, NULL)$$);
 INSERT INTO reg_account SELECT g, 0, 41 FROM generate_series(2, 200) g;
 SELECT count(*), max(token) FROM reg_account;
-SELECT resource, token FROM dsync_fences WHERE resource = 'public.reg_account';
+SELECT resource, token FROM dsync_fences WHERE resource = 'table:public.reg_account';
 -- Deletes carry no token and are not fenced.
 DELETE FROM reg_account WHERE id = 200;
 -- The table's mark and a direct fence of the same name are one mark.
-SELECT regress_err($$SELECT dsync_fence('public.reg_account', 30)$$);
+SELECT regress_err($$SELECT dsync_fence('table:public.reg_account', 30)$$);
 
 -- A role that may write the table moves its mark, whoever made it.
 GRANT SELECT, INSERT, UPDATE ON reg_account TO regress_dsync_bob;
 SET ROLE regress_dsync_bob;
 UPDATE reg_account SET token = 50 WHERE id = 1;
 RESET ROLE;
-SELECT token FROM dsync_fences WHERE resource = 'public.reg_account';
+SELECT token FROM dsync_fences WHERE resource = 'table:public.reg_account';
+-- And may move it directly, to guard a delete; a role that may not write
+-- the table may not, nor poison it through a name of its own.
+SET ROLE regress_dsync_bob;
+SELECT dsync_fence('table:public.reg_account', 60) AS prev_50;
+SET ROLE regress_dsync_alice;
+SELECT regress_err($$SELECT dsync_fence('table:public.reg_account', 1000)$$);
+SELECT dsync_fence('public.reg_account', 1000) IS NULL AS a_mark_of_its_own;
+RESET ROLE;
+UPDATE reg_account SET token = 60 WHERE id = 1;
+SELECT regress_err($$SELECT dsync_fence('table:public.no_such_table', 1)$$);
+SELECT resource, token FROM dsync_fences WHERE resource LIKE '%reg_account' ORDER BY 1;
+
+-- A partitioned table: every partition's writers share the root's mark.
+CREATE TABLE reg_part (month int, v int, token bigint) PARTITION BY LIST (month);
+CREATE TABLE reg_part_1 PARTITION OF reg_part FOR VALUES IN (1);
+CREATE TABLE reg_part_2 PARTITION OF reg_part FOR VALUES IN (2);
+CREATE TRIGGER reg_part_fenced BEFORE INSERT OR UPDATE ON reg_part
+	FOR EACH ROW EXECUTE FUNCTION dsync_fenced('token');
+INSERT INTO reg_part VALUES (1, 1, 70);
+SELECT regress_err($$INSERT INTO reg_part VALUES (2, 1, 69)$$);
+SELECT regress_err($$INSERT INTO reg_part_2 VALUES (2, 1, 69)$$);
+INSERT INTO reg_part_2 VALUES (2, 1, 71);
+SELECT resource, token FROM dsync_fences WHERE resource LIKE 'table:public.reg_part%';
+SELECT regress_err($$SELECT dsync_fence('table:public.reg_part_1', 80)$$);
 
 -- Misuse of the trigger.
 CREATE TABLE reg_misuse (id int, token bigint, label text);
@@ -105,4 +129,4 @@ SELECT regress_err($$INSERT INTO reg_misuse VALUES (1, 1, 'x')$$);
 DROP TRIGGER t_text ON reg_misuse;
 SELECT regress_err($$SELECT dsync_fenced()$$);
 
-DROP TABLE reg_account, reg_misuse, reg_fence_data;
+DROP TABLE reg_account, reg_misuse, reg_fence_data, reg_part;

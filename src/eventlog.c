@@ -7,11 +7,12 @@
  * NOTIFY reaches only those listening when it is sent: a watcher that
  * reconnects (a network blip, a failover, a restart of its own) has missed
  * whatever happened meanwhile.  So the reaper also writes every event it
- * sends to dsync_event_log, in the transaction that sends them: a listener
- * never receives an event the log does not have, and the log never has one
- * that was not sent.  A watcher resumes with dsync_events_since(last seq
- * seen), and dsync_events_horizon() tells it whether events it has not
- * seen were already pruned.
+ * sends to dsync_event_log, in a transaction that commits, durably, just
+ * before the one that sends them: a listener never receives an event the
+ * log does not have (a crash in between leaves events logged but not
+ * sent, which watchers find when they catch up).  A watcher resumes with
+ * dsync_events_since(last seq seen), and dsync_events_horizon() tells it
+ * whether events it has not seen were already pruned.
  *
  * Rows go in with one statement per batch of notifications.  Pruning runs
  * at most once a second, deletes what is older than the retention, and
@@ -116,9 +117,9 @@ EventLogPrune(const char *table)
 
 /*
  * DsyncEventLogAppend
- *		Write the events being sent, which have their numbers, to the log,
- *		and prune it.  In the reaper's sending transaction; an error undoes
- *		the notifications too, and they are sent (and logged) again later.
+ *		Write the events about to be sent, which have their numbers, to the
+ *		log (once: a retry after a failed NOTIFY writes nothing again), and
+ *		prune it.  In the reaper's logging transaction (ReaperLogUnsent).
  */
 void
 DsyncEventLogAppend(List *events)
@@ -168,7 +169,8 @@ DsyncEventLogAppend(List *events)
 						 "INSERT INTO %s (seq, name, channel, payload, sent_at) "
 						 "SELECT s, n, c, p::pg_catalog.jsonb, pg_catalog.now() "
 						 "FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), "
-						 "pg_catalog.unnest($3), pg_catalog.unnest($4)) AS e(s, n, c, p)",
+						 "pg_catalog.unnest($3), pg_catalog.unnest($4)) AS e(s, n, c, p) "
+						 "ON CONFLICT (seq) DO NOTHING",
 						 table);
 		args[0] = EventLogArray(seqs, n, INT8OID);
 		args[1] = EventLogArray(names, n, TEXTOID);

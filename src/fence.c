@@ -10,7 +10,8 @@
  * resource, the greatest token accepted (its mark), and a writer whose
  * token is older gets SQLSTATE 55000.  The trigger function dsync_fenced
  * does the same for every row written to a table, with the table as the
- * resource, so that a stale writer (a holder paused past its ttl, or cut
+ * resource ("table:" and its name: a space no other call can claim), so
+ * that a stale writer (a holder paused past its ttl, or cut
  * off and replaced) is refused by the database itself.
  *
  * The mark's row is locked until the caller's transaction ends, so writers
@@ -20,9 +21,9 @@
  * (scan.c), so a REPEATABLE READ or SERIALIZABLE caller is refused or let
  * through on what is committed now, never on its snapshot, and dsync raises
  * no serialization failure of its own.  Like every dsync row, a mark
- * belongs to the role that first set it: another role may not move it
- * directly, though any role that may write a fenced table moves the
- * table's mark through the trigger.
+ * belongs to the role that first set it: another role may not move it.
+ * A table's mark belongs to the table: any role that may write the table
+ * moves it, through the trigger or dsync_fence, and no other role can.
  *
  *-------------------------------------------------------------------------
  */
@@ -30,13 +31,19 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/partition.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/regproc.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "args.h"
@@ -81,9 +88,16 @@ FenceStale(const char *resource, int64 token, int64 mark)
  *		holding the mark's row until this transaction ends.  Returns the
  *		previous mark, or -1 if the resource had none.
  *
+ * A writer with the mark's own token (the current holder, writing again)
+ * takes a share lock, so that writers of one holder never wait for one
+ * another, nor deadlock through the rows a fenced table's trigger has
+ * locked already; raising the mark takes an exclusive lock, which waits
+ * for every writer of the resource.  A token below the committed mark is
+ * refused at once: marks never go down.
+ *
  * check_owner: a direct call must come from a role with the privileges of
- * the mark's owner; the trigger needs no such check, since whoever may
- * write the table may move its mark.  new_owner owns a mark made now.
+ * the mark's owner; a table's mark is for whoever may write the table
+ * (checked by the caller).  new_owner owns a mark made now.
  */
 static int64
 FenceApply(const DsyncCatalog *catalog, text *resource, int64 token,
@@ -116,22 +130,28 @@ FenceApply(const DsyncCatalog *catalog, text *resource, int64 token,
 		if (check_owner && !DsyncRowOwnerIsCaller(row, Anum_fence_owner))
 			ereport(ERROR,
 					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("must be a member of the role that owns the fence of resource \"%s\"",
-							text_to_cstring(resource)),
-					 errhint("Its owner is shown in dsync_fences.")));
-		/* Waits for a concurrent writer of the resource; then look again. */
-		if (DsyncStoreLock(&store, row, LockTupleNoKeyExclusive, LockWaitBlock) == TM_Ok)
-			break;
-	}
-
-	mark = DatumGetInt64(row->values[Anum_fence_token - 1]);
-	if (token < mark)
-		FenceStale(text_to_cstring(resource), token, mark);
-	if (token > mark)
-	{
-		DsyncRowSet(row, Anum_fence_token, Int64GetDatum(token));
-		DsyncRowSet(row, Anum_fence_fenced_at, TimestampTzGetDatum(GetCurrentTimestamp()));
-		DsyncStoreUpdate(&store, row);
+					 errmsg("permission denied for fence \"%s\"", text_to_cstring(resource)),
+					 errdetail("Only roles with the privileges of role \"%s\", which set it first, may move it.",
+							   GetUserNameFromId(DatumGetObjectId(row->values[Anum_fence_owner - 1]),
+												 true) ?: "?")));
+		mark = DatumGetInt64(row->values[Anum_fence_token - 1]);
+		if (token < mark)
+			FenceStale(text_to_cstring(resource), token, mark);
+		/* Waits for writers of the resource that conflict; then look again. */
+		if (DsyncStoreLock(&store, row, token == mark ? LockTupleShare : LockTupleNoKeyExclusive,
+						   LockWaitBlock) != TM_Ok)
+			continue;
+		mark = DatumGetInt64(row->values[Anum_fence_token - 1]);
+		if (token < mark)
+			FenceStale(text_to_cstring(resource), token, mark);
+		/* A share lock was taken only for token == mark, which marks never go below. */
+		if (token > mark)
+		{
+			DsyncRowSet(row, Anum_fence_token, Int64GetDatum(token));
+			DsyncRowSet(row, Anum_fence_fenced_at, TimestampTzGetDatum(GetCurrentTimestamp()));
+			DsyncStoreUpdate(&store, row);
+		}
+		break;
 	}
 	DsyncStoreClose(&store);
 	return mark;
@@ -139,16 +159,12 @@ FenceApply(const DsyncCatalog *catalog, text *resource, int64 token,
 
 /*
  * FenceCheckToken
- *		A token argument or column: not null, and positive as dsync's tokens are.
+ *		A token, from an argument or a column (named in the messages by
+ *		the caller): positive, as dsync's tokens are.
  */
 static int64
-FenceCheckToken(bool isnull, int64 token, const char *what)
+FenceCheckToken(int64 token, const char *what)
 {
-	if (isnull)
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", what),
-				 errhint("Pass the fencing token dsync_acquire() returned.")));
 	if (token <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -158,44 +174,134 @@ FenceCheckToken(bool isnull, int64 token, const char *what)
 }
 
 /*
+ * FenceRelOwner
+ *		The owner of a relation.
+ */
+static Oid
+FenceRelOwner(Oid relid)
+{
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
+/* The prefix of a table's resource name: table marks are a space of their own. */
+#define FENCE_TABLE_PREFIX	"table:"
+
+/*
+ * FenceTableRoot
+ *		The table whose mark guards rel: rel itself, or for a partition its
+ *		partitioned root, so that every partition's writers share one mark.
+ */
+static Oid
+FenceTableRoot(Oid relid)
+{
+	if (get_rel_relispartition(relid))
+	{
+		List	   *ancestors = get_partition_ancestors(relid);
+
+		relid = llast_oid(ancestors);
+		list_free(ancestors);
+	}
+	return relid;
+}
+
+/*
+ * FenceTableResource
+ *		The resource name of a fenced table: "table:" and its root's
+ *		schema-qualified name, as a user would write it.  A rename starts a
+ *		new mark (documented).
+ */
+static text *
+FenceTableResource(Oid relid)
+{
+	Oid			root = FenceTableRoot(relid);
+	char	   *name = psprintf(FENCE_TABLE_PREFIX "%s",
+								quote_qualified_identifier(get_namespace_name(get_rel_namespace(root)),
+														   get_rel_name(root)));
+
+	if (strlen(name) > DSYNC_NAME_MAX_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_NAME_TOO_LONG),
+				 errmsg("fence resource \"%s\" of table \"%s\" is longer than %d bytes",
+						name, get_rel_name(relid), DSYNC_NAME_MAX_BYTES)));
+	return cstring_to_text(name);
+}
+
+/*
+ * FenceTableOfResource
+ *		For dsync_fence on a table's resource ("table:name"): the table, which
+ *		the caller must be allowed to write (INSERT or UPDATE), as the
+ *		trigger's callers are.  InvalidOid for any other resource.  So no
+ *		role can poison a table's mark without writing to the table.
+ */
+static Oid
+FenceTableOfResource(text *resource)
+{
+	char	   *name = text_to_cstring(resource);
+	List	   *names;
+	Oid			relid;
+
+	if (strncmp(name, FENCE_TABLE_PREFIX, strlen(FENCE_TABLE_PREFIX)) != 0)
+		return InvalidOid;
+	names = stringToQualifiedNameList(name + strlen(FENCE_TABLE_PREFIX));
+	relid = RangeVarGetRelid(makeRangeVarFromNameList(names), NoLock, true);
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("table \"%s\" of fence resource \"%s\" does not exist",
+						name + strlen(FENCE_TABLE_PREFIX), name),
+				 errhint("Resources that begin with \"" FENCE_TABLE_PREFIX "\" are the marks of fenced tables.")));
+	if (pg_class_aclmask(relid, GetUserId(), ACL_INSERT | ACL_UPDATE, ACLMASK_ANY) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for fence \"%s\"", name),
+				 errdetail("Moving a table's mark takes INSERT or UPDATE privilege on the table.")));
+	if (FenceTableRoot(relid) != relid)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("fence resource \"%s\" names a partition", name),
+				 errhint("A partitioned table's writes share its root's mark: fence \"" FENCE_TABLE_PREFIX "%s\".",
+						 get_rel_name(FenceTableRoot(relid)))));
+	return relid;
+}
+
+/*
  * dsync_fence
  *		SQL: dsync_fence(resource, token) RETURNS bigint
  *
  * Returns the previous mark (NULL if none); raises SQLSTATE 55000 if a
- * greater token was already accepted for the resource.
+ * greater token was already accepted for the resource.  A fenced table's
+ * mark ("table:" and its name) may be moved here too, by roles that may
+ * write the table: to guard a delete, which carries no token.
  */
 Datum
 dsync_fence(PG_FUNCTION_ARGS)
 {
 	text	   *resource = DsyncArgName(fcinfo, 0, "resource");
-	int64		token = FenceCheckToken(PG_ARGISNULL(1), PG_ARGISNULL(1) ? 0 : PG_GETARG_INT64(1),
-										"argument \"token\"");
+	int64		token;
 	int64		previous;
+	Oid			table;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"token\" must not be null"),
+				 errhint("Pass the fencing token dsync_acquire() returned.")));
+	token = FenceCheckToken(PG_GETARG_INT64(1), "argument \"token\"");
 
 	DsyncPreventWrite("dsync_fence()");
-	previous = FenceApply(DsyncCatalogGet(fcinfo), resource, token, true, GetUserId());
+	table = FenceTableOfResource(resource);
+	previous = FenceApply(DsyncCatalogGet(fcinfo), resource, token, !OidIsValid(table),
+						  OidIsValid(table) ? FenceRelOwner(table) : GetUserId());
 	if (previous < 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(previous);
-}
-
-/*
- * FenceTriggerResource
- *		The resource name of a fenced table: its schema-qualified name, as
- *		a user would write it.
- */
-static text *
-FenceTriggerResource(Relation rel)
-{
-	char	   *name = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
-												  RelationGetRelationName(rel));
-
-	if (strlen(name) > DSYNC_NAME_MAX_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_NAME_TOO_LONG),
-				 errmsg("qualified name of fenced table \"%s\" is longer than %d bytes",
-						RelationGetRelationName(rel), DSYNC_NAME_MAX_BYTES)));
-	return cstring_to_text(name);
 }
 
 /*
@@ -214,11 +320,10 @@ FenceTriggerToken(TriggerData *trigdata, HeapTuple tuple)
 	Oid			type;
 	Datum		value;
 	bool		isnull;
-	char	   *what;
 
 	if (trigger->tgnargs != 1)
 		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("trigger \"%s\" must pass dsync_fenced() exactly one argument, the token column",
 						trigger->tgname),
 				 errhint("Use EXECUTE FUNCTION dsync_fenced('token_column').")));
@@ -230,22 +335,22 @@ FenceTriggerToken(TriggerData *trigdata, HeapTuple tuple)
 				 errmsg("token column \"%s\" of trigger \"%s\" does not exist in table \"%s\"",
 						column, trigger->tgname, RelationGetRelationName(rel))));
 	type = TupleDescAttr(desc, attnum - 1)->atttypid;
+	if (type != INT8OID && type != INT4OID)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("token column \"%s\" of table \"%s\" must be of type bigint or integer",
+						column, RelationGetRelationName(rel)),
+				 errdetail("It is of type %s.", format_type_be(type))));
 	value = heap_getattr(tuple, attnum, desc, &isnull);
-	what = psprintf("token column \"%s\"", column);
-	switch (type)
-	{
-		case INT8OID:
-			return FenceCheckToken(isnull, isnull ? 0 : DatumGetInt64(value), what);
-		case INT4OID:
-			return FenceCheckToken(isnull, isnull ? 0 : DatumGetInt32(value), what);
-		default:
-			ereport(ERROR,
-					(errcode(ERRCODE_DATATYPE_MISMATCH),
-					 errmsg("token column \"%s\" of table \"%s\" must be of type bigint",
-							column, RelationGetRelationName(rel)),
-					 errdetail("It is of type %s.", format_type_be(type))));
-	}
-	return 0;					/* keep the compiler quiet */
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("token column \"%s\" of table \"%s\" must not be null",
+						column, RelationGetRelationName(rel)),
+				 errdetail("Rows of a fenced table carry the fencing token of the lease they are written under."),
+				 errhint("Set it to the token dsync_acquire() returned.")));
+	return FenceCheckToken(type == INT8OID ? DatumGetInt64(value) : DatumGetInt32(value),
+						   psprintf("token column \"%s\"", column));
 }
 
 /*
@@ -253,9 +358,10 @@ FenceTriggerToken(TriggerData *trigdata, HeapTuple tuple)
  *		Trigger: BEFORE INSERT OR UPDATE ... FOR EACH ROW EXECUTE FUNCTION
  *		dsync_fenced('token_column').
  *
- * Each row written must carry a token no older than the table's mark; the
- * mark rises to it.  Deletes carry no token and are not fenced: guard them
- * with dsync_assert_held() or dsync_fence() in the same transaction.
+ * Each row written must carry a token no older than the table's mark (its
+ * partitioned root's, for a partition); the mark rises to it.  Deletes
+ * carry no token and are not fenced: guard them with dsync_assert_held(),
+ * or dsync_fence('table:name', token), in the same transaction.
  */
 Datum
 dsync_fenced(PG_FUNCTION_ARGS)
@@ -282,8 +388,8 @@ dsync_fenced(PG_FUNCTION_ARGS)
 
 	DsyncPreventWrite("dsync_fenced()");
 	(void) FenceApply(DsyncCatalogGet(fcinfo),
-					  FenceTriggerResource(trigdata->tg_relation),
+					  FenceTableResource(RelationGetRelid(trigdata->tg_relation)),
 					  FenceTriggerToken(trigdata, tuple),
-					  false, trigdata->tg_relation->rd_rel->relowner);
+					  false, FenceRelOwner(FenceTableRoot(RelationGetRelid(trigdata->tg_relation))));
 	return PointerGetDatum(tuple);
 }

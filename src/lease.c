@@ -524,6 +524,30 @@ LeaseTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 }
 
 /*
+ * DsyncLeaseTryGrant
+ *		One try of a durable grant of lease (a plain lease or a permit) to
+ *		grant's holder, never waiting for another transaction: the step
+ *		dsync_acquire_all makes for each of its names.  may_take: nobody
+ *		is ahead in the name's queue.
+ */
+bool
+DsyncLeaseTryGrant(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
+				   bool may_take, bool thorough, int64 *token, TimestampTz *retry_at)
+{
+	LeaseTryArgs args;
+	bool		granted;
+
+	args.fcinfo = fcinfo;
+	args.lease = lease;
+	args.grant = grant;
+	args.durable = true;
+	args.token = 0;
+	granted = LeaseTry(&args, may_take, thorough, retry_at);
+	*token = args.token;
+	return granted;
+}
+
+/*
  * dsync_acquire
  *		SQL: dsync_acquire(lease, holder, ttl, wait, info, durable, session)
  *		RETURNS bigint (durable from 1.3 on, session from 1.4 on)
@@ -840,15 +864,16 @@ LeaseHeldCall(FunctionCallInfo fcinfo, const char *fname, LockTupleMode mode,
 /*
  * DsyncLeaseReleaseGrant
  *		Release the grant holder got with token (its plain lease or its
- *		permit), if it still holds it: a session lease whose backend ends
+ *		permit), if it still holds it: a session lease whose backend ended
  *		(session.c), released whatever role the backend acts as by then.
- *		Returns whether it was released.
+ *		wait: wait for a guard of the lease to end; else report it BUSY.
  */
-bool
-DsyncLeaseReleaseGrant(const DsyncCatalog *catalog, text *lease, text *holder, int64 token)
+DsyncReleaseResult
+DsyncLeaseReleaseGrant(const DsyncCatalog *catalog, text *lease, text *holder, int64 token,
+					   bool wait)
 {
 	LeaseStores stores;
-	bool		released = false;
+	DsyncReleaseResult result = DSYNC_RELEASE_NOT_HELD;
 
 	LeaseStoresOpenCatalog(&stores, catalog, true);
 	for (;;)
@@ -856,6 +881,7 @@ DsyncLeaseReleaseGrant(const DsyncCatalog *catalog, text *lease, text *holder, i
 		DsyncStore *store = &stores.lease;
 		DsyncRow   *row = DsyncLeaseFindPlain(&stores.lease, lease);
 		TimestampTz now = GetCurrentTimestamp();
+		TM_Result	locked;
 
 		CHECK_FOR_INTERRUPTS();
 		if (row == NULL || !DsyncRowIsLive(row, now) || !DsyncRowHolderIs(row, holder))
@@ -869,18 +895,25 @@ DsyncLeaseReleaseGrant(const DsyncCatalog *catalog, text *lease, text *holder, i
 		}
 		if (row == NULL || DatumGetInt64(row->values[Anum_lease_fencing - 1]) != token)
 			break;
-		if (DsyncStoreLock(store, row, LockTupleNoKeyExclusive, LockWaitBlock) != TM_Ok)
+		locked = DsyncStoreLock(store, row, LockTupleNoKeyExclusive,
+								wait ? LockWaitBlock : LockWaitSkip);
+		if (locked == TM_WouldBlock)
+		{
+			result = DSYNC_RELEASE_BUSY;
+			break;
+		}
+		if (locked != TM_Ok)
 			continue;
 		if (DsyncRowIsLive(row, GetCurrentTimestamp()) && DsyncRowHolderIs(row, holder) &&
 			DatumGetInt64(row->values[Anum_lease_fencing - 1]) == token)
 		{
 			DsyncLeaseRelease(store, row);
-			released = true;
+			result = DSYNC_RELEASE_DONE;
 		}
 		break;
 	}
 	LeaseStoresClose(&stores);
-	return released;
+	return result;
 }
 
 /*
@@ -892,9 +925,12 @@ dsync_release(PG_FUNCTION_ARGS)
 {
 	text	   *lease,
 			   *holder;
+	int64		token = LeaseHeldCall(fcinfo, "dsync_release()", LockTupleNoKeyExclusive,
+									  true, &lease, &holder);
 
-	PG_RETURN_BOOL(LeaseHeldCall(fcinfo, "dsync_release()", LockTupleNoKeyExclusive,
-								 true, &lease, &holder) >= 0);
+	if (token >= 0)
+		DsyncSessionReleased(token);
+	PG_RETURN_BOOL(token >= 0);
 }
 
 /*

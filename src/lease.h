@@ -29,12 +29,23 @@ extern void DsyncLeaseRenewRow(DsyncStore *store, DsyncRow *row, const LeaseGran
 extern void DsyncLeaseSetReleased(DsyncRow *row);
 extern void DsyncLeaseRelease(DsyncStore *store, DsyncRow *row);
 extern DsyncRow *DsyncLeaseFindPlain(DsyncStore *store, text *lease);
-extern bool DsyncLeaseReleaseGrant(const DsyncCatalog *catalog, text *lease, text *holder,
-								   int64 token);
+extern bool DsyncLeaseTryGrant(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
+							   bool may_take, bool thorough, int64 *token,
+							   TimestampTz *retry_at);
+typedef enum DsyncReleaseResult
+{
+	DSYNC_RELEASE_DONE,
+	DSYNC_RELEASE_NOT_HELD,		/* not held by that grant (any more) */
+	DSYNC_RELEASE_BUSY			/* a guard has it locked, and we were not to wait */
+} DsyncReleaseResult;
+
+extern DsyncReleaseResult DsyncLeaseReleaseGrant(const DsyncCatalog *catalog, text *lease,
+												 text *holder, int64 token, bool wait);
 
 /* session.c: session leases, released when their backend ends */
 extern void DsyncSessionNote(const DsyncCatalog *catalog, text *lease, text *holder,
 							 int64 token, bool durable);
+extern void DsyncSessionReleased(int64 token);
 extern void DsyncSessionSweep(void);
 
 /* permit.c: semaphore permits */

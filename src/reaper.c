@@ -261,6 +261,78 @@ ReaperNumber(void)
 }
 
 /*
+ * ReaperSweepSessions
+ *		Release the session leases whose backends are gone (a crash, a
+ *		promotion, an exit that could not clean up).  A failure is logged
+ *		and leaves them to their ttl: it must not stop the reaper.
+ */
+static void
+ReaperSweepSessions(void)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+
+	StartTransactionCommand();
+	PG_TRY();
+	{
+		PushActiveSnapshot(GetTransactionSnapshot());
+		DsyncSessionSweep();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(oldcontext);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(oldcontext);
+}
+
+/*
+ * ReaperLogUnsent
+ *		Give the kept events their numbers and write them to the event log
+ *		(eventlog.c), in a transaction of their own that is durable before
+ *		any of them is announced: a listener must never see an event that a
+ *		crash or failover then takes out of the log, where others catch up.
+ *		It runs before the notify lock is taken, so that waiting for the
+ *		flush (or for a synchronous standby) never holds up every other
+ *		NOTIFY in the cluster.  Events logged but not sent (NOTIFY failed, or
+ *		a crash came between) are logged again harmlessly when sent later,
+ *		and a watcher that missed them catches up from the log.  Returns
+ *		false if it failed; nothing is sent then.
+ */
+static bool
+ReaperLogUnsent(void)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	volatile bool logged = false;
+
+	StartTransactionCommand();
+	PG_TRY();
+	{
+		ReaperNumber();
+		if (dsync_event_retention > 0)
+			(void) set_config_option("synchronous_commit", "on", PGC_SUSET, PGC_S_OVERRIDE,
+									 GUC_ACTION_LOCAL, true, 0, false);
+		DsyncEventLogAppend(reaper_unsent);
+		CommitTransactionCommand();
+		logged = true;
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(oldcontext);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(oldcontext);
+	return logged;
+}
+
+/*
  * ReaperSendUnsent
  *		NOTIFY every kept event in one transaction.  On failure (a full
  *		notification queue) the events stay, with their numbers, for a
@@ -276,6 +348,12 @@ ReaperSendUnsent(void)
 
 	if (reaper_unsent == NIL || GetCurrentTimestamp() < reaper_notify_retry)
 		return;
+	if (!ReaperLogUnsent())
+	{
+		reaper_notify_retry = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														  DSYNC_NOTIFY_RETRY_MS);
+		return;
+	}
 
 	StartTransactionCommand();
 
@@ -298,18 +376,6 @@ ReaperSendUnsent(void)
 	{
 		ListCell   *lc;
 
-		ReaperNumber();
-
-		/*
-		 * A listener must never see an event that a crash or failover then
-		 * takes out of the log (it would not be there for others to catch
-		 * up with): this commit is made durable before it is announced,
-		 * unlike the reaper's other transactions.
-		 */
-		if (dsync_event_retention > 0)
-			(void) set_config_option("synchronous_commit", "on", PGC_SUSET, PGC_S_OVERRIDE,
-									 GUC_ACTION_LOCAL, true, 0, false);
-		DsyncEventLogAppend(reaper_unsent);
 		foreach(lc, reaper_unsent)
 		{
 			DsyncEvent *event = lfirst(lc);
@@ -525,12 +591,7 @@ dsync_reaper_main(Datum arg)
 		proc_exit(0);
 	}
 
-	/* Session leases whose backends are gone (a crash, a promotion). */
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	DsyncSessionSweep();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
+	ReaperSweepSessions();
 
 	ReaperSetState(DSYNC_DB_ACTIVE);
 	ereport(DEBUG1, (errmsg("dsync reaper started")));

@@ -40,6 +40,7 @@
 #include "storage/ipc.h"
 #include "storage/procarray.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -58,7 +59,18 @@ typedef struct SessionGrant
 	int64		token;
 	bool		durable;
 	int			nest_level;		/* 0: committed (or ephemeral: at once) */
+	int			released_level; /* released by an uncommitted transaction */
 } SessionGrant;
+
+/* A record of dsync_session, as a starting reaper reads it. */
+typedef struct SessionRecord
+{
+	int64		token;
+	char	   *lease;
+	char	   *holder;
+	int			pid;
+	TimestampTz epoch;
+} SessionRecord;
 
 static List *session_grants = NIL;	/* SessionGrant *, in TopMemoryContext */
 static bool session_hooked = false;
@@ -91,16 +103,18 @@ SessionTable(const DsyncCatalog *catalog, Oid *owner)
 
 /*
  * SessionExecute
- *		Run one statement on dsync_session as the table's owner: the
- *		caller's role may not write it, and must not need to.
+ *		Run one statement on dsync_session as the table's owner (the
+ *		caller's role may not touch it, and must not need to); returns how
+ *		many rows it processed.
  */
-static void
+static uint64
 SessionExecute(const char *sql, int nargs, Oid *argtypes, Datum *args, Oid owner,
 			   int expected)
 {
 	Oid			saved_user;
 	int			saved_context;
 	int			rc;
+	uint64		processed;
 
 	GetUserIdAndSecContext(&saved_user, &saved_context);
 	SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE |
@@ -108,10 +122,12 @@ SessionExecute(const char *sql, int nargs, Oid *argtypes, Datum *args, Oid owner
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "dsync could not connect to SPI for its session table");
 	rc = SPI_execute_with_args(sql, nargs, argtypes, args, NULL, false, 0);
+	processed = SPI_processed;
 	SPI_finish();
 	SetUserIdAndSecContext(saved_user, saved_context);
 	if (rc != expected)
-		elog(ERROR, "dsync could not change its session table: %s", SPI_result_code_string(rc));
+		elog(ERROR, "dsync could not use its session table: %s", SPI_result_code_string(rc));
+	return processed;
 }
 
 /*
@@ -168,8 +184,11 @@ DsyncSessionNote(const DsyncCatalog *catalog, text *lease, text *holder, int64 t
 		args[2] = PointerGetDatum(holder);
 		args[3] = TimestampTzGetDatum(dsync_shared->session_epoch);
 		args[4] = Int32GetDatum(MyProcPid);
+		/* A grant acquired again elsewhere with session => true moves here. */
 		SessionExecute(psprintf("INSERT INTO %s (fencing, name, holder, epoch, pid) "
-								"VALUES ($1, $2, $3, $4, $5)", table),
+								"VALUES ($1, $2, $3, $4, $5) ON CONFLICT (fencing) DO UPDATE "
+								"SET name = EXCLUDED.name, holder = EXCLUDED.holder, "
+								"epoch = EXCLUDED.epoch, pid = EXCLUDED.pid", table),
 					   5, argtypes, args, owner, SPI_OK_INSERT);
 	}
 
@@ -182,14 +201,28 @@ DsyncSessionNote(const DsyncCatalog *catalog, text *lease, text *holder, int64 t
 	grant->durable = durable;
 	/* An ephemeral grant takes effect at once, and a rollback keeps it. */
 	grant->nest_level = durable ? GetCurrentTransactionNestLevel() : 0;
+	grant->released_level = 0;
 	session_grants = lappend(session_grants, grant);
 	MemoryContextSwitchTo(oldcontext);
 }
 
 /*
+ * SessionFree
+ *		Free a grant taken off the list.
+ */
+static void
+SessionFree(SessionGrant *grant)
+{
+	pfree(grant->lease);
+	pfree(grant->holder);
+	pfree(grant);
+}
+
+/*
  * SessionForget
- *		Drop the grants a rollback undid: those made at nest_level or
- *		deeper and not yet committed.
+ *		Undo what a rollback at nest_level undid: forget the grants made at
+ *		that level or deeper and not yet committed, and keep those whose
+ *		release it undid.
  */
 static void
 SessionForget(int nest_level)
@@ -200,19 +233,20 @@ SessionForget(int nest_level)
 	{
 		SessionGrant *grant = lfirst(lc);
 
+		if (grant->released_level >= nest_level)
+			grant->released_level = 0;
 		if (grant->nest_level >= nest_level && grant->nest_level > 0)
 		{
 			session_grants = foreach_delete_current(session_grants, lc);
-			pfree(grant->lease);
-			pfree(grant->holder);
-			pfree(grant);
+			SessionFree(grant);
 		}
 	}
 }
 
 /*
  * SessionXactCallback
- *		A commit keeps the transaction's grants, a rollback forgets them.
+ *		A commit keeps the transaction's grants and forgets those it
+ *		released; a rollback forgets its grants and keeps what it released.
  */
 static void
 SessionXactCallback(XactEvent event, void *arg)
@@ -220,8 +254,19 @@ SessionXactCallback(XactEvent event, void *arg)
 	ListCell   *lc;
 
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
+	{
 		foreach(lc, session_grants)
-			((SessionGrant *) lfirst(lc))->nest_level = 0;
+		{
+			SessionGrant *grant = lfirst(lc);
+
+			grant->nest_level = 0;
+			if (grant->released_level > 0)
+			{
+				session_grants = foreach_delete_current(session_grants, lc);
+				SessionFree(grant);
+			}
+		}
+	}
 	else if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
 		SessionForget(1);
 }
@@ -246,6 +291,8 @@ SessionSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 
 			if (grant->nest_level >= level)
 				grant->nest_level = level - 1;
+			if (grant->released_level >= level)
+				grant->released_level = level - 1;
 		}
 	}
 	else if (event == SUBXACT_EVENT_ABORT_SUB)
@@ -253,9 +300,79 @@ SessionSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 }
 
 /*
+ * SessionClaim
+ *		Lock the record of a durable session grant if it is still this
+ *		backend's (pid, epoch): a backend that acquired it again with
+ *		session => true has made it its own.  True if claimed; the caller
+ *		then releases the grant and deletes the record.
+ */
+static bool
+SessionClaim(const char *table, Oid owner, int64 token, int pid, TimestampTz epoch)
+{
+	Oid			argtypes[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
+	Datum		args[3] = {Int64GetDatum(token), Int32GetDatum(pid), TimestampTzGetDatum(epoch)};
+
+	return SessionExecute(psprintf("SELECT FROM %s WHERE fencing OPERATOR(pg_catalog.=) $1 "
+								   "AND pid OPERATOR(pg_catalog.=) $2 "
+								   "AND epoch OPERATOR(pg_catalog.=) $3 FOR UPDATE", table),
+						  3, argtypes, args, owner, SPI_OK_SELECT) > 0;
+}
+
+/*
+ * SessionDelete
+ *		Forget the record of a durable session grant.
+ */
+static void
+SessionDelete(const char *table, Oid owner, int64 token)
+{
+	Oid			argtypes[1] = {INT8OID};
+	Datum		args[1] = {Int64GetDatum(token)};
+
+	(void) SessionExecute(psprintf("DELETE FROM %s WHERE fencing OPERATOR(pg_catalog.=) $1", table),
+						  1, argtypes, args, owner, SPI_OK_DELETE);
+}
+
+/*
+ * DsyncSessionReleased
+ *		The caller released the grant with token: if it was one of this
+ *		backend's session grants, it is one no more once the release
+ *		commits (an ephemeral release takes effect at once).
+ */
+void
+DsyncSessionReleased(int64 token)
+{
+	ListCell   *lc;
+
+	foreach(lc, session_grants)
+	{
+		SessionGrant *grant = lfirst(lc);
+
+		if (grant->token != token || grant->released_level != 0)
+			continue;
+		if (!grant->durable)
+		{
+			session_grants = foreach_delete_current(session_grants, lc);
+			SessionFree(grant);
+		}
+		else
+		{
+			const DsyncCatalog *catalog = DsyncCatalogFromExtension();
+			Oid			owner;
+			char	   *table = SessionTable(catalog, &owner);
+
+			if (table && SessionClaim(table, owner, token, MyProcPid,
+									  dsync_shared->session_epoch))
+				SessionDelete(table, owner, token);
+			grant->released_level = GetCurrentTransactionNestLevel();
+		}
+	}
+}
+
+/*
  * SessionReleaseAll
  *		Release this backend's committed session grants and forget their
- *		records, in the current transaction.
+ *		records, in the current transaction.  A guard of one of them is
+ *		waited for, as dsync_release would.
  */
 static void
 SessionReleaseAll(void)
@@ -275,18 +392,13 @@ SessionReleaseAll(void)
 			continue;
 		if (!grant->durable)
 			(void) DsyncEphemeralReleaseGrant(lease, holder, grant->token);
-		else
+		else if (table == NULL ||
+				 SessionClaim(table, owner, grant->token, MyProcPid,
+							  dsync_shared->session_epoch))
 		{
-			(void) DsyncLeaseReleaseGrant(catalog, lease, holder, grant->token);
+			(void) DsyncLeaseReleaseGrant(catalog, lease, holder, grant->token, true);
 			if (table)
-			{
-				Oid			argtypes[1] = {INT8OID};
-				Datum		args[1] = {Int64GetDatum(grant->token)};
-
-				SessionExecute(psprintf("DELETE FROM %s WHERE fencing OPERATOR(pg_catalog.=) $1",
-										table),
-							   1, argtypes, args, owner, SPI_OK_DELETE);
-			}
+				SessionDelete(table, owner, grant->token);
 		}
 	}
 }
@@ -296,8 +408,10 @@ SessionReleaseAll(void)
  *		The backend ends: release its session leases in a transaction of
  *		its own.  Runs before PostgreSQL's own cleanup (callbacks run last
  *		registered first), so any transaction in progress is aborted first.
- *		If this fails, the ttl still ends the leases, and the next reaper
- *		to start releases the durable ones.
+ *		The session's settings must not make it fail: it is read-write and
+ *		waits for locks as long as it takes (guards are short).  An error
+ *		here ends the backend at once (it is exiting already); the ttl then
+ *		ends the leases, and the next reaper to start releases durable ones.
  */
 static void
 SessionAtExit(int code, Datum arg)
@@ -305,22 +419,18 @@ SessionAtExit(int code, Datum arg)
 	if (session_grants == NIL || !OidIsValid(MyDatabaseId))
 		return;
 	AbortOutOfAnyTransaction();
-	PG_TRY();
-	{
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		if (OidIsValid(get_extension_oid("dsync", true)))
-			SessionReleaseAll();
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-	}
-	PG_CATCH();
-	{
-		EmitErrorReport();
-		FlushErrorState();
-		AbortOutOfAnyTransaction();
-	}
-	PG_END_TRY();
+	StartTransactionCommand();
+	(void) set_config_option("transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE,
+							 GUC_ACTION_LOCAL, true, 0, false);
+	(void) set_config_option("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE,
+							 GUC_ACTION_LOCAL, true, 0, false);
+	(void) set_config_option("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE,
+							 GUC_ACTION_LOCAL, true, 0, false);
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (OidIsValid(get_extension_oid("dsync", true)))
+		SessionReleaseAll();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
 	session_grants = NIL;
 }
 
@@ -329,7 +439,8 @@ SessionAtExit(int code, Datum arg)
  *		In a starting reaper's transaction: release the durable session
  *		grants whose backends are gone, those of another epoch (made before
  *		a crash or a promotion) and those of backends no longer running, and
- *		forget their records.
+ *		forget their records.  A grant a guard has locked is left for the
+ *		next sweep (or its ttl): the reaper never waits for a guard.
  */
 void
 DsyncSessionSweep(void)
@@ -354,35 +465,38 @@ DsyncSessionSweep(void)
 		HeapTuple	tuple = SPI_tuptable->vals[i];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
-		TimestampTz epoch = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 4, &isnull));
-		int			pid = DatumGetInt32(SPI_getbinval(tuple, desc, 5, &isnull));
 		MemoryContext oldcontext;
-		SessionGrant *grant;
+		SessionRecord *record;
 
-		if (epoch == dsync_shared->session_epoch && BackendPidGetProc(pid) != NULL)
-			continue;
 		oldcontext = MemoryContextSwitchTo(CurTransactionContext);
-		grant = palloc(sizeof(SessionGrant));
-		grant->token = DatumGetInt64(SPI_getbinval(tuple, desc, 1, &isnull));
-		grant->lease = SPI_getvalue(tuple, desc, 2);
-		grant->holder = SPI_getvalue(tuple, desc, 3);
-		gone = lappend(gone, grant);
+		record = palloc(sizeof(SessionRecord));
+		record->token = DatumGetInt64(SPI_getbinval(tuple, desc, 1, &isnull));
+		record->lease = SPI_getvalue(tuple, desc, 2);
+		record->holder = SPI_getvalue(tuple, desc, 3);
+		record->epoch = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 4, &isnull));
+		record->pid = DatumGetInt32(SPI_getbinval(tuple, desc, 5, &isnull));
 		MemoryContextSwitchTo(oldcontext);
+		if (record->epoch == dsync_shared->session_epoch && BackendPidGetProc(record->pid) != NULL)
+			continue;
+		gone = lappend(gone, record);
 	}
 	SPI_finish();
 
 	foreach(lc, gone)
 	{
-		SessionGrant *grant = lfirst(lc);
-		Oid			argtypes[1] = {INT8OID};
-		Datum		args[1] = {Int64GetDatum(grant->token)};
+		SessionRecord *record = lfirst(lc);
+		DsyncReleaseResult result;
 
-		if (DsyncLeaseReleaseGrant(catalog, cstring_to_text(grant->lease),
-								   cstring_to_text(grant->holder), grant->token))
+		if (!SessionClaim(table, owner, record->token, record->pid, record->epoch))
+			continue;
+		result = DsyncLeaseReleaseGrant(catalog, cstring_to_text(record->lease),
+										cstring_to_text(record->holder), record->token, false);
+		if (result == DSYNC_RELEASE_BUSY)
+			continue;
+		if (result == DSYNC_RELEASE_DONE)
 			ereport(LOG,
 					(errmsg("dsync released session lease \"%s\" of holder \"%s\": its backend is gone",
-							grant->lease, grant->holder)));
-		SessionExecute(psprintf("DELETE FROM %s WHERE fencing OPERATOR(pg_catalog.=) $1", table),
-					   1, argtypes, args, owner, SPI_OK_DELETE);
+							record->lease, record->holder)));
+		SessionDelete(table, owner, record->token);
 	}
 }

@@ -102,8 +102,12 @@ static bool wake_after_subabort = false;
 /* Set while a blocked caller's internal subtransaction runs. */
 static bool in_internal_attempt = false;
 
-/* The current try noted a wake-up (it locked a row). */
+/*
+ * The channels the current try noted wake-ups on (it locked rows there): if
+ * it fails, whoever those locks blocked must look again at once.
+ */
 static bool attempt_noted = false;
+static uint64 attempt_wake[DSYNC_WAKE_CHANNELS / 64];
 
 /* When the current try began, and (not 0) that it granted a lease nobody
  * else can share until at least attempt_until. */
@@ -203,7 +207,10 @@ DsyncWakeAtEnd(uint64 key)
 
 	DsyncWaitRegisterCallbacks();
 	if (in_internal_attempt)
+	{
 		attempt_noted = true;
+		attempt_wake[channel / 64] |= UINT64CONST(1) << (channel % 64);
+	}
 	/* Anything else done to the name since voids what the grant told. */
 	if (quiet_pending && quiet_key % DSYNC_WAKE_CHANNELS == (uint64) channel)
 		quiet_pending = false;
@@ -742,6 +749,7 @@ DsyncWaitTry(const DsyncWaitSpec *spec, bool may_take, bool thorough,
 	BeginInternalSubTransaction(NULL);
 	in_internal_attempt = true;
 	attempt_noted = false;
+	memset(attempt_wake, 0, sizeof(attempt_wake));
 	attempt_until = 0;
 	attempt_began = GetCurrentTimestamp();
 	MemoryContextSwitchTo(oldcontext);
@@ -775,9 +783,28 @@ DsyncWaitTry(const DsyncWaitSpec *spec, bool may_take, bool thorough,
 	if (!granted)
 		xact_changed = changed_before;	/* the failed try changed nothing */
 	if (attempt_noted && !granted)
-		DsyncWakeChannel(spec->key % DSYNC_WAKE_CHANNELS);
+	{
+		/* A try of several names (dsync_acquire_all) locks on several channels. */
+		for (int i = 0; i < DSYNC_WAKE_CHANNELS / 64; i++)
+			for (uint64 bits = attempt_wake[i]; bits != 0; bits &= bits - 1)
+				DsyncWakeChannel(i * 64 + pg_rightmost_one_pos64(bits));
+	}
 	attempt_noted = false;
 	return granted;
+}
+
+/*
+ * DsyncWaitTryOnce
+ *		One try of spec's function in an internal subtransaction, as a
+ *		blocked caller's tries are, for a caller that does not wait: what
+ *		the try took is kept only if it succeeds.
+ */
+bool
+DsyncWaitTryOnce(const DsyncWaitSpec *spec, bool may_take)
+{
+	TimestampTz retry_at = 0;
+
+	return DsyncWaitTry(spec, may_take, false, &retry_at);
 }
 
 /*
@@ -832,6 +859,9 @@ DsyncWaitFor(const DsyncWaitSpec *spec)
 					DsyncWaitClientGone();
 				break;
 			}
+			/* The caller must wait for another name now (dsync_acquire_all). */
+			if (retry_at == DSYNC_WAIT_ELSEWHERE)
+				break;
 
 			if (!queued)
 			{

@@ -64,6 +64,12 @@ extern void DsyncXactChanged(void);
 typedef bool (*DsyncTryFunc) (void *arg, bool may_take, bool thorough,
 							  TimestampTz *retry_at);
 
+/*
+ * A try's *retry_at that ends the wait at once, not granted: what blocks
+ * the caller now is another name, whose queue it must join instead.
+ */
+#define DSYNC_WAIT_ELSEWHERE	DT_NOBEGIN
+
 typedef struct DsyncWaitSpec
 {
 	uint64		key;			/* DsyncWaitKey or DsyncWaitKeySignal */
@@ -78,5 +84,6 @@ typedef struct DsyncWaitSpec
 } DsyncWaitSpec;
 
 extern bool DsyncWaitFor(const DsyncWaitSpec *spec);
+extern bool DsyncWaitTryOnce(const DsyncWaitSpec *spec, bool may_take);
 
 #endif							/* DSYNC_WAIT_H */

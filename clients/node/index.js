@@ -40,8 +40,8 @@ const SQL = {
   state: 'SELECT lease, holder, fencing, expires_at FROM dsync_leases WHERE lease = ANY($1::text[]) ORDER BY lease, holder',
   backendPid: 'SELECT pg_backend_pid() AS v',
   stats: 'SELECT * FROM dsync_stats',
-  horizon: 'SELECT dsync_events_horizon()::text AS v',
-  since: 'SELECT seq::text AS seq, channel, payload::text AS payload FROM dsync_events_since($1::bigint, $2::text[])',
+  // The horizon and the events after a seq, in one snapshot (no prune between).
+  catchUp: 'SELECT h.h::text AS horizon, e.seq::text AS seq, e.channel, e.payload::text AS payload FROM dsync_events_horizon() AS h(h) LEFT JOIN dsync_events_since($1::bigint, $2::text[]) AS e ON true ORDER BY e.seq',
 };
 
 class DsyncError extends Error {}
@@ -528,12 +528,13 @@ async function* watch(names, opts = {}) {
     let gap = null;
     let missed = [];
     if (last !== null) {
-      const horizon = BigInt((await client.query(SQL.horizon)).rows[0].v);
+      const rows = (await client.query(SQL.catchUp, [String(last), names])).rows;
+      const horizon = BigInt(rows[0].horizon);
       if (horizon > last) {
         gap = { kind: 'gap', name: '', holder: null, fencing: null, expiresAt: null, seq: horizon, channel: null, raw: {} };
         last = horizon;
       }
-      missed = (await client.query(SQL.since, [String(last), names])).rows;
+      missed = rows.filter((r) => r.seq !== null);
     }
     if (gap) yield gap;
     if (last === null || gap) {

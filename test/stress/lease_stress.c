@@ -1225,7 +1225,7 @@ main(int argc, char **argv)
 			CHECK("fenced rows whose token went backwards in commit order", q, 0, false);
 			snprintf(q, sizeof(q),
 					 "SELECT count(*) FROM (SELECT t, max(token) AS top FROM (%s) f GROUP BY t) m "
-					 "JOIN dsync_fences d ON d.resource = 'public.stress_fenced_' || m.t "
+					 "JOIN dsync_fences d ON d.resource = 'table:public.stress_fenced_' || m.t "
 					 "WHERE d.token <> m.top", sql);
 			CHECK("fenced tables whose mark is not their greatest token", q, 0, false);
 		}

@@ -51,11 +51,14 @@ SQL_MEMBERS = ("SELECT member, info, joined_at, expires_at, is_leader"
 SQL_CHANNELS = "SELECT n, dsync_channel(n) FROM unnest(%s::text[]) AS n"
 SQL_BACKEND_PID = "SELECT pg_backend_pid()"
 SQL_SENDERS = "SELECT * FROM dsync_stats"
-SQL_LOG_TOP = ("SELECT COALESCE((SELECT seq FROM dsync_event_log"
-               " ORDER BY seq DESC LIMIT 1), 0)")
-SQL_EVENTS_SINCE = ("SELECT seq, channel, payload::text"
-                    " FROM dsync_events_since(%s::bigint, %s::text[])")
-SQL_EVENTS_HORIZON = "SELECT dsync_events_horizon()"
+# Where the log stands: its newest event, or the last number handed out.
+SQL_LOG_TOP = ("SELECT GREATEST(COALESCE((SELECT seq FROM dsync_event_log"
+               " ORDER BY seq DESC LIMIT 1), 0), dsync_events_horizon())")
+# The horizon and the events after a seq, in one snapshot (no prune between).
+SQL_CATCH_UP = ("SELECT h.h, e.seq, e.channel, e.payload::text"
+                " FROM dsync_events_horizon() AS h(h)"
+                " LEFT JOIN dsync_events_since(%s::bigint, %s::text[]) AS e ON true"
+                " ORDER BY e.seq")
 
 
 class DsyncError(Exception):
@@ -207,13 +210,20 @@ class Resume:
         self.last = ev.seq
         return True
 
-    def gap(self, horizon: Optional[int]) -> Optional[LeaseEvent]:
-        """The "gap" event if events after the last seq are gone."""
-        if horizon is None or self.last is None or horizon <= self.last:
-            return None
-        ev = LeaseEvent(kind="gap", name="", seq=int(horizon))
-        self.last = int(horizon)
-        return ev
+    def catch_up(self, rows: Optional[list]) -> tuple:
+        """From SQL_CATCH_UP's rows: the "gap" event if events after the
+        last seq are gone and a position to resume from was known (else
+        None), and the missed events' (channel, payload) rows."""
+        if not rows:
+            return None, []
+        horizon = rows[0][0]
+        missed = [(r[2], r[3]) for r in rows if r[1] is not None]
+        gap = None
+        if self.started and horizon is not None and horizon > self.last:
+            gap = LeaseEvent(kind="gap", name="", seq=int(horizon))
+        if horizon is not None and horizon > self.last:
+            self.last = int(horizon)
+        return gap, missed
 
 
 def lost_by(event: LeaseEvent, name: str, holder: str) -> bool:

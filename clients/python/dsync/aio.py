@@ -591,15 +591,14 @@ async def awatch(names: Sequence[str], *, conninfo: str, timeout: Optional[Secon
             chans = await _listen(conn, names)
             notes = _Notifications(conn)
             notes.pause()
-            horizon = await _log_query(conn, c.SQL_EVENTS_HORIZON) if resume.started else None
-            gap = resume.gap(horizon[0][0]) if horizon else None
+            gap, missed = None, []
+            if resume.last is not None:
+                gap, missed = resume.catch_up(
+                    await _log_query(conn, c.SQL_CATCH_UP, (resume.last, names)))
             state = []
             if not resume.started or gap is not None or resume.last is None:
                 cur = await conn.execute(c.SQL_LEASE_STATE, (names,))
                 state = await cur.fetchall()
-            missed = []
-            if resume.last is not None:
-                missed = await _log_query(conn, c.SQL_EVENTS_SINCE, (resume.last, names)) or []
             senders = await _senders(conn)
             notes.resume()
             # Everything is read before anything is yielded (see watch).
@@ -608,7 +607,7 @@ async def awatch(names: Sequence[str], *, conninfo: str, timeout: Optional[Secon
                 yield gap
             for row in state:
                 yield c.state_event(row)
-            for seq, channel, payload in missed:
+            for channel, payload in missed:
                 ev = c.parse_payload(channel, payload)
                 if ev is not None and resume.fresh(ev):
                     yield ev

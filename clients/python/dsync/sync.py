@@ -647,20 +647,19 @@ def watch(names: Sequence[str], *, conninfo: str, timeout: Optional[Seconds] = N
             # Everything is read before anything is yielded: the caller may
             # take its time, and a connection lost meanwhile must not make
             # the next one start afresh.
-            horizon = _log_query(conn, c.SQL_EVENTS_HORIZON) if resume.started else None
-            gap = resume.gap(horizon[0][0]) if horizon else None
+            gap, missed = None, []
+            if resume.last is not None:
+                gap, missed = resume.catch_up(
+                    _log_query(conn, c.SQL_CATCH_UP, (resume.last, names)))
             state = []
             if not resume.started or gap is not None or resume.last is None:
                 state = conn.execute(c.SQL_LEASE_STATE, (names,)).fetchall()
-            missed = []
-            if resume.last is not None:
-                missed = _log_query(conn, c.SQL_EVENTS_SINCE, (resume.last, names)) or []
             resume.started = True
             if gap is not None:
                 yield gap
             for row in state:
                 yield c.state_event(row)
-            for seq, channel, payload in missed:
+            for channel, payload in missed:
                 ev = c.parse_payload(channel, payload)
                 if ev is not None and resume.fresh(ev):
                     yield ev

@@ -160,6 +160,47 @@ $r->{h}->finish;
 ok(poll("SELECT dsync_leader('r4') IS NULL"), 'r4 is released with the session');
 is(q1("SELECT dsync_leader('r3')"), 'r', 'the plain lease r3 is not');
 
+# A session grant acquired again (same holder, same token) by another
+# backend with session => true moves there: the first backend's end does
+# not release it, the second's does.
+my $m1 = client();
+ok(send_wait($m1, "SELECT dsync_acquire('mv', 'm', '1 hour', session => true) > 0;", qr/t\n/),
+	'backend 1 takes a session lease');
+my $m2 = client();
+ok(send_wait($m2, "SELECT dsync_acquire('mv', 'm', '1 hour', session => true) > 0;", qr/t\n/),
+	'backend 2 acquires it again as a session lease');
+$m1->{in} .= "\\q\n";
+$m1->{h}->finish;
+usleep(200_000);
+is(q1("SELECT dsync_leader('mv')"), 'm', 'backend 1 ends: still held (it is backend 2\'s now)');
+$m2->{in} .= "\\q\n";
+$m2->{h}->finish;
+ok(poll("SELECT dsync_leader('mv') IS NULL"), 'backend 2 ends: released');
+
+# A session lease released and then taken again without session => true is
+# not released when the backend ends; a release rolled back keeps it one.
+my $u = client();
+ok(send_wait($u, "SELECT dsync_acquire('un', 'u', '1 hour', session => true) > 0;"
+		  . " SELECT dsync_release('un', 'u'); SELECT dsync_acquire('un', 'u', '1 hour') > 0;"
+		  . " SELECT dsync_acquire('rb', 'u', '1 hour', session => true) > 0;"
+		  . " BEGIN; SELECT dsync_release('rb', 'u'); ROLLBACK; SELECT 'done';", qr/done/),
+	'a session lease released and taken again plainly; another released in a rollback');
+is(q1("SELECT count(*) FROM dsync_session"), '1', 'one session record is left (rb)');
+$u->{in} .= "\\q\n";
+$u->{h}->finish;
+ok(poll("SELECT dsync_leader('rb') IS NULL"), 'rb is released with the session');
+is(q1("SELECT dsync_leader('un')"), 'u', 'un, taken again without session, is not');
+
+# The session's own settings do not stop the release at its end.
+my $ro = client();
+ok(send_wait($ro, "SET default_transaction_read_only = on; SET lock_timeout = '1ms';"
+		  . " BEGIN READ WRITE; SELECT dsync_acquire('ro', 'r', '1 hour', session => true) > 0; COMMIT;"
+		  . " SELECT 'done';", qr/done/),
+	'a session lease taken in a read-only session');
+$ro->{in} .= "\\q\n";
+$ro->{h}->finish;
+ok(poll("SELECT dsync_leader('ro') IS NULL"), 'and released when it ends');
+
 my ($ret, $out, $err);
 $ret = $node->psql('postgres', "SELECT dsync_acquire('x', 'h', session => NULL)",
 	stdout => \$out, stderr => \$err, extra_params => [ '-v', 'VERBOSITY=verbose' ]);
