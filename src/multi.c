@@ -13,8 +13,11 @@
  * waits, holding nothing, in the queue of the name that stopped it.  A try
  * starts with that name, so a caller at the head of its queue does not
  * lose its place to the others' tries; if another name stops it, it moves
- * to that name's queue.  Two callers with overlapping sets can only make
- * each other look again, never wait on each other.
+ * to that name's queue.  Waiting in one queue at a time, it takes the
+ * other names when they are free even if others queue for them (it could
+ * never be first in all its queues at once).  Two callers with
+ * overlapping sets can only make each other look again, never wait on
+ * each other.
  *
  * Names are taken in byte order after the one waited for, each once; the
  * tokens come back in the order the caller gave, a name given twice
@@ -49,6 +52,7 @@ typedef struct MultiArgs
 	int64	   *tokens;			/* of each name, once granted */
 	int			first;			/* the name to try first: the one waited for */
 	int			stopped;		/* the name that stopped the last try, or -1 */
+	bool		waiting;		/* in a wait (not wait = 0) */
 } MultiArgs;
 
 /*
@@ -70,9 +74,13 @@ MultiNameCmp(const void *a, const void *b)
 /*
  * MultiTry
  *		One try of every name (see DsyncTryFunc), the one waited for first.
- *		may_take is about that one; for the others, nobody may be ahead in
- *		their own queues.  If a name other than the one waited for stops
- *		it, the wait moves to that name's queue (DSYNC_WAIT_ELSEWHERE).
+ *		may_take is about that one.  A caller waits in one queue at a time,
+ *		so if the others' queues held it back too it would have to be first
+ *		in every one at once, which it never is while others wait there: a
+ *		blocked caller takes the other names if they are free, ahead of
+ *		their queues (a caller that does not wait respects every queue, as
+ *		dsync_acquire does).  If a name other than the one waited for stops
+ *		the try, the wait moves to that name's queue (DSYNC_WAIT_ELSEWHERE).
  */
 static bool
 MultiTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
@@ -85,9 +93,10 @@ MultiTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 		bool		mine = i == args->first;
 		TimestampTz at = 0;
 
-		if (!DsyncLeaseTryGrant(args->fcinfo, args->names[i], args->grant,
-								mine ? may_take : DsyncWaitMayTake(DsyncWaitKey(args->names[i]),
-																	 InvalidOid),
+		bool		take = mine ? may_take :
+			args->waiting || DsyncWaitMayTake(DsyncWaitKey(args->names[i]), InvalidOid);
+
+		if (!DsyncLeaseTryGrant(args->fcinfo, args->names[i], args->grant, take,
 								thorough && mine, &args->tokens[i], &at))
 		{
 			args->stopped = i;
@@ -207,6 +216,7 @@ dsync_acquire_all(PG_FUNCTION_ARGS)
 	args.tokens = palloc0(sizeof(int64) * args.n);
 	args.first = 0;
 	args.stopped = -1;
+	args.waiting = wait_forever || wait_usec > 0;
 
 	{
 		DsyncWaitSpec spec;

@@ -7,7 +7,7 @@
 SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS dsync;
-SELECT plan(153);
+SELECT plan(156);
 
 -- functions, argument types and return types
 SELECT has_function('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean', 'boolean']);
@@ -65,6 +65,12 @@ SELECT is(pg_get_function_result('dsync_events_since(bigint,text[])'::regprocedu
 	'dsync_events_since returns TABLE(seq, channel, payload, sent_at)');
 SELECT is(pg_get_function_arguments('dsync_events_since(bigint,text[])'::regprocedure),
 	'after bigint, names text[] DEFAULT NULL::text[]', 'dsync_events_since arguments and defaults');
+SELECT has_function('dsync_acquire_all', ARRAY['text[]', 'text', 'interval', 'interval', 'jsonb']);
+SELECT function_returns('dsync_acquire_all', ARRAY['text[]', 'text', 'interval', 'interval', 'jsonb'], 'bigint[]');
+SELECT is(pg_get_function_arguments('dsync_acquire_all(text[],text,interval,interval,jsonb)'::regprocedure),
+	'leases text[], holder text, ttl interval DEFAULT ''00:00:30''::interval, wait interval DEFAULT ''00:00:00''::interval, info jsonb DEFAULT NULL::jsonb',
+	'dsync_acquire_all arguments and defaults');
+SELECT function_privs_are('dsync_acquire_all', ARRAY['text[]', 'text', 'interval', 'interval', 'jsonb'], 'public', ARRAY['EXECUTE']);
 SELECT has_function('dsync_events_horizon', ARRAY[]::text[]);
 SELECT function_returns('dsync_events_horizon', ARRAY[]::text[], 'bigint');
 SELECT volatility_is('dsync_fence', ARRAY['text', 'bigint'], 'volatile');
@@ -249,9 +255,9 @@ SELECT has_sequence('dsync_event_seq');
 -- PostgreSQL 17 on, a relation's row type is a member of the extension too)
 SELECT is((SELECT count(*) FROM pg_depend d JOIN pg_extension e ON d.refobjid = e.oid
 			WHERE e.extname = 'dsync' AND d.deptype = 'e'
-			  AND d.classid <> 'pg_type'::regclass), 46::bigint,
+			  AND d.classid <> 'pg_type'::regclass), 47::bigint,
 	'the extension owns its eight tables, foreign table, three sequences, five views, '
-	'twenty-seven functions, foreign data wrapper and server');
+	'twenty-eight functions, foreign data wrapper and server');
 
 SELECT * FROM finish();
 ROLLBACK;

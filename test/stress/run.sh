@@ -6,7 +6,8 @@
 # to fenced tables (dsync_fenced) whose tokens must never go back, the
 # fairness run, durable only and with both kinds in one queue (and the
 # proof that its check catches clients that cut in), 16 clients with
-# kills on one semaphore of 3 permits, and the fairness runs once more
+# kills on one semaphore of 3 permits, 12 clients with kills taking sets of
+# names with dsync_acquire_all (never a partial set), and the fairness runs once more
 # beside a CPU hog on every core, where a backend is often descheduled
 # between its statement starting and its joining the queue.  With
 # STRESS_HOG=1 every run has the hog beside it.  Every run is made; the exit
@@ -44,6 +45,7 @@ else
 	echo "ok     the fairness check catches clients that cut in (the failure above is expected)"
 fi
 "$bin/lease_stress" semaphore "${SEM_CLIENTS:-16}" "${SEM_SECONDS:-20}" "${SEM_PERMITS:-3}" || status=1
+"$bin/lease_stress" multi "${MULTI_CLIENTS:-12}" "${MULTI_SECONDS:-20}" || status=1
 if [ "${STRESS_HOG:-0}" != 1 ]; then start_hogs; fi
 "$bin/lease_stress" fair "${FAIR_CLIENTS:-8}" "${FAIR_ROUNDS:-20}" || status=1
 "$bin/lease_stress" fair-mixed "${FAIR_CLIENTS:-8}" "${FAIR_ROUNDS:-20}" || status=1
