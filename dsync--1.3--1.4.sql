@@ -111,10 +111,10 @@ REVOKE ALL ON TABLE @extschema@.dsync_session FROM PUBLIC;
  * Every notification the reaper sends, kept for dsync.event_retention, so
  * that a watcher that was disconnected catches up from the last seq it saw
  * (dsync_events_since) and knows when it missed more than is kept
- * (dsync_events_horizon).  Written by the reaper in the transaction that
- * sends the notifications, so a listener never sees an event the log does
- * not have.  Event payloads go to anyone who LISTENs, so the log is as
- * readable; it is not dumped.
+ * (dsync_events_horizon).  Written by the reaper in a transaction that
+ * commits, durably, just before the one that sends the notifications, so
+ * a listener never sees an event the log does not have.  Event payloads go
+ * to anyone who LISTENs, so the log is as readable; it is not dumped.
  */
 CREATE TABLE @extschema@.dsync_event_log (
 	seq			bigint NOT NULL,

@@ -211,17 +211,38 @@ WatchStart(PGconn *conn)
 }
 
 /*
+ * WatchCheckAway
+ *		The server logs events for dsync.event_retention after the last
+ *		watcher leaves, and no longer: a watcher away for longer may have
+ *		missed events the log never had.  Say so.
+ */
+static void
+WatchCheckAway(PGconn *conn, const Options *opt, int64_t lost_ms)
+{
+	PGresult   *res = PQexec(conn, "SELECT extract(epoch FROM "
+							 "current_setting('dsync.event_retention')::interval)::float8");
+	double		away = (NowMs() - lost_ms) / 1000.0;
+
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+		away >= atof(PQgetvalue(res, 0, 0)))
+		Note("disconnected for %.0f s, longer than dsync.event_retention (%s s): "
+			 "events of \"%s\" may have been missed", away, PQgetvalue(res, 0, 0), opt->name);
+	PQclear(res);
+}
+
+/*
  * WatchCatchUp
  *		After a reconnect, now that we listen again: print the events of the
  *		name sent after *last_seq (dsync_events_since), and, after a
- *		reconnect, say so if some may be gone from the log (older than
- *		dsync.event_retention).
+ *		reconnect (lost_ms: when the connection was lost; -1 on the first
+ *		connection), say so if some may be gone from the log.
  *		Notifications that arrive meanwhile repeat what is printed here;
  *		the caller skips them by seq.
  */
 static void
-WatchCatchUp(PGconn *conn, const Options *opt, long long *last_seq, bool reconnect)
+WatchCatchUp(PGconn *conn, const Options *opt, long long *last_seq, int64_t lost_ms)
 {
+	bool		reconnect = lost_ms >= 0;
 	char		after[32];
 	const char *params[2] = {after, opt->name};
 	PGresult   *res;
@@ -244,6 +265,8 @@ WatchCatchUp(PGconn *conn, const Options *opt, long long *last_seq, bool reconne
 		Note("events sent while disconnected (seq %lld to %lld) are no longer kept; "
 			 "some of \"%s\" may have been missed (raise dsync.event_retention)",
 			 *last_seq + 1, horizon, opt->name);
+	else if (reconnect)
+		WatchCheckAway(conn, opt, lost_ms);
 	n = PQgetisnull(res, 0, 1) ? 0 : PQntuples(res);
 	if (n > 0 && !opt->json)
 		Note("catching up with %d events sent while disconnected", n);
@@ -268,6 +291,7 @@ CommandWatch(Options *opt)
 {
 	long long	last_seq = -1;	/* -1: not connected yet, or no log */
 	bool		connected_before = false;
+	int64_t		lost_ms = -1;	/* when the last connection was lost */
 
 	for (;;)
 	{
@@ -315,7 +339,7 @@ CommandWatch(Options *opt)
 		if (!opt->json)
 			Note("watching \"%s\"", opt->name);
 		if (last_seq >= 0)
-			WatchCatchUp(conn, opt, &last_seq, connected_before);
+			WatchCatchUp(conn, opt, &last_seq, connected_before ? lost_ms : -1);
 		else if (connected_before)
 			Note("events sent while disconnected were missed: this version of the "
 				 "extension keeps no event log (run ALTER EXTENSION dsync UPDATE)");
@@ -342,6 +366,7 @@ CommandWatch(Options *opt)
 			if (PQconsumeInput(conn) == 0)
 			{
 				Note("connection lost: %s", PQerrorMessage(conn));
+				lost_ms = NowMs();
 				break;
 			}
 			while ((notify = PQnotifies(conn)) != NULL)

@@ -2,6 +2,8 @@
 -- Runs as dsync_tester, an ordinary role (test/tester.sql).
 CREATE EXTENSION IF NOT EXISTS dsync;
 
+-- Events are logged while someone listens (or listened lately).
+LISTEN "dsync:es_watcher";
 CREATE TEMP TABLE es_start AS SELECT COALESCE(max(seq), 0) AS s FROM dsync_events_since(0);
 SELECT dsync_acquire('es_a', 'h1') IS NOT NULL AS granted;
 SELECT dsync_acquire('es_b', 'h1') IS NOT NULL AS granted;

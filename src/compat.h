@@ -149,4 +149,11 @@ DsyncHeapUpdateNoWait(Relation rel, ItemPointer otid, HeapTuple tuple,
 #define DsyncPrimaryKeyIndex(rel)	RelationGetPrimaryKeyIndex(rel)
 #endif
 
+/* stringToQualifiedNameList took a soft-error context in 16. */
+#if PG_VERSION_NUM >= 160000
+#define DsyncQualifiedNameList(string) stringToQualifiedNameList((string), NULL)
+#else
+#define DsyncQualifiedNameList(string) stringToQualifiedNameList(string)
+#endif
+
 #endif							/* DSYNC_COMPAT_H */

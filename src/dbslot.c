@@ -134,6 +134,12 @@ DsyncDbSlotAllocate(Oid dbid, bool reuse_absent)
 	pg_atomic_write_u32(&slot->wanted, 0);
 	pg_atomic_write_u64(&slot->next_deadline, 0);
 	pg_atomic_write_u64(&slot->ephemeral_deadline, 0);
+	/*
+	 * Until its worker has looked at the event log (DsyncEventLogResume),
+	 * assume a watcher was there before a restart or failover and is
+	 * reconnecting: its events must be in the log.
+	 */
+	pg_atomic_write_u64(&slot->watcher_left_at, (uint64) GetCurrentTimestamp());
 	pg_atomic_write_u32(&slot->held_map_ready, 0);
 	for (int i = 0; i < DSYNC_NUM_COUNTERS; i++)
 		pg_atomic_write_u64(&slot->counters[i], 0);

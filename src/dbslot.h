@@ -73,6 +73,15 @@ typedef struct DsyncDbSlot
 	 */
 	pg_atomic_uint64 ephemeral_deadline;
 
+	/*
+	 * When a watcher last left (0: never): for dsync.event_retention after
+	 * that, the database's events are sent and logged though nobody
+	 * listens, as the watcher may be reconnecting (events.c,
+	 * DsyncEventsHeard).  Raised by a listener leaving, and set by a worker
+	 * that starts, from when the log was last in use.
+	 */
+	pg_atomic_uint64 watcher_left_at;
+
 	/* Its worker has read dsync_lease into the held map (heldmap.c). */
 	pg_atomic_uint32 held_map_ready;
 

@@ -14,6 +14,12 @@
  * dsync_events_since(last seq seen), and dsync_events_horizon() tells it
  * whether events it has not seen were already pruned.
  *
+ * The log runs while someone listens in the database (events.c,
+ * DsyncEventsHeard), for dsync.event_retention after the last listener
+ * left (a watcher may be reconnecting), and after a start, crash restart
+ * or promotion if the log was written to within that time
+ * (DsyncEventLogResume): a database nobody watches pays nothing for it.
+ *
  * Rows go in with one statement per batch of notifications.  Pruning runs
  * at most once a second, deletes what is older than the retention, and
  * keeps the newest event: the horizon is then one below the oldest row,
@@ -28,6 +34,7 @@
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -35,6 +42,7 @@
 #include "utils/timestamp.h"
 
 #include "catalog.h"
+#include "dbslot.h"
 #include "events.h"
 #include "settings.h"
 
@@ -113,6 +121,45 @@ EventLogPrune(const char *table)
 	if (SPI_execute_with_args(sql.data, 1, argtypes, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "dsync could not prune its event log");
 	pfree(sql.data);
+}
+
+/*
+ * DsyncEventLogResume
+ *		A worker that starts serving the database (after a start, a crash
+ *		restart or a promotion, or after leaving it idle): keep its events
+ *		logged for as long as a watcher of the log's last events may still
+ *		come back for what it missed, and no longer if the log was not in
+ *		use lately.  In a transaction.
+ */
+void
+DsyncEventLogResume(void)
+{
+	char	   *table;
+	TimestampTz last_used = 0;
+	DsyncDbSlot *slot;
+
+	if (OidIsValid(get_extension_oid("dsync", true)) && (table = EventLogTable()) != NULL)
+	{
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "dsync could not connect to SPI to read its event log");
+		if (SPI_execute(psprintf("SELECT sent_at FROM %s ORDER BY seq DESC LIMIT 1", table),
+						true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "dsync could not read its event log");
+		if (SPI_processed == 1)
+		{
+			bool		isnull;
+			Datum		sent_at = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+											1, &isnull);
+
+			if (!isnull)
+				last_used = DatumGetTimestampTz(sent_at);
+		}
+		SPI_finish();
+	}
+	/* As if a watcher had left when the log was last written to. */
+	slot = DsyncDbSlotFind(MyDatabaseId);
+	if (slot != NULL)
+		pg_atomic_write_u64(&slot->watcher_left_at, (uint64) last_used);
 }
 
 /*

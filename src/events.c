@@ -285,12 +285,44 @@ DsyncDeadlineLower(DsyncDbSlot *slot, TimestampTz deadline)
 /*
  * DsyncEventsHeard
  *		Whether this database's events are to be sent now: someone listens
- *		in it, or the event log keeps them for watchers who will.
+ *		in it, or (with the event log on) someone did lately and may be
+ *		reconnecting, in which case the log must have what it missed.  A
+ *		database nobody watches pays nothing for the log.
  */
 static bool
-DsyncEventsHeard(void)
+DsyncEventsHeard(DsyncDbSlot *slot)
 {
-	return dsync_events && (dsync_event_retention > 0 || DsyncListenersIn(MyDatabaseId));
+	TimestampTz left_at;
+
+	if (!dsync_events)
+		return false;
+	if (DsyncListenersIn(MyDatabaseId))
+		return true;
+	if (dsync_event_retention <= 0 || slot == NULL ||
+		(left_at = (TimestampTz) pg_atomic_read_u64(&slot->watcher_left_at)) == 0)
+		return false;
+	/* At commit the stop time is set: no clock read. */
+	return GetCurrentTransactionStopTimestamp() <
+		TimestampTzPlusMilliseconds(left_at, (int64) dsync_event_retention * 1000);
+}
+
+/*
+ * DsyncEventWatcherLeft
+ *		A watcher of database dbid left at left_at: keep its events sent
+ *		and logged for dsync.event_retention after that (DsyncEventsHeard).
+ */
+void
+DsyncEventWatcherLeft(Oid dbid, TimestampTz left_at)
+{
+	DsyncDbSlot *slot = DsyncDbSlotFind(dbid);
+	uint64		current;
+
+	if (slot == NULL)
+		return;
+	current = pg_atomic_read_u64(&slot->watcher_left_at);
+	while ((TimestampTz) current < left_at &&
+		   !pg_atomic_compare_exchange_u64(&slot->watcher_left_at, &current, (uint64) left_at))
+		;
 }
 
 /*
@@ -392,14 +424,14 @@ DsyncEventPublish(List *events, int64 renewals, bool count, bool heard_known)
 		return;
 	}
 	/* Read under the queue lock, after a LISTEN's mark (listen.c). */
-	heard = heard_known || DsyncEventsHeard();
+	heard = heard_known || DsyncEventsHeard(slot);
 	foreach(lc, events)
 	{
 		DsyncPendingEvent *pe = lfirst(lc);
 		DsyncEvent	event = pe->event;
 		TimestampTz deadline;
 
-		/* Nobody hears it: queue only what the worker itself needs. */
+		/* Nobody hears it, nor will: queue only what the worker itself needs. */
 		if (!heard)
 			event.kind = EventUnheard(event.kind);
 		if (event.kind == DSYNC_EVENT_NONE)
@@ -605,7 +637,7 @@ DsyncEventPublishNow(const DsyncEvent *events, int nevents, int64 renewals)
 	Assert(nevents <= (int) lengthof(pending));
 	if (slot == NULL)
 		return;
-	heard = nevents > 0 && DsyncEventsHeard();
+	heard = nevents > 0 && DsyncEventsHeard(slot);
 	for (int i = 0; i < nevents; i++)
 	{
 		EventCountKind(events[i].kind, counts);

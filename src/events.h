@@ -66,6 +66,8 @@ extern void DsyncEventTimestamp(StringInfo buf, TimestampTz ts);
 
 /* eventlog.c: the retained event log */
 extern void DsyncEventLogAppend(List *events);
+extern void DsyncEventLogResume(void);
+extern void DsyncEventWatcherLeft(Oid dbid, TimestampTz left_at);
 
 /* queue.c: event queues in a shared pool of chunks */
 extern Size DsyncQueueEntrySize(const DsyncEvent *event);

@@ -46,6 +46,7 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "args.h"
 #include "catalog.h"
 #include "store.h"
@@ -249,7 +250,7 @@ FenceTableOfResource(text *resource)
 
 	if (strncmp(name, FENCE_TABLE_PREFIX, strlen(FENCE_TABLE_PREFIX)) != 0)
 		return InvalidOid;
-	names = stringToQualifiedNameList(name + strlen(FENCE_TABLE_PREFIX));
+	names = DsyncQualifiedNameList(name + strlen(FENCE_TABLE_PREFIX));
 	relid = RangeVarGetRelid(makeRangeVarFromNameList(names), NoLock, true);
 	if (!OidIsValid(relid))
 		ereport(ERROR,

@@ -21,7 +21,9 @@
  * listened is queued only for what the reaper itself needs of it (a
  * deadline, a released row), never to be sent (events.c, EventUnheard).
  * The mark errs on the side of sending: a LISTEN that rolls back, or an
- * UNLISTEN of one channel, leaves it set until the backend leaves.
+ * UNLISTEN of one channel, leaves it set until the backend leaves.  With
+ * the event log on, a listener leaving keeps its database's events sent
+ * and logged for dsync.event_retention, in case it is reconnecting.
  *
  *-------------------------------------------------------------------------
  */
@@ -35,6 +37,7 @@
 #include "storage/ipc.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
+#include "utils/timestamp.h"
 
 #include "compat.h"
 #include "events.h"
@@ -106,6 +109,8 @@ ListenUnmark(void)
 {
 	if (!listen_marked)
 		return;
+	/* A watcher may be leaving to reconnect: keep logging for it meanwhile. */
+	DsyncEventWatcherLeft(MyDatabaseId, GetCurrentTimestamp());
 	pg_atomic_write_u32(&listen_shared->dbid[DsyncProcNumber(MyProc)], InvalidOid);
 	pg_atomic_fetch_sub_u32(&listen_shared->listening, 1);
 	listen_marked = false;

@@ -261,13 +261,15 @@ ReaperNumber(void)
 }
 
 /*
- * ReaperSweepSessions
- *		Release the session leases whose backends are gone (a crash, a
- *		promotion, an exit that could not clean up).  A failure is logged
- *		and leaves them to their ttl: it must not stop the reaper.
+ * ReaperResume
+ *		What a worker starting to serve the database takes over: release
+ *		the session leases whose backends are gone (a crash, a promotion,
+ *		an exit that could not clean up), and find out whether a watcher
+ *		may be coming back for the event log.  A failure is logged and
+ *		leaves the leases to their ttl: it must not stop the reaper.
  */
 static void
-ReaperSweepSessions(void)
+ReaperResume(void)
 {
 	MemoryContext oldcontext = CurrentMemoryContext;
 
@@ -276,6 +278,7 @@ ReaperSweepSessions(void)
 	{
 		PushActiveSnapshot(GetTransactionSnapshot());
 		DsyncSessionSweep();
+		DsyncEventLogResume();
 		PopActiveSnapshot();
 		CommitTransactionCommand();
 	}
@@ -591,7 +594,7 @@ dsync_reaper_main(Datum arg)
 		proc_exit(0);
 	}
 
-	ReaperSweepSessions();
+	ReaperResume();
 
 	ReaperSetState(DSYNC_DB_ACTIVE);
 	ereport(DEBUG1, (errmsg("dsync reaper started")));

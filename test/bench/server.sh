@@ -161,14 +161,16 @@ median() {
 		END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
-# wait_idle DB: wait until no other client session is connected to DB,
+# wait_idle DB: wait until no other client session is connected to DB (a
+# benchmark's own listener, application_name "dsync bench listener", aside),
 # so that every pgbench backend has exited and flushed its statistics.
 wait_idle() {
 	local n
 	for _ in $(seq 1 100); do
 		n=$(q "$1" "SELECT count(*) FROM pg_stat_activity
 		             WHERE datname = current_database() AND pid <> pg_backend_pid()
-		               AND backend_type = 'client backend'")
+		               AND backend_type = 'client backend'
+		               AND application_name <> 'dsync bench listener'")
 		[ "$n" = 0 ] && { sleep 0.2; return 0; }
 		sleep 0.1
 	done

@@ -55,6 +55,8 @@ SQL_SENDERS = "SELECT * FROM dsync_stats"
 SQL_LOG_TOP = ("SELECT GREATEST(COALESCE((SELECT seq FROM dsync_event_log"
                " ORDER BY seq DESC LIMIT 1), 0), dsync_events_horizon())")
 # The horizon and the events after a seq, in one snapshot (no prune between).
+SQL_RETENTION = ("SELECT extract(epoch FROM"
+                 " current_setting('dsync.event_retention')::interval)::float8")
 SQL_CATCH_UP = ("SELECT h.h, e.seq, e.channel, e.payload::text"
                 " FROM dsync_events_horizon() AS h(h)"
                 " LEFT JOIN dsync_events_since(%s::bigint, %s::text[]) AS e ON true"
@@ -224,6 +226,15 @@ class Resume:
         if horizon is not None and horizon > self.last:
             self.last = int(horizon)
         return gap, missed
+
+    def away_too_long(self, away: Optional[float], retention: Optional[float]) -> Optional[LeaseEvent]:
+        """The "gap" event if the watcher was disconnected for longer than
+        the server keeps logging after the last watcher left (its
+        dsync.event_retention): events it never logged may have been
+        missed, and no horizon shows them."""
+        if away is None or retention is None or away < retention:
+            return None
+        return LeaseEvent(kind="gap", name="", seq=self.last)
 
 
 def lost_by(event: LeaseEvent, name: str, holder: str) -> bool:

@@ -567,6 +567,7 @@ async def awatch(names: Sequence[str], *, conninfo: str, timeout: Optional[Secon
     names = [c.name_arg(n, "name") for n in names]
     limit = c.interval(timeout, "timeout")
     resume = c.Resume(after)
+    lost_at: Optional[float] = None
     kwargs = c.pool_settings(connect_kwargs)
     kwargs.setdefault("application_name", "dsync watch")
     while True:
@@ -595,6 +596,10 @@ async def awatch(names: Sequence[str], *, conninfo: str, timeout: Optional[Secon
             if resume.last is not None:
                 gap, missed = resume.catch_up(
                     await _log_query(conn, c.SQL_CATCH_UP, (resume.last, names)))
+                if gap is None and lost_at is not None:
+                    retention = await _log_query(conn, c.SQL_RETENTION)
+                    gap = resume.away_too_long(time.monotonic() - lost_at,
+                                               retention[0][0] if retention else None)
             state = []
             if not resume.started or gap is not None or resume.last is None:
                 cur = await conn.execute(c.SQL_LEASE_STATE, (names,))
@@ -630,6 +635,7 @@ async def awatch(names: Sequence[str], *, conninfo: str, timeout: Optional[Secon
         except psycopg.OperationalError:
             if not reconnect:
                 raise
+            lost_at = time.monotonic()
             await asyncio.sleep(0.2)
         finally:
             if notes is not None:

@@ -619,6 +619,7 @@ def watch(names: Sequence[str], *, conninfo: str, timeout: Optional[Seconds] = N
     names = [c.name_arg(n, "name") for n in names]
     limit = c.interval(timeout, "timeout")
     resume = c.Resume(after)
+    lost_at: Optional[float] = None
     kwargs = c.pool_settings(connect_kwargs)
     kwargs.setdefault("application_name", "dsync watch")
     while True:
@@ -651,6 +652,10 @@ def watch(names: Sequence[str], *, conninfo: str, timeout: Optional[Seconds] = N
             if resume.last is not None:
                 gap, missed = resume.catch_up(
                     _log_query(conn, c.SQL_CATCH_UP, (resume.last, names)))
+                if gap is None and lost_at is not None:
+                    retention = _log_query(conn, c.SQL_RETENTION)
+                    gap = resume.away_too_long(time.monotonic() - lost_at,
+                                               retention[0][0] if retention else None)
             state = []
             if not resume.started or gap is not None or resume.last is None:
                 state = conn.execute(c.SQL_LEASE_STATE, (names,)).fetchall()
@@ -685,6 +690,7 @@ def watch(names: Sequence[str], *, conninfo: str, timeout: Optional[Seconds] = N
         except psycopg.OperationalError:
             if not reconnect:
                 raise
+            lost_at = time.monotonic()
             time.sleep(0.2)
         finally:
             conn.close()

@@ -18,6 +18,7 @@
 use strict;
 use warnings;
 
+use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -220,9 +221,18 @@ is($node->safe_psql('from13', "SELECT dsync_acquire('kept', 'h', '1 hour')"), $k
 	'a lease taken under 1.3 is still held, with its token');
 is($node->safe_psql('from13', "SELECT dsync_fence('r', $kept_token) IS NULL"), 't',
 	'dsync_fence works after the update');
+# The log runs while someone listens: a session listens meanwhile.
+my $watch_in = "LISTEN \"dsync:kept\";\n";
+my $watch = IPC::Run::start([ 'psql', '-X', '-q', '-h', $node->host, '-p', $node->port, '-d', 'from13' ],
+	'<', \$watch_in, '>', \my $watch_out, '2>', \my $watch_err);
+$watch->pump_nb while length $watch_in;
+ok($node->poll_query_until('from13',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE query LIKE 'LISTEN%kept%'"),
+	'a session listens in the updated database');
 $node->safe_psql('from13', "SELECT dsync_release('kept', 'h')");
 ok($node->poll_query_until('from13',
 		"SELECT count(*) > 0 FROM dsync_events_since(0, ARRAY['kept'])"),
 	'the reaper logs events after the update, without a restart');
+$watch->kill_kill;
 
 done_testing();

@@ -10,7 +10,9 @@
 #     name) and then goes on printing live events;
 #   - the log's payloads are the notifications' (same seq, event, holder);
 #   - a watcher that was away longer than dsync.event_retention says on
-#     stderr that events may have been missed.
+#     stderr that events may have been missed: when the log's horizon
+#     passed its last seq (another listener kept the log going), and when
+#     it was away longer than the log runs on after the last watcher left.
 use strict;
 use warnings;
 
@@ -138,6 +140,17 @@ $w->{h}->finish;
 
 $node->append_conf('postgresql.conf', "dsync.event_retention = 1\n");
 $node->reload;
+
+# Another listener keeps the database's events logged (and pruned).
+my $keep = { in => "LISTEN \"dsync:keep\";\n", out => '', err => '' };
+$keep->{h} = IPC::Run::start([ 'psql', '-X', '-q', '-h', $node->host, '-p', $node->port, '-d', 'postgres' ],
+	'<', \$keep->{in}, '>', \$keep->{out}, '2>', \$keep->{err});
+push @running, $keep;
+$keep->{h}->pump_nb while length $keep->{in};
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE query LIKE 'LISTEN \"dsync:keep\"%'"),
+	'another session listens');
+
 my $g = start_watch('watch', 'gap');
 ok(wait_output($g, 'err', qr/watching "gap"/), 'a second watcher is watching');
 ok($node->poll_query_until('postgres',
@@ -153,9 +166,25 @@ ok($node->poll_query_until('postgres',
 	'the missed events were pruned');
 q1("ALTER ROLE watcher LOGIN");
 ok(wait_output($g, 'err', qr/are no longer kept; some of "gap" may have been missed/),
-	'the watcher says events may have been missed');
+	'the watcher says events may have been missed (the log\'s horizon passed it)');
 unlike($g->{out}, qr/g1/, 'and prints none it does not have');
-
 $g->{h}->kill_kill(grace => 1);
-@running = ();
+
+# With nobody listening, the log runs on for the retention after the last
+# watcher left, and then stops: a watcher away for longer is told by the
+# time it was away.
+$keep->{h}->kill_kill(grace => 1);
+my $h = start_watch('watch', 'gap2');
+ok(wait_output($h, 'err', qr/watching "gap2"/), 'a third watcher is watching, alone');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE usename = 'watcher' AND state = 'idle'"),
+	'and idle');
+cut_off();
+sleep 3;
+q1("SELECT dsync_acquire('gap2', 'h1', '1 minute'); SELECT dsync_release('gap2', 'h1')");
+q1("ALTER ROLE watcher LOGIN");
+ok(wait_output($h, 'err', qr/disconnected for \d+ s, longer than dsync.event_retention \(1 s\): events of "gap2" may have been missed/),
+	'the watcher away longer than the retention says events may have been missed');
+$h->{h}->kill_kill(grace => 1);
+
 done_testing();

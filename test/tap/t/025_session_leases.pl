@@ -79,6 +79,12 @@ sub poll
 	return 0;
 }
 
+# A listener, so that events are logged (dsync_events_since tells a release
+# from an expiry below).
+my $listener = client();
+$listener->{in} .= "LISTEN \"dsync:any\";\n";
+$listener->{h}->pump_nb while length $listener->{in};
+
 # --- a killed client: released at once, a waiter granted -----------------------
 
 my @took;
@@ -131,7 +137,7 @@ is(last_event('e1'), 'released', 'released, not expired');
 my $t = client();
 ok(send_wait($t, "SELECT dsync_acquire('t1', 't', '1 hour', session => true) > 0;", qr/t\n/),
 	'a session lease for a backend to be terminated');
-q1("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'app'");
+q1("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'app' AND query LIKE '%''t1''%'");
 ok(poll("SELECT dsync_leader('t1') IS NULL"), 'released when its backend is terminated');
 is(last_event('t1'), 'released', 'with a released event');
 
@@ -213,7 +219,7 @@ ok(send_wait($c, "SELECT dsync_acquire('c1', 'c', '1 hour', session => true) > 0
 		  . " SELECT dsync_acquire('c2', 'c', '1 hour') > 0;", qr/t\nt\n/),
 	'a session lease and a plain lease before the crash');
 is(q1("SELECT count(*) FROM dsync_session"), '1', 'the session grant is recorded');
-my $victim = q1("SELECT pid FROM pg_stat_activity WHERE usename = 'app'");
+my $victim = q1("SELECT pid FROM pg_stat_activity WHERE usename = 'app' AND query LIKE '%''c2''%'");
 kill 'KILL', $victim;
 $c->{h}->kill_kill;
 my $crashed_at = time;
