@@ -261,26 +261,23 @@ ReaperNumber(void)
 }
 
 /*
- * ReaperResume
- *		What a worker starting to serve the database takes over: release
- *		the session leases whose backends are gone (a crash, a promotion,
- *		an exit that could not clean up), and find out whether a watcher
- *		may be coming back for the event log.  A failure is logged and
- *		leaves the leases to their ttl: it must not stop the reaper.
+ * ReaperTransaction
+ *		Run step in a transaction of its own and commit it; a failure is
+ *		logged and rolled back, never fatal to the worker.  True if it
+ *		committed.
  */
-static void
-ReaperResume(void)
+static bool
+ReaperTransaction(void (*step) (void))
 {
 	MemoryContext oldcontext = CurrentMemoryContext;
+	volatile bool committed = false;
 
 	StartTransactionCommand();
 	PG_TRY();
 	{
-		PushActiveSnapshot(GetTransactionSnapshot());
-		DsyncSessionSweep();
-		DsyncEventLogResume();
-		PopActiveSnapshot();
+		step();
 		CommitTransactionCommand();
+		committed = true;
 	}
 	PG_CATCH();
 	{
@@ -291,48 +288,47 @@ ReaperResume(void)
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(oldcontext);
+	return committed;
+}
+
+/*
+ * ReaperResume
+ *		What a worker starting to serve the database takes over: release
+ *		the session leases whose backends are gone (a crash, a promotion,
+ *		an exit that could not clean up), and find out whether a watcher
+ *		may be coming back for the event log.  In ReaperTransaction: a
+ *		failure leaves the leases to their ttl.
+ */
+static void
+ReaperResume(void)
+{
+	PushActiveSnapshot(GetTransactionSnapshot());
+	DsyncSessionSweep();
+	DsyncEventLogResume();
+	PopActiveSnapshot();
 }
 
 /*
  * ReaperLogUnsent
  *		Give the kept events their numbers and write them to the event log
- *		(eventlog.c), in a transaction of their own that is durable before
- *		any of them is announced: a listener must never see an event that a
- *		crash or failover then takes out of the log, where others catch up.
- *		It runs before the notify lock is taken, so that waiting for the
- *		flush (or for a synchronous standby) never holds up every other
- *		NOTIFY in the cluster.  Events logged but not sent (NOTIFY failed, or
- *		a crash came between) are logged again harmlessly when sent later,
- *		and a watcher that missed them catches up from the log.  Returns
- *		false if it failed; nothing is sent then.
+ *		(eventlog.c), in a transaction of their own (ReaperTransaction) that
+ *		is durable before any of them is announced: a listener must never
+ *		see an event that a crash or failover then takes out of the log,
+ *		where others catch up.  It runs before the notify lock is taken, so
+ *		that waiting for the flush (or for a synchronous standby) never
+ *		holds up every other NOTIFY in the cluster.  Events logged but not
+ *		sent (NOTIFY failed, or a crash came between) are logged again
+ *		harmlessly when sent later, and a watcher that missed them catches
+ *		up from the log.  If it fails, nothing is sent.
  */
-static bool
+static void
 ReaperLogUnsent(void)
 {
-	MemoryContext oldcontext = CurrentMemoryContext;
-	volatile bool logged = false;
-
-	StartTransactionCommand();
-	PG_TRY();
-	{
-		ReaperNumber();
-		if (dsync_event_retention > 0)
-			(void) set_config_option("synchronous_commit", "on", PGC_SUSET, PGC_S_OVERRIDE,
-									 GUC_ACTION_LOCAL, true, 0, false);
-		DsyncEventLogAppend(reaper_unsent);
-		CommitTransactionCommand();
-		logged = true;
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(oldcontext);
-		EmitErrorReport();
-		FlushErrorState();
-		AbortCurrentTransaction();
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(oldcontext);
-	return logged;
+	ReaperNumber();
+	if (dsync_event_retention > 0)
+		(void) set_config_option("synchronous_commit", "on", PGC_SUSET, PGC_S_OVERRIDE,
+								 GUC_ACTION_LOCAL, true, 0, false);
+	DsyncEventLogAppend(reaper_unsent);
 }
 
 /*
@@ -351,7 +347,7 @@ ReaperSendUnsent(void)
 
 	if (reaper_unsent == NIL || GetCurrentTimestamp() < reaper_notify_retry)
 		return;
-	if (!ReaperLogUnsent())
+	if (!ReaperTransaction(ReaperLogUnsent))
 	{
 		reaper_notify_retry = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														  DSYNC_NOTIFY_RETRY_MS);
@@ -594,7 +590,7 @@ dsync_reaper_main(Datum arg)
 		proc_exit(0);
 	}
 
-	ReaperResume();
+	(void) ReaperTransaction(ReaperResume);
 
 	ReaperSetState(DSYNC_DB_ACTIVE);
 	ereport(DEBUG1, (errmsg("dsync reaper started")));
