@@ -79,6 +79,9 @@ SELECT token FROM dsync_fences WHERE resource = 'table:public.reg_account';
 -- the table may not, nor poison it through a name of its own.
 SET ROLE regress_dsync_bob;
 SELECT dsync_fence('table:public.reg_account', 60) AS prev_50;
+-- However the table is spelled, it is the table's one mark.
+SELECT dsync_fence('table:reg_account', 60) AS prev_60;
+SELECT regress_err($$SELECT dsync_fence('table:"public"."reg_account"', 55)$$);
 SET ROLE regress_dsync_alice;
 SELECT regress_err($$SELECT dsync_fence('table:public.reg_account', 1000)$$);
 SELECT dsync_fence('public.reg_account', 1000) IS NULL AS a_mark_of_its_own;

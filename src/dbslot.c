@@ -139,7 +139,8 @@ DsyncDbSlotAllocate(Oid dbid, bool reuse_absent)
 	 * assume a watcher was there before a restart or failover and is
 	 * reconnecting: its events must be in the log.
 	 */
-	pg_atomic_write_u64(&slot->watcher_left_at, (uint64) GetCurrentTimestamp());
+	slot->left_placeholder = (uint64) GetCurrentTimestamp();
+	pg_atomic_write_u64(&slot->watcher_left_at, slot->left_placeholder);
 	pg_atomic_write_u32(&slot->held_map_ready, 0);
 	for (int i = 0; i < DSYNC_NUM_COUNTERS; i++)
 		pg_atomic_write_u64(&slot->counters[i], 0);

@@ -81,6 +81,7 @@ typedef struct DsyncDbSlot
 	 * that starts, from when the log was last in use.
 	 */
 	pg_atomic_uint64 watcher_left_at;
+	uint64		left_placeholder;	/* what a new slot set it to, for its worker */
 
 	/* Its worker has read dsync_lease into the held map (heldmap.c). */
 	pg_atomic_uint32 held_map_ready;

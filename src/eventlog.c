@@ -126,40 +126,36 @@ EventLogPrune(const char *table)
 /*
  * DsyncEventLogResume
  *		A worker that starts serving the database (after a start, a crash
- *		restart or a promotion, or after leaving it idle): keep its events
- *		logged for as long as a watcher of the log's last events may still
- *		come back for what it missed, and no longer if the log was not in
- *		use lately.  In a transaction.
+ *		restart or a promotion, or after leaving it idle).  A new slot
+ *		assumes a watcher may be reconnecting (DsyncDbSlotClaim) and keeps
+ *		the log running for dsync.event_retention: that stands if the log
+ *		was ever used here, since a quiet watcher leaves no trace in it, and
+ *		is withdrawn if the log is empty.  A later leave time, recorded by a
+ *		watcher leaving meanwhile, is never lowered.  In a transaction.
  */
 void
 DsyncEventLogResume(void)
 {
 	char	   *table;
-	TimestampTz last_used = 0;
+	bool		used = false;
 	DsyncDbSlot *slot;
+	uint64		placeholder;
 
 	if (OidIsValid(get_extension_oid("dsync", true)) && (table = EventLogTable()) != NULL)
 	{
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "dsync could not connect to SPI to read its event log");
-		if (SPI_execute(psprintf("SELECT sent_at FROM %s ORDER BY seq DESC LIMIT 1", table),
-						true, 1) != SPI_OK_SELECT)
+		if (SPI_execute(psprintf("SELECT FROM %s LIMIT 1", table), true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "dsync could not read its event log");
-		if (SPI_processed == 1)
-		{
-			bool		isnull;
-			Datum		sent_at = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-											1, &isnull);
-
-			if (!isnull)
-				last_used = DatumGetTimestampTz(sent_at);
-		}
+		used = SPI_processed > 0;
 		SPI_finish();
 	}
-	/* As if a watcher had left when the log was last written to. */
 	slot = DsyncDbSlotFind(MyDatabaseId);
-	if (slot != NULL)
-		pg_atomic_write_u64(&slot->watcher_left_at, (uint64) last_used);
+	if (slot == NULL || used)
+		return;
+	placeholder = slot->left_placeholder;
+	if (placeholder != 0)
+		(void) pg_atomic_compare_exchange_u64(&slot->watcher_left_at, &placeholder, 0);
 }
 
 /*

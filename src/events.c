@@ -284,13 +284,13 @@ DsyncDeadlineLower(DsyncDbSlot *slot, TimestampTz deadline)
 
 /*
  * DsyncEventsHeard
- *		Whether this database's events are to be sent now: someone listens
- *		in it, or (with the event log on) someone did lately and may be
- *		reconnecting, in which case the log must have what it missed.  A
+ *		Whether this database's events are to be sent at now: someone
+ *		listens in it, or (with the event log on) someone did lately and may
+ *		be reconnecting, in which case the log must have what it missed.  A
  *		database nobody watches pays nothing for the log.
  */
 static bool
-DsyncEventsHeard(DsyncDbSlot *slot)
+DsyncEventsHeard(DsyncDbSlot *slot, TimestampTz now)
 {
 	TimestampTz left_at;
 
@@ -301,9 +301,7 @@ DsyncEventsHeard(DsyncDbSlot *slot)
 	if (dsync_event_retention <= 0 || slot == NULL ||
 		(left_at = (TimestampTz) pg_atomic_read_u64(&slot->watcher_left_at)) == 0)
 		return false;
-	/* At commit the stop time is set: no clock read. */
-	return GetCurrentTransactionStopTimestamp() <
-		TimestampTzPlusMilliseconds(left_at, (int64) dsync_event_retention * 1000);
+	return now < TimestampTzPlusMilliseconds(left_at, (int64) dsync_event_retention * 1000);
 }
 
 /*
@@ -424,7 +422,8 @@ DsyncEventPublish(List *events, int64 renewals, bool count, bool heard_known)
 		return;
 	}
 	/* Read under the queue lock, after a LISTEN's mark (listen.c). */
-	heard = heard_known || DsyncEventsHeard(slot);
+	/* In the commit callback: the commit's own time, no clock read. */
+	heard = heard_known || DsyncEventsHeard(slot, GetCurrentTransactionStopTimestamp());
 	foreach(lc, events)
 	{
 		DsyncPendingEvent *pe = lfirst(lc);
@@ -637,7 +636,7 @@ DsyncEventPublishNow(const DsyncEvent *events, int nevents, int64 renewals)
 	Assert(nevents <= (int) lengthof(pending));
 	if (slot == NULL)
 		return;
-	heard = nevents > 0 && DsyncEventsHeard(slot);
+	heard = nevents > 0 && DsyncEventsHeard(slot, GetCurrentTimestamp());
 	for (int i = 0; i < nevents; i++)
 	{
 		EventCountKind(events[i].kind, counts);

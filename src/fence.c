@@ -258,11 +258,13 @@ FenceTableOfResource(text *resource)
 				 errmsg("table \"%s\" of fence resource \"%s\" does not exist",
 						name + strlen(FENCE_TABLE_PREFIX), name),
 				 errhint("Resources that begin with \"" FENCE_TABLE_PREFIX "\" are the marks of fenced tables.")));
-	if (pg_class_aclmask(relid, GetUserId(), ACL_INSERT | ACL_UPDATE, ACLMASK_ANY) == 0)
+	if (pg_class_aclmask(relid, GetUserId(), ACL_INSERT | ACL_UPDATE, ACLMASK_ANY) == 0 &&
+		pg_attribute_aclcheck_all(relid, GetUserId(), ACL_INSERT | ACL_UPDATE,
+								  ACLMASK_ANY) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied for fence \"%s\"", name),
-				 errdetail("Moving a table's mark takes INSERT or UPDATE privilege on the table.")));
+				 errdetail("Moving a table's mark takes INSERT or UPDATE privilege on the table or one of its columns.")));
 	if (FenceTableRoot(relid) != relid)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
@@ -298,6 +300,9 @@ dsync_fence(PG_FUNCTION_ARGS)
 
 	DsyncPreventWrite("dsync_fence()");
 	table = FenceTableOfResource(resource);
+	/* However the table was spelled, its mark is the trigger's. */
+	if (OidIsValid(table))
+		resource = FenceTableResource(table);
 	previous = FenceApply(DsyncCatalogGet(fcinfo), resource, token, !OidIsValid(table),
 						  OidIsValid(table) ? FenceRelOwner(table) : GetUserId());
 	if (previous < 0)

@@ -519,7 +519,7 @@ LeaseTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 							  &args->token, retry_at);
 	LeaseStoresClose(&stores);
 	if (granted)
-		DsyncWaitGrantExcludes(args->grant->ttl_usec);
+		DsyncWaitGrantExcludes(DsyncWaitKey(args->lease), args->grant->ttl_usec);
 	return granted;
 }
 

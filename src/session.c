@@ -312,9 +312,14 @@ SessionClaim(const char *table, Oid owner, int64 token, int pid, TimestampTz epo
 	Oid			argtypes[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
 	Datum		args[3] = {Int64GetDatum(token), Int32GetDatum(pid), TimestampTzGetDatum(epoch)};
 
+	/*
+	 * A record locked by someone else is being taken over by a backend
+	 * acquiring the grant again: it is not ours to release, and waiting
+	 * for that transaction could stall a reaper or an exiting backend.
+	 */
 	return SessionExecute(psprintf("SELECT FROM %s WHERE fencing OPERATOR(pg_catalog.=) $1 "
 								   "AND pid OPERATOR(pg_catalog.=) $2 "
-								   "AND epoch OPERATOR(pg_catalog.=) $3 FOR UPDATE", table),
+								   "AND epoch OPERATOR(pg_catalog.=) $3 FOR UPDATE SKIP LOCKED", table),
 						  3, argtypes, args, owner, SPI_OK_SELECT) > 0;
 }
 
@@ -371,8 +376,9 @@ DsyncSessionReleased(int64 token)
 /*
  * SessionReleaseAll
  *		Release this backend's committed session grants and forget their
- *		records, in the current transaction.  A guard of one of them is
- *		waited for, as dsync_release would.
+ *		records, in the current transaction.  An exiting backend cannot be
+ *		interrupted, so it waits for nobody: a grant a guard has locked
+ *		keeps its record, for the next reaper to start (or its ttl).
  */
 static void
 SessionReleaseAll(void)
@@ -396,8 +402,8 @@ SessionReleaseAll(void)
 				 SessionClaim(table, owner, grant->token, MyProcPid,
 							  dsync_shared->session_epoch))
 		{
-			(void) DsyncLeaseReleaseGrant(catalog, lease, holder, grant->token, true);
-			if (table)
+			if (DsyncLeaseReleaseGrant(catalog, lease, holder, grant->token, false) !=
+				DSYNC_RELEASE_BUSY && table)
 				SessionDelete(table, owner, grant->token);
 		}
 	}
@@ -408,8 +414,8 @@ SessionReleaseAll(void)
  *		The backend ends: release its session leases in a transaction of
  *		its own.  Runs before PostgreSQL's own cleanup (callbacks run last
  *		registered first), so any transaction in progress is aborted first.
- *		The session's settings must not make it fail: it is read-write and
- *		waits for locks as long as it takes (guards are short).  An error
+ *		The session's settings must not make it fail: it is read-write, and
+ *		waits for no lock (SessionReleaseAll).  An error
  *		here ends the backend at once (it is exiting already); the ttl then
  *		ends the leases, and the next reaper to start releases durable ones.
  */
@@ -421,8 +427,6 @@ SessionAtExit(int code, Datum arg)
 	AbortOutOfAnyTransaction();
 	StartTransactionCommand();
 	(void) set_config_option("transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE,
-							 GUC_ACTION_LOCAL, true, 0, false);
-	(void) set_config_option("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE,
 							 GUC_ACTION_LOCAL, true, 0, false);
 	(void) set_config_option("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE,
 							 GUC_ACTION_LOCAL, true, 0, false);

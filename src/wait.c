@@ -113,6 +113,7 @@ static uint64 attempt_wake[DSYNC_WAKE_CHANNELS / 64];
  * else can share until at least attempt_until. */
 static TimestampTz attempt_began = 0;
 static TimestampTz attempt_until = 0;
+static uint64 attempt_until_key = 0;	/* the lease attempt_until is about */
 
 /*
  * The last thing this transaction did to quiet_key was a blocked caller's
@@ -245,7 +246,7 @@ DsyncWakeDatabaseAtEnd(void)
 /*
  * DsyncWaitGrantExcludes
  *		The try under way grants something nobody else in line can have
- *		while this transaction runs (a durable plain lease), and if it
+ *		while this transaction runs (the durable plain lease of key), and if it
  *		commits, for ttl_usec from a moment after the try began (so until
  *		at least attempt_until).  So whoever is next need not look
  *		when we leave the queue: the end of our transaction wakes it
@@ -254,10 +255,13 @@ DsyncWakeDatabaseAtEnd(void)
  *		itself before until (DsyncWakeChannel).
  */
 void
-DsyncWaitGrantExcludes(int64 ttl_usec)
+DsyncWaitGrantExcludes(uint64 key, int64 ttl_usec)
 {
 	if (in_internal_attempt)
+	{
 		attempt_until = attempt_began + ttl_usec;
+		attempt_until_key = key;
+	}
 }
 
 /*
@@ -751,6 +755,7 @@ DsyncWaitTry(const DsyncWaitSpec *spec, bool may_take, bool thorough,
 	attempt_noted = false;
 	memset(attempt_wake, 0, sizeof(attempt_wake));
 	attempt_until = 0;
+	attempt_until_key = 0;
 	attempt_began = GetCurrentTimestamp();
 	MemoryContextSwitchTo(oldcontext);
 
@@ -903,7 +908,8 @@ DsyncWaitFor(const DsyncWaitSpec *spec)
 	 * Leaving with an exclusive grant, wake nobody now if our transaction's
 	 * end will: the next in line would only find the lease taken.
 	 */
-	quiet = granted && attempt_until != 0 && DsyncWakePendingFor(spec->key);
+	quiet = granted && attempt_until != 0 && attempt_until_key == spec->key &&
+		DsyncWakePendingFor(spec->key);
 	if (quiet)
 	{
 		quiet_pending = true;

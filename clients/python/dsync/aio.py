@@ -600,6 +600,7 @@ async def awatch(names: Sequence[str], *, conninfo: str, timeout: Optional[Secon
                     retention = await _log_query(conn, c.SQL_RETENTION)
                     gap = resume.away_too_long(time.monotonic() - lost_at,
                                                retention[0][0] if retention else None)
+            lost_at = None
             state = []
             if not resume.started or gap is not None or resume.last is None:
                 cur = await conn.execute(c.SQL_LEASE_STATE, (names,))
@@ -635,7 +636,8 @@ async def awatch(names: Sequence[str], *, conninfo: str, timeout: Optional[Secon
         except psycopg.OperationalError:
             if not reconnect:
                 raise
-            lost_at = time.monotonic()
+            if lost_at is None:     # the first loss counts, not each failed retry
+                lost_at = time.monotonic()
             await asyncio.sleep(0.2)
         finally:
             if notes is not None:

@@ -656,6 +656,7 @@ def watch(names: Sequence[str], *, conninfo: str, timeout: Optional[Seconds] = N
                     retention = _log_query(conn, c.SQL_RETENTION)
                     gap = resume.away_too_long(time.monotonic() - lost_at,
                                                retention[0][0] if retention else None)
+            lost_at = None
             state = []
             if not resume.started or gap is not None or resume.last is None:
                 state = conn.execute(c.SQL_LEASE_STATE, (names,)).fetchall()
@@ -690,7 +691,8 @@ def watch(names: Sequence[str], *, conninfo: str, timeout: Optional[Seconds] = N
         except psycopg.OperationalError:
             if not reconnect:
                 raise
-            lost_at = time.monotonic()
+            if lost_at is None:     # the first loss counts, not each failed retry
+                lost_at = time.monotonic()
             time.sleep(0.2)
         finally:
             conn.close()
