@@ -36,7 +36,8 @@ OBJS = \
 	src/fence.o \
 	src/eventlog.o \
 	src/session.o \
-	src/multi.o
+	src/multi.o \
+	src/sqlexec.o
 
 # The install and upgrade scripts sit at the top, as in contrib.
 DATA = $(sort $(wildcard dsync--*.sql))

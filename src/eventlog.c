@@ -45,6 +45,7 @@
 #include "dbslot.h"
 #include "events.h"
 #include "settings.h"
+#include "sqlexec.h"
 
 /* How often the log is pruned, at most. */
 #define EVENT_LOG_PRUNE_MS	1000
@@ -118,8 +119,8 @@ EventLogPrune(const char *table)
 						 table, table, table);
 	args[0] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now,
 															  -(int64) dsync_event_retention * 1000));
-	if (SPI_execute_with_args(sql.data, 1, argtypes, args, NULL, false, 0) != SPI_OK_DELETE)
-		elog(ERROR, "dsync could not prune its event log");
+	DsyncSqlCheck(SPI_execute_with_args(sql.data, 1, argtypes, args, NULL, false, 0),
+				  SPI_OK_DELETE, "prune its event log");
 	pfree(sql.data);
 }
 
@@ -143,10 +144,9 @@ DsyncEventLogResume(void)
 
 	if (OidIsValid(get_extension_oid("dsync", true)) && (table = EventLogTable()) != NULL)
 	{
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "dsync could not connect to SPI to read its event log");
-		if (SPI_execute(psprintf("SELECT FROM %s LIMIT 1", table), true, 1) != SPI_OK_SELECT)
-			elog(ERROR, "dsync could not read its event log");
+		DsyncSqlConnect("read its event log");
+		DsyncSqlCheck(SPI_execute(psprintf("SELECT FROM %s LIMIT 1", table), true, 1),
+					  SPI_OK_SELECT, "read its event log");
 		used = SPI_processed > 0;
 		SPI_finish();
 	}
@@ -202,8 +202,7 @@ DsyncEventLogAppend(List *events)
 		}
 	}
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "dsync could not connect to SPI to write its event log");
+	DsyncSqlConnect("write its event log");
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (n > 0)
 	{
@@ -219,8 +218,8 @@ DsyncEventLogAppend(List *events)
 		args[1] = EventLogArray(names, n, TEXTOID);
 		args[2] = EventLogArray(channels, n, TEXTOID);
 		args[3] = EventLogArray(payloads, n, TEXTOID);
-		if (SPI_execute_with_args(sql.data, 4, argtypes, args, NULL, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "dsync could not write its event log");
+		DsyncSqlCheck(SPI_execute_with_args(sql.data, 4, argtypes, args, NULL, false, 0),
+					  SPI_OK_INSERT, "write its event log");
 		pfree(sql.data);
 	}
 	EventLogPrune(table);

@@ -519,7 +519,7 @@ LeaseTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 							  &args->token, retry_at);
 	LeaseStoresClose(&stores);
 	if (granted)
-		DsyncWaitGrantExcludes(DsyncWaitKey(args->lease), args->grant->ttl_usec);
+		DsyncWaitGrantExcludes(args->lease, args->grant->ttl_usec);
 	return granted;
 }
 
@@ -627,6 +627,28 @@ dsync_acquire(PG_FUNCTION_ARGS)
 }
 
 /*
+ * LeaseFindHeld
+ *		The row in which holder holds the lease live now, not locked: its
+ *		plain lease, or its permit of a semaphore; *store tells which table
+ *		it is in.  NULL if it holds neither.
+ */
+static DsyncRow *
+LeaseFindHeld(LeaseStores *stores, text *lease, text *holder, DsyncStore **store)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	DsyncRow   *row;
+
+	*store = &stores->lease;
+	row = DsyncLeaseFindPlain(&stores->lease, lease);
+	if (row != NULL && DsyncRowIsLive(row, now) && DsyncRowHolderIs(row, holder))
+		return row;
+	if (!LeaseMayHavePermits(stores))
+		return NULL;
+	*store = &stores->permit;
+	return DsyncPermitFindHeld(&stores->permit, lease, holder, now);
+}
+
+/*
  * LeaseLockHeld
  *		Find and lock the row in which holder holds the lease live (its
  *		plain lease, or its permit of a semaphore), for a change by that
@@ -640,20 +662,9 @@ LeaseLockHeld(LeaseStores *stores, text *lease, text *holder, LockTupleMode mode
 	for (;;)
 	{
 		DsyncRow   *row;
-		TimestampTz now = GetCurrentTimestamp();
 
 		CHECK_FOR_INTERRUPTS();
-		*store = &stores->lease;
-		row = DsyncLeaseFindPlain(&stores->lease, lease);
-		if (row == NULL || !DsyncRowIsLive(row, now) || !DsyncRowHolderIs(row, holder))
-		{
-			row = NULL;
-			if (LeaseMayHavePermits(stores))
-			{
-				*store = &stores->permit;
-				row = DsyncPermitFindHeld(&stores->permit, lease, holder, now);
-			}
-		}
+		row = LeaseFindHeld(stores, lease, holder, store);
 		if (row == NULL || !DsyncRowOwnerIsCaller(row, Anum_lease_owner))
 			return NULL;
 		if (DsyncStoreLock(*store, row, mode, LockWaitBlock) != TM_Ok)
@@ -878,21 +889,12 @@ DsyncLeaseReleaseGrant(const DsyncCatalog *catalog, text *lease, text *holder, i
 	LeaseStoresOpenCatalog(&stores, catalog, true);
 	for (;;)
 	{
-		DsyncStore *store = &stores.lease;
-		DsyncRow   *row = DsyncLeaseFindPlain(&stores.lease, lease);
-		TimestampTz now = GetCurrentTimestamp();
+		DsyncStore *store;
+		DsyncRow   *row;
 		TM_Result	locked;
 
 		CHECK_FOR_INTERRUPTS();
-		if (row == NULL || !DsyncRowIsLive(row, now) || !DsyncRowHolderIs(row, holder))
-		{
-			row = NULL;
-			if (LeaseMayHavePermits(&stores))
-			{
-				store = &stores.permit;
-				row = DsyncPermitFindHeld(&stores.permit, lease, holder, now);
-			}
-		}
+		row = LeaseFindHeld(&stores, lease, holder, &store);
 		if (row == NULL || DatumGetInt64(row->values[Anum_lease_fencing - 1]) != token)
 			break;
 		locked = DsyncStoreLock(store, row, LockTupleNoKeyExclusive,

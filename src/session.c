@@ -50,6 +50,7 @@
 #include "ephemeral.h"
 #include "lease.h"
 #include "shmem.h"
+#include "sqlexec.h"
 
 /* One session grant of this backend. */
 typedef struct SessionGrant
@@ -119,14 +120,12 @@ SessionExecute(const char *sql, int nargs, Oid *argtypes, Datum *args, Oid owner
 	GetUserIdAndSecContext(&saved_user, &saved_context);
 	SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "dsync could not connect to SPI for its session table");
+	DsyncSqlConnect("use its session table");
 	rc = SPI_execute_with_args(sql, nargs, argtypes, args, NULL, false, 0);
 	processed = SPI_processed;
 	SPI_finish();
 	SetUserIdAndSecContext(saved_user, saved_context);
-	if (rc != expected)
-		elog(ERROR, "dsync could not use its session table: %s", SPI_result_code_string(rc));
+	DsyncSqlCheck(rc, expected, "use its session table");
 	return processed;
 }
 
@@ -458,11 +457,10 @@ DsyncSessionSweep(void)
 
 	if (table == NULL)
 		return;
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "dsync could not connect to SPI for its session table");
-	if (SPI_execute(psprintf("SELECT fencing, name, holder, epoch, pid FROM %s", table),
-					true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "dsync could not read its session table");
+	DsyncSqlConnect("read its session table");
+	DsyncSqlCheck(SPI_execute(psprintf("SELECT fencing, name, holder, epoch, pid FROM %s", table),
+							  true, 0),
+				  SPI_OK_SELECT, "read its session table");
 	n = SPI_processed;
 	for (uint64 i = 0; i < n; i++)
 	{

@@ -246,7 +246,7 @@ DsyncWakeDatabaseAtEnd(void)
 /*
  * DsyncWaitGrantExcludes
  *		The try under way grants something nobody else in line can have
- *		while this transaction runs (the durable plain lease of key), and if it
+ *		while this transaction runs (the durable plain lease), and if it
  *		commits, for ttl_usec from a moment after the try began (so until
  *		at least attempt_until).  So whoever is next need not look
  *		when we leave the queue: the end of our transaction wakes it
@@ -255,12 +255,13 @@ DsyncWakeDatabaseAtEnd(void)
  *		itself before until (DsyncWakeChannel).
  */
 void
-DsyncWaitGrantExcludes(uint64 key, int64 ttl_usec)
+DsyncWaitGrantExcludes(text *lease, int64 ttl_usec)
 {
+	/* Outside a blocked caller's try (wait = 0) nothing is noted: no hashing. */
 	if (in_internal_attempt)
 	{
 		attempt_until = attempt_began + ttl_usec;
-		attempt_until_key = key;
+		attempt_until_key = DsyncWaitKey(lease);
 	}
 }
 

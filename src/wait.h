@@ -50,7 +50,7 @@ extern void DsyncWakeNow(uint64 key);
 extern void DsyncWakeDatabaseNow(void);
 extern bool DsyncWaitMayTake(uint64 key, Oid roleid);
 extern void DsyncWaitEvict(uint64 key, Oid owner);
-extern void DsyncWaitGrantExcludes(uint64 key, int64 ttl_usec);
+extern void DsyncWaitGrantExcludes(text *lease, int64 ttl_usec);
 extern void DsyncXactChanged(void);
 
 /*
