@@ -37,6 +37,7 @@ OBJS = \
 	src/eventlog.o \
 	src/session.o \
 	src/multi.o \
+	src/shared.o \
 	src/sqlexec.o
 
 # The install and upgrade scripts sit at the top, as in contrib.

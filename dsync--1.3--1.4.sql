@@ -176,3 +176,40 @@ $$;
 
 COMMENT ON FUNCTION @extschema@.dsync_events_horizon() IS
 'the greatest event seq that may no longer be retained; a watcher that last saw a smaller seq has missed events';
+
+-- Read-write locks ---------------------------------------------------------
+
+CREATE FUNCTION @extschema@.dsync_acquire_shared(
+	lease text,
+	holder text,
+	ttl interval DEFAULT '30 seconds',
+	wait interval DEFAULT '0',
+	info jsonb DEFAULT NULL,
+	session boolean DEFAULT false)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'dsync_acquire_shared'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.dsync_acquire_shared(text, text, interval, interval, jsonb, boolean) IS
+'take a lease shared for ttl, together with other shared holders and never with an exclusive one; returns the fencing token, or NULL if it could not be had within wait; queues behind exclusive waiters';
+
+/*
+ * dsync_leases.mode: exclusive (dsync_acquire, a plain lease or one
+ * permit) or shared (dsync_acquire_shared).  Added last: a view's columns
+ * can only be appended.
+ */
+ALTER FOREIGN TABLE @extschema@.dsync_lease_scan ADD COLUMN mode text;
+
+CREATE OR REPLACE VIEW @extschema@.dsync_leases AS
+SELECT r.lease,
+	   r.holder,
+	   r.fencing,
+	   r.permits,
+	   r.acquired_at,
+	   r.renewed_at,
+	   r.expires_at,
+	   r.ttl,
+	   r.info,
+	   pg_catalog.pg_get_userbyid(r.owner) AS owner,
+	   r.mode
+  FROM @extschema@.dsync_lease_scan AS r;

@@ -69,6 +69,7 @@ typedef struct Options
 	int64_t		wait_ms;		/* -1: wait without limit */
 	int64_t		grace_ms;
 	int			permits;
+	bool		shared;			/* lock --shared: dsync_acquire_shared */
 	bool		json;
 	char	  **command;
 } Options;

@@ -62,7 +62,11 @@ Acquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms,
 	 * statement had run when that was measured (it may have waited long),
 	 * both by the server's clock.
 	 */
-	if (!PQsendQueryParams(conn,
+	if (!PQsendQueryParams(conn, opt->shared ?
+						   "SELECT t, extract(epoch FROM l.expires_at - clock_timestamp()) * 1000,"
+						   "       extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000"
+						   "  FROM dsync_acquire_shared($1, $2, $3::interval, $4::interval, $5::jsonb) AS t"
+						   "  LEFT JOIN dsync_leases l ON l.lease = $1 AND l.holder = $2" :
 						   "SELECT t, extract(epoch FROM l.expires_at - clock_timestamp()) * 1000,"
 						   "       extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000"
 						   "  FROM dsync_acquire($1, $2, $3::interval, $4::interval, $5::jsonb) AS t"

@@ -5,7 +5,7 @@
  *		while leader, watch events, show leases.  Built on libpq; this
  *		file is the command line (dsync_cli.h lists the other parts).
  *
- *	dsync lock NAME [--ttl 30s] [--wait DURATION] [--permits N] -- CMD...
+ *	dsync lock NAME [--ttl 30s] [--wait DURATION] [--permits N | --shared] -- CMD...
  *	dsync elect GROUP [--ttl 15s] [--id ID] [--info JSON] -- CMD...
  *	dsync watch GROUP|NAME [--json]
  *	dsync status [NAME]
@@ -54,7 +54,7 @@ Usage(FILE *out)
 			"dsync: leases, leader election and events from PostgreSQL (dsync extension)\n"
 			"\n"
 			"Usage:\n"
-			"  dsync [--dsn DSN] lock NAME [--ttl 30s] [--wait DURATION] [--permits N]\n"
+			"  dsync [--dsn DSN] lock NAME [--ttl 30s] [--wait DURATION] [--permits N | --shared]\n"
 			"                   [--holder ID] [--grace 5s] -- COMMAND [ARGS...]\n"
 			"  dsync [--dsn DSN] elect GROUP [--ttl 15s] [--id ID] [--info JSON]\n"
 			"                   [--grace 5s] -- COMMAND [ARGS...]\n"
@@ -65,7 +65,9 @@ Usage(FILE *out)
 			"lock   runs COMMAND while holding the lease NAME (or one permit of an\n"
 			"       N-permit semaphore), renewing it every ttl/3, and releases it when\n"
 			"       COMMAND exits; exits with COMMAND's status, or 75 if --wait ran out.\n"
-			"       Without --wait it waits as long as it takes.\n"
+			"       Without --wait it waits as long as it takes.  --shared takes it as\n"
+			"       one of any number of shared holders (a read lock), never together\n"
+			"       with an exclusive one.\n"
 			"elect  joins GROUP and campaigns for its lease; runs COMMAND only while\n"
 			"       leader, and campaigns again if leadership is lost.\n"
 			"watch  prints lease, membership and event notifications as they happen.\n"
@@ -186,6 +188,7 @@ main(int argc, char **argv)
 		{"ttl", required_argument, NULL, 't'},
 		{"wait", required_argument, NULL, 'w'},
 		{"permits", required_argument, NULL, 'p'},
+		{"shared", no_argument, NULL, 's'},
 		{"holder", required_argument, NULL, 'H'},
 		{"id", required_argument, NULL, 'i'},
 		{"info", required_argument, NULL, 'I'},
@@ -254,6 +257,9 @@ main(int argc, char **argv)
 						opt.permits = (int) v;
 					}
 					break;
+				case 's':
+					opt.shared = true;
+					break;
 				case 'H':
 				case 'i':
 					opt.holder = optarg;
@@ -299,8 +305,10 @@ main(int argc, char **argv)
 			UsageError("unexpected argument \"%s\" (the command goes after \"--\")", argv[optind]);
 		if (!saw_dashdash || optind >= argc)
 			UsageError("%s needs \"-- COMMAND [ARGS...]\"", cmd);
-		if (elect && (opt.permits != 1 || opt.wait_ms >= 0))
-			UsageError("elect takes no --permits or --wait");
+		if (elect && (opt.permits != 1 || opt.wait_ms >= 0 || opt.shared))
+			UsageError("elect takes no --permits, --shared or --wait");
+		if (opt.shared && opt.permits != 1)
+			UsageError("--shared and --permits cannot be used together");
 		if (!elect && opt.json)
 			UsageError("lock takes no --json");
 		opt.command = &argv[optind];
@@ -317,8 +325,8 @@ main(int argc, char **argv)
 	if (optind < argc)
 		UsageError("unexpected argument \"%s\"", argv[optind]);
 	if (opt.command || opt.holder || opt.info || ttl_given || opt.wait_ms >= 0 ||
-		opt.permits != 1)
-		UsageError("%s takes no --ttl, --wait, --permits, --holder, --id or --info", cmd);
+		opt.permits != 1 || opt.shared)
+		UsageError("%s takes no --ttl, --wait, --permits, --shared, --holder, --id or --info", cmd);
 	if (command == DSYNC_CMD_WATCH)
 	{
 		if (opt.name == NULL)

@@ -79,6 +79,15 @@ SELECT dsync_acquire('eph-then-sem', 'd', '1 minute') IS NOT NULL AS permit_afte
 SELECT dsync_release('eph-then-sem', 'd');
 SELECT dsync_semaphore_drop('eph-then-sem');
 
+-- one name in one kind at a time: shared holders keep ephemeral grants out,
+-- and an ephemeral holder keeps shared acquirers out
+SELECT dsync_acquire_shared('eph-rw', 'r1', '1 minute') IS NOT NULL AS shared_granted;
+SELECT dsync_acquire('eph-rw', 'w1', '1 second', durable => false) IS NULL AS eph_refused;
+SELECT dsync_release('eph-rw', 'r1');
+SELECT dsync_acquire('eph-rw', 'w1', '1 second', durable => false) IS NOT NULL AS eph_granted;
+SELECT dsync_acquire_shared('eph-rw', 'r1') IS NULL AS shared_refused;
+SELECT dsync_release('eph-rw', 'w1');
+
 -- dsync_stats counts ephemeral grants too
 SELECT grants >= 6 AS counted FROM dsync_stats;
 

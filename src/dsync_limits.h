@@ -15,4 +15,10 @@
 /* Most permits a semaphore may have. */
 #define DSYNC_MAX_PERMITS		65535
 
+/*
+ * The shared holders of a read-write lock are rows of dsync_permit from
+ * this slot on, above every semaphore permit (shared.c).
+ */
+#define DSYNC_SHARED_SLOT		65536
+
 #endif							/* DSYNC_LIMITS_H */

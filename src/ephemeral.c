@@ -425,17 +425,45 @@ DsyncEphemeralCheckGrant(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 				 errhint("Acquire its permits with durable => true.")));
 }
 
+/* The tables an ephemeral grant looks at when the held map does not clear it. */
+typedef struct EphemeralStores
+{
+	DsyncStore	lease;
+	DsyncStore	permit;
+	bool		has_permits;	/* dsync_permit exists (1.2) */
+} EphemeralStores;
+
+static bool EphemeralPlainTaken(DsyncStore *store, text *lease, TimestampTz now,
+								TimestampTz *retry_at);
+
 /*
  * EphemeralDurableTaken
  *		Whether dsync_lease has the name held, or being changed or guarded
- *		by a transaction still running; *retry_at is set to a live holder's
+ *		by a transaction still running, or dsync_permit has a shared holder
+ *		of it held or being granted; *retry_at is set to a live holder's
  *		expiry.  The row is found at its cached location; without one, a
  *		single dirty-snapshot probe of the index answers (a name with no
  *		row, the common case for names used only ephemerally, costs one
  *		probe, not a committed-state one and then a dirty one).
  */
 static bool
-EphemeralDurableTaken(DsyncStore *store, text *lease, TimestampTz now, TimestampTz *retry_at)
+EphemeralDurableTaken(EphemeralStores *stores, text *lease, TimestampTz now,
+					  TimestampTz *retry_at)
+{
+	/* Shared holders (shared.c), held or being granted. */
+	if (stores->has_permits &&
+		DsyncStoreKeysTaken(&stores->permit, lease, Int32GetDatum(DSYNC_SHARED_SLOT), true,
+							now, retry_at))
+		return true;
+	return EphemeralPlainTaken(&stores->lease, lease, now, retry_at);
+}
+
+/*
+ * EphemeralPlainTaken
+ *		EphemeralDurableTaken for the name's plain row in dsync_lease.
+ */
+static bool
+EphemeralPlainTaken(DsyncStore *store, text *lease, TimestampTz now, TimestampTz *retry_at)
 {
 	DsyncRow   *row = DsyncScanKeyCached(store, lease, 0);
 
@@ -546,25 +574,35 @@ DsyncEphemeralForgetDatabase(Oid dbid)
 
 /*
  * EphemeralStoreOpen
- *		Open dsync_lease and its index for a grant's look: before the
- *		partition lock, since relation locks are never taken under it.
+ *		Open dsync_lease, dsync_permit (shared holders) and their indexes
+ *		for a grant's look: before the partition lock, since relation locks
+ *		are never taken under it.
  */
 static void
-EphemeralStoreOpen(DsyncStore *store, const DsyncCatalog *catalog)
+EphemeralStoreOpen(EphemeralStores *stores, const DsyncCatalog *catalog)
 {
-	DsyncStoreOpenCatalog(store, catalog, DSYNC_TABLE_LEASE, false);
-	(void) DsyncStoreIndex(store);
+	DsyncStoreOpenCatalog(&stores->lease, catalog, DSYNC_TABLE_LEASE, false);
+	(void) DsyncStoreIndex(&stores->lease);
+	stores->has_permits = OidIsValid(catalog->rels[DSYNC_TABLE_PERMIT]);
+	if (stores->has_permits)
+	{
+		DsyncStoreOpenCatalog(&stores->permit, catalog, DSYNC_TABLE_PERMIT, false);
+		(void) DsyncStoreIndex(&stores->permit);
+	}
 }
 
 /*
  * EphemeralStoreClose
- *		Close dsync_lease if a grant opened it.
+ *		Close what EphemeralStoreOpen opened, if a grant opened it.
  */
 static void
-EphemeralStoreClose(DsyncStore *store, bool opened)
+EphemeralStoreClose(EphemeralStores *stores, bool opened)
 {
-	if (opened)
-		DsyncStoreClose(store);
+	if (!opened)
+		return;
+	if (stores->has_permits)
+		DsyncStoreClose(&stores->permit);
+	DsyncStoreClose(&stores->lease);
 }
 
 /*
@@ -578,7 +616,7 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 						 bool may_take, int64 *token, TimestampTz *retry_at)
 {
 	const DsyncCatalog *catalog = DsyncCatalogGet(fcinfo);
-	DsyncStore	store;
+	EphemeralStores store;
 	EphemeralKey key;
 	uint32		hash;
 	LWLock	   *lock;

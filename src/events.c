@@ -754,6 +754,8 @@ DsyncEventPayload(const DsyncEvent *event)
 				appendStringInfoString(&buf, ",\"expires_at\":");
 				DsyncEventTimestamp(&buf, event->expires_at);
 			}
+			if (event->slot >= DSYNC_SHARED_SLOT)
+				appendStringInfoString(&buf, ",\"mode\":\"shared\"");
 			break;
 		case DSYNC_EVENT_JOINED:
 		case DSYNC_EVENT_LEFT:

@@ -229,26 +229,20 @@ DsyncHeldMapClear(DsyncDbSlot *slot, uint32 hash, TimestampTz now)
 }
 
 /*
- * DsyncHeldMapFill
- *		Make the database's map ready: raise the bucket of every version
- *		of dsync_lease with a live holder, committed or not.  For the
- *		worker, in a transaction, once after this shared memory was set
- *		up; grants made meanwhile raise their buckets themselves.
+ * HeldMapFillTable
+ *		Raise the bucket of every version with a live holder, committed or
+ *		not, of one table: the plain rows of dsync_lease, or the shared
+ *		holders' rows of dsync_permit.
  */
-void
-DsyncHeldMapFill(DsyncDbSlot *slot)
+static void
+HeldMapFillTable(const DsyncCatalog *catalog, DsyncTable table, TimestampTz now)
 {
-	const DsyncCatalog *catalog;
 	DsyncStore	store;
 	TupleDesc	desc;
 	TableScanDesc scan;
 	HeapTuple	tuple;
-	TimestampTz now = GetCurrentTimestamp();
 
-	if (heldmap == NULL || pg_atomic_read_u32(&slot->held_map_ready) != 0)
-		return;
-	catalog = DsyncCatalogFromExtension();
-	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_LEASE, false);
+	DsyncStoreOpenCatalog(&store, catalog, table, false);
 	desc = RelationGetDescr(store.rel);
 	scan = table_beginscan(store.rel, SnapshotAny, 0, NULL);
 	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
@@ -260,7 +254,8 @@ DsyncHeldMapFill(DsyncDbSlot *slot)
 		CHECK_FOR_INTERRUPTS();
 		/* Only what decides, and the name last: most versions are free or dead. */
 		value = heap_getattr(tuple, Anum_lease_slot, desc, &isnull);
-		if (isnull || DatumGetInt32(value) != 0)
+		if (isnull || (table == DSYNC_TABLE_LEASE ? DatumGetInt32(value) != 0 :
+					   DatumGetInt32(value) < DSYNC_SHARED_SLOT))
 			continue;
 		(void) heap_getattr(tuple, Anum_lease_holder, desc, &isnull);
 		if (isnull)
@@ -280,6 +275,28 @@ DsyncHeldMapFill(DsyncDbSlot *slot)
 	}
 	table_endscan(scan);
 	DsyncStoreClose(&store);
+}
+
+/*
+ * DsyncHeldMapFill
+ *		Make the database's map ready: raise the bucket of every version
+ *		of a plain lease or a shared holder with a live holder, committed
+ *		or not.  For the worker, in a transaction, once after this shared
+ *		memory was set up; grants made meanwhile raise their buckets
+ *		themselves.
+ */
+void
+DsyncHeldMapFill(DsyncDbSlot *slot)
+{
+	const DsyncCatalog *catalog;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (heldmap == NULL || pg_atomic_read_u32(&slot->held_map_ready) != 0)
+		return;
+	catalog = DsyncCatalogFromExtension();
+	HeldMapFillTable(catalog, DSYNC_TABLE_LEASE, now);
+	if (OidIsValid(catalog->rels[DSYNC_TABLE_PERMIT]))
+		HeldMapFillTable(catalog, DSYNC_TABLE_PERMIT, now);
 	/* The raises before the flag (a full barrier). */
 	pg_memory_barrier();
 	pg_atomic_write_u32(&slot->held_map_ready, 1);

@@ -258,15 +258,19 @@ DsyncLeaseRelease(DsyncStore *store, DsyncRow *row)
 }
 
 /*
- * LeaseLeftoverPermits
- *		The live holders a name still has in dsync_permit after its
- *		semaphore was dropped (they keep their permits until they let go).
- *		Sets *mine to the caller's holder's permit, if it is one of them,
- *		and *earliest to their earliest expiry.
+ * LeasePermitHolders
+ *		The holders a name has in dsync_permit while it has no semaphore:
+ *		its shared holders (shared.c), and holders of a dropped semaphore's
+ *		permits, who keep them until they let go.  An expired one that a
+ *		transaction still guards or changes counts too.  Sets *mine to the
+ *		caller's holder's live row, if it is one of them, and *earliest to
+ *		their earliest expiry.  Read as last committed: an exclusive grant
+ *		asks once it has locked or written the plain row, which no shared
+ *		grant in progress lets it do.
  */
 static int
-LeaseLeftoverPermits(LeaseStores *stores, text *lease, text *holder, DsyncRow **mine,
-					 TimestampTz *earliest)
+LeasePermitHolders(LeaseStores *stores, text *lease, text *holder, DsyncRow **mine,
+				   TimestampTz *earliest)
 {
 	DsyncScan  *scan;
 	DsyncRow   *row;
@@ -279,8 +283,14 @@ LeaseLeftoverPermits(LeaseStores *stores, text *lease, text *holder, DsyncRow **
 	scan = DsyncScanName(&stores->permit, lease);
 	while ((row = DsyncScanNext(scan)) != NULL)
 	{
-		if (!DsyncRowIsLive(row, now))
+		if (row->nulls[Anum_lease_holder - 1])
 			continue;
+		if (!DsyncRowIsLive(row, now))
+		{
+			if (!row->unlocked && DsyncRowXmaxRunning(row))
+				live++;			/* guarded past its expiry */
+			continue;
+		}
 		live++;
 		if (DsyncRowHolderIs(row, holder))
 			*mine = row;
@@ -292,22 +302,65 @@ LeaseLeftoverPermits(LeaseStores *stores, text *lease, text *holder, DsyncRow **
 }
 
 /*
+ * LeaseRefuseUpgrade
+ *		A holder asking for exclusively the lease it holds shared: it would
+ *		wait for itself.
+ */
+static void
+LeaseRefuseUpgrade(text *lease, text *holder)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("lease \"%s\" is held shared by holder \"%s\"",
+					text_to_cstring(lease), text_to_cstring(holder)),
+			 errdetail("A shared holder cannot take its lease exclusively."),
+			 errhint("Release the shared lease with dsync_release() first.")));
+}
+
+/*
  * LeaseTakeOver
  *		The fast path of a grant of a free or expired row read with no
- *		lock: write the grant over it in one update.  TM_Ok: granted, the
- *		token set, the events recorded.  Otherwise nothing was done: the
- *		row changed (TM_Updated, TM_Deleted) or is locked (TM_BeingModified).
+ *		lock: write the grant over it in one update, holding ephemeral
+ *		grants of the name off while it does.  TM_Ok: granted, the token
+ *		set, the events recorded.  Otherwise nothing was granted: the row
+ *		changed (TM_Updated, TM_Deleted), is locked (TM_BeingModified), or
+ *		an ephemeral lease holds the name (TM_WouldBlock, *retry_at set).
+ *
+ * A shared grant locks the row before it writes its own (shared.c), so it
+ * cannot run while the update holds the row; but one that locked the row,
+ * wrote its own and committed between the caller's look for shared
+ * holders and the update would be missed.  So the look is made again once
+ * the update holds the row (after the ephemeral window: it may open
+ * relations); in that rare case the row gets its previous values back
+ * (the update still holds it until our transaction ends) and the caller
+ * looks again.
  */
 static TM_Result
-LeaseTakeOver(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant, int64 *token)
+LeaseTakeOver(LeaseStores *stores, DsyncRow *row, const LeaseGrant *grant, int64 *token,
+			  TimestampTz *retry_at)
 {
+	DsyncStore *store = &stores->lease;
+	text	   *lease = DatumGetTextPP(row->values[Anum_lease_name - 1]);
 	DsyncRow	grant_row = *row;
 	TM_Result	result;
+	DsyncRow   *mine;
+	TimestampTz earliest = 0;
 
+	if (!DsyncEphemeralExclude(store->catalog, lease, retry_at))
+		return TM_WouldBlock;
 	DsyncLeaseSetGrant(store, &grant_row, grant);
 	result = DsyncStoreTryUpdate(store, &grant_row);
+	DsyncEphemeralExcludeEnd();
 	if (result != TM_Ok)
 		return result;
+	if (LeasePermitHolders(stores, lease, grant->holder, &mine, &earliest) > 0)
+	{
+		DsyncRow	undo = *row;
+
+		undo.tid = grant_row.tid;
+		DsyncStoreUpdate(store, &undo);
+		return TM_Updated;
+	}
 	/* Taking over an expired lease announces its expiry first. */
 	if (!row->nulls[Anum_lease_holder - 1])
 		DsyncEventRecord(DSYNC_EVENT_EXPIRED, row);
@@ -408,11 +461,16 @@ LeaseTryAcquire(LeaseStores *stores, text *lease, const LeaseGrant *grant,
 			return false;
 		}
 
-		/* Holders of a dropped semaphore's permits keep the name busy. */
-		if (LeaseLeftoverPermits(stores, lease, grant->holder, &mine, retry_at) > 0)
+		/*
+		 * Shared holders, and holders of a dropped semaphore's permits,
+		 * keep the name busy.  Looked at again once the row is ours.
+		 */
+		if (LeasePermitHolders(stores, lease, grant->holder, &mine, retry_at) > 0)
 		{
 			if (mine == NULL || !DsyncRowOwnerIsCaller(mine, Anum_lease_owner))
 				return false;
+			if (DsyncRowSlot(mine) >= DSYNC_SHARED_SLOT)
+				LeaseRefuseUpgrade(lease, grant->holder);
 			result = DsyncStoreLock(&stores->permit, mine, LockTupleNoKeyExclusive,
 									LockWaitSkip);
 			if (result == TM_WouldBlock)
@@ -441,7 +499,16 @@ LeaseTryAcquire(LeaseStores *stores, text *lease, const LeaseGrant *grant,
 				case DSYNC_CLAIM_OK:
 					break;
 			}
-			if (!DsyncEphemeralExclude(stores->lease.catalog, lease, retry_at))
+			/*
+			 * Shared holders of a name with no plain row claim its insert
+			 * in share mode while they write theirs: now that we hold the
+			 * claim, theirs are all written, committed or not.
+			 */
+			if (LeasePermitHolders(stores, lease, grant->holder, &mine, retry_at) > 0 ||
+				(LeaseMayHavePermits(stores) &&
+				 DsyncStoreKeysTaken(&stores->permit, lease, Int32GetDatum(DSYNC_SHARED_SLOT),
+									 true, GetCurrentTimestamp(), retry_at)) ||
+				!DsyncEphemeralExclude(stores->lease.catalog, lease, retry_at))
 			{
 				DsyncStoreUnclaimKey(&stores->lease, lease, Int32GetDatum(0));
 				return false;
@@ -459,14 +526,13 @@ LeaseTryAcquire(LeaseStores *stores, text *lease, const LeaseGrant *grant,
 		}
 
 		/* Free or expired: take it if nobody else is changing it. */
-		if (!DsyncEphemeralExclude(stores->lease.catalog, lease, retry_at))
-			return false;
-		result = LeaseTakeOver(&stores->lease, row, grant, token);
-		DsyncEphemeralExcludeEnd();
+		result = LeaseTakeOver(stores, row, grant, token, retry_at);
 		switch (result)
 		{
 			case TM_Ok:
 				return true;
+			case TM_WouldBlock:
+				return false;	/* an ephemeral lease holds it */
 			case TM_Updated:
 			case TM_Deleted:
 				continue;
@@ -478,6 +544,9 @@ LeaseTryAcquire(LeaseStores *stores, text *lease, const LeaseGrant *grant,
 			return false;
 		if (result != TM_Ok || DsyncRowIsLive(row, GetCurrentTimestamp()))
 			continue;
+		/* The row is ours: no shared grant can begin now. */
+		if (LeasePermitHolders(stores, lease, grant->holder, &mine, retry_at) > 0)
+			return false;
 		if (!DsyncEphemeralExclude(stores->lease.catalog, lease, retry_at))
 			return false;
 		/* Taking over an expired lease announces its expiry first. */
@@ -548,6 +617,50 @@ DsyncLeaseTryGrant(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant
 }
 
 /*
+ * DsyncLeaseGrantArgs
+ *		The arguments every acquire function takes after the name: holder,
+ *		ttl, wait and info (positions 1 to 4), checked.
+ */
+void
+DsyncLeaseGrantArgs(FunctionCallInfo fcinfo, LeaseGrant *grant, bool *wait_forever,
+					int64 *wait_usec)
+{
+	grant->holder = DsyncArgName(fcinfo, 1, "holder");
+	grant->ttl_usec = DsyncArgTtl(fcinfo, 2, "ttl", false, &grant->ttl);
+	(void) DsyncExpiry(GetCurrentTimestamp(), grant->ttl_usec, "ttl");
+	DsyncArgWait(fcinfo, 3, "wait", wait_forever, wait_usec);
+	grant->info_null = PG_ARGISNULL(4);
+	grant->info = grant->info_null ? (Datum) 0 : JsonbPGetDatum(PG_GETARG_JSONB_P(4));
+}
+
+/*
+ * DsyncLeaseAcquireWait
+ *		Acquire one name with try_fn: in the name's queue for up to the
+ *		wait (kind shows in dsync_waiters), or with wait = 0 one try that
+ *		respects the queue.
+ */
+bool
+DsyncLeaseAcquireWait(text *lease, text *holder, const char *kind, DsyncTryFunc try_fn,
+					  void *arg, bool wait_forever, int64 wait_usec)
+{
+	DsyncWaitSpec spec;
+	TimestampTz retry_at;
+
+	if (!wait_forever && wait_usec == 0)
+		return try_fn(arg, DsyncWaitMayTake(DsyncWaitKey(lease), InvalidOid), false, &retry_at);
+	spec.key = DsyncWaitKey(lease);
+	spec.roleid = InvalidOid;
+	spec.kind = kind;
+	spec.name = lease;
+	spec.holder = holder;
+	spec.forever = wait_forever;
+	spec.deadline = wait_forever ? 0 : DsyncExpiry(GetCurrentTimestamp(), wait_usec, "wait");
+	spec.try_fn = try_fn;
+	spec.arg = arg;
+	return DsyncWaitFor(&spec);
+}
+
+/*
  * dsync_acquire
  *		SQL: dsync_acquire(lease, holder, ttl, wait, info, durable, session)
  *		RETURNS bigint (durable from 1.3 on, session from 1.4 on)
@@ -563,12 +676,7 @@ dsync_acquire(PG_FUNCTION_ARGS)
 	bool		granted;
 	bool		session = false;
 
-	grant.holder = DsyncArgName(fcinfo, 1, "holder");
-	grant.ttl_usec = DsyncArgTtl(fcinfo, 2, "ttl", false, &grant.ttl);
-	(void) DsyncExpiry(GetCurrentTimestamp(), grant.ttl_usec, "ttl");
-	DsyncArgWait(fcinfo, 3, "wait", &wait_forever, &wait_usec);
-	grant.info_null = PG_ARGISNULL(4);
-	grant.info = grant.info_null ? (Datum) 0 : JsonbPGetDatum(PG_GETARG_JSONB_P(4));
+	DsyncLeaseGrantArgs(fcinfo, &grant, &wait_forever, &wait_usec);
 	args.durable = true;
 	if (PG_NARGS() > 5)
 	{
@@ -595,29 +703,10 @@ dsync_acquire(PG_FUNCTION_ARGS)
 	args.lease = lease;
 	args.grant = &grant;
 	args.token = 0;
-	if (wait_forever || wait_usec > 0)
-	{
-		DsyncWaitSpec spec;
-
-		spec.key = DsyncWaitKey(lease);
-		spec.roleid = InvalidOid;
-		spec.kind = DsyncSemaphorePermits(fcinfo, lease) > 1 ? "semaphore" : "lease";
-		spec.name = lease;
-		spec.holder = grant.holder;
-		spec.forever = wait_forever;
-		spec.deadline = wait_forever ? 0 :
-			DsyncExpiry(GetCurrentTimestamp(), wait_usec, "wait");
-		spec.try_fn = LeaseTry;
-		spec.arg = &args;
-		granted = DsyncWaitFor(&spec);
-	}
-	else
-	{
-		TimestampTz retry_at;
-
-		granted = LeaseTry(&args, DsyncWaitMayTake(DsyncWaitKey(lease), InvalidOid),
-						   false, &retry_at);
-	}
+	granted = DsyncLeaseAcquireWait(lease, grant.holder,
+									(wait_forever || wait_usec > 0) &&
+									DsyncSemaphorePermits(fcinfo, lease) > 1 ? "semaphore" : "lease",
+									LeaseTry, &args, wait_forever, wait_usec);
 
 	if (!granted)
 		PG_RETURN_NULL();

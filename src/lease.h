@@ -13,6 +13,7 @@
 #include "fmgr.h"
 #include "utils/timestamp.h"
 #include "store.h"
+#include "wait.h"
 
 typedef struct LeaseGrant
 {
@@ -23,6 +24,11 @@ typedef struct LeaseGrant
 	bool		info_null;
 } LeaseGrant;
 
+extern void DsyncLeaseGrantArgs(FunctionCallInfo fcinfo, LeaseGrant *grant,
+								bool *wait_forever, int64 *wait_usec);
+extern bool DsyncLeaseAcquireWait(text *lease, text *holder, const char *kind,
+								  DsyncTryFunc try_fn, void *arg, bool wait_forever,
+								  int64 wait_usec);
 extern text *DsyncLeaseLeader(FunctionCallInfo fcinfo, text *lease);
 extern void DsyncLeaseSetGrant(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant);
 extern void DsyncLeaseRenewRow(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant);
@@ -52,6 +58,8 @@ extern void DsyncSessionSweep(void);
 extern bool DsyncPermitTryAcquire(FunctionCallInfo fcinfo, text *name, const LeaseGrant *grant,
 								  int permits, bool may_take, bool thorough,
 								  int64 *token);
+extern bool DsyncPermitRenew(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant,
+							 int64 *token, bool *retry);
 extern DsyncRow *DsyncPermitFindHeld(DsyncStore *store, text *name, text *holder,
 									 TimestampTz now);
 extern void DsyncPermitFill(const DsyncCatalog *catalog, text *name, int permits);

@@ -203,12 +203,7 @@ dsync_acquire_all(PG_FUNCTION_ARGS)
 	Datum	   *result;
 
 	args.names = MultiNames(fcinfo, &nelems, &order, &args.n);
-	grant.holder = DsyncArgName(fcinfo, 1, "holder");
-	grant.ttl_usec = DsyncArgTtl(fcinfo, 2, "ttl", false, &grant.ttl);
-	(void) DsyncExpiry(GetCurrentTimestamp(), grant.ttl_usec, "ttl");
-	DsyncArgWait(fcinfo, 3, "wait", &wait_forever, &wait_usec);
-	grant.info_null = PG_ARGISNULL(4);
-	grant.info = grant.info_null ? (Datum) 0 : JsonbPGetDatum(PG_GETARG_JSONB_P(4));
+	DsyncLeaseGrantArgs(fcinfo, &grant, &wait_forever, &wait_usec);
 	DsyncPreventWrite("dsync_acquire_all()");
 
 	args.fcinfo = fcinfo;

@@ -64,13 +64,14 @@ DsyncPermitFindHeld(DsyncStore *store, text *name, text *holder, TimestampTz now
 }
 
 /*
- * PermitRenew
+ * DsyncPermitRenew
  *		A reentrant acquire: the holder already has a permit (or the plain
- *		lock counted as one).  Extend it and keep its token; false if it is
- *		being changed or guarded right now.
+ *		lock counted as one, or a shared lease).  Extend it and keep its
+ *		token; false if it is being changed or guarded right now, *retry
+ *		if it changed meanwhile (look again).
  */
-static bool
-PermitRenew(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant, int64 *token,
+bool
+DsyncPermitRenew(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant, int64 *token,
 			bool *retry)
 {
 	TM_Result	result;
@@ -232,10 +233,14 @@ PermitGrow(DsyncStore *store, text *name, int permits, int free_besides,
 		   const LeaseGrant *grant, int64 *token)
 {
 	DsyncScan  *scan = DsyncScanLast(store, name);
-	DsyncRow   *last = DsyncScanNext(scan);
-	int32		slot = last ? DsyncRowSlot(last) + 1 : 0;
+	DsyncRow   *last;
+	int32		slot;
 	DsyncRow   *fresh;
 
+	/* The last permit, below the shared holders' slots (shared.c). */
+	while ((last = DsyncScanNext(scan)) != NULL && DsyncRowSlot(last) >= DSYNC_SHARED_SLOT)
+		;
+	slot = last ? DsyncRowSlot(last) + 1 : 0;
 	DsyncScanEnd(scan);
 	if (slot >= permits || free_besides + (permits - slot) <= 0)
 		return 0;
@@ -293,7 +298,7 @@ DsyncPermitTryAcquire(FunctionCallInfo fcinfo, text *name, const LeaseGrant *gra
 		row = DsyncPermitFindHeld(&store, name, grant->holder, now);
 		if (row)
 		{
-			granted = PermitRenew(&store, row, grant, token, &retry);
+			granted = DsyncPermitRenew(&store, row, grant, token, &retry);
 			if (retry)
 				continue;
 			break;
@@ -301,7 +306,7 @@ DsyncPermitTryAcquire(FunctionCallInfo fcinfo, text *name, const LeaseGrant *gra
 		plain = DsyncLeaseFindPlain(&plain_store, name);
 		if (plain && DsyncRowIsLive(plain, now) && DsyncRowHolderIs(plain, grant->holder))
 		{
-			granted = PermitRenew(&plain_store, plain, grant, token, &retry);
+			granted = DsyncPermitRenew(&plain_store, plain, grant, token, &retry);
 			if (retry)
 				continue;
 			break;

@@ -372,8 +372,11 @@ StoreNoteHeld(DsyncStore *store, const DsyncRow *row, bool written)
 {
 	TimestampTz expiry = 0;
 
-	if (store->table != DSYNC_TABLE_LEASE || row->nulls[Anum_lease_name - 1] ||
-		row->nulls[Anum_lease_slot - 1] || DsyncRowSlot(row) != 0)
+	/* A plain lease, or a shared holder of one (shared.c). */
+	if (row->nulls[Anum_lease_name - 1] || row->nulls[Anum_lease_slot - 1])
+		return;
+	if (store->table == DSYNC_TABLE_LEASE ? DsyncRowSlot(row) != 0 :
+		store->table != DSYNC_TABLE_PERMIT || DsyncRowSlot(row) < DSYNC_SHARED_SLOT)
 		return;
 	if (written && !row->nulls[Anum_lease_holder - 1] &&
 		!row->nulls[Anum_lease_expires_at - 1])
@@ -666,9 +669,25 @@ DsyncStoreKeyTag(DsyncStore *store, text *name, Datum second, LOCKTAG *tag)
  *		(dirty->xmin, dirty->xmax tell which).  The caller ends it with
  *		StoreDirtyScanEnd.
  */
+static IndexScanDesc StoreDirtyScanBeginRange(DsyncStore *store, text *name, Datum second,
+											  bool from_second, Snapshot dirty,
+											  TupleTableSlot **slot);
+
 static IndexScanDesc
 StoreDirtyScanBegin(DsyncStore *store, text *name, Datum second, Snapshot dirty,
 					TupleTableSlot **slot)
+{
+	return StoreDirtyScanBeginRange(store, name, second, false, dirty, slot);
+}
+
+/*
+ * StoreDirtyScanBeginRange
+ *		StoreDirtyScanBegin; from_second: every key from second on (a
+ *		range of permit slots) rather than second alone.
+ */
+static IndexScanDesc
+StoreDirtyScanBeginRange(DsyncStore *store, text *name, Datum second, bool from_second,
+						 Snapshot dirty, TupleTableSlot **slot)
 {
 	IndexScanDesc scan;
 	ScanKeyData keys[2];
@@ -677,7 +696,9 @@ StoreDirtyScanBegin(DsyncStore *store, text *name, Datum second, Snapshot dirty,
 
 	InitDirtySnapshot(*dirty);
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
-	if (nkeys == 2)
+	if (nkeys == 2 && from_second)
+		ScanKeyInit(&keys[1], 2, BTGreaterEqualStrategyNumber, F_INT4GE, second);
+	else if (nkeys == 2)
 		ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber,
 					store->table == DSYNC_TABLE_MEMBER ? F_TEXTEQ : F_INT4EQ, second);
 	scan = DsyncIndexBeginscan(store->rel, DsyncStoreIndex(store), dirty, nkeys, 0);
@@ -737,9 +758,22 @@ bool
 DsyncStoreKeyTaken(DsyncStore *store, text *name, Datum second, TimestampTz now,
 				   TimestampTz *retry_at)
 {
+	return DsyncStoreKeysTaken(store, name, second, false, now, retry_at);
+}
+
+/*
+ * DsyncStoreKeysTaken
+ *		DsyncStoreKeyTaken; from_second: whether any key of the name from
+ *		second on is (the shared holders of a lease, from their first slot).
+ */
+bool
+DsyncStoreKeysTaken(DsyncStore *store, text *name, Datum second, bool from_second,
+					TimestampTz now, TimestampTz *retry_at)
+{
 	SnapshotData dirty;
 	TupleTableSlot *slot;
-	IndexScanDesc scan = StoreDirtyScanBegin(store, name, second, &dirty, &slot);
+	IndexScanDesc scan = StoreDirtyScanBeginRange(store, name, second, from_second,
+												  &dirty, &slot);
 	bool		taken = false;
 
 	while (!taken && index_getnext_slot(scan, ForwardScanDirection, slot))
@@ -791,6 +825,21 @@ DsyncStoreKeyTaken(DsyncStore *store, text *name, Datum second, TimestampTz now,
 DsyncClaim
 DsyncStoreClaimKey(DsyncStore *store, text *name, Datum second, bool wait)
 {
+	return DsyncStoreClaimKeyMode(store, name, second, wait, ExclusiveLock);
+}
+
+/*
+ * DsyncStoreClaimKeyMode
+ *		DsyncStoreClaimKey with the insert lock in a given mode: a shared
+ *		grant of a lease whose plain row is missing holds it in ShareLock
+ *		while it writes its own row, so shared grants do not keep each
+ *		other out but an insert of the plain row (ExclusiveLock) waits for
+ *		none of them and sees their rows (shared.c).
+ */
+DsyncClaim
+DsyncStoreClaimKeyMode(DsyncStore *store, text *name, Datum second, bool wait,
+					   LOCKMODE mode)
+{
 	LOCKTAG		tag;
 
 	DsyncStoreKeyTag(store, name, second, &tag);
@@ -799,17 +848,17 @@ DsyncStoreClaimKey(DsyncStore *store, text *name, Datum second, bool wait)
 		TransactionId xid;
 		bool		exists;
 
-		if (LockAcquire(&tag, ExclusiveLock, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
+		if (LockAcquire(&tag, mode, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
 			return DSYNC_CLAIM_BUSY;
 		xid = DsyncStoreKeyInFlight(store, name, second, &exists);
 		if (!TransactionIdIsValid(xid))
 		{
 			if (!exists)
 				return DSYNC_CLAIM_OK;
-			LockRelease(&tag, ExclusiveLock, false);
+			LockRelease(&tag, mode, false);
 			return DSYNC_CLAIM_EXISTS;
 		}
-		LockRelease(&tag, ExclusiveLock, false);
+		LockRelease(&tag, mode, false);
 		if (!wait && !DsyncStoreLockedByReaper(xid))
 			return DSYNC_CLAIM_BUSY;
 		XactLockTableWait(xid, NULL, NULL, XLTW_None);
@@ -823,10 +872,20 @@ DsyncStoreClaimKey(DsyncStore *store, text *name, Datum second, bool wait)
 void
 DsyncStoreUnclaimKey(DsyncStore *store, text *name, Datum second)
 {
+	DsyncStoreUnclaimKeyMode(store, name, second, ExclusiveLock);
+}
+
+/*
+ * DsyncStoreUnclaimKeyMode
+ *		DsyncStoreUnclaimKey for a claim made in a given mode.
+ */
+void
+DsyncStoreUnclaimKeyMode(DsyncStore *store, text *name, Datum second, LOCKMODE mode)
+{
 	LOCKTAG		tag;
 
 	DsyncStoreKeyTag(store, name, second, &tag);
-	LockRelease(&tag, ExclusiveLock, false);
+	LockRelease(&tag, mode, false);
 	if (store->table == DSYNC_TABLE_LEASE || store->table == DSYNC_TABLE_PERMIT)
 		DsyncWakeAtEnd(DsyncWaitKey(name));
 }

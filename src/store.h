@@ -14,6 +14,7 @@
 #include "fmgr.h"
 #include "nodes/lockoptions.h"
 #include "storage/itemptr.h"
+#include "storage/lockdefs.h"
 #include "utils/relcache.h"
 #include "utils/timestamp.h"
 #include "catalog.h"
@@ -95,9 +96,15 @@ typedef enum DsyncClaim
 extern bool DsyncRowXmaxRunning(const DsyncRow *row);
 extern bool DsyncStoreKeyTaken(DsyncStore *store, text *name, Datum second,
 							   TimestampTz now, TimestampTz *retry_at);
+extern bool DsyncStoreKeysTaken(DsyncStore *store, text *name, Datum second,
+								bool from_second, TimestampTz now, TimestampTz *retry_at);
 extern DsyncClaim DsyncStoreClaimKey(DsyncStore *store, text *name, Datum second,
 									 bool wait);
 extern void DsyncStoreUnclaimKey(DsyncStore *store, text *name, Datum second);
+extern DsyncClaim DsyncStoreClaimKeyMode(DsyncStore *store, text *name, Datum second,
+										 bool wait, LOCKMODE mode);
+extern void DsyncStoreUnclaimKeyMode(DsyncStore *store, text *name, Datum second,
+									 LOCKMODE mode);
 
 /* Used by scan.c: a row read from a tuple, and checked (row.c). */
 extern void DsyncStoreLoadRow(DsyncStore *store, HeapTuple tuple, DsyncRow *row);

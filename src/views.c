@@ -357,7 +357,7 @@ LeaseScanPermits(LeaseScanState *state, text *name)
  *		copied when the tables are done.
  */
 static bool
-LeaseScanEphemeral(LeaseScanState *state, Datum *values, bool *nulls)
+LeaseScanEphemeral(LeaseScanState *state, Datum *values, bool *nulls, int ncols)
 {
 	DsyncEphemeralRow *row;
 
@@ -376,16 +376,23 @@ LeaseScanEphemeral(LeaseScanState *state, Datum *values, bool *nulls)
 	values[8] = PointerGetDatum(row->info);
 	nulls[8] = row->info == NULL;
 	values[9] = ObjectIdGetDatum(row->owner);
+	if (ncols > LEASE_ROWS_COLS)
+	{
+		values[LEASE_ROWS_COLS] = CStringGetTextDatum("exclusive");
+		nulls[LEASE_ROWS_COLS] = false;
+	}
 	return true;
 }
 
 /*
  * LeaseScanNextRow
  *		The next live holder's row, with its permit count, into values and
- *		nulls; false at the end.  Allocates in the current context.
+ *		nulls; false at the end.  ncols: the row's width, with the mode
+ *		(1.4) after the first LEASE_ROWS_COLS columns.  Allocates in the
+ *		current context.
  */
 static bool
-LeaseScanNextRow(LeaseScanState *state, Datum *values, bool *nulls)
+LeaseScanNextRow(LeaseScanState *state, Datum *values, bool *nulls, int ncols)
 {
 	if (state->empty)
 		return false;
@@ -402,7 +409,7 @@ LeaseScanNextRow(LeaseScanState *state, Datum *values, bool *nulls)
 				state->ephemeral = DsyncEphemeralRows(state->lease, state->holder);
 			MemoryContextSwitchTo(oldcontext);
 			if (!opened)
-				return LeaseScanEphemeral(state, values, nulls);
+				return LeaseScanEphemeral(state, values, nulls, ncols);
 		}
 		row = DsyncScanNext(state->scan);
 		if (row == NULL)
@@ -433,6 +440,14 @@ LeaseScanNextRow(LeaseScanState *state, Datum *values, bool *nulls)
 			values[4 + i] = row->values[Anum_lease_acquired_at - 1 + i];
 			nulls[4 + i] = row->nulls[Anum_lease_acquired_at - 1 + i];
 		}
+		if (ncols > LEASE_ROWS_COLS)
+		{
+			/* A plain lease, or one permit, is held by one holder alone. */
+			values[LEASE_ROWS_COLS] =
+				CStringGetTextDatum(DsyncRowSlot(row) >= DSYNC_SHARED_SLOT ?
+									"shared" : "exclusive");
+			nulls[LEASE_ROWS_COLS] = false;
+		}
 		return true;
 	}
 }
@@ -454,7 +469,8 @@ LeaseScanIterate(ForeignScanState *node)
 		LeaseScanStart(node, state);
 	MemoryContextReset(state->row_cxt);
 	oldcontext = MemoryContextSwitchTo(state->row_cxt);
-	found = LeaseScanNextRow(state, slot->tts_values, slot->tts_isnull);
+	found = LeaseScanNextRow(state, slot->tts_values, slot->tts_isnull,
+							 slot->tts_tupleDescriptor->natts);
 	MemoryContextSwitchTo(oldcontext);
 	if (found)
 		ExecStoreVirtualTuple(slot);
@@ -536,7 +552,7 @@ dsync_lease_rows(PG_FUNCTION_ARGS)
 
 		MemoryContextReset(state.row_cxt);
 		MemoryContextSwitchTo(state.row_cxt);
-		found = LeaseScanNextRow(&state, values, nulls);
+		found = LeaseScanNextRow(&state, values, nulls, LEASE_ROWS_COLS);
 		MemoryContextSwitchTo(oldcontext);
 		if (!found)
 			break;

@@ -44,6 +44,11 @@ export class Lock extends EventEmitter {
   on(event: 'lost', listener: (reason: string) => void): this;
 }
 
+/** The shared side of a read-write lock: any number at once, never with a Lock. */
+export class ReadLock extends Lock {
+  constructor(name: string, opts?: LockOptions);
+}
+
 export class Semaphore extends Lock {
   constructor(name: string, permits: number, opts?: LockOptions);
 }

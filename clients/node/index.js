@@ -26,6 +26,7 @@ const types = {
 
 const SQL = {
   acquire: 'SELECT dsync_acquire($1::text, $2::text, $3::interval, $4::interval, $5::jsonb) AS v',
+  acquireShared: 'SELECT dsync_acquire_shared($1::text, $2::text, $3::interval, $4::interval, $5::jsonb) AS v',
   renew: 'SELECT dsync_renew($1::text, $2::text, $3::interval) AS v',
   release: 'SELECT dsync_release($1::text, $2::text) AS v',
   assertHeld: 'SELECT dsync_assert_held($1::text, $2::text) AS v',
@@ -222,7 +223,7 @@ class Lock extends EventEmitter {
     for (;;) {
       let waitMs = 0;
       if (blocking) waitMs = deadline === null ? WAIT_SLICE_MS : Math.max(0, Math.min(WAIT_SLICE_MS, deadline - Date.now()));
-      const token = await this.connector.value(SQL.acquire, [this.name, this.holder, interval(this.ttl), interval(waitMs / 1000), jsonb(this.info)]);
+      const token = await this.connector.value(this.shared ? SQL.acquireShared : SQL.acquire, [this.name, this.holder, interval(this.ttl), interval(waitMs / 1000), jsonb(this.info)]);
       if (token !== null) {
         this.token = token;
         const granted = performance.now();    // at most a round trip after the grant
@@ -378,6 +379,15 @@ class Semaphore extends Lock {
   constructor(name, permits, opts = {}) {
     if (!Number.isInteger(permits) || permits < 1) throw new TypeError('permits must be a positive integer');
     super(name, { ...opts, permits });
+  }
+}
+
+// The shared side of a read-write lock: any number of ReadLocks of a name
+// at once, never with a Lock of it; a waiting Lock goes before later ReadLocks.
+class ReadLock extends Lock {
+  constructor(name, opts = {}) {
+    super(name, opts);
+    this.shared = true;
   }
 }
 
@@ -581,6 +591,6 @@ async function* watch(names, opts = {}) {
 }
 
 module.exports = {
-  Lock, Semaphore, LeaderElection, watch, withLock, parsePayload, defaultHolder,
+  Lock, ReadLock, Semaphore, LeaderElection, watch, withLock, parsePayload, defaultHolder,
   DsyncError, LockLost, ListenUnavailable, types,
 };

@@ -7,7 +7,7 @@
 SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS dsync;
-SELECT plan(156);
+SELECT plan(162);
 
 -- functions, argument types and return types
 SELECT has_function('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean', 'boolean']);
@@ -71,6 +71,13 @@ SELECT is(pg_get_function_arguments('dsync_acquire_all(text[],text,interval,inte
 	'leases text[], holder text, ttl interval DEFAULT ''00:00:30''::interval, wait interval DEFAULT ''00:00:00''::interval, info jsonb DEFAULT NULL::jsonb',
 	'dsync_acquire_all arguments and defaults');
 SELECT function_privs_are('dsync_acquire_all', ARRAY['text[]', 'text', 'interval', 'interval', 'jsonb'], 'public', ARRAY['EXECUTE']);
+SELECT has_function('dsync_acquire_shared', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean']);
+SELECT function_returns('dsync_acquire_shared', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean'], 'bigint');
+SELECT is(pg_get_function_arguments('dsync_acquire_shared(text,text,interval,interval,jsonb,boolean)'::regprocedure),
+	'lease text, holder text, ttl interval DEFAULT ''00:00:30''::interval, wait interval DEFAULT ''00:00:00''::interval, info jsonb DEFAULT NULL::jsonb, session boolean DEFAULT false',
+	'dsync_acquire_shared arguments and defaults');
+SELECT function_privs_are('dsync_acquire_shared', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean'], 'public', ARRAY['EXECUTE']);
+SELECT volatility_is('dsync_acquire_shared', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean'], 'volatile');
 SELECT has_function('dsync_events_horizon', ARRAY[]::text[]);
 SELECT function_returns('dsync_events_horizon', ARRAY[]::text[], 'bigint');
 SELECT volatility_is('dsync_fence', ARRAY['text', 'bigint'], 'volatile');
@@ -205,7 +212,8 @@ SELECT is((SELECT w.fdwname::text FROM pg_foreign_table ft
 			 WHERE ft.ftrelid = 'dsync_lease_scan'::regclass), 'dsync',
 	'the view reads a foreign table served by dsync (latest committed state, no SIREAD locks, lookups by name)');
 SELECT columns_are('dsync_leases', ARRAY['lease', 'holder', 'fencing', 'permits', 'acquired_at',
-	'renewed_at', 'expires_at', 'ttl', 'info', 'owner']);
+	'renewed_at', 'expires_at', 'ttl', 'info', 'owner', 'mode']);
+SELECT col_type_is('dsync_leases', 'mode', 'text');
 SELECT col_type_is('dsync_leases', 'fencing', 'bigint');
 SELECT col_type_is('dsync_leases', 'expires_at', 'timestamp with time zone');
 SELECT col_type_is('dsync_leases', 'ttl', 'interval');
@@ -255,9 +263,9 @@ SELECT has_sequence('dsync_event_seq');
 -- PostgreSQL 17 on, a relation's row type is a member of the extension too)
 SELECT is((SELECT count(*) FROM pg_depend d JOIN pg_extension e ON d.refobjid = e.oid
 			WHERE e.extname = 'dsync' AND d.deptype = 'e'
-			  AND d.classid <> 'pg_type'::regclass), 47::bigint,
+			  AND d.classid <> 'pg_type'::regclass), 48::bigint,
 	'the extension owns its eight tables, foreign table, three sequences, five views, '
-	'twenty-eight functions, foreign data wrapper and server');
+	'twenty-nine functions, foreign data wrapper and server');
 
 SELECT * FROM finish();
 ROLLBACK;

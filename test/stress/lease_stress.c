@@ -51,6 +51,7 @@
  *        lease_stress fair|fair-mixed|fair-cut-in [clients] [rounds]
  *        lease_stress semaphore [clients] [seconds] [permits] [limit]
  *        lease_stress multi [clients] [seconds]
+ *        lease_stress rw|rw-cheat [clients] [seconds]
  * The second form checks fairness: clients contend for one lease in a loop
  * (acquire with a wait, log, release, acquire again at once).  Waiters are
  * served in the order they joined the queue (a sampler records that from
@@ -76,30 +77,18 @@
  * set is whole, guarded intervals of one name never overlap, tokens rise,
  * and a monitor sampling dsync_leases never sees a holder with part of its
  * set (its holder name says how many it asked for), away from an expiry.
- * The first, third and fourth forms print the seed of the clients' random choices;
+ * The fifth form (rw.c) runs clients that take two names shared or
+ * exclusively, with kills: no exclusive holder's guarded work ever
+ * overlaps another holder's, while shared holders' work does overlap.
+ * Helpers every form shares are in common.c, the multi-name form in
+ * multi.c.
+ * The first, third, fourth and fifth forms print the seed of the clients' random choices;
  * STRESS_SEED=n sets it (the interleaving still differs from run to run).
  * Exit status 0 if every check passed.
  *
  *-------------------------------------------------------------------------
  */
-#include <signal.h>
-#include <stdarg.h>
-#include <stdbool.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#include "libpq-fe.h"
-
-static const char *const isolation_levels[] = {
-	"READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"
-};
-
-/* Clients' random choices start from this, printed (STRESS_SEED sets it). */
-static unsigned int stress_seed;
+#include "stress.h"
 
 /* The kinds of lease a client takes, by its id modulo 4. */
 static const char *const client_kinds[] = {
@@ -120,107 +109,6 @@ typedef struct ClientCounts
 	long		stale_refused;	/* late writes refused as stale */
 	long		guarded_refused;	/* guarded writes refused: must be none */
 } ClientCounts;
-
-/*
- * die
- *		Print a message and exit with failure.
- */
-static void
-die(const char *fmt,...)
-{
-	va_list		ap;
-
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(2);
-}
-
-/*
- * connect_db
- *		A connection tagged with application_name, or NULL on failure.
- */
-static PGconn *
-connect_db(const char *appname)
-{
-	const char *keys[] = {"application_name", "dbname", NULL};
-	const char *vals[] = {appname, getenv("PGDATABASE") ? getenv("PGDATABASE") : "postgres", NULL};
-	PGconn	   *conn = PQconnectdbParams(keys, vals, 0);
-
-	if (PQstatus(conn) != CONNECTION_OK)
-	{
-		PQfinish(conn);
-		return NULL;
-	}
-	return conn;
-}
-
-/*
- * exec_ok
- *		Run a command; true if it succeeded.
- */
-static bool
-exec_ok(PGconn *conn, const char *sql)
-{
-	PGresult   *res = PQexec(conn, sql);
-	bool		ok = PQresultStatus(res) == PGRES_COMMAND_OK ||
-		PQresultStatus(res) == PGRES_TUPLES_OK;
-
-	PQclear(res);
-	return ok;
-}
-
-/*
- * query_value
- *		First value of a query with text parameters, copied into buf;
- *		returns 1 if a non-NULL value came back, 0 for NULL, -1 on error.
- */
-static int
-query_value(PGconn *conn, const char *sql, int nparams, const char *const *params,
-			char *buf, size_t buflen)
-{
-	PGresult   *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
-	int			rc;
-
-	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
-		rc = -1;
-	else if (PQgetisnull(res, 0, 0))
-		rc = 0;
-	else
-	{
-		snprintf(buf, buflen, "%s", PQgetvalue(res, 0, 0));
-		rc = 1;
-	}
-	PQclear(res);
-	return rc;
-}
-
-/*
- * query_row
- *		As query_value, for the first nvalues values of the row: each is
- *		copied into its own buffer of buflen bytes (a NULL as an empty
- *		string); the result is query_value's for the first value.
- */
-static int
-query_row(PGconn *conn, const char *sql, int nparams, const char *const *params,
-		  int nvalues, char *const *bufs, size_t buflen)
-{
-	PGresult   *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
-	int			rc;
-
-	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
-		PQnfields(res) < nvalues)
-		rc = -1;
-	else
-	{
-		rc = PQgetisnull(res, 0, 0) ? 0 : 1;
-		for (int i = 0; i < nvalues; i++)
-			snprintf(bufs[i], buflen, "%s", PQgetvalue(res, 0, i));
-	}
-	PQclear(res);
-	return rc;
-}
 
 /*
  * fenced_write
@@ -508,61 +396,6 @@ client_main(int id, int nleases, time_t deadline, const char *sem, int report_fd
 	if (report_fd >= 0 && write(report_fd, &counts, sizeof(counts)) != (ssize_t) sizeof(counts))
 		die("client %d: cannot report its counts", id);
 	exit(counts.grants > 0 ? 0 : 1);
-}
-
-/*
- * killer_main
- *		Terminate a random client backend every 700 ms until the deadline.
- */
-static void
-killer_main(time_t deadline)
-{
-	PGconn	   *conn = connect_db("dsync_stress_killer");
-	long		kills = 0;
-
-	if (conn == NULL)
-		die("killer: cannot connect");
-	while (time(NULL) < deadline - 2)
-	{
-		char		killed[8];
-
-		usleep(700000);
-		if (query_value(conn,
-						"SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-						"WHERE application_name = 'dsync_stress_client' "
-						"ORDER BY random() LIMIT 1",
-						0, NULL, killed, sizeof(killed)) == 1 &&
-			strcmp(killed, "t") == 0)
-			kills++;
-	}
-	PQfinish(conn);
-	printf("killer: terminated %ld client backends\n", kills);
-	exit(0);
-}
-
-/* For check's at_least: the count must be at most the one expected. */
-#define AT_MOST (-1)
-
-/*
- * check
- *		Run a verification query returning one count; report it and return
- *		true if it equals expected (or, if at_least, is at least expected;
- *		with at_least AT_MOST, is at most expected).
- */
-static bool
-check(PGconn *conn, const char *what, const char *sql, long expected, int at_least)
-{
-	char		buf[64];
-	long		value;
-	bool		ok;
-
-	if (query_value(conn, sql, 0, NULL, buf, sizeof(buf)) != 1)
-		die("check \"%s\" failed: %s", what, PQerrorMessage(conn));
-	value = atol(buf);
-	ok = at_least == AT_MOST ? value <= expected :
-		at_least ? value >= expected : value == expected;
-	printf("%s %s: %ld\n", ok ? "ok    " : "FAILED", what, value);
-	return ok;
 }
 
 /*
@@ -970,261 +803,6 @@ sem_main(int clients, int seconds, int permits, int limit)
 }
 
 /*
- * multi_client_main
- *		One client of the multi-name run: rounds of dsync_acquire_all on 2
- *		or 3 of the multi names, given in a random order, under a holder
- *		name that says how many (holder "m<client>.<incarnation>.<round>|<n>");
- *		guarded work on every name, logged; then all released in one
- *		transaction, or (one time in sixteen) left to expire.
- */
-static void
-multi_client_main(int id, time_t deadline)
-{
-	const char *iso = isolation_levels[id % 3];
-	unsigned int seed = stress_seed ^ (unsigned int) (id * 7919);
-	PGconn	   *conn = NULL;
-	int			incarnation = 0;
-	long		grants = 0,
-				timeouts = 0,
-				errors = 0;
-	char		begin[96];
-
-	snprintf(begin, sizeof(begin), "BEGIN ISOLATION LEVEL %s", iso);
-	for (int round = 0; time(NULL) < deadline; round++)
-	{
-		int			n = 2 + (int) (rand_r(&seed) % 2);
-		int			names[3];
-		char		set[64];
-		char		holder[64];
-		char		tokens[256];
-		const char *p[2] = {set, holder};
-		bool		ok = true;
-		int			len = 0;
-
-		if (conn == NULL || PQstatus(conn) != CONNECTION_OK)
-		{
-			if (conn)
-				PQfinish(conn);
-			conn = connect_db("dsync_stress_client");
-			if (conn == NULL)
-			{
-				usleep(100000);
-				continue;
-			}
-			incarnation++;
-		}
-		/* n distinct names of the 4, in a random order. */
-		for (int i = 0; i < n; i++)
-		{
-			bool		again;
-
-			do
-			{
-				names[i] = (int) (rand_r(&seed) % 4);
-				again = false;
-				for (int j = 0; j < i; j++)
-					again = again || names[j] == names[i];
-			} while (again);
-			len += snprintf(set + len, sizeof(set) - len, "%smulti-%d", i ? "," : "{", names[i]);
-		}
-		snprintf(set + len, sizeof(set) - len, "}");
-		snprintf(holder, sizeof(holder), "m%d.%d.%d|%d", id, incarnation, round, n);
-
-		if (query_value(conn, "SELECT dsync_acquire_all($1::text[], $2, '2 seconds', '1 second')",
-						2, p, tokens, sizeof(tokens)) != 1)
-		{
-			if (PQstatus(conn) == CONNECTION_OK)
-				timeouts++;
-			continue;
-		}
-		grants++;
-
-		/* Guarded work on every name, each guard returning its token. */
-		if (!exec_ok(conn, begin))
-			continue;
-		for (int i = 0; i < n && ok; i++)
-		{
-			char		lease[32];
-			char		index[8];
-			const char *q[4] = {lease, holder, tokens, index};
-			char		same[8];
-
-			snprintf(lease, sizeof(lease), "multi-%d", names[i]);
-			snprintf(index, sizeof(index), "%d", i + 1);
-			ok = query_value(conn,
-							 "WITH g AS (SELECT dsync_assert_held($1, $2) AS t, clock_timestamp() AS at) "
-							 "INSERT INTO multi_log (lease, holder, token, t_start) "
-							 "SELECT $1, $2, g.t, g.at FROM g RETURNING token = ($3::bigint[])[$4::int]",
-							 4, q, same, sizeof(same)) == 1 && strcmp(same, "t") == 0;
-		}
-		if (ok)
-		{
-			char		sleep_sql[64];
-
-			snprintf(sleep_sql, sizeof(sleep_sql), "SELECT pg_sleep(%.3f)",
-					 (rand_r(&seed) % 10) / 1000.0);
-			char		count[16];
-
-			ok = exec_ok(conn, sleep_sql) &&
-				query_value(conn, "WITH u AS (UPDATE multi_log SET t_end = clock_timestamp() "
-							"WHERE holder = $1 RETURNING 1) SELECT count(*) FROM u",
-							1, &p[1], count, sizeof(count)) == 1 &&
-				exec_ok(conn, "COMMIT");
-		}
-		if (!ok)
-		{
-			errors++;
-			exec_ok(conn, "ROLLBACK");
-			continue;
-		}
-
-		/* All released at once, or (one time in sixteen) left to expire. */
-		if (rand_r(&seed) % 16 != 0)
-		{
-			char		released[8];
-
-			if (query_value(conn, "SELECT bool_and(dsync_release(l, $2)) FROM unnest($1::text[]) l",
-							2, p, released, sizeof(released)) != 1)
-				errors++;
-		}
-	}
-	if (conn)
-		PQfinish(conn);
-	printf("multi client %2d (%s): grants %ld, timeouts %ld, errors %ld\n",
-		   id, iso, grants, timeouts, errors);
-	exit(grants > 0 ? 0 : 1);
-}
-
-/*
- * multi_monitor_main
- *		Sample dsync_leases until the deadline: every holder of the multi
- *		names must hold all of its set or none (its holder name says how
- *		many), except right at an expiry, where its leases, granted
- *		microseconds apart, end as far apart.  Stores the samples and the
- *		partial sets seen in multi_monitor.
- */
-static void
-multi_monitor_main(time_t deadline)
-{
-	PGconn	   *conn = connect_db("dsync_stress_monitor");
-	long		samples = 0,
-				partial = 0,
-				sets = 0;
-	char		sql[128];
-
-	if (conn == NULL)
-		die("monitor: cannot connect");
-	while (time(NULL) < deadline)
-	{
-		PGresult   *res = PQexec(conn,
-								 "SELECT count(*) FILTER (WHERE n <> split_part(holder, '|', 2)::int "
-								 "AND first_end > clock_timestamp() + interval '5 ms'), count(*) "
-								 "FROM (SELECT holder, count(*) AS n, min(expires_at) AS first_end "
-								 "FROM dsync_leases WHERE lease LIKE 'multi-%' GROUP BY holder) h");
-
-		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
-		{
-			samples++;
-			partial += atol(PQgetvalue(res, 0, 0));
-			sets += atol(PQgetvalue(res, 0, 1));
-		}
-		PQclear(res);
-		usleep(2000);
-	}
-	snprintf(sql, sizeof(sql), "INSERT INTO multi_monitor VALUES (%ld, %ld, %ld)",
-			 samples, sets, partial);
-	if (!exec_ok(conn, sql))
-		die("monitor: %s", PQerrorMessage(conn));
-	PQfinish(conn);
-	exit(0);
-}
-
-/*
- * multi_main
- *		The multi-name run with kills: clients taking overlapping sets of
- *		names in random orders with dsync_acquire_all, a killer, a monitor;
- *		then the checks.
- */
-static int
-multi_main(int clients, int seconds)
-{
-	PGconn	   *conn = connect_db("dsync_stress_main");
-	time_t		deadline;
-	int			status;
-	int			failed_children = 0;
-	int			passed = 0,
-				failed = 0;
-	pid_t		monitor;
-
-	if (conn == NULL)
-		die("cannot connect to the server");
-	if (!exec_ok(conn, "SET client_min_messages = warning") ||
-		!exec_ok(conn, "CREATE EXTENSION IF NOT EXISTS dsync") ||
-		!exec_ok(conn, "DROP TABLE IF EXISTS multi_log, multi_monitor") ||
-		!exec_ok(conn, "CREATE TABLE multi_log (id bigserial PRIMARY KEY, lease text, holder text, "
-				 "token bigint, t_start timestamptz, t_end timestamptz)") ||
-		!exec_ok(conn, "CREATE TABLE multi_monitor (samples bigint, sets bigint, partial bigint)") ||
-		!exec_ok(conn, "SELECT dsync_force_release('multi-' || i) FROM generate_series(0, 3) i"))
-		die("setup failed: %s", PQerrorMessage(conn));
-	PQfinish(conn);
-	printf("lease_stress multi: %d clients, %d s, sets of 2 or 3 of 4 names in random orders "
-		   "(dsync_acquire_all, ttl 2 s, wait 1 s), kills every 0.7 s, seed %u\n",
-		   clients, seconds, stress_seed);
-	fflush(stdout);
-
-	deadline = time(NULL) + seconds;
-	for (int i = 0; i < clients; i++)
-		if (fork() == 0)
-			multi_client_main(i, deadline);
-	if (fork() == 0)
-		killer_main(deadline);
-	if ((monitor = fork()) == 0)
-		multi_monitor_main(deadline);
-	while (wait(&status) > 0)
-		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-			failed_children++;
-
-	conn = connect_db("dsync_stress_main");
-	if (conn == NULL)
-		die("cannot reconnect to the server");
-	printf("\n%s clients that never got a grant or exited abnormally: %d\n",
-		   failed_children == 0 ? "ok    " : "FAILED", failed_children);
-	if (failed_children == 0)
-		passed++;
-	else
-		failed++;
-#define MCHECK(what, sql, expected, at_least) \
-	(check(conn, what, sql, expected, at_least) ? passed++ : failed++)
-	MCHECK("sets granted and guarded",
-		   "SELECT count(DISTINCT holder) FROM multi_log WHERE t_end IS NOT NULL", 20, true);
-	MCHECK("sets of 3 granted and guarded",
-		   "SELECT count(*) FROM (SELECT holder FROM multi_log WHERE t_end IS NOT NULL "
-		   "GROUP BY holder HAVING count(*) = 3) s", 1, true);
-	MCHECK("guarded sets missing a name",
-		   "SELECT count(*) FROM (SELECT holder FROM multi_log WHERE t_end IS NOT NULL "
-		   "GROUP BY holder HAVING count(*) <> split_part(holder, '|', 2)::int) s", 0, false);
-	MCHECK("overlapping intervals of different holders of one name",
-		   "SELECT count(*) FROM multi_log a JOIN multi_log b ON a.lease = b.lease AND a.id < b.id "
-		   "AND a.holder <> b.holder AND a.t_end IS NOT NULL AND b.t_end IS NOT NULL "
-		   "AND tstzrange(a.t_start, a.t_end, '[]') && tstzrange(b.t_start, b.t_end, '[]')", 0, false);
-	MCHECK("grants whose token did not rise in grant order, per name",
-		   "SELECT count(*) FROM (SELECT token, lag(token) OVER (PARTITION BY lease ORDER BY t_start) "
-		   "AS prev FROM multi_log WHERE t_end IS NOT NULL) s WHERE token <= prev", 0, false);
-	MCHECK("monitor samples of dsync_leases",
-		   "SELECT samples FROM multi_monitor", 100, true);
-	MCHECK("sets seen held by the monitor",
-		   "SELECT sets FROM multi_monitor", 100, true);
-	MCHECK("sets seen held in part (all or none must be held)",
-		   "SELECT partial FROM multi_monitor", 0, false);
-	MCHECK("waiters left behind",
-		   "SELECT count(*) FROM dsync_waiters", 0, false);
-	PQfinish(conn);
-	(void) monitor;
-	printf("\n%d passed, %d failed\n", passed, failed);
-	return failed == 0 ? 0 : 1;
-}
-
-/*
  * main
  *		Run the mode the arguments name; without one, the main stress run
  *		(see the top of this file) and its checks.
@@ -1255,6 +833,9 @@ main(int argc, char **argv)
 						 strcmp(argv[1], "fair-mixed") == 0);
 	if (argc > 1 && strcmp(argv[1], "multi") == 0)
 		return multi_main(argc > 2 ? atoi(argv[2]) : 12, argc > 3 ? atoi(argv[3]) : 20);
+	if (argc > 1 && (strcmp(argv[1], "rw") == 0 || strcmp(argv[1], "rw-cheat") == 0))
+		return rw_main(argc > 2 ? atoi(argv[2]) : 12, argc > 3 ? atoi(argv[3]) : 20,
+					   strcmp(argv[1], "rw-cheat") == 0);
 	if (argc > 1 && strcmp(argv[1], "semaphore") == 0)
 	{
 		int			permits = argc > 4 ? atoi(argv[4]) : 3;

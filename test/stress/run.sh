@@ -7,7 +7,10 @@
 # fairness run, durable only and with both kinds in one queue (and the
 # proof that its check catches clients that cut in), 16 clients with
 # kills on one semaphore of 3 permits, 12 clients with kills taking sets of
-# names with dsync_acquire_all (never a partial set), and the fairness runs once more
+# names with dsync_acquire_all (never a partial set), 12 clients with kills
+# taking two names shared or exclusively (an exclusive holder never
+# overlapping another holder; and the proof that the check catches
+# "exclusive" rounds taken shared), and the fairness runs once more
 # beside a CPU hog on every core, where a backend is often descheduled
 # between its statement starting and its joining the queue.  With
 # STRESS_HOG=1 every run has the hog beside it.  Every run is made; the exit
@@ -32,6 +35,7 @@ start_hogs() {
 }
 trap 'stop_hogs; rm -rf "$bin"' EXIT
 cc -O2 -Wall -Wextra -Werror -I"$(pg_config --includedir)" "$here/lease_stress.c" \
+	"$here/common.c" "$here/multi.c" "$here/rw.c" \
 	-L"$(pg_config --libdir)" -lpq -o "$bin/lease_stress"
 if [ "${STRESS_HOG:-0}" = 1 ]; then start_hogs; fi
 status=0
@@ -46,6 +50,13 @@ else
 fi
 "$bin/lease_stress" semaphore "${SEM_CLIENTS:-16}" "${SEM_SECONDS:-20}" "${SEM_PERMITS:-3}" || status=1
 "$bin/lease_stress" multi "${MULTI_CLIENTS:-12}" "${MULTI_SECONDS:-20}" || status=1
+"$bin/lease_stress" rw "${RW_CLIENTS:-12}" "${RW_SECONDS:-20}" || status=1
+if "$bin/lease_stress" rw-cheat "${RW_CLIENTS:-12}" 8; then
+	echo "FAILED the read-write check did not catch exclusive rounds taken shared"
+	status=1
+else
+	echo "ok     the read-write check catches exclusive rounds taken shared (the failure above is expected)"
+fi
 if [ "${STRESS_HOG:-0}" != 1 ]; then start_hogs; fi
 "$bin/lease_stress" fair "${FAIR_CLIENTS:-8}" "${FAIR_ROUNDS:-20}" || status=1
 "$bin/lease_stress" fair-mixed "${FAIR_CLIENTS:-8}" "${FAIR_ROUNDS:-20}" || status=1

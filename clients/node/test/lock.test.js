@@ -4,7 +4,7 @@ const assert = require('node:assert');
 const { spawn } = require('node:child_process');
 const path = require('node:path');
 const pg = require('pg');
-const { Lock, Semaphore, LeaderElection, watch, withLock, LockLost, ListenUnavailable } = require('..');
+const { Lock, ReadLock, Semaphore, LeaderElection, watch, withLock, LockLost, ListenUnavailable } = require('..');
 const { direct, bouncer, uniqueName, adminQuery, sleep } = require('./helpers');
 
 for (const [how, config] of [['direct', direct], ['pgbouncer', bouncer]]) {
@@ -45,6 +45,29 @@ for (const [how, config] of [['direct', direct], ['pgbouncer', bouncer]]) {
     await s[0].release();
     assert.ok(await s[2].acquire({ timeout: 5 }));
     for (const x of s) { await x.release(); await x.close(); }
+  });
+
+  test(`read-write lock (${how})`, async () => {
+    const name = uniqueName('rw');
+    const r1 = new ReadLock(name, { config, ttl: 30 });
+    const r2 = new ReadLock(name, { config, ttl: 30 });
+    const w = new Lock(name, { config, ttl: 30 });
+    assert.ok(await r1.acquire({ blocking: false }));
+    assert.ok(await r2.acquire({ blocking: false }));
+    assert.notStrictEqual(r1.token, r2.token);
+    assert.strictEqual(await w.acquire({ blocking: false }), false);
+    const rows = await adminQuery('SELECT string_agg(mode, \',\') AS m FROM dsync_leases WHERE lease = $1', [name]);
+    assert.strictEqual(rows[0].m, 'shared,shared');
+    const writer = w.acquire({ timeout: 10 });
+    await sleep(300);
+    await r1.release();
+    await r2.release();
+    assert.strictEqual(await writer, true);
+    assert.strictEqual(await r1.acquire({ blocking: false }), false);
+    await w.release();
+    assert.ok(await r1.acquire({ timeout: 5 }));
+    await r1.release();
+    for (const x of [r1, r2, w]) await x.close();
   });
 }
 

@@ -11,14 +11,14 @@ waiting, expiry and fencing; this package renews, listens and types.
 
 from ._common import (DsyncError, LeaseEvent, ListenUnavailable, LockLost, NotHeld,
                       default_holder)
-from .sync import Event, LeaderElection, Lock, Semaphore, watch
-from .aio import AsyncEvent, AsyncLeaderElection, AsyncLock, AsyncSemaphore, awatch
+from .sync import Event, LeaderElection, Lock, ReadLock, Semaphore, watch
+from .aio import AsyncEvent, AsyncLeaderElection, AsyncLock, AsyncReadLock, AsyncSemaphore, awatch
 
 __version__ = "1.2.0"
 
 __all__ = [
-    "Lock", "Semaphore", "Event", "LeaderElection", "watch",
-    "AsyncLock", "AsyncSemaphore", "AsyncEvent", "AsyncLeaderElection", "awatch",
+    "Lock", "ReadLock", "Semaphore", "Event", "LeaderElection", "watch",
+    "AsyncLock", "AsyncReadLock", "AsyncSemaphore", "AsyncEvent", "AsyncLeaderElection", "awatch",
     "LeaseEvent", "DsyncError", "LockLost", "NotHeld", "ListenUnavailable",
     "default_holder",
 ]

@@ -31,6 +31,8 @@ POOLER_SAFE = {"autocommit": True, "prepare_threshold": None}
 
 SQL_ACQUIRE = ("SELECT dsync_acquire(%s::text, %s::text, %s::interval, "
                "%s::interval, %s::jsonb)")
+SQL_ACQUIRE_SHARED = ("SELECT dsync_acquire_shared(%s::text, %s::text, %s::interval, "
+                      "%s::interval, %s::jsonb)")
 SQL_RENEW = "SELECT dsync_renew(%s::text, %s::text, %s::interval)"
 SQL_RELEASE = "SELECT dsync_release(%s::text, %s::text)"
 SQL_ASSERT_HELD = "SELECT dsync_assert_held(%s::text, %s::text)"

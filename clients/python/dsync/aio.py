@@ -17,7 +17,7 @@ import psycopg
 from . import _common as c
 from ._common import LeaseEvent, Seconds
 
-__all__ = ["AsyncLock", "AsyncSemaphore", "AsyncEvent", "AsyncLeaderElection", "awatch"]
+__all__ = ["AsyncLock", "AsyncReadLock", "AsyncSemaphore", "AsyncEvent", "AsyncLeaderElection", "awatch"]
 
 
 class _Connector(c.ConnectionSettings):
@@ -143,6 +143,8 @@ class _Notifications:
 class AsyncLock(c.LeaseSettings):
     """An asyncio lease: `async with AsyncLock("x", conninfo=...) as lock:`."""
 
+    _sql_acquire = c.SQL_ACQUIRE
+
     def __init__(self, name: str, *, conninfo: Optional[str] = None, pool: Any = None,
                  ttl: Seconds = 30, holder: Optional[str] = None, info: Any = None,
                  on_lost: Optional[Callable[["AsyncLock"], Any]] = None,
@@ -167,7 +169,7 @@ class AsyncLock(c.LeaseSettings):
             while True:
                 wait = c.next_wait(blocking, deadline, time.monotonic())
                 token = await self._connector.value(
-                    c.SQL_ACQUIRE, (self.name, self.holder, self.ttl, wait, self.info))
+                    self._sql_acquire, (self.name, self.holder, self.ttl, wait, self.info))
                 if token is not None:
                     await self._held(int(token), time.monotonic())
                     return True
@@ -396,6 +398,12 @@ class AsyncLock(c.LeaseSettings):
 
     async def __aexit__(self, *exc: Any) -> None:
         await asyncio.shield(self.release())
+
+
+class AsyncReadLock(AsyncLock):
+    """The shared side of a read-write lock (see ReadLock)."""
+
+    _sql_acquire = c.SQL_ACQUIRE_SHARED
 
 
 class AsyncSemaphore(AsyncLock):

@@ -277,6 +277,8 @@ class Lock(c.LeaseSettings):
         ...
     """
 
+    _sql_acquire = c.SQL_ACQUIRE
+
     def __init__(self, name: str, *, conninfo: Optional[str] = None, pool: Any = None,
                  ttl: Seconds = 30, holder: Optional[str] = None, info: Any = None,
                  on_lost: Optional[Callable[["Lock"], None]] = None,
@@ -307,7 +309,7 @@ class Lock(c.LeaseSettings):
         try:
             while True:
                 wait = c.next_wait(blocking, deadline, time.monotonic())
-                token = self._connector.value(c.SQL_ACQUIRE,
+                token = self._connector.value(self._sql_acquire,
                                               (self.name, self.holder, self.ttl, wait, self.info))
                 if token is not None:
                     # Granted at most a round trip ago: the margin covers that.
@@ -434,6 +436,15 @@ class Semaphore(Lock):
         if not self._created:
             self._connector.value(c.SQL_SEM_CREATE, (self.name, self.permits))
             self._created = True
+
+
+class ReadLock(Lock):
+    """The shared side of a read-write lock: any number of ReadLocks of a
+    name are held at once, never together with a Lock of it.  Once a Lock
+    waits for the name, later ReadLocks wait behind it (writers never
+    starve).  Renewed, lost and guarded like a Lock."""
+
+    _sql_acquire = c.SQL_ACQUIRE_SHARED
 
 
 class Event:

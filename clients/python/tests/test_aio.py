@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from dsync import (AsyncEvent, AsyncLeaderElection, AsyncLock, AsyncSemaphore, LockLost,
-                   awatch)
+from dsync import (AsyncEvent, AsyncLeaderElection, AsyncLock, AsyncReadLock, AsyncSemaphore,
+                   LockLost, awatch)
 
 
 def run(coro):
@@ -77,6 +77,27 @@ def test_async_lost_lease(server, admin, name):
         with pytest.raises(LockLost):
             lock.check()
         await lock.close()
+    run(main())
+
+
+def test_async_read_write_lock(dsn, name):
+    async def main():
+        r1 = AsyncReadLock(name, conninfo=dsn, ttl=30)
+        r2 = AsyncReadLock(name, conninfo=dsn, ttl=30)
+        w = AsyncLock(name, conninfo=dsn, ttl=30)
+        assert await r1.acquire(blocking=False) and await r2.acquire(blocking=False)
+        assert not await w.acquire(blocking=False)
+        writer = asyncio.create_task(w.acquire(timeout=20))
+        await asyncio.sleep(0.3)
+        await r1.release()
+        await r2.release()
+        assert await writer and await w.owned()
+        assert not await r1.acquire(blocking=False)
+        await w.release()
+        assert await r1.acquire(timeout=5)
+        await r1.release()
+        for x in (r1, r2, w):
+            await x.close()
     run(main())
 
 

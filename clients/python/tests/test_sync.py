@@ -14,7 +14,7 @@ import pytest
 
 from conftest import wait_for
 from dsync import (Event, LeaderElection, LeaseEvent, ListenUnavailable, Lock, LockLost,
-                   Semaphore, watch)
+                   ReadLock, Semaphore, watch)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON = sys.executable
@@ -162,6 +162,31 @@ def test_semaphore_permits(dsn, name):
         s.release()
     for s in sems:
         s.close()
+
+
+def test_read_write_lock(dsn, name):
+    # Readers together, a writer alone; a waiting writer goes first.
+    r1 = ReadLock(name, conninfo=dsn, ttl=30)
+    r2 = ReadLock(name, conninfo=dsn, ttl=30)
+    w = Lock(name, conninfo=dsn, ttl=30)
+    assert r1.acquire(blocking=False) and r2.acquire(blocking=False)
+    assert r1.token != r2.token and r1.owned() and r2.owned()
+    assert not w.acquire(blocking=False)
+    got = []
+    t = threading.Thread(target=lambda: got.append(w.acquire(timeout=20)))
+    t.start()
+    time.sleep(0.3)
+    r3 = ReadLock(name, conninfo=dsn, ttl=30)
+    assert not r3.acquire(blocking=False)      # behind the waiting writer
+    assert r1.release() and r2.release()
+    t.join(15)
+    assert got == [True] and w.owned()
+    assert not r3.acquire(blocking=False)
+    assert w.release()
+    assert r3.acquire(timeout=5)
+    assert r3.release()
+    for x in (r1, r2, r3, w):
+        x.close()
 
 
 def test_event_one_to_one(dsn, name):

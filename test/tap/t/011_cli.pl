@@ -28,6 +28,8 @@
 #     a lock that had to wait longer than its ttl for the lease still runs
 #     its command to the end;
 #   - --permits 2: two locks run at once, a third with --wait 300ms exits 75;
+#   - --shared: two read locks run at once, an exclusive one with --wait
+#     300ms exits 75;
 #   - the lease is renewed while a command runs longer than the ttl;
 #   - status lists live leases (all, or one by name) with holder and token;
 #   - watch prints acquired and released events, as sentences or, with
@@ -288,7 +290,9 @@ my @usage_cases = (
 	[ [ 'lock', 'L', '--permits', '0', '--', 'true' ], qr/invalid --permits "0"/, 'zero permits' ],
 	[ [ 'lock', 'L', '--permits', 'two', '--', 'true' ], qr/invalid --permits "two"/, 'permits that is no number' ],
 	[ [ 'lock', 'L', '--permits', '65536', '--', 'true' ], qr/invalid --permits "65536"/, 'too many permits' ],
-	[ [ 'elect', 'G', '--permits', '2', '--', 'true' ], qr/elect takes no --permits or --wait/, 'elect with --permits' ],
+	[ [ 'elect', 'G', '--permits', '2', '--', 'true' ], qr/elect takes no --permits, --shared or --wait/, 'elect with --permits' ],
+	[ [ 'elect', 'G', '--shared', '--', 'true' ], qr/elect takes no --permits, --shared or --wait/, 'elect with --shared' ],
+	[ [ 'lock', 'L', '--shared', '--permits', '2', '--', 'true' ], qr/--shared and --permits cannot be used together/, '--shared with --permits' ],
 	[ [ 'lock', 'L', '--json', '--', 'true' ],   qr/lock takes no --json/,      'lock with --json' ],
 	[ [ 'watch' ],                               qr/watch needs a group or lease name/, 'watch without a name' ],
 	[ [ 'status', '--ttl', '3s' ],               qr/status takes no --ttl/,     'status with --ttl' ],
@@ -428,6 +432,25 @@ go($_) for @sem;
 is(wait_exit($semp[0]), 0, 'first semaphore lock exits 0');
 is(wait_exit($semp[1]), 0, 'second semaphore lock exits 0');
 is(q1("SELECT count(*) FROM dsync_leases WHERE lease = 'pool'"), '0', 'both permits released');
+
+# --- --shared: a read lock ---------------------------------------------------------
+
+my @rd = map { "$dir/rd$_" } 1 .. 2;
+my @rdp = map {
+	start_dsync('lock', 'rwl', '--shared', '--holder', "r$_", '--ttl', '3s',
+		'--', child($rd[ $_ - 1 ], $until_go))
+} 1 .. 2;
+ok(scalar(child_pids($rd[0], @rdp)), 'first shared lock runs');
+ok(scalar(child_pids($rd[1], $rdp[1], $rdp[0])), 'second shared lock runs at the same time');
+is(q1("SELECT string_agg(holder || ':' || mode, ',' ORDER BY holder) FROM dsync_leases WHERE lease = 'rwl'"),
+	'r1:shared,r2:shared', 'dsync_leases shows two shared holders');
+($code, $out, $err) = run_dsync('lock', 'rwl', '--wait', '300ms', '--', 'touch', "$dir/rdx.ran");
+is($code, 75, 'an exclusive lock with --wait 300ms while they run: exit 75');
+ok(!-e "$dir/rdx.ran", 'the exclusive lock did not run its command');
+go($_) for @rd;
+is(wait_exit($rdp[0]), 0, 'first shared lock exits 0');
+is(wait_exit($rdp[1]), 0, 'second shared lock exits 0');
+is(q1("SELECT count(*) FROM dsync_leases WHERE lease = 'rwl'"), '0', 'both shared holders released');
 
 # --- renewal while the command outlives the ttl --------------------------------
 

@@ -221,6 +221,12 @@ is($node->safe_psql('from13', "SELECT dsync_acquire('kept', 'h', '1 hour')"), $k
 	'a lease taken under 1.3 is still held, with its token');
 is($node->safe_psql('from13', "SELECT dsync_fence('r', $kept_token) IS NULL"), 't',
 	'dsync_fence works after the update');
+is($node->safe_psql('from13', "SELECT dsync_acquire_shared('kept', 'r') IS NULL"), 't',
+	'a shared acquire is refused while the 1.3 holder keeps the lease');
+like($node->safe_psql('from13', "SELECT dsync_acquire_shared('rw', 'r')"), qr/^\d+$/,
+	'dsync_acquire_shared works after the update');
+is($node->safe_psql('from13', "SELECT string_agg(lease || ' ' || mode, ',' ORDER BY lease) FROM dsync_leases"),
+	'kept exclusive,rw shared', 'dsync_leases shows each holder\'s mode after the update');
 # The log runs while someone listens: a session listens meanwhile.
 my $watch_in = "LISTEN \"dsync:kept\";\n";
 my $watch = IPC::Run::start([ 'psql', '-X', '-q', '-h', $node->host, '-p', $node->port, '-d', 'from13' ],

@@ -10,8 +10,9 @@
 #      map, 50 ephemeral acquire+release cycles read no block of dsync_lease
 #      (pg_statio_all_tables), while 50 within the expiry of durable
 #      holders the names had just before read it;
-#   2. a durable lease granted before a restart (ttl 300 s) refuses an
-#      ephemeral grant after the restart, with the map in use;
+#   2. a durable lease, and a shared one, granted before a restart (ttl
+#      300 s) refuse an ephemeral grant after the restart, with the map in
+#      use;
 #   3. a guard (dsync_assert_held in an open transaction) of a durable lease
 #      that has since expired refuses an ephemeral grant until the guard's
 #      transaction ends;
@@ -107,9 +108,12 @@ cmp_ok(table_reads('held-', 50), '>=', 50,
 
 like(q1($node, "SELECT dsync_acquire('restart-1', 'd', '300 s')"), qr/^\d+$/,
 	'restart: a durable lease of 300 s');
+like(q1($node, "SELECT dsync_acquire_shared('restart-sh', 'd', '300 s')"), qr/^\d+$/,
+	'restart: a shared lease of 300 s');
 $node->restart;
 ok(map_in_use('b'), 'restart: the map is in use again after the restart');
 is(eph('restart-1', 'e'), '', 'restart: the durable lease refuses an ephemeral grant');
+is(eph('restart-sh', 'e'), '', 'restart: the shared lease refuses an ephemeral grant');
 like(eph('restart-free', 'e'), qr/^\d+$/, 'restart: a free name is granted');
 
 # =========================================================================

@@ -7,7 +7,8 @@
 #     waiter's grant, median of 3 rounds at most 100 ms), while its plain
 #     lease stays held until its ttl;
 #   - the same for an ephemeral session lease, a terminated backend
-#     (pg_terminate_backend) and a client that disconnects normally;
+#     (pg_terminate_backend), a client that disconnects normally, and a
+#     shared lease (dsync_acquire_shared) with an exclusive waiter;
 #   - a session acquire rolled back (also to a savepoint) leaves nothing to
 #     release and no record; a reentrant acquire keeps one record;
 #   - after a crash restart (a backend killed with SIGKILL) the session
@@ -147,6 +148,27 @@ ok(send_wait($d, "SELECT dsync_acquire('d1', 'd', '1 hour', session => true) > 0
 $d->{in} .= "\\q\n";
 $d->{h}->finish;
 ok(poll("SELECT dsync_leader('d1') IS NULL"), 'released when it disconnects normally');
+
+# A shared session lease (dsync_acquire_shared): an exclusive waiter is
+# granted the name once the shared holder's client is killed.
+my $sh = client();
+ok(send_wait($sh, "SELECT dsync_acquire_shared('sh1', 's', '1 hour', session => true) > 0;", qr/t\n/),
+	'a shared session lease is granted');
+my $shw = client();
+$shw->{in} .= "SELECT 'granted ' || (g.t > 0) FROM "
+  . "(SELECT dsync_acquire('sh1', 'w', '1 minute', '30 seconds') AS t) g;\n";
+$shw->{h}->pump_nb while length $shw->{in};
+ok(poll("SELECT count(*) = 1 FROM dsync_waiters WHERE name = 'sh1'"), 'an exclusive waiter queues behind it');
+my $sh_killed_at = time;
+kill 'KILL', client_pid($sh);
+ok(send_wait($shw, '', qr/granted true/), 'the exclusive waiter is granted once the shared holder\'s client is killed');
+note(sprintf('shared: granted %.1f ms after the client was killed', (time - $sh_killed_at) * 1000));
+is(q1("SELECT string_agg(holder || ' ' || mode, ',') FROM dsync_leases WHERE lease = 'sh1'"), 'w exclusive',
+	'the waiter alone holds it, exclusively');
+ok(poll("SELECT count(*) = 1 FROM dsync_events_since(0, ARRAY['sh1']) WHERE payload->>'holder' = 's' "
+		  . "AND payload->>'event' = 'released' AND payload->>'mode' = 'shared'"),
+	'the shared holder\'s release is an event with "mode":"shared"');
+q1("SELECT dsync_release('sh1', 'w')");
 
 # --- rollbacks and reentrant acquires --------------------------------------------
 
