@@ -38,6 +38,7 @@
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -176,7 +177,9 @@ FenceCheckToken(int64 token, const char *what)
 
 /*
  * FenceRelOwner
- *		The owner of a relation.
+ *		The owner of a relation the caller has locked (FenceTableRoot), so
+ *		that it cannot be dropped meanwhile; reported as missing all the
+ *		same if it is not there.
  */
 static Oid
 FenceRelOwner(Oid relid)
@@ -185,7 +188,10 @@ FenceRelOwner(Oid relid)
 	Oid			owner;
 
 	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "cache lookup failed for relation %u", relid);
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("fenced table with OID %u does not exist", relid),
+				 errdetail("It was dropped while its mark was being moved.")));
 	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	ReleaseSysCache(tuple);
 	return owner;
@@ -208,6 +214,12 @@ FenceTableRoot(Oid relid)
 
 		relid = llast_oid(ancestors);
 		list_free(ancestors);
+
+		/*
+		 * Its name and owner are read next: keep it from being dropped
+		 * meanwhile, as the partition is (by the writer, or our caller).
+		 */
+		LockRelationOid(relid, AccessShareLock);
 	}
 	return relid;
 }
@@ -251,7 +263,8 @@ FenceTableOfResource(text *resource)
 	if (strncmp(name, FENCE_TABLE_PREFIX, strlen(FENCE_TABLE_PREFIX)) != 0)
 		return InvalidOid;
 	names = DsyncQualifiedNameList(name + strlen(FENCE_TABLE_PREFIX));
-	relid = RangeVarGetRelid(makeRangeVarFromNameList(names), NoLock, true);
+	/* Locked, as a write would lock it: no DROP between here and the mark. */
+	relid = RangeVarGetRelid(makeRangeVarFromNameList(names), AccessShareLock, true);
 	if (!OidIsValid(relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),

@@ -58,6 +58,18 @@ extern void DsyncSessionSweep(void);
 extern bool DsyncPermitTryAcquire(FunctionCallInfo fcinfo, text *name, const LeaseGrant *grant,
 								  int permits, bool may_take, bool thorough,
 								  int64 *token);
+/* What DsyncPermitExtendHeld found. */
+typedef enum DsyncHeld
+{
+	DSYNC_HELD_NOT,
+	DSYNC_HELD_EXTENDED,
+	DSYNC_HELD_BUSY,
+	DSYNC_HELD_CHANGED
+} DsyncHeld;
+
+extern DsyncHeld DsyncPermitExtendHeld(DsyncStore *permits, DsyncStore *leases, text *name,
+									   const LeaseGrant *grant, int32 from_slot,
+									   DsyncRow **plain, int64 *token);
 extern bool DsyncPermitRenew(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant,
 							 int64 *token, bool *retry);
 extern DsyncRow *DsyncPermitFindHeld(DsyncStore *store, text *name, text *holder,

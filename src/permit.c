@@ -94,6 +94,39 @@ DsyncPermitRenew(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant, int6
 }
 
 /*
+ * DsyncPermitExtendHeld
+ *		A reentrant acquire: if grant's holder holds the name live, in a
+ *		row of dsync_permit from slot from_slot on or in its plain row,
+ *		extend that and keep its token.  DSYNC_HELD_EXTENDED (with *token),
+ *		DSYNC_HELD_BUSY (held, but being changed or guarded right now, or
+ *		another role's), DSYNC_HELD_CHANGED (look again), or DSYNC_HELD_NOT
+ *		(holds neither; *plain is the name's plain row, or NULL).
+ */
+DsyncHeld
+DsyncPermitExtendHeld(DsyncStore *permits, DsyncStore *leases, text *name,
+					  const LeaseGrant *grant, int32 from_slot, DsyncRow **plain,
+					  int64 *token)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	DsyncRow   *row = DsyncPermitFindHeld(permits, name, grant->holder, now);
+	DsyncStore *store = permits;
+	bool		retry;
+
+	*plain = NULL;
+	if (row == NULL || DsyncRowSlot(row) < from_slot)
+	{
+		*plain = DsyncLeaseFindPlain(leases, name);
+		row = *plain;
+		store = leases;
+		if (row == NULL || !DsyncRowIsLive(row, now) || !DsyncRowHolderIs(row, grant->holder))
+			return DSYNC_HELD_NOT;
+	}
+	if (DsyncPermitRenew(store, row, grant, token, &retry))
+		return DSYNC_HELD_EXTENDED;
+	return retry ? DSYNC_HELD_CHANGED : DSYNC_HELD_BUSY;
+}
+
+/*
  * PermitGrant
  *		Give a locked free (or expired) permit row to the holder.
  */
@@ -284,10 +317,10 @@ DsyncPermitTryAcquire(FunctionCallInfo fcinfo, text *name, const LeaseGrant *gra
 	DsyncStoreOpenCatalog(&plain_store, catalog, DSYNC_TABLE_LEASE, true);
 	for (;;)
 	{
-		TimestampTz now = GetCurrentTimestamp();
 		DsyncRow   *row;
 		DsyncRow   *plain;
 		bool		retry;
+		DsyncHeld	held;
 		int			extra;
 		int			locked;
 		int			grown;
@@ -295,20 +328,12 @@ DsyncPermitTryAcquire(FunctionCallInfo fcinfo, text *name, const LeaseGrant *gra
 		CHECK_FOR_INTERRUPTS();
 
 		/* Reentrant: the holder's permit, or its plain lock on the name. */
-		row = DsyncPermitFindHeld(&store, name, grant->holder, now);
-		if (row)
+		held = DsyncPermitExtendHeld(&store, &plain_store, name, grant, 0, &plain, token);
+		if (held == DSYNC_HELD_CHANGED)
+			continue;
+		if (held != DSYNC_HELD_NOT)
 		{
-			granted = DsyncPermitRenew(&store, row, grant, token, &retry);
-			if (retry)
-				continue;
-			break;
-		}
-		plain = DsyncLeaseFindPlain(&plain_store, name);
-		if (plain && DsyncRowIsLive(plain, now) && DsyncRowHolderIs(plain, grant->holder))
-		{
-			granted = DsyncPermitRenew(&plain_store, plain, grant, token, &retry);
-			if (retry)
-				continue;
+			granted = held == DSYNC_HELD_EXTENDED;
 			break;
 		}
 		if (!may_take || permits <= 0)

@@ -156,11 +156,12 @@ SemaphoreTableEmpty(const DsyncCatalog *catalog, DsyncTable table)
  * answer was the same two system calls (the tables' sizes, which
  * PostgreSQL caches only during recovery): on a small machine each one is
  * also a point where the backend is preempted.  So the answer, either
- * way, is remembered until dsync_semaphore_create moves the shared
- * generation (it does so after its insert and before it commits: a
- * backend that looked at the tables before that insert sees the new
- * generation), or for a second at most.  A stale "used" only costs the
- * lookups every call made before.
+ * way, is remembered until dsync_semaphore_create, or a shared grant that
+ * makes a new row of dsync_permit (shared.c), moves the shared generation
+ * (each does so after its insert and before it commits: a backend that
+ * looked at the tables before that insert sees the new generation), or
+ * for a second at most.  A stale "used" only costs the lookups every call
+ * made before.
  */
 bool
 DsyncSemaphoresUnused(const DsyncCatalog *catalog)

@@ -257,7 +257,7 @@ SharedTryAcquire(const DsyncCatalog *catalog, text *lease, const LeaseGrant *gra
 	{
 		TimestampTz now = GetCurrentTimestamp();
 		DsyncRow   *row;
-		bool		retry;
+		DsyncHeld	extended;
 		int			held;
 		SharedSlot	pick;
 
@@ -265,20 +265,13 @@ SharedTryAcquire(const DsyncCatalog *catalog, text *lease, const LeaseGrant *gra
 		*retry_at = 0;
 
 		/* Reentrant: the holder's shared row, or its exclusive lease. */
-		row = DsyncPermitFindHeld(&permits, lease, grant->holder, now);
-		if (row != NULL && DsyncRowSlot(row) >= DSYNC_SHARED_SLOT)
+		extended = DsyncPermitExtendHeld(&permits, &leases, lease, grant, DSYNC_SHARED_SLOT,
+										 &row, token);
+		if (extended == DSYNC_HELD_CHANGED)
+			continue;
+		if (extended != DSYNC_HELD_NOT)
 		{
-			granted = DsyncPermitRenew(&permits, row, grant, token, &retry);
-			if (retry)
-				continue;
-			break;
-		}
-		row = DsyncLeaseFindPlain(&leases, lease);
-		if (row != NULL && DsyncRowIsLive(row, now) && DsyncRowHolderIs(row, grant->holder))
-		{
-			granted = DsyncPermitRenew(&leases, row, grant, token, &retry);
-			if (retry)
-				continue;
+			granted = extended == DSYNC_HELD_EXTENDED;
 			break;
 		}
 		if (row != NULL && DsyncRowIsLive(row, now))

@@ -21,7 +21,7 @@ typedef struct DsyncShared
 	LWLock	   *lock;			/* protects slots */
 	int			nslots;
 	pg_atomic_uint64 next_ticket;
-	pg_atomic_uint64 semaphore_generation;	/* semaphore.c: definitions created */
+	pg_atomic_uint64 semaphore_generation;	/* semaphore.c: definitions and permit rows made */
 	TimestampTz session_epoch;	/* session.c: when shared memory was made */
 	pg_atomic_uint32 waiting[DSYNC_WAKE_CHANNELS];	/* waiters per channel */
 	pg_atomic_uint64 wakes[DSYNC_WAKE_CHANNELS];	/* broadcasts so far */

@@ -667,6 +667,26 @@ monitor_main(time_t deadline, const char *sem, int permits)
 	exit(0);
 }
 
+/* The semaphore and count of the semaphore run, for its processes. */
+static const char *sem_run_name;
+static int	sem_run_permits;
+
+/*
+ * sem_client_main, sem_monitor_main
+ *		The semaphore run's client and monitor, as run_with_kills starts them.
+ */
+static void
+sem_client_main(int id, time_t deadline)
+{
+	client_main(id, 1, deadline, sem_run_name, -1);
+}
+
+static void
+sem_monitor_main(time_t deadline)
+{
+	monitor_main(deadline, sem_run_name, sem_run_permits);
+}
+
 /*
  * sem_main
  *		The semaphore run and its checks.  limit is the bound of the
@@ -677,9 +697,6 @@ sem_main(int clients, int seconds, int permits, int limit)
 {
 	const char *sem = "stress-sem";
 	PGconn	   *conn;
-	time_t		deadline;
-	int			failed_children = 0;
-	int			status;
 	int			passed = 0,
 				failed = 0;
 	char		sql[1024];
@@ -711,32 +728,11 @@ sem_main(int clients, int seconds, int permits, int limit)
 	fflush(stdout);
 	PQfinish(conn);
 
-	deadline = time(NULL) + seconds;
-	for (int i = 0; i < clients; i++)
-		if (fork() == 0)
-			client_main(i, 1, deadline, sem, -1);
-	if (fork() == 0)
-		killer_main(deadline);
-	if (fork() == 0)
-		monitor_main(deadline, sem, permits);
-	while (wait(&status) > 0)
-		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-			failed_children++;
-
-	conn = connect_db("dsync_stress_main");
-	if (conn == NULL)
-		die("cannot reconnect to the server");
-
-	printf("\n");
+	sem_run_name = sem;
+	sem_run_permits = permits;
+	conn = run_with_kills(clients, seconds, sem_client_main, sem_monitor_main, &passed, &failed);
 #define SEM_CHECK(what, sql, expected, at_least) \
 	(check(conn, what, sql, expected, at_least) ? passed++ : failed++)
-
-	printf("%s clients that never got a grant or exited abnormally: %d\n",
-		   failed_children == 0 ? "ok    " : "FAILED", failed_children);
-	if (failed_children == 0)
-		passed++;
-	else
-		failed++;
 	SEM_CHECK("guarded intervals logged", "SELECT count(*) FROM sem_log", 50, true);
 
 	/*
