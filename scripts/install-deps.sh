@@ -25,6 +25,11 @@ packages=(
 	python3-asyncpg
 	python3-sqlalchemy
 	python3-psycopg2
+	patroni
+	python3-etcd
+	etcd-server
+	bc
+	procps
 )
 
 missing=()
@@ -45,10 +50,13 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
 fi
-# The tests start PgBouncer themselves; the packaged service is not wanted.
-if command -v systemctl >/dev/null 2>&1; then
-	systemctl disable --now pgbouncer >/dev/null 2>&1 || true
-fi
-if [ -x /etc/init.d/pgbouncer ]; then
-	/etc/init.d/pgbouncer stop >/dev/null 2>&1 || true
-fi
+# The tests start PgBouncer, etcd and Patroni themselves (the HA test on
+# ports of its own); the packaged services are not wanted.
+for service in pgbouncer etcd patroni; do
+	if command -v systemctl >/dev/null 2>&1; then
+		systemctl disable --now "$service" >/dev/null 2>&1 || true
+	fi
+	if [ -x "/etc/init.d/$service" ]; then
+		"/etc/init.d/$service" stop >/dev/null 2>&1 || true
+	fi
+done

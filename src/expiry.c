@@ -537,6 +537,7 @@ ExpiryReapDue(DsyncDbSlot *slot, bool *more)
 	TimestampTz ephemeral_due;
 
 	*more = false;
+	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (!OidIsValid(get_extension_oid("dsync", true)))

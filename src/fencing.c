@@ -97,7 +97,7 @@
  * FencingSequenceLsn
  *		The LSN of the last WAL record that changed the sequence's page.
  *
- * FencingFetch has just locked and used the sequence, so its relation
+ * FencingNext has just locked and used the sequence, so its relation
  * lock is held and the relation can be opened without another lock.
  */
 static XLogRecPtr
@@ -215,7 +215,7 @@ FencingSequenceIncrement(Oid seqoid)
 	return increment;
 }
 
-/* Lock class of the per-database block fetch lock (see FencingFetch). */
+/* Lock class of the per-database block fetch lock (see FencingNext). */
 #define DSYNC_FENCING_LOCK_CLASS	0x6480
 
 /*
@@ -249,26 +249,30 @@ FencingSetval(Oid seqoid, int64 value)
 }
 
 /*
- * FencingFetch
- *		Reserve the next block: its first token, at least the clock's
- *		reading in microseconds.  The caller holds the fetch lock and makes
- *		the block durable.
+ * DsyncSequenceNextAtClock
+ *		nextval() of one of dsync's sequences, but at least the clock's
+ *		reading in microseconds (the sequence is moved up to it).  Numbers
+ *		handed out far slower than one a microsecond are then never handed
+ *		out again, even when an older state of the database comes back
+ *		(failover to an asynchronous standby that missed the latest ones,
+ *		point-in-time recovery): the clock has moved on since.  The caller
+ *		needs no rights on the sequence and makes the value durable.
  */
-static int64
-FencingFetch(Oid seqoid)
+int64
+DsyncSequenceNextAtClock(Oid seqoid)
 {
-	int64		start;
+	int64		value;
 	TimestampTz clock;
 
-	start = nextval_internal(seqoid, false);
+	value = nextval_internal(seqoid, false);
 	clock = GetCurrentTimestamp();
-	if (start < clock)
+	if (value < clock)
 	{
 		/* The sequence is behind the clock: restored, or simply idle. */
 		FencingSetval(seqoid, clock);
-		start = clock;
+		value = clock;
 	}
-	return start;
+	return value;
 }
 
 /*
@@ -374,7 +378,7 @@ FencingNext(const DsyncCatalog *catalog, bool take)
 
 		/* The caller has no rights on the sequence; the SQL function is the gate. */
 		size = FencingSequenceIncrement(seqoid);
-		start = FencingFetch(seqoid);
+		start = DsyncSequenceNextAtClock(seqoid);
 		lsn = FencingSequenceLsn(seqoid);
 		XLogFlush(lsn);
 		FencingWaitForStandby(lsn);

@@ -29,5 +29,6 @@ typedef struct DsyncFencingBlock
 extern int64 DsyncNextFencingToken(const DsyncCatalog *catalog);
 extern void DsyncFencingFill(const DsyncCatalog *catalog);
 extern bool DsyncFencingTryNext(const DsyncCatalog *catalog, int64 *token);
+extern int64 DsyncSequenceNextAtClock(Oid seqoid);
 
 #endif							/* DSYNC_FENCING_H */

@@ -134,6 +134,7 @@ DsyncLauncherScanDatabases(void)
 	ListCell   *lc;
 	MemoryContext callercontext = CurrentMemoryContext;
 
+	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	(void) GetTransactionSnapshot();
 	rel = table_open(DatabaseRelationId, AccessShareLock);

@@ -12,13 +12,16 @@
  *
  * Every notification carries "seq", a number per database that rises in
  * the order events are sent (commit order for each name) and keeps rising
- * across restarts: it comes from the sequence dsync_event_seq, whose WAL
- * is flushed before a notification that uses a number is sent.  Because
+ * across restarts and failovers: it comes from the sequence
+ * dsync_event_seq, whose WAL is flushed before a notification that uses a
+ * number is sent, and which each reaper moves up to the clock (in
+ * microseconds) when it starts, in case the sequence lost its latest
+ * numbers to an asynchronous failover.  Because
  * two payloads never repeat, PostgreSQL never merges two notifications of
  * one transaction (it drops duplicate channel and payload pairs), so each
  * committed change is exactly one notification.  Events that were lost
- * (dsync's queue was full) still use up their numbers, so a listener sees
- * a gap exactly when it missed something.  NOTIFY can fail (the
+ * (dsync's queue was full) still use up their numbers, so a listener that
+ * missed something sees a gap (a reaper's start makes one too).  NOTIFY can fail (the
  * notification queue is full when a listener stops reading), and that
  * must never undo or block the cleanup, which also wakes in-server
  * waiters: cleanup and sending are separate transactions.  Events whose
@@ -68,6 +71,7 @@
 #include "dbslot.h"
 #include "heldmap.h"
 #include "events.h"
+#include "fencing.h"
 #include "ephemeral.h"
 #include "lease.h"
 
@@ -109,6 +113,9 @@ static uint64 reaper_seq_skip = 0;
 
 /* Without dsync_event_seq (not yet updated): numbers from memory. */
 static int64 reaper_seq_local = 0;
+
+/* Whether this reaper has moved dsync_event_seq up to the clock yet. */
+static bool reaper_seq_at_clock = false;
 
 /*
  * ReaperKeepUnsent
@@ -197,6 +204,7 @@ ReaperDrainQueue(void)
 				(errmsg("dsync dropped " UINT64_FORMAT " lease events because the event queue was full",
 						dropped),
 				 errhint("Raise dsync.event_queue_size.  Expired leases are still cleared.")));
+		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		ExpiryRebuild();
@@ -208,14 +216,25 @@ ReaperDrainQueue(void)
 
 /*
  * ReaperNextSeq
- *		The next event number, in the sending transaction.
+ *		The next event number, in the sending transaction.  The first one a
+ *		reaper hands out is at least the clock's reading in microseconds:
+ *		after a failover to an asynchronous standby that had not received
+ *		the latest numbers, the sequence alone would hand them out again,
+ *		and watchers, which skip what they have seen by seq, would drop
+ *		those events.
  */
 static int64
 ReaperNextSeq(Oid seqoid)
 {
+	int64		seq;
+
 	if (!OidIsValid(seqoid))
 		return ++reaper_seq_local;
-	return nextval_internal(seqoid, false);
+	if (reaper_seq_at_clock)
+		return nextval_internal(seqoid, false);
+	seq = DsyncSequenceNextAtClock(seqoid);
+	reaper_seq_at_clock = true;
+	return seq;
 }
 
 /*
@@ -265,6 +284,11 @@ ReaperNumber(void)
  *		Run step in a transaction of its own and commit it; a failure is
  *		logged and rolled back, never fatal to the worker.  True if it
  *		committed.
+ *
+ * Every transaction of the worker first sets the statement start time:
+ * nothing else moves it on in a background worker, and now() would stay
+ * at the worker's start, making the event log's sent_at wrong and its
+ * pruning by age drop events it must keep.
  */
 static bool
 ReaperTransaction(void (*step) (void))
@@ -272,6 +296,7 @@ ReaperTransaction(void (*step) (void))
 	MemoryContext oldcontext = CurrentMemoryContext;
 	volatile bool committed = false;
 
+	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PG_TRY();
 	{
@@ -354,6 +379,7 @@ ReaperSendUnsent(void)
 		return;
 	}
 
+	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 
 	/*
@@ -529,6 +555,7 @@ ReaperClaimSlot(int slotno, Oid dbid)
 static void
 ReaperFillHeldMap(void)
 {
+	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (OidIsValid(get_extension_oid("dsync", true)))
@@ -569,6 +596,7 @@ dsync_reaper_main(Datum arg)
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("application_name", "dsync reaper", PGC_USERSET, PGC_S_OVERRIDE);
 
+	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	present = OidIsValid(get_extension_oid("dsync", true));

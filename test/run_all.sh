@@ -6,10 +6,12 @@
 #   in each, test/suites.sh (builds with gcc and clang, warnings as errors,
 #   then pg_regress, isolation, pgTAP, stress and Perl TAP);
 #   then on 15 the client libraries (test/clients.sh: Python and Node,
-#   directly and through PgBouncer) and the Debian package test
-#   (test/package.sh).
+#   directly and through PgBouncer), the Debian package test
+#   (test/package.sh) and the HA test under Patroni (test/ha/run.sh, with
+#   a synchronous standby on three nodes and with asynchronous replication
+#   on two).
 # DSYNC_PG_MAJORS limits the run, e.g. DSYNC_PG_MAJORS=15 for a quick local
-# run (the package test runs when 15 is in the list).  Prints a line per
+# run (the package, client and HA tests run when 15 is in the list).  Prints a line per
 # major and one "N passed, N failed" line at the end, counting suites (the
 # package test is one); exits non-zero on any failure.
 set -uo pipefail
@@ -100,6 +102,15 @@ for major in $majors; do
 		echo "==== Debian package (PostgreSQL 15)"
 		bash test/package.sh 2>&1 | tee "$out"
 		tally "Debian package (15)" "$out" "${PIPESTATUS[0]}" "$started" one
+		# The package test removed the build's install: install it again.
+		make -s install >/dev/null
+		for ha in "sync 3" "async 2"; do
+			started=$(date +%s)
+			out="$log/ha.log"
+			echo "==== HA with Patroni: ${ha% *} replication, ${ha#* } nodes (PostgreSQL 15)"
+			bash test/ha/run.sh $ha 2>&1 | tee "$out"
+			tally "HA, ${ha% *} (15)" "$out" "${PIPESTATUS[0]}" "$started" one
+		done
 	fi
 done
 rm -rf "$log"

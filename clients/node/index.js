@@ -42,6 +42,9 @@ const SQL = {
   backendPid: 'SELECT pg_backend_pid() AS v',
   stats: 'SELECT * FROM dsync_stats',
   // The horizon and the events after a seq, in one snapshot (no prune between).
+  // Where the event log stands: its last seq, or the horizon if it is empty.
+  logTop: 'SELECT GREATEST(COALESCE((SELECT seq FROM dsync_event_log ORDER BY seq DESC LIMIT 1), 0), dsync_events_horizon())::text AS v',
+  retention: "SELECT extract(epoch FROM current_setting('dsync.event_retention')::interval)::float8 AS v",
   catchUp: 'SELECT h.h::text AS horizon, e.seq::text AS seq, e.channel, e.payload::text AS payload FROM dsync_events_horizon() AS h(h) LEFT JOIN dsync_events_since($1::bigint, $2::text[]) AS e ON true ORDER BY e.seq',
 };
 
@@ -503,6 +506,17 @@ class LeaderElection extends EventEmitter {
   }
 }
 
+// Rows of a query on the event log, or null if the installed version
+// keeps none (before 1.4).
+async function logQuery(client, text, values) {
+  try {
+    return (await client.query(text, values)).rows;
+  } catch (e) {
+    if (e && (e.code === '42P01' || e.code === '42883')) return null;
+    throw e;
+  }
+}
+
 /*
  * The events of the given names as an async iterator: first the current
  * state (kind "state", one per live holder), then each notification dsync
@@ -511,82 +525,107 @@ class LeaderElection extends EventEmitter {
  * the events sent since are replayed from the server's event log, each
  * once, and if some are gone (older than dsync.event_retention) an event
  * of kind "gap" (seq: the last one lost) comes first, then the state.
+ * A lost connection (a failover, a restart) is reconnected, through the
+ * same connection settings, and resumed in the same way, unless
+ * `reconnect: false`; then the connection error is thrown.
  */
 async function* watch(names, opts = {}) {
   names = names.map((n) => nameArg(n, 'name'));
+  const reconnect = opts.reconnect !== false;
+  let last = opts.after === undefined || opts.after === null ? null : BigInt(opts.after);
+  if (last !== null && last < 0n) throw new RangeError('after must be a non-negative seq');
+  let started = last !== null;    // a position to resume from is known
+  let lostAt = null;              // when the last connection was lost
   const connector = new Connector(opts);
-  const client = connector.client();
-  const queue = [];
-  let wake = null;
-  client.on('notification', (msg) => {
-    queue.push(msg);
-    if (wake) wake();
-  });
-  client.on('error', (e) => {
-    queue.push(e);
-    if (wake) wake();
-  });
-  await client.connect();
-  try {
-    if (await behindPooler(client)) {
-      throw new ListenUnavailable('LISTEN does not work through this connection: it goes through a connection pooler in transaction mode; watch needs a direct connection (or a pool in session mode)');
-    }
-    const chans = await listenOn(client, names);
-    let senders = await senderPids(client);
-    let last = opts.after === undefined || opts.after === null ? null : BigInt(opts.after);
-    if (last !== null && last < 0n) throw new RangeError('after must be a non-negative seq');
-    let gap = null;
-    let missed = [];
-    if (last !== null) {
-      const rows = (await client.query(SQL.catchUp, [String(last), names])).rows;
-      const horizon = BigInt(rows[0].horizon);
-      if (horizon > last) {
-        gap = { kind: 'gap', name: '', holder: null, fencing: null, expiresAt: null, seq: horizon, channel: null, raw: {} };
-        last = horizon;
+  for (;;) {
+    const client = connector.client('dsync watch');
+    const queue = [];
+    let wake = null;
+    client.on('notification', (msg) => {
+      queue.push(msg);
+      if (wake) wake();
+    });
+    client.on('error', (e) => {
+      queue.push(e);
+      if (wake) wake();
+    });
+    try {
+      await client.connect();
+      if (await behindPooler(client)) {
+        throw new ListenUnavailable('LISTEN does not work through this connection: it goes through a connection pooler in transaction mode; watch needs a direct connection (or a pool in session mode)');
       }
-      missed = rows.filter((r) => r.seq !== null);
-    }
-    if (gap) yield gap;
-    if (last === null || gap) {
-      const state = await client.query({ text: SQL.state, values: [names], types });
-      for (const r of state.rows) {
+      if (!started) {
+        // Where the log stands before we listen: nothing later is missed.
+        const top = await logQuery(client, SQL.logTop, []);
+        last = top ? BigInt(top[0].v) : null;
+      }
+      const chans = await listenOn(client, names);
+      let senders = await senderPids(client);
+      let gap = null;
+      let missed = [];
+      const rows = last === null ? null : await logQuery(client, SQL.catchUp, [String(last), names]);
+      if (rows) {
+        const horizon = BigInt(rows[0].horizon);
+        if (horizon > last) {
+          if (started) gap = { kind: 'gap', name: '', holder: null, fencing: null, expiresAt: null, seq: horizon, channel: null, raw: {} };
+          last = horizon;
+        }
+        missed = rows.filter((r) => r.seq !== null);
+      }
+      if (!gap && lostAt !== null && last !== null) {
+        // Away for longer than the log runs on after its last watcher left:
+        // events it never logged may have been missed.
+        const retention = Number((await client.query(SQL.retention)).rows[0].v);
+        if ((Date.now() - lostAt) / 1000 >= retention) {
+          gap = { kind: 'gap', name: '', holder: null, fencing: null, expiresAt: null, seq: last, channel: null, raw: {} };
+        }
+      }
+      const state = !started || gap || last === null ? (await client.query({ text: SQL.state, values: [names], types })).rows : [];
+      started = true;
+      lostAt = null;
+      if (gap) yield gap;
+      for (const r of state) {
         yield { kind: 'state', name: r.lease, holder: r.holder, fencing: r.fencing, expiresAt: r.expires_at, seq: null, channel: null, raw: {} };
       }
-    }
-    // A notification that repeats a replayed event is skipped by its seq.
-    const fresh = (ev) => {
-      if (ev.seq === null || last === null) return true;
-      if (ev.seq <= last) return false;
-      last = ev.seq;
-      return true;
-    };
-    for (const r of missed) {
-      const ev = parsePayload(r.channel, r.payload);
-      if (ev && fresh(ev)) yield ev;
-    }
-    for (;;) {
-      if (!queue.length) {
-        let timer = null;
-        const got = await new Promise((resolve) => {
-          wake = () => resolve(true);
-          if (opts.timeout !== undefined && opts.timeout !== null) timer = setTimeout(() => resolve(false), seconds(opts.timeout, 'timeout') * 1000);
-        });
-        if (timer) clearTimeout(timer);
-        wake = null;
-        if (!got && !queue.length) return;
+      // A notification that repeats a replayed event is skipped by its seq.
+      const fresh = (ev) => {
+        if (ev.seq === null || last === null) return true;
+        if (ev.seq <= last) return false;
+        last = ev.seq;
+        return true;
+      };
+      for (const r of missed) {
+        const ev = parsePayload(r.channel, r.payload);
+        if (ev && fresh(ev)) yield ev;
       }
-      const msg = queue.shift();
-      if (msg instanceof Error) throw msg;
-      if (!chans.has(msg.channel)) continue;
-      if (senders.size && !senders.has(msg.processId)) {
-        senders = await senderPids(client);
-        if (!senders.has(msg.processId)) continue;
+      for (;;) {
+        if (!queue.length) {
+          let timer = null;
+          const got = await new Promise((resolve) => {
+            wake = () => resolve(true);
+            if (opts.timeout !== undefined && opts.timeout !== null) timer = setTimeout(() => resolve(false), seconds(opts.timeout, 'timeout') * 1000);
+          });
+          if (timer) clearTimeout(timer);
+          wake = null;
+          if (!got && !queue.length) return;
+        }
+        const msg = queue.shift();
+        if (msg instanceof Error) throw msg;
+        if (!chans.has(msg.channel)) continue;
+        if (senders.size && !senders.has(msg.processId)) {
+          senders = await senderPids(client);
+          if (!senders.has(msg.processId)) continue;
+        }
+        const ev = parsePayload(msg.channel, msg.payload);
+        if (ev && fresh(ev)) yield ev;
       }
-      const ev = parsePayload(msg.channel, msg.payload);
-      if (ev && fresh(ev)) yield ev;
+    } catch (e) {
+      if (!reconnect || e instanceof DsyncError || !isConnectionError(e)) throw e;
+      if (lostAt === null) lostAt = Date.now();     // the first loss counts, not each retry
+      await new Promise((resolve) => setTimeout(resolve, started ? 200 : 1000));
+    } finally {
+      await client.end().catch(() => {});
     }
-  } finally {
-    await client.end().catch(() => {});
   }
 }
 

@@ -9,6 +9,11 @@
 #   ha_dsn                  libpq multi-host string, read-write target
 #   ha_node_port N          the PostgreSQL port of node N
 #   ha_primary              the name of the node that leads now
+#   ha_rest N PATH          HTTP status of node N's Patroni REST API at PATH
+#   ha_kill_node N          crash node N (Patroni and PostgreSQL, SIGKILL)
+#   ha_start_node N         start node N's Patroni again
+#   ha_stall N              stop node N's WAL senders
+#   ha_wait_replicas        until the replicas stream (and one is in sync)
 #   ha_stop                 stop everything and remove the directory
 #
 # Needs (Debian): patroni etcd-server postgresql-15, run as root.
@@ -54,12 +59,42 @@ ha_primary() {
 ha_start_node() {
 	runuser -u postgres -- patroni "$HA_DIR/node$1.yml" >>"$HA_DIR/patroni$1.log" 2>&1 &
 	echo $! >"$HA_DIR/patroni$1.pid"
+	disown $!	# its crash (ha_kill_node) is no news
+}
+
+# ha_wait_replicas: until every node but the leader is a streaming replica
+# and, in sync mode, one of them is the synchronous standby: only then may
+# Patroni (synchronous_mode) switch over or fail over without losing
+# anything.  Returns 1 after 60 s.
+ha_wait_replicas() {
+	local leader i ok
+	for _ in $(seq 1 600); do
+		leader=$(ha_primary) || { sleep 0.1; continue; }
+		ok=1
+		for i in $(seq 1 "$HA_NODES"); do
+			[ "node$i" = "$leader" ] && continue
+			[ "$(ha_rest "$i" /replica)" = 200 ] || ok=0
+		done
+		if [ "$HA_MODE" = sync ] && [ $ok = 1 ]; then
+			ok=0
+			for i in $(seq 1 "$HA_NODES"); do
+				[ "node$i" != "$leader" ] && [ "$(ha_rest "$i" /sync)" = 200 ] && ok=1
+			done
+		fi
+		[ $ok = 1 ] && return 0
+		sleep 0.1
+	done
+	return 1
 }
 
 ha_start() {
-	local nodes=$1 mode=$2 i sync=true
-	[ "$mode" = async ] && sync=false
+	local nodes=$1 mode=$2 i sync=true lag=1048576
+	# Asynchronous: Patroni fails over to a standby that is behind by up
+	# to maximum_lag_on_failover (1 MB by default); the test's stall puts
+	# it further behind than that, and a failover is what it tests.
+	[ "$mode" = async ] && { sync=false; lag=67108864; }
 	HA_NODES=$nodes
+	HA_MODE=$mode
 	HA_DIR=$(mktemp -d /tmp/dsync-ha.XXXXXX)
 	chown postgres: "$HA_DIR"
 	chmod 700 "$HA_DIR"
@@ -71,6 +106,7 @@ ha_start() {
 		--initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
 		--initial-cluster "e1=http://127.0.0.1:$etcd_peer" >"$HA_DIR/etcd.log" 2>&1 &
 	echo $! >"$HA_DIR/etcd.pid"
+	disown $!
 	for i in $(seq 1 "$nodes"); do
 		cat >"$HA_DIR/node$i.yml" <<YML
 scope: dsync-ha
@@ -85,7 +121,7 @@ bootstrap:
     ttl: 10
     loop_wait: 1
     retry_timeout: 3
-    maximum_lag_on_failover: 1048576
+    maximum_lag_on_failover: $lag
     synchronous_mode: $sync
     postgresql:
       use_pg_rewind: true
@@ -136,20 +172,33 @@ YML
 		sleep 0.1
 	done
 	ha_primary >/dev/null || { echo "no leader elected" >&2; tail -20 "$HA_DIR"/patroni*.log >&2; return 1; }
-	for i in $(seq 1 "$nodes"); do
-		for _ in $(seq 1 900); do
-			[ "$(ha_rest "$i" /health)" = 200 ] && break
-			sleep 0.1
-		done
-	done
+	ha_wait_replicas || { echo "the replicas did not all stream" >&2; return 1; }
 	ha_log "cluster up: $(ha_primary) leads ($mode replication, $nodes nodes)"
 }
 
 # ha_kill_node N: node N's Patroni and PostgreSQL killed with SIGKILL, as
 # a crash of its machine would.
 ha_kill_node() {
+	local pm
+	pm=$(head -1 "$HA_DIR/data$1/postmaster.pid" 2>/dev/null)
 	pkill -9 -f "patroni $HA_DIR/node$1.yml"
+	# The postmaster is stopped first so that its children (some may be
+	# stopped themselves, see ha_stall) are still its own when killed.
+	if [ -n "$pm" ]; then
+		kill -STOP "$pm" 2>/dev/null
+		pkill -9 -P "$pm"
+		kill -9 "$pm" 2>/dev/null
+	fi
 	pkill -9 -f "postgres -D $HA_DIR/data$1"
+}
+
+# ha_stall N: node N's WAL senders stopped (SIGSTOP): from now on its
+# commits reach no standby, as in a network partition or a standby that
+# fell behind.  Only a crash of node N (ha_kill_node) ends it.
+ha_stall() {
+	local pm
+	pm=$(head -1 "$HA_DIR/data$1/postmaster.pid")
+	pkill -STOP -P "$pm" -f walsender
 }
 
 ha_stop() {

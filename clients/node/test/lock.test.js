@@ -145,6 +145,48 @@ test('watch resumes after a seq from the event log, each event once', async () =
   assert.deepStrictEqual(seen.map((e) => String(e.seq)), [logged[2].seq, logged[3].seq]);
 });
 
+test('watch reconnects after its connection is cut and replays what it missed', async () => {
+  const name = uniqueName('reconnect');
+  const seen = [];
+  let heard = null;
+  const reader = (async () => {
+    for await (const ev of watch([name], { config: direct, timeout: 10 })) {
+      seen.push(ev);
+      if (heard) heard();
+      if (ev.kind === 'acquired' && ev.holder === 'during') break;
+    }
+  })();
+  const watching = "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'dsync watch' AND state = 'idle'";
+  for (let i = 0; i < 250 && !(await adminQuery(watching))[0].n; i++) await sleep(20);
+  const twoSeen = new Promise((resolve) => { heard = () => { if (seen.length >= 2) resolve(); }; });
+  await withLock(name, async () => {}, { config: direct, ttl: 30, holder: 'before' });
+  await twoSeen;
+  // What a failover or a restart does to the watch's session.
+  await adminQuery("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'dsync watch'");
+  const lock = new Lock(name, { config: direct, ttl: 30, holder: 'during' });
+  assert.ok(await lock.acquire());
+  await reader;
+  assert.deepStrictEqual(seen.map((e) => [e.kind, e.holder]),
+    [['acquired', 'before'], ['released', 'before'], ['acquired', 'during']]);
+  assert.ok(seen[0].seq < seen[1].seq && seen[1].seq < seen[2].seq, 'each event once, in seq order');
+  assert.strictEqual(seen[2].fencing, lock.token);
+  await lock.release();
+  await lock.close();
+});
+
+test('watch with reconnect: false ends with the connection error', async () => {
+  const name = uniqueName('noreconnect');
+  const outcome = (async () => {
+    for await (const ev of watch([name], { config: direct, timeout: 10, reconnect: false })) void ev;
+  })().then(() => null, (e) => e);
+  const watching = "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'dsync watch' AND state = 'idle'";
+  for (let i = 0; i < 250 && !(await adminQuery(watching))[0].n; i++) await sleep(20);
+  await adminQuery("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'dsync watch'");
+  const err = await outcome;
+  assert.ok(err instanceof Error, 'the watch ended with an error');
+  assert.strictEqual(err.code, '57P01');
+});
+
 test('watch through PgBouncer says LISTEN does not work', async () => {
   await assert.rejects((async () => {
     for await (const ev of watch(['x'], { config: bouncer, timeout: 1 })) void ev;

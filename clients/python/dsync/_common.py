@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import select
 import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -132,6 +133,22 @@ def pool_settings(kwargs: Mapping[str, Any]) -> dict:
     merged = dict(POOLER_SAFE)
     merged.update(kwargs)
     return merged
+
+
+def still_open(conn: Any) -> bool:
+    """Whether a connection kept idle between uses can serve the next
+    statement.  A server that went away meanwhile (a failover, a restart)
+    has left an error or the end of the stream to read, and the statement
+    would fail for it; a live server sends an idle session nothing, unless
+    it listens.  So anything to read means: take a new connection (what a
+    listening one had pending, its new owner catches up on)."""
+    if conn.closed:
+        return False
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except Exception:           # no socket any more
+        return False
+    return not readable
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,8 @@ class _Connector(c.ConnectionSettings):
             async with self.pool.connection() as conn:
                 return await _value(conn, sql, params)
         async with self._lock:
+            if self._own is not None and not c.still_open(self._own):
+                await self._own.close()     # the server went away (failover, restart)
             if self._own is None or self._own.closed:
                 self._own = await self.open()
             conn = self._own
@@ -229,7 +231,12 @@ class AsyncLock(c.LeaseSettings):
         LISTEN); then whether the lease is still held, asked after the
         LISTEN so that nothing falls between the two."""
         kept, self._kept = self._kept, None
-        if kept is not None and not kept[0].closed:
+        if kept is not None and kept[1] is not None:
+            kept[1].pause()
+        if kept is not None and not c.still_open(kept[0]):
+            await kept[0].close()       # the server went away (failover, restart)
+            kept = None
+        if kept is not None:
             conn, notes = kept
         else:
             conn, notes = await self._connector.open(**c.keeper_settings(self.name, self.ttl)), None

@@ -49,6 +49,8 @@ class _Connector(c.ConnectionSettings):
                 yield conn
             return
         with self._lock:
+            if self._own is not None and not c.still_open(self._own):
+                self._own.close()       # the server went away (failover, restart)
             if self._own is None or self._own.closed:
                 self._own = self.open()
             conn = self._own
@@ -173,9 +175,11 @@ class _Keeper:
         taking a lock again costs no new server process and no LISTEN."""
         o = self.owner
         kept, o._kept = o._kept, None
-        if kept is not None and not kept[0].closed:
+        if kept is not None and c.still_open(kept[0]):
             self.listening = kept[1]
             return kept[0]
+        if kept is not None:
+            kept[0].close()
         pending = o._pending
         conn = o._connector.open(**c.keeper_settings(o.name, o.ttl))
         # Notifications that arrive during a query: psycopg reads them.

@@ -275,3 +275,26 @@ def test_async_leader_reelected_after_forced_loss(server, admin, name):
         await e.stop()
         assert calls == ["+", "-", "+", "-"]
     run(main())
+
+
+def test_async_connections_dropped_by_the_server_are_replaced(server, admin, name):
+    """As the thread-side test: idle connections the server ended are
+    replaced, not failed on."""
+    def drop():
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                      " WHERE usename = 'app' AND pid <> pg_backend_pid()")
+        time.sleep(0.2)
+
+    async def main():
+        lock = AsyncLock(name, conninfo=server.dsn(), ttl=30)
+        assert await lock.acquire()
+        drop()
+        assert await lock.renew() is not None
+        drop()
+        assert await lock.release()
+        drop()
+        assert await lock.acquire(blocking=False)
+        assert await lock.owned() and not lock.lost.is_set()
+        assert await lock.release()
+        await lock.close()
+    run(main())

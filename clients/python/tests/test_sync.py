@@ -442,3 +442,30 @@ def test_leader_reelected_after_forced_loss(server, admin, name):
     assert admin.execute("SELECT dsync_leader(%s)", (name,)).fetchone()[0] == "m"
     e.stop()
     assert calls == ["+", "-", "+", "-"]
+
+
+def _drop_app_sessions(admin):
+    """What a failover or a restart does to every client: its sessions end."""
+    admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                  " WHERE usename = 'app' AND pid <> pg_backend_pid()")
+    time.sleep(0.2)
+
+
+def test_connections_dropped_by_the_server_are_replaced(server, admin, name):
+    """The lock's idle connections (its own, and the keeper's kept for the
+    next hold) are ended by the server; the next call takes new ones
+    rather than fail on them."""
+    lock = Lock(name, conninfo=server.dsn(), ttl=30)
+    assert lock.acquire()
+    _drop_app_sessions(admin)
+    assert lock.renew() is not None
+    _drop_app_sessions(admin)
+    assert lock.release()
+    _drop_app_sessions(admin)
+    assert lock.acquire(blocking=False)
+    assert wait_for(lambda: admin.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'dsync keeper%'"
+    ).fetchone()[0] == 1)
+    assert lock.owned() and not lock.lost.is_set()
+    assert lock.release()
+    lock.close()

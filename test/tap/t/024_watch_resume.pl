@@ -12,7 +12,9 @@
 #   - a watcher that was away longer than dsync.event_retention says on
 #     stderr that events may have been missed: when the log's horizon
 #     passed its last seq (another listener kept the log going), and when
-#     it was away longer than the log runs on after the last watcher left.
+#     it was away longer than the log runs on after the last watcher left;
+#   - events are logged with the time they were sent, so a worker that has
+#     run for longer than the retention does not prune a batch at once.
 use strict;
 use warnings;
 
@@ -186,5 +188,23 @@ q1("ALTER ROLE watcher LOGIN");
 ok(wait_output($h, 'err', qr/disconnected for \d+ s, longer than dsync.event_retention \(1 s\): events of "gap2" may have been missed/),
 	'the watcher away longer than the retention says events may have been missed');
 $h->{h}->kill_kill(grace => 1);
+
+# --- the log's time is the time of sending ------------------------------------------
+# The reaper has been running for far longer than the retention (1 s).  The
+# events it logs now are stamped with the time they are sent, not with its
+# own start, so a batch is not pruned by age the moment it is logged.
+my $r = start_watch('watch', 'ret1');
+ok(wait_output($r, 'err', qr/watching "ret1"/), 'a watcher keeps the log running');
+sleep 3;
+q1("SELECT dsync_acquire('ret' || i, 'h', '1 minute') FROM generate_series(1, 5) AS i");
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) > 0 FROM dsync_events_since(0) WHERE payload->>'lease' = 'ret5'"),
+	'the batch is logged');
+is(q1("SELECT count(*) FROM dsync_events_since(0) WHERE payload->>'lease' LIKE 'ret_'"),
+	5, 'all five events of the batch are kept');
+is(q1("SELECT bool_and(abs(extract(epoch FROM clock_timestamp() - sent_at)) < 2) "
+	  . "FROM dsync_events_since(0) WHERE payload->>'lease' LIKE 'ret_'"),
+	't', 'their sent_at is the time they were sent');
+$r->{h}->kill_kill(grace => 1);
 
 done_testing();
