@@ -21,9 +21,9 @@
  * (DsyncEventLogResume): a database nobody watches pays nothing for it.
  *
  * Rows go in with one statement per batch of notifications.  Pruning runs
- * at most once a second, deletes what is older than the retention, and
- * keeps the newest event: the horizon is then one below the oldest row,
- * with no need to remember what was pruned.  The reaper prunes only when it
+ * at most once a second and deletes what is older than the retention but
+ * the newest of those events: the horizon is then one below the oldest
+ * row, with no need to remember what was pruned.  The reaper prunes only when it
  * sends, so a quiet database keeps its last events for longer.
  *
  *-------------------------------------------------------------------------
@@ -85,7 +85,14 @@ EventLogArray(Datum *elems, int n, Oid elemtype)
 
 /*
  * EventLogPrune
- *		Delete what is older than the retention, keeping the newest event.
+ *		Delete what is older than the retention, except the newest of those
+ *		events: it marks the horizon.
+ *
+ * The horizon (dsync_events_horizon) is one below the oldest row.  Were
+ * the newest expired event deleted too, the horizon would jump to one
+ * below the next event's seq, and seqs jump when a worker starts (the
+ * sequence is moved up to the clock, reaper.c): a watcher that had seen
+ * everything up to that event would be told it may have missed some.
  */
 static void
 EventLogPrune(const char *table)
@@ -101,19 +108,21 @@ EventLogPrune(const char *table)
 	eventlog_pruned_at = now;
 
 	/*
-	 * The oldest row to keep is found along the key, as rows went in.
-	 * Every name is qualified: the reaper is a superuser, and a function or
-	 * operator a user put earlier in its search_path must not run as one.
-	 * With no retention nothing is kept, not even the newest event: the
-	 * horizon is then the sequence's last value.
+	 * The first event within the retention is found along the key, as rows
+	 * went in, and the one before it by one step back along the key: no
+	 * scan of the events within the retention.  Every name is qualified:
+	 * the reaper is a superuser, and a function or operator a user put
+	 * earlier in its search_path must not run as one.  With no retention
+	 * nothing is kept, not even the newest event: the horizon is then the
+	 * sequence's last value.
 	 */
 	initStringInfo(&sql);
 	if (dsync_event_retention == 0)
 		appendStringInfo(&sql, "DELETE FROM %s WHERE $1 IS NOT NULL", table);
 	else
 		appendStringInfo(&sql,
-						 "DELETE FROM %s WHERE seq OPERATOR(pg_catalog.<) LEAST("
-						 "(SELECT pg_catalog.max(seq) FROM %s), "
+						 "DELETE FROM %s WHERE seq OPERATOR(pg_catalog.<) "
+						 "(SELECT pg_catalog.max(seq) FROM %s WHERE seq OPERATOR(pg_catalog.<) "
 						 "COALESCE((SELECT seq FROM %s WHERE sent_at OPERATOR(pg_catalog.>=) $1 "
 						 "ORDER BY seq LIMIT 1), 9223372036854775807))",
 						 table, table, table);

@@ -114,8 +114,11 @@ static uint64 reaper_seq_skip = 0;
 /* Without dsync_event_seq (not yet updated): numbers from memory. */
 static int64 reaper_seq_local = 0;
 
-/* Whether this reaper has moved dsync_event_seq up to the clock yet. */
-static bool reaper_seq_at_clock = false;
+/*
+ * The event sequence this reaper has moved up to the clock (an extension
+ * dropped and created again meanwhile has a new one).
+ */
+static Oid	reaper_seq_at_clock = InvalidOid;
 
 /*
  * ReaperKeepUnsent
@@ -230,10 +233,10 @@ ReaperNextSeq(Oid seqoid)
 
 	if (!OidIsValid(seqoid))
 		return ++reaper_seq_local;
-	if (reaper_seq_at_clock)
+	if (reaper_seq_at_clock == seqoid)
 		return nextval_internal(seqoid, false);
 	seq = DsyncSequenceNextAtClock(seqoid);
-	reaper_seq_at_clock = true;
+	reaper_seq_at_clock = seqoid;
 	return seq;
 }
 

@@ -110,12 +110,13 @@ function parsePayload(channel, payload) {
 }
 
 // Errors of a connection rather than of a statement (SQLSTATE class 08,
-// 57P01-57P03, or node's own socket errors).
+// 57P01-57P03 and 57P05, or node's own socket and name lookup errors).
+const CONNECTION_ERRORS = new Set(['57P01', '57P02', '57P03', '57P05', 'ECONNREFUSED', 'ECONNRESET',
+  'ECONNABORTED', 'ENOENT', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
 function isConnectionError(e) {
   const code = e && e.code;
   if (!code) return e instanceof Error && /connect|terminat|ended|closed/i.test(e.message);
-  return code.startsWith('08') || code === '57P01' || code === '57P02' || code === '57P03' ||
-    code === 'ECONNREFUSED' || code === 'ECONNRESET' || code === 'ENOENT' || code === 'EPIPE';
+  return code.startsWith('08') || CONNECTION_ERRORS.has(code);
 }
 
 class Connector {
@@ -621,7 +622,7 @@ async function* watch(names, opts = {}) {
       }
     } catch (e) {
       if (!reconnect || e instanceof DsyncError || !isConnectionError(e)) throw e;
-      if (lostAt === null) lostAt = Date.now();     // the first loss counts, not each retry
+      if (started && lostAt === null) lostAt = Date.now();     // the first loss counts, not each retry
       await new Promise((resolve) => setTimeout(resolve, started ? 200 : 1000));
     } finally {
       await client.end().catch(() => {});

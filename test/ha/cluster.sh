@@ -95,6 +95,13 @@ ha_start() {
 	[ "$mode" = async ] && { sync=false; lag=67108864; }
 	HA_NODES=$nodes
 	HA_MODE=$mode
+	# A cluster left over (HA_KEEP, a killed run) would answer in its place.
+	for i in 90 91 $(seq 1 "$nodes") $(seq 101 $((100 + nodes))); do
+		if (: </dev/tcp/127.0.0.1/$((HA_BASE_PORT + i))) 2>/dev/null; then
+			echo "port $((HA_BASE_PORT + i)) is in use: a cluster left over? (set HA_BASE_PORT)" >&2
+			return 1
+		fi
+	done
 	HA_DIR=$(mktemp -d /tmp/dsync-ha.XXXXXX)
 	chown postgres: "$HA_DIR"
 	chmod 700 "$HA_DIR"

@@ -1,6 +1,7 @@
 """The HA test's clients (run by test/ha/run.sh): dsync under Patroni
 through a planned switchover, a crash failover and the old primary's
-rejoin, with every client on one libpq multi-host connection string.
+rejoin, with every client on one libpq multi-host connection string, as
+the ordinary login role "app".
 
   - Four workers take the lease "job" (ttl 5 s, wait 1 s) and, in one
     transaction guarded by dsync_assert_held, write a row carrying their
@@ -44,7 +45,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "clients", "python"))
 import dsync  # noqa: E402
 
-DSN = sys.argv[1]
+ADMIN_DSN = sys.argv[1]
+# Every client runs as an ordinary login role, as applications do.
+DSN = ADMIN_DSN.replace("user=postgres", "user=app")
+assert DSN != ADMIN_DSN
 MODE = sys.argv[2]
 DSYNC = os.environ.get("DSYNC_TOOL", "dsync")
 stop = threading.Event()            # the workers stop
@@ -109,37 +113,46 @@ def worker(n):
 
 # seq -> payload, per watcher
 seen = {"LISTEN": {}, "dsync.watch()": {}, "dsync watch": {}}
-gaps = {"LISTEN": 0, "dsync.watch()": 0, "dsync watch": 0}
+catch_ups = []      # the LISTEN loop's: (time, after, rows, first seq, port)
+gaps = {"dsync.watch()": 0}     # dsync watch says so on stderr (checked too)
 
 
 def listen_watcher():
     """LISTEN on the lease's channel; after a reconnect, catch up from the
     last seq seen with dsync_events_since."""
     mine = seen["LISTEN"]
-    last = None
+    last = None         # where a catch-up starts: everything up to it was seen
+    caught_up = False   # until the catch-up after a reconnect is read in full
     conn = None
 
     def heard(n):
         nonlocal last
         p = json.loads(n.payload)
         mine[p["seq"]] = p
-        last = p["seq"] if last is None else max(last, p["seq"])
+        # Heard during a catch-up that then fails, a later event must not
+        # move the next catch-up past the ones that failed to arrive.
+        if caught_up:
+            last = max(last, p["seq"])
 
     while not stop_watch.is_set():
         try:
             if conn is None or conn.closed:
+                caught_up = False
                 conn = connect(stop_watch)
                 if conn is None:
                     return
                 conn.add_notify_handler(heard)
                 conn.execute('LISTEN "dsync:job"')
-                if last is not None:
-                    for seq, payload in conn.execute(
-                            "SELECT seq, payload FROM dsync_events_since(%s, ARRAY['job'])", (last,)):
-                        mine[seq] = payload
-                        last = max(last, seq)
-                else:
+                if last is None:
                     last = conn.execute("SELECT coalesce(max(seq), 0) FROM dsync_events_since(0, ARRAY['job'])").fetchone()[0]
+                rows = conn.execute("SELECT seq, payload FROM dsync_events_since(%s, ARRAY['job'])",
+                                    (last,)).fetchall()
+                catch_ups.append((time.time(), last, len(rows), rows[0][0] if rows else None,
+                                  conn.info.port))
+                for seq, payload in rows:
+                    mine[seq] = payload
+                last = max([last] + [s for s in mine if s > last])
+                caught_up = True
             select.select([conn.fileno()], [], [], 0.2)
             conn.execute("SELECT 1")     # delivers what arrived to heard()
         except psycopg.Error:
@@ -180,10 +193,10 @@ def same(payload):
     return tuple(payload.get(k) for k in ("event", "lease", "holder", "fencing"))
 
 
-def q(sql, *args):
+def q(sql, *args, dsn=ADMIN_DSN):
     for _ in range(300):
         try:
-            c = psycopg.connect(DSN, autocommit=True)
+            c = psycopg.connect(dsn, autocommit=True)
             break
         except psycopg.Error:
             time.sleep(0.1)
@@ -224,7 +237,10 @@ def main():
     q("DROP TRIGGER IF EXISTS ha_fenced_t ON ha_fenced")
     q("CREATE TRIGGER ha_fenced_t BEFORE INSERT OR UPDATE ON ha_fenced "
       "FOR EACH ROW EXECUTE FUNCTION dsync_fenced('token')")
-    kept = q("SELECT dsync_acquire('kept', 'k', '10 minutes')")[0][0]
+    q("DO $$ BEGIN CREATE ROLE app LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+    q("GRANT SELECT, INSERT ON ha_fenced TO app")
+    q("GRANT USAGE ON SEQUENCE ha_fenced_id_seq TO app")
+    kept = q("SELECT dsync_acquire('kept', 'k', '10 minutes')", dsn=DSN)[0][0]
     libkept = dsync.Lock("libkept", conninfo=DSN, ttl=30, holder="lib", connect_timeout=2)
     if not libkept.acquire(timeout=10):
         sys.exit("could not take libkept")
@@ -242,6 +258,10 @@ def main():
     for t in threads + watchers:
         t.start()
     started = time.time()
+    # run.sh starts the first event once the workers are writing.
+    while len(acked) < 20 and time.time() < started + 60:
+        time.sleep(0.05)
+    open(os.environ["HA_READY"], "w").close()
     marks = []
     for line in sys.stdin:
         what = line.strip()
@@ -315,9 +335,16 @@ def main():
     # seq handed out again, which a watcher skips as already seen).
     for name, mine in seen.items():
         first = min(mine) if mine else 0
+        shown = 0
         for seq, at, payload in logged:
             if seq >= first and (seq not in mine or same(mine[seq]) != same(payload)):
                 stats[event_of(at)]["missed"][name] += 1
+                if shown < 5:
+                    shown += 1
+                    print("       %s missed seq %d sent %s: %s; it has %s; seen around it: %s" % (
+                        name, seq, time.strftime("%H:%M:%S", time.localtime(at)) + ".%03d" % int(at % 1 * 1000),
+                        same(payload), same(mine[seq]) if seq in mine else "nothing",
+                        sorted(x for x in mine if abs(x - seq) <= 2)), flush=True)
     for seq, at, _ in logged:
         stats[event_of(at)]["logged"] += 1
     # Events heard that the new primary's log does not have: those of
@@ -362,6 +389,11 @@ def main():
             lease, "" if lease not in lost_at else " (not so from %s)" % event_of(lost_at[lease])))
     for who, ok in held_end.items():
         check(ok and who not in lost_at, "%s still held its lease at the end, never declared lost" % who)
+    if any(s["missed"]["LISTEN"] for s in stats.values()):
+        for at, after, n, first, port in catch_ups:
+            print("       LISTEN caught up at %s on port %s: after %s, %d rows from %s" % (
+                time.strftime("%H:%M:%S", time.localtime(at)) + ".%03d" % int(at % 1 * 1000),
+                port, after, n, first), flush=True)
     for name, n in gaps.items():
         check(n == 0, "%s reported no gap in the events: %d" % (name, n))
     warned = [n for n in tool_notes.splitlines() if any(w in n for w in ("missed", "ignoring", "could not read"))]

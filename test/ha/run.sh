@@ -69,10 +69,17 @@ wait_replicas() {
 }
 
 mkfifo "$HA_DIR/ctl"
-DSYNC_TOOL="$PGBIN/dsync" /usr/bin/python3 "$here/ha_test.py" "$(ha_dsn)" "$mode" <"$HA_DIR/ctl" &
+HA_READY="$HA_DIR/ready" DSYNC_TOOL="$PGBIN/dsync" \
+	/usr/bin/python3 "$here/ha_test.py" "$(ha_dsn)" "$mode" <"$HA_DIR/ctl" &
 test_pid=$!
 exec 3>"$HA_DIR/ctl"
-sleep 4
+for _ in $(seq 1 1200); do
+	[ -e "$HA_DIR/ready" ] && break
+	kill -0 "$test_pid" 2>/dev/null || break
+	sleep 0.1
+done
+[ -e "$HA_DIR/ready" ] || { fail "the clients did not start"; exit 1; }
+sleep 2
 
 old=$(ha_primary)
 ha_log "switchover from $old"

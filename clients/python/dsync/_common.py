@@ -138,17 +138,26 @@ def pool_settings(kwargs: Mapping[str, Any]) -> dict:
 def still_open(conn: Any) -> bool:
     """Whether a connection kept idle between uses can serve the next
     statement.  A server that went away meanwhile (a failover, a restart)
-    has left an error or the end of the stream to read, and the statement
-    would fail for it; a live server sends an idle session nothing, unless
-    it listens.  So anything to read means: take a new connection (what a
-    listening one had pending, its new owner catches up on)."""
+    has left an error and the end of the stream to read, and the statement
+    would fail for it.  What there is to read is read: the end of the
+    stream makes libpq fail (the connection is gone); notifications of a
+    listening connection are dropped, as its next owner asks for the state
+    anyway."""
     if conn.closed:
         return False
     try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    except Exception:           # no socket any more
+        poller = select.poll()              # select() fails on descriptors >= 1024
+        poller.register(conn.fileno(), select.POLLIN)
+        pg = conn.pgconn
+        for _ in range(8):                  # an error message, then the end
+            if not poller.poll(0):
+                break
+            pg.consume_input()
+            while pg.notifies() is not None:
+                pass
+    except Exception:           # no socket any more, or the server hung up
         return False
-    return not readable
+    return not conn.closed
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,10 @@
 #     passed its last seq (another listener kept the log going), and when
 #     it was away longer than the log runs on after the last watcher left;
 #   - events are logged with the time they were sent, so a worker that has
-#     run for longer than the retention does not prune a batch at once.
+#     run for longer than the retention does not prune a batch at once;
+#   - a watcher back within the retention after a quiet spell and a new
+#     worker (whose first seq jumps to the clock) is not told it may have
+#     missed events.
 use strict;
 use warnings;
 
@@ -161,7 +164,11 @@ ok($node->poll_query_until('postgres',
 cut_off();
 q1("SELECT dsync_acquire('gap', 'g1', '1 minute'); SELECT dsync_release('gap', 'g1')");
 sleep 3;
-# Later events prune the first ones (older than 1 s).
+# Later events prune the first ones (older than 1 s), all but the newest of
+# those, which stays as the horizon's mark until a later prune (at most one
+# a second) finds a newer event older than the retention.
+q1("SELECT dsync_acquire('other', 'o', '1 minute'); SELECT dsync_release('other', 'o')");
+sleep 2;
 q1("SELECT dsync_acquire('other', 'o', '1 minute'); SELECT dsync_release('other', 'o')");
 ok($node->poll_query_until('postgres',
 		"SELECT count(*) = 0 FROM dsync_events_since(0, ARRAY['gap'])"),
@@ -206,5 +213,34 @@ is(q1("SELECT bool_and(abs(extract(epoch FROM clock_timestamp() - sent_at)) < 2)
 	  . "FROM dsync_events_since(0) WHERE payload->>'lease' LIKE 'ret_'"),
 	't', 'their sent_at is the time they were sent');
 $r->{h}->kill_kill(grace => 1);
+
+# --- a quiet spell, a new worker, a short disconnect ---------------------------------
+# The last event is older than the retention when a new worker (after a
+# failover, a crash, an idle exit) logs the next one, whose seq jumps to
+# the clock.  A watcher that saw that last event and was away for less
+# than the retention missed nothing and must not be told otherwise: the
+# newest event older than the retention stays as the horizon's mark.
+$node->append_conf('postgresql.conf', "dsync.event_retention = 4\n");
+$node->reload;
+my $quiet = start_watch('watch', 'quiet', '--json');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE usename = 'watcher' AND state = 'idle'"),
+	'a watcher of a quiet name');
+q1("SELECT dsync_acquire('quiet', 'q1', '1 minute')");
+ok(wait_output($quiet, 'out', qr/"holder":"q1"/), 'it sees the last event before a quiet spell');
+sleep 5;
+q1("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'dsync reaper'");
+cut_off();
+q1("SELECT dsync_release('quiet', 'q1')");
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) > 0 FROM dsync_events_since(0, ARRAY['quiet']) WHERE payload->>'event' = 'released'"),
+	'the next event is logged by a new worker');
+cmp_ok(q1("SELECT max(seq) - min(seq) FROM dsync_events_since(0, ARRAY['quiet'])"), '>', 1_000_000,
+	'its seq jumped');
+q1("ALTER ROLE watcher LOGIN");
+ok(wait_output($quiet, 'out', qr/"event":\s*"released",\s*"lease":\s*"quiet"/),
+	'the watcher, back within the retention, prints the event it missed');
+unlike($quiet->{err}, qr/missed/, 'and is not told it may have missed some');
+$quiet->{h}->kill_kill(grace => 1);
 
 done_testing();
