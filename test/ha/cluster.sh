@@ -12,7 +12,7 @@
 #   ha_rest N PATH          HTTP status of node N's Patroni REST API at PATH
 #   ha_kill_node N          crash node N (Patroni and PostgreSQL, SIGKILL)
 #   ha_start_node N         start node N's Patroni again
-#   ha_stall N              stop node N's WAL senders
+#   ha_stall N SECONDS      stop node N's WAL senders
 #   ha_wait_replicas        until the replicas stream (and one is in sync)
 #   ha_stop                 stop everything and remove the directory
 #
@@ -81,7 +81,11 @@ ha_wait_replicas() {
 				[ "node$i" != "$leader" ] && [ "$(ha_rest "$i" /sync)" = 200 ] && ok=1
 			done
 		fi
-		[ $ok = 1 ] && return 0
+		# The leader's view: every replica streaming (Patroni's /replica
+		# does not wait for that).
+		[ $ok = 1 ] && [ "$("$PGBIN/psql" -X -At -h 127.0.0.1 -p "$(ha_node_port "${leader#node}")" \
+			-U postgres -d postgres -c "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'" \
+			2>/dev/null)" = $((HA_NODES - 1)) ] && return 0
 		sleep 0.1
 	done
 	return 1
@@ -199,13 +203,18 @@ ha_kill_node() {
 	pkill -9 -f "postgres -D $HA_DIR/data$1"
 }
 
-# ha_stall N: node N's WAL senders stopped (SIGSTOP): from now on its
-# commits reach no standby, as in a network partition or a standby that
-# fell behind.  Only a crash of node N (ha_kill_node) ends it.
+# ha_stall N SECONDS: node N's WAL senders stopped (SIGSTOP) for SECONDS,
+# and any that starts meanwhile too: its commits reach no standby, as in a
+# network partition or a standby that fell behind.  Only a crash of node N
+# (ha_kill_node) ends it.  Fails if node N had no WAL sender to stop.
 ha_stall() {
-	local pm
+	local pm stopped=0
 	pm=$(head -1 "$HA_DIR/data$1/postmaster.pid")
-	pkill -STOP -P "$pm" -f walsender
+	for _ in $(seq 1 $(($2 * 10))); do
+		pkill -STOP -P "$pm" -f walsender && stopped=1
+		sleep 0.1
+	done
+	[ $stopped = 1 ]
 }
 
 ha_stop() {

@@ -94,8 +94,7 @@ old=$(ha_primary)
 echo crash-failover >&3
 if [ "$mode" = async ]; then
 	ha_log "replication from $old stalled"
-	ha_stall "${old#node}"
-	sleep 2
+	ha_stall "${old#node}" 2 || fail "no WAL sender to stop on $old"
 fi
 ha_log "crash of $old (Patroni and PostgreSQL killed)"
 ha_kill_node "${old#node}"
