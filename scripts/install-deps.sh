@@ -19,9 +19,12 @@ packages=(
 	debhelper
 	fakeroot
 	postgresql-server-dev-all
+	python3-pip
+	python3-venv
 	python3-psycopg
 	python3-psycopg-pool
 	python3-pytest
+	python3-pytest-timeout
 	python3-asyncpg
 	python3-sqlalchemy
 	python3-psycopg2

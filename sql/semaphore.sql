@@ -16,6 +16,26 @@ SELECT regress_err($$SELECT dsync_semaphore_create('s', 65536)$$);
 SELECT regress_err($$SELECT dsync_semaphore_drop(NULL)$$);
 SELECT dsync_semaphore_create('s-max', 65535) AS max_permits_ok;
 
+-- every role reads the definitions (dsync_semaphores, 1.5): a client can
+-- attach to a semaphore by name without knowing its count, before anybody
+-- holds a permit; the suite runs as an ordinary login role
+SELECT name, permits, owner = current_user AS mine, created_at <= now() AS created_before
+  FROM dsync_semaphores WHERE name IN ('pool', 's-max') ORDER BY name;
+-- also a role that did not create them; none may write the definitions,
+-- neither in the table nor through the view
+SET ROLE regress_sem_other;
+SELECT name, permits, owner = session_user AS owner_is_creator
+  FROM dsync_semaphores WHERE name = 'pool';
+SELECT regress_err($$SELECT * FROM dsync_semaphore$$);
+SELECT regress_err($$INSERT INTO dsync_semaphore VALUES ('forged', 9, now(), 10)$$);
+SELECT regress_err($$UPDATE dsync_semaphore SET permits = 9$$);
+SELECT regress_err($$UPDATE dsync_semaphores SET permits = 9$$);
+SELECT regress_err($$DELETE FROM dsync_semaphores$$);
+RESET ROLE;
+-- nor their creator, other than by dsync_semaphore_drop
+SELECT regress_err($$DELETE FROM dsync_semaphores$$);
+SELECT permits FROM dsync_semaphores WHERE name = 'pool';
+
 -- three holders take the three permits, each with its own token
 CREATE TEMP TABLE tok (holder text PRIMARY KEY, token bigint);
 INSERT INTO tok SELECT 'h' || i, dsync_acquire('pool', 'h' || i, '1 minute') FROM generate_series(1, 3) i;
@@ -41,6 +61,7 @@ SELECT count(*) AS holders FROM dsync_leases WHERE lease = 'pool';
 -- dropping the definition leaves holders alone; the name is a lock again
 SELECT dsync_semaphore_drop('pool') AS dropped;
 SELECT dsync_semaphore_drop('pool') AS dropped_twice;
+SELECT count(*) AS definitions_left FROM dsync_semaphores WHERE name = 'pool';
 SELECT count(*) AS holders_kept FROM dsync_leases WHERE lease = 'pool';
 SELECT dsync_renew('pool', 'h3') IS NOT NULL AS holder_still_renews;
 SELECT permits FROM dsync_leases WHERE lease = 'pool' LIMIT 1;
@@ -76,9 +97,12 @@ SELECT dsync_semaphore_drop('late') AND dsync_semaphore_drop('single') AND dsync
 SELECT dsync_semaphore_create('shrink', 3) AS created;
 SELECT count(dsync_acquire('shrink', h, '1 minute')) AS granted FROM unnest(ARRAY['a', 'b', 'c']) h;
 SELECT dsync_semaphore_drop('shrink') AND dsync_semaphore_create('shrink', 1) AS recreated_with_1;
+SELECT name, permits FROM dsync_semaphores WHERE name = 'shrink';
 SELECT dsync_release('shrink', 'a') AS released_a;
 SELECT dsync_acquire('shrink', 'd') IS NULL AS d_refused_while_two_hold;
 SELECT dsync_release('shrink', 'b') AND dsync_release('shrink', 'c') AS released_b_c;
 SELECT dsync_acquire('shrink', 'd') IS NOT NULL AS d_granted_when_free;
 SELECT dsync_force_release('shrink') AS cleaned;
 SELECT dsync_semaphore_drop('shrink') AS dropped;
+SELECT count(*) AS definitions_left FROM dsync_semaphores
+ WHERE name IN ('pool', 's-max', 'single', 'late', 'shrink');

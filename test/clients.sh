@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # The client libraries' tests (clients/python, clients/node) against
 # throwaway servers with the installed dsync (PostgreSQL 15) and PgBouncer
-# in transaction mode.  Run as root after the extension is installed.
-# Prints one "N passed, N failed" line, counting the two libraries.
+# in transaction mode, then their packaging: one version everywhere
+# (test/version.sh), the Python package installed offline with pip
+# (test/package_python.sh) and the Node package packed and installed with
+# npm (test/package_node.sh).  Run as root after the extension is installed.
+# Prints one "N passed, N failed" line, counting the two libraries and the
+# three packaging checks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
@@ -10,7 +14,10 @@ passed=0
 failed=0
 
 echo "== Python client (clients/python, psycopg $(/usr/bin/python3 -c 'import psycopg; print(psycopg.__version__)'))"
-if (cd clients/python && /usr/bin/python3 -m pytest -q -s -p no:cacheprovider tests); then
+# Every test has a watchdog (pytest-timeout): a hang fails the run, with
+# every thread's stack, instead of stalling CI.
+if (cd clients/python && timeout 1800 /usr/bin/python3 -m pytest -q -s -p no:cacheprovider \
+	--timeout=300 tests); then
 	passed=$((passed + 1))
 else
 	failed=$((failed + 1))
@@ -19,6 +26,27 @@ fi
 echo "== Node client (clients/node, node $(node --version))"
 if (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) &&
 	/usr/bin/python3 clients/with_server.py node --test clients/node/test/lock.test.js; then
+	passed=$((passed + 1))
+else
+	failed=$((failed + 1))
+fi
+
+echo "== one version everywhere (test/version.sh, VERSION $(cat VERSION 2>/dev/null))"
+if bash test/version.sh; then
+	passed=$((passed + 1))
+else
+	failed=$((failed + 1))
+fi
+
+echo "== Python package: pip install ./clients/python, offline (test/package_python.sh)"
+if bash test/package_python.sh; then
+	passed=$((passed + 1))
+else
+	failed=$((failed + 1))
+fi
+
+echo "== Node package: npm pack and npm install (test/package_node.sh)"
+if bash test/package_node.sh; then
 	passed=$((passed + 1))
 else
 	failed=$((failed + 1))

@@ -72,7 +72,7 @@ for major in $majors; do
 	check "postgresql-$major-dsync holds the library, control file and scripts" \
 		bash -c "grep -q '/usr/lib/postgresql/$major/lib/dsync.so' '$work/contents' &&
 			grep -q '/usr/share/postgresql/$major/extension/dsync.control' '$work/contents' &&
-			grep -q '/usr/share/postgresql/$major/extension/dsync--1.3--1.4.sql' '$work/contents'"
+			grep -q '/usr/share/postgresql/$major/extension/dsync--1.4--1.5.sql' '$work/contents'"
 	check "postgresql-$major-dsync does not ship the tool next to the server's programs" \
 		bash -c "! grep -q 'bin/dsync\$' '$work/contents'"
 done
@@ -109,8 +109,8 @@ for major in $majors; do
 			-c "SELECT holder FROM dsync_leases WHERE lease = '"'pkg'"'" &&
 		dsync status pkg' 2>&1)
 	echo "$out" | sed 's/^/   /'
-	check "PostgreSQL $major: CREATE EXTENSION dsync from the package, version 1.4" \
-		bash -c "grep -qx '1.4' <<<'$out'"
+	check "PostgreSQL $major: CREATE EXTENSION dsync from the package, version 1.5" \
+		bash -c "grep -qx '1.5' <<<'$out'"
 	check "PostgreSQL $major: a lease is granted and shown" \
 		bash -c "grep -qx 't' <<<'$out' && grep -qx 'me' <<<'$out'"
 	check "PostgreSQL $major: the dsync tool from PATH reads it" \

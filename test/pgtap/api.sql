@@ -7,7 +7,7 @@
 SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS dsync;
-SELECT plan(162);
+SELECT plan(169);
 
 -- functions, argument types and return types
 SELECT has_function('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean', 'boolean']);
@@ -219,6 +219,15 @@ SELECT col_type_is('dsync_leases', 'expires_at', 'timestamp with time zone');
 SELECT col_type_is('dsync_leases', 'ttl', 'interval');
 SELECT col_type_is('dsync_leases', 'info', 'jsonb');
 
+-- semaphore definitions, readable by every role (1.5)
+SELECT has_view('dsync_semaphores');
+SELECT columns_are('dsync_semaphores', ARRAY['name', 'permits', 'created_at', 'owner']);
+SELECT col_type_is('dsync_semaphores', 'name', 'text');
+SELECT col_type_is('dsync_semaphores', 'permits', 'integer');
+SELECT col_type_is('dsync_semaphores', 'created_at', 'timestamp with time zone');
+SELECT col_type_is('dsync_semaphores', 'owner', 'name');
+SELECT table_privs_are('dsync_semaphores', 'public', ARRAY['SELECT']);
+
 SELECT has_view('dsync_waiters');
 SELECT columns_are('dsync_waiters', ARRAY['pid', 'kind', 'name', 'holder', 'since']);
 SELECT table_privs_are('dsync_waiters', 'public', ARRAY['SELECT']);
@@ -263,8 +272,8 @@ SELECT has_sequence('dsync_event_seq');
 -- PostgreSQL 17 on, a relation's row type is a member of the extension too)
 SELECT is((SELECT count(*) FROM pg_depend d JOIN pg_extension e ON d.refobjid = e.oid
 			WHERE e.extname = 'dsync' AND d.deptype = 'e'
-			  AND d.classid <> 'pg_type'::regclass), 48::bigint,
-	'the extension owns its eight tables, foreign table, three sequences, five views, '
+			  AND d.classid <> 'pg_type'::regclass), 49::bigint,
+	'the extension owns its eight tables, foreign table, three sequences, six views, '
 	'twenty-nine functions, foreign data wrapper and server');
 
 SELECT * FROM finish();

@@ -1,10 +1,5 @@
-"""What the sync and asyncio halves of the library share: argument types,
-the SQL they send, default holders, payload parsing and errors.
-
-Every statement casts its parameters to the SQL types of the interface, so
-that a Python int or float ttl, a dict as info, or a str name never meets
-PostgreSQL's "function does not exist" for an unknown or smallint argument.
-"""
+"""What the thread and asyncio halves of the library share: argument
+checks, default holders, connection settings, and typed events."""
 
 from __future__ import annotations
 
@@ -25,64 +20,11 @@ Seconds = Union[int, float, timedelta]
 # Waiting in slices lets the server's cleanup horizon (the statement's
 # snapshot) move on, and lets the client notice a timeout or a stop.
 WAIT_SLICE = timedelta(seconds=5)
+ZERO = timedelta(0)
 
 # Connection settings that work through PgBouncer in transaction mode:
 # no server-side prepared statements, every statement its own transaction.
 POOLER_SAFE = {"autocommit": True, "prepare_threshold": None}
-
-SQL_ACQUIRE = ("SELECT dsync_acquire(%s::text, %s::text, %s::interval, "
-               "%s::interval, %s::jsonb)")
-SQL_ACQUIRE_SHARED = ("SELECT dsync_acquire_shared(%s::text, %s::text, %s::interval, "
-                      "%s::interval, %s::jsonb)")
-SQL_RENEW = "SELECT dsync_renew(%s::text, %s::text, %s::interval)"
-SQL_RELEASE = "SELECT dsync_release(%s::text, %s::text)"
-SQL_ASSERT_HELD = "SELECT dsync_assert_held(%s::text, %s::text)"
-SQL_HELD = ("SELECT fencing, expires_at FROM dsync_leases"
-            " WHERE lease = %s::text AND holder = %s::text")
-SQL_LEASE_STATE = ("SELECT lease, holder, fencing, expires_at FROM dsync_leases"
-                   " WHERE lease = ANY(%s::text[]) ORDER BY lease, holder")
-SQL_LEADER = "SELECT dsync_leader(%s::text)"
-SQL_SEM_CREATE = "SELECT dsync_semaphore_create(%s::text, %s::int)"
-SQL_EVENT_SET = "SELECT dsync_event_set(%s::text)"
-SQL_EVENT_WAIT = "SELECT dsync_event_wait(%s::text, %s::interval)"
-SQL_EVENT_CLEAR = "SELECT dsync_event_clear(%s::text)"
-SQL_EVENT_IS_SET = "SELECT dsync_event_is_set(%s::text)"
-SQL_JOIN = "SELECT dsync_join(%s::text, %s::text, %s::interval, %s::jsonb)"
-SQL_LEAVE = "SELECT dsync_leave(%s::text, %s::text)"
-SQL_MEMBERS = ("SELECT member, info, joined_at, expires_at, is_leader"
-               " FROM dsync_members(%s::text) ORDER BY member")
-SQL_CHANNELS = "SELECT n, dsync_channel(n) FROM unnest(%s::text[]) AS n"
-SQL_BACKEND_PID = "SELECT pg_backend_pid()"
-SQL_SENDERS = "SELECT * FROM dsync_stats"
-# Where the log stands: its newest event, or the last number handed out.
-SQL_LOG_TOP = ("SELECT GREATEST(COALESCE((SELECT seq FROM dsync_event_log"
-               " ORDER BY seq DESC LIMIT 1), 0), dsync_events_horizon())")
-# The horizon and the events after a seq, in one snapshot (no prune between).
-SQL_RETENTION = ("SELECT extract(epoch FROM"
-                 " current_setting('dsync.event_retention')::interval)::float8")
-SQL_CATCH_UP = ("SELECT h.h, e.seq, e.channel, e.payload::text"
-                " FROM dsync_events_horizon() AS h(h)"
-                " LEFT JOIN dsync_events_since(%s::bigint, %s::text[]) AS e ON true"
-                " ORDER BY e.seq")
-
-
-class DsyncError(Exception):
-    """Base class of the library's own errors."""
-
-
-class LockLost(DsyncError):
-    """The lease was lost while held: expired, released by someone else,
-    or taken over.  Raised by check(); anything guarded by it must stop."""
-
-
-class NotHeld(DsyncError):
-    """An operation that needs the lease was called without holding it."""
-
-
-class ListenUnavailable(DsyncError):
-    """LISTEN does not work on this connection: it goes through a pooler in
-    transaction mode, which lends each transaction any server connection."""
-
 
 def interval(value: Optional[Seconds], name: str) -> Optional[timedelta]:
     """A ttl, wait or timeout as a timedelta (seconds may be int or float)."""
@@ -116,10 +58,14 @@ def jsonb(info: Any) -> Optional[Jsonb]:
 
 
 def name_arg(value: str, what: str) -> str:
+    """A lease, holder, group or event name, checked as the server would
+    (non-empty, at most 255 bytes) so the mistake is caught here."""
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
     if value == "":
         raise ValueError(f"{what} must not be empty")
+    if len(value.encode("utf-8")) > 255:
+        raise ValueError(f"{what} must be at most 255 bytes")
     return value
 
 
@@ -265,32 +211,6 @@ class Resume:
         return LeaseEvent(kind="gap", name="", seq=self.last)
 
 
-def lost_by(event: LeaseEvent, name: str, holder: str) -> bool:
-    """Whether event says that holder no longer holds name: its release
-    (by itself or by an administrator) or its expiry."""
-    return (event.name == name and event.holder == holder
-            and event.kind in ("released", "expired"))
-
-
-class LeaseSettings:
-    """What a Lock and an AsyncLock are told, checked once for both."""
-
-    def __init__(self, name: str, ttl: Seconds, holder: Optional[str], info: Any,
-                 on_lost: Any, listen: Optional[bool]):
-        self.name = name_arg(name, "name")
-        self.ttl = positive(ttl, "ttl")
-        self.holder = name_arg(holder, "holder") if holder is not None else default_holder()
-        self.info = jsonb(info)
-        self.on_lost = on_lost
-        self.listen = listen
-        self.lost_reason: Optional[str] = None
-        self.token: Optional[int] = None
-
-    def lost_error(self) -> LockLost:
-        return LockLost(f'lease "{self.name}" of holder "{self.holder}" was lost: '
-                        f"{self.lost_reason}")
-
-
 def next_wait(blocking: bool, deadline: Optional[float], now: float) -> timedelta:
     """How long the next statement of a blocking call may wait in the
     server: nothing when not blocking, else a slice of at most WAIT_SLICE
@@ -328,50 +248,45 @@ def sender_pids(columns: Sequence[str], row: Optional[Sequence[Any]]) -> set:
     return {int(p) for p in pids if p is not None}
 
 
-class ElectionSettings:
-    """What a LeaderElection and an AsyncLeaderElection are told; the lease
-    they campaign for is made by lock_class with the same connection."""
-
-    def __init__(self, lock_class: Any, group: str, conninfo: Optional[str], pool: Any,
-                 ttl: Seconds, member: Optional[str], info: Any, on_leader: Any,
-                 on_leader_loss: Any, listen: Optional[bool], connect_kwargs: dict):
-        self.group = name_arg(group, "group")
-        self.ttl = positive(ttl, "ttl")
-        self.member = name_arg(member, "member") if member is not None else default_holder()
-        self.info = info
-        self.on_leader = on_leader
-        self.on_leader_loss = on_leader_loss
-        self._lock = lock_class(self.group, conninfo=conninfo, pool=pool, ttl=self.ttl,
-                                holder=self.member, info=info, listen=listen,
-                                on_lost=self._lost, **connect_kwargs)
+# The keeper's connection: keepalives and a user timeout make a dead
+# network an error within seconds instead of a hang (libpq ignores them on
+# Unix sockets); the watchdog covers the time until then.
+KEEPER_SETTINGS = dict(keepalives=1, keepalives_idle=2, keepalives_interval=1,
+                       keepalives_count=3, tcp_user_timeout=5000)
 
 
 class ConnectionSettings:
-    """Where a sync or asyncio connector's connections come from: a
-    conninfo string or a psycopg_pool pool, with the pooler-safe defaults
-    and the caller's keyword arguments."""
+    """Where a client's connections come from: a conninfo string or a
+    psycopg_pool pool, with the pooler-safe defaults and the caller's
+    keyword arguments."""
 
     def __init__(self, conninfo: Optional[str], pool: Any, kwargs: Mapping[str, Any]):
         if (conninfo is None) == (pool is None):
             raise TypeError("give exactly one of conninfo and pool")
+        if conninfo is not None and not isinstance(conninfo, str):
+            raise TypeError(f"conninfo must be a str, not {type(conninfo).__name__}")
         self.pool = pool
         self.conninfo = conninfo if conninfo is not None else pool.conninfo
         self.kwargs = pool_settings(kwargs)
+        if pool is not None:
+            # The keeper's own connection takes the pool's settings too.
+            for k, v in (getattr(pool, "kwargs", None) or {}).items():
+                self.kwargs.setdefault(k, v)
 
-    def connect_kwargs(self, application_name: Optional[str], extra: Mapping[str, Any]) -> dict:
-        """The caller's settings over extra; application_name if unset."""
+    def connect_kwargs(self, extra: Mapping[str, Any], keeper: bool = False) -> dict:
+        """The caller's settings over extra, named in pg_stat_activity as
+        the caller's application_name (default "dsync"), with " keeper"
+        after it for the keeper's connection."""
         kwargs = dict(extra)
         kwargs.update(self.kwargs)
-        if application_name is not None:
-            kwargs.setdefault("application_name", application_name)
+        name = kwargs.get("application_name") or "dsync"
+        kwargs["application_name"] = f"{name} keeper"[:63] if keeper else name
         return kwargs
 
-
-def keeper_settings(name: str, ttl: timedelta) -> dict:
-    """A keeper connection's name and TCP settings: keepalives and a user
-    timeout make a dead network an error within a renewal period instead
-    of a hang (libpq ignores them on Unix sockets)."""
-    period_ms = int(ttl.total_seconds() * 1000 / 3)
-    return dict(application_name=f"dsync keeper {name}"[:63], keepalives=1,
-                keepalives_idle=max(1, period_ms // 1000), keepalives_interval=1,
-                keepalives_count=3, tcp_user_timeout=max(1000, period_ms))
+    @staticmethod
+    def key(conninfo: Optional[str], pool: Any, kwargs: Mapping[str, Any]) -> tuple:
+        """What identifies a shared default client: the pool itself, or the
+        conninfo string with the keyword arguments."""
+        if pool is not None:
+            return ("pool", id(pool))
+        return ("conninfo", conninfo, tuple(sorted((k, repr(v)) for k, v in kwargs.items())))

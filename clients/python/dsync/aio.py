@@ -1,472 +1,417 @@
-"""dsync for asyncio: AsyncLock, AsyncSemaphore, AsyncEvent,
-AsyncLeaderElection and awatch, the same shapes as dsync.sync.
+"""dsync for asyncio: AsyncLock, AsyncReadLock, AsyncSemaphore, AsyncEvent
+and AsyncLeaderElection, the shapes of dsync.sync.
 
-A cancelled wait cancels the statement in the server and closes its
-connection, so that no waiter is left behind in dsync_waiters.
+A lock object is owned by the task that acquired it: the task acquiring
+again counts (n acquires need n releases), and any other task using the
+same object has a holder name of its own on the server and waits, or gets
+False, like any other holder.  So three tasks sharing one AsyncLock take
+turns.  (Before Python 3.12, asyncio.wait_for runs its coroutine in a task
+of its own: use acquire(timeout=...) rather than wrapping acquire in it.)
+
+Objects run on an AsyncClient: one given, or the running loop's default
+client for their connection string.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from datetime import datetime
-from typing import Any, AsyncIterator, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional
 
 import psycopg
 
 from . import _common as c
-from ._common import LeaseEvent, Seconds
+from . import _sql as sql
+from . import aio_client
+from . import errors
+from ._common import Seconds
+from ._ledger import Hold, OwnerState, Owners
+from .aio_client import AsyncClient
+from .aio_watch import awatch
 
-__all__ = ["AsyncLock", "AsyncReadLock", "AsyncSemaphore", "AsyncEvent", "AsyncLeaderElection", "awatch"]
-
-
-class _Connector(c.ConnectionSettings):
-    """A conninfo string or a psycopg_pool AsyncConnectionPool."""
-
-    def __init__(self, conninfo: Optional[str], pool: Any, kwargs: dict):
-        super().__init__(conninfo, pool, kwargs)
-        self._own: Optional[psycopg.AsyncConnection] = None
-        self._lock = asyncio.Lock()
-
-    async def open(self, application_name: Optional[str] = None,
-                   **extra: Any) -> psycopg.AsyncConnection:
-        return await psycopg.AsyncConnection.connect(
-            self.conninfo, **self.connect_kwargs(application_name, extra))
-
-    async def value(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        if self.pool is not None:
-            async with self.pool.connection() as conn:
-                return await _value(conn, sql, params)
-        async with self._lock:
-            if self._own is not None and not c.still_open(self._own):
-                await self._own.close()     # the server went away (failover, restart)
-            if self._own is None or self._own.closed:
-                self._own = await self.open()
-            conn = self._own
-            try:
-                return await _value(conn, sql, params)
-            except BaseException:
-                self._own = None
-                raise
-
-    async def close(self) -> None:
-        if self._own is not None:
-            await self._own.close()
-            self._own = None
+__all__ = ["AsyncLock", "AsyncReadLock", "AsyncSemaphore", "AsyncEvent", "AsyncLeaderElection",
+           "awatch"]
 
 
-async def _value(conn: psycopg.AsyncConnection, sql: str, params: Sequence[Any]) -> Any:
-    """One statement's first value.  If the task is cancelled meanwhile
-    (a wait in the server, say), the statement is cancelled in the server
-    and the connection closed, which ends the wait there at once."""
-    try:
-        cur = await conn.execute(sql, params)
-        row = await cur.fetchone()
-        return row[0] if row else None
-    except (asyncio.CancelledError, Exception):
-        try:
-            conn.cancel()
-        except Exception:
-            pass
-        await conn.close()
-        raise
+class _OnClient:
+    """An object that runs on an AsyncClient: the one given, or the running
+    loop's default client for its connection settings (so an object made
+    at import time works in whichever loop uses it)."""
+
+    def _use(self, client: Optional[AsyncClient], conninfo: Optional[str], pool: Any,
+             listen: Optional[bool], connect_kwargs: dict) -> None:
+        if client is not None:
+            if conninfo is not None or pool is not None or connect_kwargs or listen is not None:
+                raise TypeError("give either client or connection settings, not both")
+        elif conninfo is None and pool is None:
+            raise TypeError("give one of client, conninfo and pool")
+        else:
+            c.ConnectionSettings(conninfo, pool, connect_kwargs)     # checked now
+        self._client = client
+        self._client_args = (conninfo, pool, listen, connect_kwargs)
+
+    @property
+    def client(self) -> AsyncClient:
+        if self._client is not None:
+            return self._client
+        return aio_client.default_client(*self._client_args)
 
 
-async def _behind_pooler(conn: psycopg.AsyncConnection) -> bool:
-    cur = await conn.execute(c.SQL_BACKEND_PID)
-    return (await cur.fetchone())[0] != conn.info.backend_pid
+def _current_task() -> asyncio.Task:
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("dsync's asyncio objects must be used from a task")
+    return task
 
 
-async def _listen(conn: psycopg.AsyncConnection, names: Sequence[str]) -> dict:
-    cur = await conn.execute(c.SQL_CHANNELS, (list(names),))
-    chans = {ch: n for n, ch in await cur.fetchall()}
-    for ch in chans:
-        await conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(ch)))
-    return chans
+class AsyncLock(_OnClient):
+    """An asyncio lease: `async with AsyncLock("x", conninfo=...) as lock:`
+    (or client.lock("x")).  The arguments are dsync.Lock's; on_lost may be
+    a coroutine function (it then runs in a task of its own)."""
 
+    _sql_acquire = sql.ACQUIRE
 
-class _Notifications:
-    """Notifications of an idle connection as an asyncio queue, read off
-    its socket without a query (psycopg 3.1's notifies() cannot time out)."""
+    def __init__(self, name: str, *, client: Optional[AsyncClient] = None,
+                 conninfo: Optional[str] = None, pool: Any = None, ttl: Seconds = 30,
+                 holder: Optional[str] = None, info: Any = None,
+                 on_lost: Optional[Callable[[Hold], Any]] = None, keep_alive: bool = True,
+                 timeout: Optional[Seconds] = None, listen: Optional[bool] = None,
+                 **connect_kwargs: Any):
+        self.name = c.name_arg(name, "name")
+        self.ttl = c.positive(ttl, "ttl")
+        self.holder = c.name_arg(holder, "holder") if holder is not None else c.default_holder()
+        self.info = c.jsonb(info)
+        self.on_lost = on_lost
+        self.keep_alive = bool(keep_alive)
+        self.timeout = c.interval(timeout, "timeout")
+        self._use(client, conninfo, pool, listen, connect_kwargs)
+        self._owners = Owners(self.holder, asyncio.Event)
 
-    def __init__(self, conn: psycopg.AsyncConnection):
-        self.conn = conn
-        self.queue: asyncio.Queue = asyncio.Queue()
-        self.loop = asyncio.get_running_loop()
-        self.fd = conn.fileno()
-        # Those that arrive while a query runs are psycopg's to read.
-        conn.add_notify_handler(
-            lambda n: self.queue.put_nowait((n.channel, n.payload, n.pid)))
-        self.reading = False
-        self.resume()
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} holder={self.holder!r}>"
 
-    def pause(self) -> None:
-        """Before a query on the connection: psycopg reads its socket then."""
-        if self.reading:
-            self.loop.remove_reader(self.fd)
-            self.reading = False
-
-    def resume(self) -> None:
-        if not self.reading:
-            self.loop.add_reader(self.fd, self._readable)
-            self.reading = True
-            self._readable()
-
-    def _readable(self) -> None:
-        pg = self.conn.pgconn
-        try:
-            pg.consume_input()
-        except Exception as exc:
-            self.queue.put_nowait(exc)
-            self.pause()
-            return
-        while True:
-            n = pg.notifies()
-            if n is None:
-                return
-            self.queue.put_nowait((n.relname.decode(), n.extra.decode(), n.be_pid))
-
-    async def get(self, timeout: Optional[float]) -> Optional[tuple]:
-        try:
-            item = await asyncio.wait_for(self.queue.get(), timeout)
-        except asyncio.TimeoutError:
-            return None
-        if isinstance(item, Exception):
-            raise psycopg.OperationalError(str(item))
-        return item
-
-    def close(self) -> None:
-        try:
-            self.pause()
-        except Exception:
-            pass
-
-
-class AsyncLock(c.LeaseSettings):
-    """An asyncio lease: `async with AsyncLock("x", conninfo=...) as lock:`."""
-
-    _sql_acquire = c.SQL_ACQUIRE
-
-    def __init__(self, name: str, *, conninfo: Optional[str] = None, pool: Any = None,
-                 ttl: Seconds = 30, holder: Optional[str] = None, info: Any = None,
-                 on_lost: Optional[Callable[["AsyncLock"], Any]] = None,
-                 listen: Optional[bool] = None, **connect_kwargs: Any):
-        c.LeaseSettings.__init__(self, name, ttl, holder, info, on_lost, listen)
-        self.lost = asyncio.Event()
-        self._connector = _Connector(conninfo, pool, connect_kwargs)
-        self._keeper: Optional[asyncio.Task] = None
-        self._kept: Optional[tuple] = None      # the keeper's connection between holds
-        self._closed = False
-        self._watchdog: Optional[asyncio.Task] = None
-        self._holds_until = 0.0
-
-    async def _prepare(self) -> None:
+    async def _prepare(self, client: AsyncClient) -> None:
         """Semaphores define themselves here."""
 
+    def _what(self, verb: str) -> str:
+        return f'{verb} lease "{self.name}"'
+
     async def acquire(self, blocking: bool = True, timeout: Optional[Seconds] = None) -> bool:
+        """Take the lease for the current task (see dsync.Lock.acquire)."""
+        task = _current_task()
+        st = self._owners.state(task)
+        if st.count > 0 and st.hold is not None and not st.hold.done:
+            st.count += 1
+            return True
+        holder = self._owners.take_name(st)
         deadline = c.deadline_of(timeout, time.monotonic())
-        was_held = self._keeping()
-        await self._prepare()
+        client = self.client
         try:
-            while True:
-                wait = c.next_wait(blocking, deadline, time.monotonic())
-                token = await self._connector.value(
-                    self._sql_acquire, (self.name, self.holder, self.ttl, wait, self.info))
-                if token is not None:
-                    await self._held(int(token), time.monotonic())
-                    return True
-                if not blocking or (deadline is not None and time.monotonic() >= deadline):
-                    return False
+            await self._prepare(client)
+            keeper = client.keeper
+            mark = None
+            keeper.start(connect=self.keep_alive)
+            if self.keep_alive:
+                mark = keeper.mark(sql.channel_of(self.name))
+            token, sent = await client._acquire(self._sql_acquire,
+                                                (self.name, holder, self.ttl, self.info),
+                                                blocking, deadline, self._what("acquiring"))
+            if token is not None:
+                ref = weakref.ref(task)
+                hold = Hold(self, self.name, holder, token, self.ttl, self.keep_alive, sent,
+                            st.lost, lambda: ref() is not None and not ref().done(), "task")
+                if self.keep_alive and \
+                        not await keeper.ensure(min(5.0, self.ttl.total_seconds() / 3)):
+                    raise errors.KeeperUnavailable(
+                        f'lease "{self.name}" was granted but the keeper that renews it has no '
+                        "connection; it was given back") from keeper.error
+                st.lost.clear()
+                keeper.add(hold, mark)
         except BaseException:
-            # Cancelled (or broken) after the grant may have committed: let
-            # go of what this call may have taken, not of a lease held
-            # before it, and leave no keeper behind.
-            if not was_held:
-                await asyncio.shield(self._abandon())
+            # Cancelled (or not kept) after a grant may have committed: give
+            # back what this call may have taken, not a hold from before it.
+            if st.count == 0:
+                await asyncio.shield(self._give_back(client, st, holder))
             raise
+        if token is None:
+            self._owners.free_name(st)
+            return False
+        st.hold = hold
+        st.count += 1
+        return True
 
-    async def _abandon(self) -> None:
-        await self._stop_keeper()
-        self.token = None
+    async def _give_back(self, client: AsyncClient, st: OwnerState, holder: str) -> None:
         try:
-            await self._connector.value(c.SQL_RELEASE, (self.name, self.holder))
-        except Exception:
-            pass
-
-    def _keeping(self) -> bool:
-        return (self._keeper is not None and not self._keeper.done()
-                and not self.lost.is_set())
-
-    async def _held(self, token: int, granted: float) -> None:
-        self.token = token
-        # The lease lasts at least until then (time.monotonic()), whatever
-        # the client's and the server's wall clocks say.
-        self._holds_until = granted + self.ttl.total_seconds()
-        if self._keeping():
-            return                          # reentrant: the same lease, extended
-        await self._stop_keeper()
-        self.lost.clear()
-        self.lost_reason = None
-        started = asyncio.Event()
-        self._keeper = asyncio.create_task(self._keep(started))
-        self._watchdog = asyncio.create_task(self._watch())
-        await started.wait()
-
-    async def _watch(self) -> None:
-        """The watchdog, a task of its own so that a renewal stuck on a dead
-        network or a stalled server cannot hold it up: the lease counts as
-        lost shortly before it could expire unrenewed."""
-        margin = min(1.0, self.ttl.total_seconds() / 10)
-        while not self.lost.is_set():
-            left = self._holds_until - margin - time.monotonic()
-            if left <= 0:
-                await self._set_lost("no renewal could be confirmed before the lease could expire")
-                return
-            await asyncio.sleep(min(left, 0.5))
-
-    async def _connect(self):
-        """The keeper's connection and, where LISTEN works, its
-        notifications (the ones the lock's last keeper left, if any, so
-        that taking a lock again costs no new server process and no
-        LISTEN); then whether the lease is still held, asked after the
-        LISTEN so that nothing falls between the two."""
-        kept, self._kept = self._kept, None
-        if kept is not None and kept[1] is not None:
-            kept[1].pause()
-        if kept is not None and not c.still_open(kept[0]):
-            await kept[0].close()       # the server went away (failover, restart)
-            kept = None
-        if kept is not None:
-            conn, notes = kept
-        else:
-            conn, notes = await self._connector.open(**c.keeper_settings(self.name, self.ttl)), None
-        try:
-            if kept is None and self.listen is not False and not await _behind_pooler(conn):
-                await _listen(conn, [self.name])
-                notes = _Notifications(conn)
-                notes.pause()
-            elif kept is None and self.listen is True:
-                raise c.ListenUnavailable(
-                    "LISTEN does not work through this connection (a pooler in "
-                    "transaction mode); a lost lease is noticed at the next renewal")
-            cur = await conn.execute(c.SQL_HELD, (self.name, self.holder))
-            held = await cur.fetchone() is not None
-            if notes is not None:
-                # Older than the answer (a listening backend delivers them
-                # when a transaction ends), such as the release of the
-                # previous hold: dropped.
-                while not notes.queue.empty():
-                    notes.queue.get_nowait()
-                notes.resume()
-            return conn, notes, held
-        except BaseException:
-            if notes is not None:
-                notes.close()
-            await conn.close()
-            raise
-
-    async def _keep(self, started: asyncio.Event) -> None:
-        conn = None
-        notes = None
-        healthy = True
-        period = self.ttl.total_seconds() / 3
-        next_renew = time.monotonic() + period
-        try:
-            try:
-                conn, notes, held = await self._connect()
-                if not held:
-                    await self._set_lost("the lease was not held by the time the keeper started")
-                    return
-            finally:
-                started.set()
-            while not self.lost.is_set():
-                try:
-                    if conn is None:
-                        conn, notes, held = await self._connect()
-                        if not held:
-                            await self._set_lost("the lease was not held after the keeper reconnected")
-                            return
-                    timeout = max(0.0, next_renew - time.monotonic())
-                    if notes is not None:
-                        item = await notes.get(timeout)
-                        if item is not None:
-                            ev = c.parse_payload(item[0], item[1])
-                            if ev is not None and c.lost_by(ev, self.name, self.holder):
-                                await self._set_lost(f"the lease was {ev.kind}")
-                                return
-                            continue
-                    else:
-                        await asyncio.sleep(timeout)
-                    if time.monotonic() >= next_renew:
-                        sent = time.monotonic()
-                        if notes is not None:
-                            notes.pause()
-                        cur = await conn.execute(c.SQL_RENEW, (self.name, self.holder, self.ttl))
-                        expiry = (await cur.fetchone())[0]
-                        if notes is not None:
-                            notes.resume()
-                        if expiry is None:
-                            await self._set_lost("the renewal found the lease no longer held")
-                            return
-                        self._holds_until = sent + self.ttl.total_seconds()
-                        next_renew = time.monotonic() + period
-                except (psycopg.OperationalError, psycopg.InterfaceError, OSError):
-                    # A broken connection: a new one, until the watchdog says
-                    # the lease may have expired.
-                    if notes is not None:
-                        notes.close()
-                    notes = None
-                    if conn is not None:
-                        await conn.close()
-                    conn = None
-                    await asyncio.sleep(min(0.5, period))
-                    next_renew = time.monotonic()
-        except asyncio.CancelledError:
-            pass
-        except Exception as exc:
-            healthy = False
-            await self._set_lost(f"the keeper failed: {exc!r}")
-        finally:
-            if notes is not None:
-                notes.pause()
-            if conn is not None:
-                # Keep a sound, idle connection for the lock's next hold.
-                if (healthy and not self._closed and self._kept is None and not conn.closed
-                        and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE):
-                    self._kept = (conn, notes)
-                else:
-                    await conn.close()
-
-    async def _set_lost(self, why: str) -> None:
-        if self.lost.is_set():
+            await client._query(sql.RELEASE, (self.name, holder), self._what("releasing"),
+                                retry=False)
+        except errors.DsyncError:
+            client.keeper.release_later(self.name, holder)
+            if st.holder == holder and st.count == 0:
+                self._owners.retire_name(st)
             return
-        self.lost_reason = why
-        self.lost.set()
-        if self.on_lost is not None:
-            result = self.on_lost(self)
-            if asyncio.iscoroutine(result):
-                await result
-
-    async def _stop_keeper(self) -> None:
-        tasks = [self._keeper, self._watchdog]
-        self._keeper = self._watchdog = None
-        for task in tasks:
-            if task is not None and task is not asyncio.current_task():
-                task.cancel()
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
+        self._owners.free_name(st)
 
     async def release(self) -> bool:
-        await self._stop_keeper()
-        released = bool(await self._connector.value(c.SQL_RELEASE, (self.name, self.holder)))
-        self.token = None
-        return released
+        """Let the lease go: True if it was still held until now.  Only the
+        owning task may release (NotHeld otherwise)."""
+        st = self._owners.get(_current_task())
+        if st is None or st.count == 0:
+            raise errors.NotHeld(f"{self!r} is not held by this task")
+        st.count -= 1
+        hold = st.hold
+        if st.count > 0:
+            return hold is not None and not hold.done
+        st.hold = None
+        was_kept = hold is not None and not hold.done
+        client = self.client
+        if hold is not None:
+            client.keeper.remove(hold)
+        try:
+            released = await client._query(sql.RELEASE, (self.name, st.holder),
+                                           self._what("releasing"), retry=False)
+        except errors.DsyncConnectionError:
+            client.keeper.release_later(self.name, st.holder)
+            self._owners.retire_name(st)
+            raise
+        except BaseException:
+            # Cancelled mid-release: the keeper makes sure of it.
+            client.keeper.release_later(self.name, st.holder)
+            self._owners.retire_name(st)
+            raise
+        self._owners.free_name(st)
+        return bool(released) and was_kept
+
+    def _owned_state(self) -> Optional[OwnerState]:
+        try:
+            st = self._owners.get(_current_task())
+        except RuntimeError:
+            return None
+        return st if st is not None and st.count > 0 else None
 
     async def renew(self, ttl: Optional[Seconds] = None) -> Optional[datetime]:
-        ttl_td = c.interval(ttl, "ttl") or self.ttl
-        sent = time.monotonic()
-        expiry = await self._connector.value(c.SQL_RENEW, (self.name, self.holder, ttl_td))
+        st = self._owned_state()
+        if st is None or st.hold is None:
+            raise errors.NotHeld(f"{self!r} is not held by this task")
+        ttl_td = c.positive(ttl, "ttl") if ttl is not None else self.ttl
+        timed: list = []
+        client = self.client
+        expiry = await client._query(sql.RENEW, (self.name, st.holder, ttl_td),
+                                     self._what("renewing"), timed=timed)
+        hold = st.hold
         if expiry is None:
-            await self._set_lost("the renewal found the lease no longer held")
-        else:
-            self._holds_until = sent + ttl_td.total_seconds()
+            client.keeper.report([hold], "the renewal found the lease no longer held")
+        elif ttl is None and timed:
+            hold.confirmed = max(hold.confirmed, timed[-1])
         return expiry
 
     touch = renew
 
     async def locked(self) -> bool:
-        return bool(await self._connector.value(
-            "SELECT EXISTS (SELECT 1 FROM dsync_leases WHERE lease = %s::text)", (self.name,)))
+        return bool(await self.client._query(sql.LOCKED, (self.name,), self._what("reading")))
 
     async def owned(self) -> bool:
-        return await self._connector.value(c.SQL_HELD, (self.name, self.holder)) is not None
+        st = self._owned_state()
+        if st is None:
+            return False
+        return await self.client._query(sql.HELD, (self.name, st.holder),
+                                        self._what("reading")) is not None
+
+    @property
+    def held(self) -> bool:
+        st = self._owned_state()
+        return st is not None and st.hold is not None and not st.hold.done
+
+    @property
+    def token(self) -> Optional[int]:
+        st = self._owned_state()
+        return st.hold.token if st is not None and st.hold is not None else None
+
+    @property
+    def lost(self) -> asyncio.Event:
+        """Set when the current task's hold is lost."""
+        return self._owners.state(_current_task()).lost
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        st = self._owned_state()
+        return st.hold.lost_reason if st is not None and st.hold is not None else None
 
     def check(self) -> None:
-        if self.lost.is_set():
-            raise self.lost_error()
+        st = self._owned_state()
+        if st is None or st.hold is None:
+            raise errors.NotHeld(f"{self!r} is not held by this task")
+        st.hold.check()
 
     async def guard(self, conn: psycopg.AsyncConnection) -> int:
-        cur = await conn.execute(c.SQL_ASSERT_HELD, (self.name, self.holder))
-        return int((await cur.fetchone())[0])
+        """In the caller's own transaction: the fencing token if the current
+        task holds the lease, else NotHeld (see dsync.Lock.guard)."""
+        st = self._owned_state()
+        holder = st.holder if st is not None else self.holder
+        try:
+            cur = await conn.execute(sql.ASSERT_HELD, (self.name, holder))
+            row = await cur.fetchone()
+        except psycopg.Error as exc:
+            raise errors.from_psycopg(exc, self._what("guarding")) from exc
+        return int(row[0])
+
+    def _lost(self, hold: Hold) -> Any:
+        if self.on_lost is not None:
+            return self.on_lost(hold)
+        return None
 
     async def close(self) -> None:
-        self._closed = True
-        await self._stop_keeper()
-        kept, self._kept = self._kept, None
-        if kept is not None:
-            await kept[0].close()
-        await self._connector.close()
+        """Give back every hold of this object, whichever task owns it."""
+        states = self._owners.holding()
+        for st in states:
+            st.count = 0
+            hold, st.hold = st.hold, None
+            client = self.client
+            if hold is not None:
+                client.keeper.remove(hold)
+            if st.holder is not None and not client._closed:
+                await self._give_back(client, st, st.holder)
 
     async def __aenter__(self) -> "AsyncLock":
-        await self.acquire()
+        if not await self.acquire(timeout=self.timeout):
+            raise errors.AcquireTimeout(
+                f'lease "{self.name}" could not be acquired within {self.timeout}')
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
-        await asyncio.shield(self.release())
+        await self.release()
 
 
 class AsyncReadLock(AsyncLock):
-    """The shared side of a read-write lock (see ReadLock)."""
+    """The shared side of a read-write lock (see dsync.ReadLock)."""
 
-    _sql_acquire = c.SQL_ACQUIRE_SHARED
+    _sql_acquire = sql.ACQUIRE_SHARED
 
 
 class AsyncSemaphore(AsyncLock):
-    def __init__(self, name: str, permits: int, **kwargs: Any):
-        if not isinstance(permits, int) or isinstance(permits, bool) or permits < 1:
-            raise ValueError("permits must be a positive int")
+    """A lease with permits (see dsync.Semaphore).  `await
+    AsyncSemaphore.create(name, permits, ...)` defines it at once
+    (SemaphoreMismatch if it exists with another count); `await
+    AsyncSemaphore.attach(name, ...)` uses an existing one.  The plain
+    constructor defines it at the first acquire."""
+
+    def __init__(self, name: str, permits: Optional[int], **kwargs: Any):
+        if permits is not None and (not isinstance(permits, int) or isinstance(permits, bool)
+                                    or not 1 <= permits <= 65535):
+            raise ValueError("permits must be an int from 1 to 65535")
         self.permits = permits
-        self._created = False
+        self._created = permits is None
         super().__init__(name, **kwargs)
 
-    async def _prepare(self) -> None:
+    async def _prepare(self, client: AsyncClient) -> None:
         if not self._created:
-            await self._connector.value(c.SQL_SEM_CREATE, (self.name, self.permits))
+            await client._query(sql.SEM_CREATE, (self.name, self.permits),
+                                f'creating semaphore "{self.name}"')
             self._created = True
 
+    @classmethod
+    async def create(cls, name: str, permits: int, **kwargs: Any) -> "AsyncSemaphore":
+        self = cls(name, permits, **kwargs)
+        await self._prepare(self.client)
+        return self
 
-class AsyncEvent:
-    def __init__(self, name: str, *, conninfo: Optional[str] = None, pool: Any = None,
-                 **connect_kwargs: Any):
+    @classmethod
+    async def attach(cls, name: str, *, timeout: Optional[Seconds] = 60,
+                     **kwargs: Any) -> "AsyncSemaphore":
+        """See dsync.Semaphore.attach."""
+        self = cls(name, None, **kwargs)
+        deadline = c.deadline_of(timeout, time.monotonic())
+        pause = 0.05
+        while True:
+            permits = await self.get_count()
+            if permits is not None:
+                self.permits = permits
+                return self
+            if deadline is not None and time.monotonic() >= deadline:
+                raise errors.SemaphoreNotFound(f'semaphore "{self.name}" does not exist')
+            await asyncio.sleep(pause if deadline is None else
+                                max(0.0, min(pause, deadline - time.monotonic())))
+            pause = min(pause * 2, 1.0)
+
+    async def get_count(self) -> Optional[int]:
+        try:
+            return await self.client._query(sql.SEM_PERMITS, (self.name,),
+                                            f'reading semaphore "{self.name}"')
+        except errors.ServerError as exc:
+            if exc.sqlstate == "42P01":
+                raise errors.DsyncError(
+                    "reading a semaphore's count needs version 1.5 of the dsync extension "
+                    "(ALTER EXTENSION dsync UPDATE)") from exc
+            raise
+
+
+class AsyncEvent(_OnClient):
+    """A one-to-one signal: each set() wakes exactly one wait()."""
+
+    def __init__(self, name: str, *, client: Optional[AsyncClient] = None,
+                 conninfo: Optional[str] = None, pool: Any = None, **connect_kwargs: Any):
         self.name = c.name_arg(name, "name")
-        self._connector = _Connector(conninfo, pool, connect_kwargs)
+        self._use(client, conninfo, pool, None, connect_kwargs)
+
+    def _what(self, verb: str) -> str:
+        return f'{verb} event "{self.name}"'
 
     async def set(self) -> None:
-        await self._connector.value(c.SQL_EVENT_SET, (self.name,))
+        await self.client._query(sql.EVENT_SET, (self.name,), self._what("setting"), retry=False)
 
     async def wait(self, timeout: Optional[Seconds] = None) -> bool:
         deadline = c.deadline_of(timeout, time.monotonic())
+        client = self.client
+        if await client._query(sql.EVENT_WAIT, (self.name, c.ZERO), self._what("waiting for"),
+                               retry=False):
+            return True
         while True:
             wait = c.next_wait(True, deadline, time.monotonic())
-            if await self._connector.value(c.SQL_EVENT_WAIT, (self.name, wait)):
-                return True
-            if deadline is not None and time.monotonic() >= deadline:
+            if wait <= c.ZERO:
                 return False
+            if await client._query(sql.EVENT_WAIT, (self.name, wait), self._what("waiting for"),
+                                   wait=True, retry=False):
+                return True
 
     async def clear(self) -> int:
-        return int(await self._connector.value(c.SQL_EVENT_CLEAR, (self.name,)))
+        return int(await self.client._query(sql.EVENT_CLEAR, (self.name,),
+                                            self._what("clearing"), retry=False))
 
     async def is_set(self) -> bool:
-        return bool(await self._connector.value(c.SQL_EVENT_IS_SET, (self.name,)))
+        return bool(await self.client._query(sql.EVENT_IS_SET, (self.name,),
+                                             self._what("reading")))
 
     async def close(self) -> None:
-        await self._connector.close()
+        """Nothing to give back; kept for symmetry."""
 
 
-class AsyncLeaderElection(c.ElectionSettings):
+class AsyncLeaderElection(_OnClient):
     """Leader election as an asyncio task: `task = election.start()`;
-    cancelling the task (or `await election.stop()`) resigns cleanly."""
+    cancelling the task (or `await election.stop()`) resigns cleanly.
+    is_leader, leader_exists and status are properties that read what the
+    campaign last saw; `await leader()` and `await members()` ask."""
 
-    def __init__(self, group: str, *, conninfo: Optional[str] = None, pool: Any = None,
-                 ttl: Seconds = 15, member: Optional[str] = None, info: Any = None,
+    def __init__(self, group: str, *, client: Optional[AsyncClient] = None,
+                 conninfo: Optional[str] = None, pool: Any = None, ttl: Seconds = 15,
+                 member: Optional[str] = None, info: Any = None,
                  on_leader: Optional[Callable[[], Any]] = None,
                  on_leader_loss: Optional[Callable[[], Any]] = None,
                  listen: Optional[bool] = None, **connect_kwargs: Any):
-        c.ElectionSettings.__init__(self, AsyncLock, group, conninfo, pool, ttl, member, info,
-                                    on_leader, on_leader_loss, listen, connect_kwargs)
+        self.group = c.name_arg(group, "group")
+        self.ttl = c.positive(ttl, "ttl")
+        self.info = info
+        self.on_leader = on_leader
+        self.on_leader_loss = on_leader_loss
+        self._use(client, conninfo, pool, listen, connect_kwargs)
+        self._lock = AsyncLock(self.group, client=client, conninfo=conninfo, pool=pool,
+                               listen=listen, ttl=self.ttl, holder=member, info=info,
+                               on_lost=self._lost, **connect_kwargs)
+        self.member = self._lock.holder
         self._leader = False
+        self._seen_leader: Optional[str] = None
+        self._seen_at: Optional[float] = None
+        self._token: Optional[int] = None
         self._task: Optional[asyncio.Task] = None
 
     @property
@@ -474,20 +419,35 @@ class AsyncLeaderElection(c.ElectionSettings):
         return self._leader
 
     @property
-    def token(self) -> Optional[int]:
-        return self._lock.token if self._leader else None
+    def leader_exists(self) -> bool:
+        return self._leader or self._seen_leader is not None
 
-    async def leader_exists(self) -> bool:
-        return await self._lock._connector.value(c.SQL_LEADER, (self.group,)) is not None
+    @property
+    def token(self) -> Optional[int]:
+        return self._token if self._leader else None
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    @property
+    def status(self) -> dict:
+        """See dsync.LeaderElection.status."""
+        leader = self.member if self._leader else self._seen_leader
+        return dict(group=self.group, member=self.member, running=self.running,
+                    is_leader=self._leader, leader=leader, leader_exists=leader is not None,
+                    token=self.token, seen_at=self._seen_at)
+
+    async def leader(self) -> Optional[str]:
+        return await self.client._query(sql.LEADER, (self.group,),
+                                        f'reading group "{self.group}"')
 
     async def members(self) -> List[dict]:
-        conn = await self._lock._connector.open()
-        try:
-            cur = await conn.execute(c.SQL_MEMBERS, (self.group,))
-            rows = await cur.fetchall()
-        finally:
-            await conn.close()
+        rows = await self.client._query(sql.MEMBERS, (self.group,),
+                                        f'reading group "{self.group}"', rows=True)
         return [c.member_row(r) for r in rows]
+
+    cluster_detail = members
 
     async def _call(self, fn: Optional[Callable[[], Any]]) -> None:
         if fn is not None:
@@ -499,52 +459,64 @@ class AsyncLeaderElection(c.ElectionSettings):
         """Leadership is over: on_leader_loss runs once."""
         if self._leader:
             self._leader = False
+            self._seen_leader = None
             await self._call(self.on_leader_loss)
 
-    async def _lost(self, _lock: AsyncLock) -> None:
+    async def _lost(self, _hold: Hold) -> None:
         await self._end_leadership()
 
+    async def _look(self) -> None:
+        rows = await self.client._query(sql.JOIN, (self.group, self.member, self.ttl,
+                                                   c.jsonb(self.info), self.group),
+                                        f'joining group "{self.group}"', rows=True)
+        self._seen_at = time.monotonic()
+        if not self._leader:
+            self._seen_leader = rows[0][1] if rows else None
+
     async def run(self) -> None:
+        """Campaign until cancelled (start() runs it as a task)."""
         period = self.ttl.total_seconds() / 3
-        next_join = 0.0
+        next_look = 0.0
         try:
             while True:
                 try:
-                    if time.monotonic() >= next_join:
-                        await self._lock._connector.value(
-                            c.SQL_JOIN, (self.group, self.member, self.ttl, c.jsonb(self.info)))
-                        next_join = time.monotonic() + period
-                    if self._leader:
-                        if self._lock.lost.is_set():
-                            await self._end_leadership()
-                            continue
-                        await asyncio.sleep(max(0.0, min(0.5, next_join - time.monotonic())))
+                    if time.monotonic() >= next_look:
+                        await self._look()
+                        next_look = time.monotonic() + period
+                    if self._lock.held:
+                        await asyncio.sleep(max(0.0, min(0.5, next_look - time.monotonic())))
+                        continue
+                    if self._lock._owned_state() is not None:
+                        await self._end_leadership()
+                        await self._lock.release()
                         continue
                     if await self._lock.acquire(
-                            timeout=max(0.05, min(period, next_join - time.monotonic()))):
-                        if self._lock.lost.is_set():
-                            continue            # lost already: campaign on
-                        self._leader = True
-                        await self._call(self.on_leader)
-                except psycopg.OperationalError:
-                    # The server went away: the lease's watchdog decides
-                    # about leadership; retry.
+                            timeout=max(0.05, min(period, next_look - time.monotonic()))):
+                        if self._lock.held:
+                            self._token = self._lock.token
+                            self._seen_leader = self.member
+                            self._leader = True
+                            await self._call(self.on_leader)
+                except errors.DsyncConnectionError:
                     await asyncio.sleep(0.5)
         finally:
-            await asyncio.shield(self._resign())
+            # In this task (it owns the lease), even when cancelled.
+            await self._resign()
 
     async def _resign(self) -> None:
         # Leadership ends before the lease goes.
         await self._end_leadership()
         try:
-            await self._lock.release()
-            await self._lock._connector.value(c.SQL_LEAVE, (self.group, self.member))
-        except psycopg.Error:
+            if self._lock._owned_state() is not None:
+                await self._lock.release()
+            await self.client._query(sql.LEAVE, (self.group, self.member),
+                                     f'leaving group "{self.group}"', retry=False)
+        except errors.DsyncError:
             pass
-        await self._lock.close()
 
     def start(self) -> asyncio.Task:
-        self._task = asyncio.create_task(self.run())
+        self._task = asyncio.get_running_loop().create_task(self.run(),
+                                                            name=f"dsync election {self.group}")
         return self._task
 
     async def stop(self) -> None:
@@ -562,104 +534,3 @@ class AsyncLeaderElection(c.ElectionSettings):
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.stop()
-
-
-async def _log_query(conn: psycopg.AsyncConnection, sql: str, params: Any = None) -> Optional[list]:
-    """Rows of a query on the event log, or None if the installed version
-    keeps none (before 1.4)."""
-    try:
-        cur = await conn.execute(sql, params)
-        return await cur.fetchall()
-    except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction):
-        return None
-
-
-async def awatch(names: Sequence[str], *, conninfo: str, timeout: Optional[Seconds] = None,
-                 reconnect: bool = True, after: Optional[int] = None,
-                 **connect_kwargs: Any) -> AsyncIterator[LeaseEvent]:
-    """The asyncio form of dsync.watch: the current state, then events,
-    resumed from the server's event log after a reconnect."""
-    names = [c.name_arg(n, "name") for n in names]
-    limit = c.interval(timeout, "timeout")
-    resume = c.Resume(after)
-    lost_at: Optional[float] = None
-    kwargs = c.pool_settings(connect_kwargs)
-    kwargs.setdefault("application_name", "dsync watch")
-    while True:
-        try:
-            conn = await psycopg.AsyncConnection.connect(conninfo, **kwargs)
-        except psycopg.OperationalError:
-            if not reconnect:
-                raise
-            await asyncio.sleep(1)
-            continue
-        notes = None
-        try:
-            if await _behind_pooler(conn):
-                raise c.ListenUnavailable(
-                    "LISTEN does not work through this connection: it goes through a "
-                    "connection pooler in transaction mode; watch needs a direct "
-                    "connection (or a pool in session mode)")
-            if not resume.started:
-                # Where the log stands before we listen: nothing later is missed.
-                top = await _log_query(conn, c.SQL_LOG_TOP)
-                resume.last = top[0][0] if top else None
-            chans = await _listen(conn, names)
-            notes = _Notifications(conn)
-            notes.pause()
-            gap, missed = None, []
-            if resume.last is not None:
-                gap, missed = resume.catch_up(
-                    await _log_query(conn, c.SQL_CATCH_UP, (resume.last, names)))
-                if gap is None and lost_at is not None:
-                    retention = await _log_query(conn, c.SQL_RETENTION)
-                    gap = resume.away_too_long(time.monotonic() - lost_at,
-                                               retention[0][0] if retention else None)
-            lost_at = None
-            state = []
-            if not resume.started or gap is not None or resume.last is None:
-                cur = await conn.execute(c.SQL_LEASE_STATE, (names,))
-                state = await cur.fetchall()
-            senders = await _senders(conn)
-            notes.resume()
-            # Everything is read before anything is yielded (see watch).
-            resume.started = True
-            if gap is not None:
-                yield gap
-            for row in state:
-                yield c.state_event(row)
-            for channel, payload in missed:
-                ev = c.parse_payload(channel, payload)
-                if ev is not None and resume.fresh(ev):
-                    yield ev
-            while True:
-                item = await notes.get(None if limit is None else limit.total_seconds())
-                if item is None:
-                    return
-                channel, payload, pid = item
-                if channel not in chans:
-                    continue
-                if senders and pid not in senders:
-                    notes.pause()
-                    senders = await _senders(conn)
-                    notes.resume()
-                    if pid not in senders:
-                        continue
-                ev = c.parse_payload(channel, payload)
-                if ev is not None and resume.fresh(ev):
-                    yield ev
-        except psycopg.OperationalError:
-            if not reconnect:
-                raise
-            if lost_at is None:     # the first loss counts, not each failed retry
-                lost_at = time.monotonic()
-            await asyncio.sleep(0.2)
-        finally:
-            if notes is not None:
-                notes.close()
-            await conn.close()
-
-
-async def _senders(conn: psycopg.AsyncConnection) -> set:
-    cur = await conn.execute(c.SQL_SENDERS)
-    return c.sender_pids([d.name for d in cur.description], await cur.fetchone())

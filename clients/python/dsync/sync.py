@@ -1,574 +1,571 @@
-"""dsync for threads: Lock, Semaphore, Event, LeaderElection and watch.
+"""dsync for threads: Lock, ReadLock, Semaphore, Event and LeaderElection.
 
-A held lease is kept by a keeper thread on a connection of its own: it
-renews every ttl/3, listens on the lease's channel so that a release by
-someone else (dsync_force_release) or an expiry is known at once, and
-declares the lease lost if no renewal has been confirmed shortly before
-the lease could expire, so that the holder hears of the loss before
-anyone else can take the lease.  That moment is reckoned on the client's
-monotonic clock from when the last successful grant or renewal was sent
-(the server's expiry is later than that plus the ttl), never by comparing
-the client's wall clock with the server's.
+A lock object is owned like threading.RLock: by the thread that acquired
+it (by the task, when a sync lock is used inside a running event loop).
+The owner acquiring again counts, and n acquires need n releases; any
+other thread using the same object has a holder name of its own on the
+server and contends like any other holder.  So a module-level
+`lock = Lock("x", conninfo=...)` shared by worker threads excludes them
+from each other, as a threading.Lock would, and across processes too.
+
+Every object runs on a Client (client.py): its own, or the default client
+shared per connection string.  Held leases are renewed by the client's one
+keeper; see clients/DESIGN.md.
 """
 
 from __future__ import annotations
 
-import select
-import socket
+import asyncio
 import threading
 import time
-from contextlib import contextmanager
+import weakref
 from datetime import datetime
-from typing import Any, Callable, Iterator, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Tuple
 
 import psycopg
 
 from . import _common as c
-from ._common import LeaseEvent, Seconds
+from . import _sql as sql
+from . import errors
+from ._common import Seconds
+from ._ledger import Hold, OwnerState, Owners
+from .client import Client, default_client
 
-__all__ = ["Lock", "Semaphore", "Event", "LeaderElection", "watch"]
-
-
-class _Connector(c.ConnectionSettings):
-    """Where connections come from: a conninfo string or a psycopg_pool
-    ConnectionPool.  Short statements borrow from the pool; the keeper and
-    waits that must stay on one session get a connection of their own."""
-
-    def __init__(self, conninfo: Optional[str], pool: Any, kwargs: dict):
-        super().__init__(conninfo, pool, kwargs)
-        self._own: Optional[psycopg.Connection] = None
-        self._lock = threading.Lock()
-
-    def open(self, application_name: Optional[str] = None, **extra: Any) -> psycopg.Connection:
-        return psycopg.connect(self.conninfo, **self.connect_kwargs(application_name, extra))
-
-    @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection]:
-        if self.pool is not None:
-            with self.pool.connection() as conn:
-                yield conn
-            return
-        with self._lock:
-            if self._own is not None and not c.still_open(self._own):
-                self._own.close()       # the server went away (failover, restart)
-            if self._own is None or self._own.closed:
-                self._own = self.open()
-            conn = self._own
-        try:
-            yield conn
-        except BaseException:
-            # Interrupted mid-statement (KeyboardInterrupt, a broken
-            # connection): close it, which ends any wait in the server.
-            conn.close()
-            raise
-
-    def value(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        with self.connection() as conn:
-            row = conn.execute(sql, params).fetchone()
-            return row[0] if row else None
-
-    def close(self) -> None:
-        with self._lock:
-            if self._own is not None:
-                self._own.close()
-                self._own = None
+__all__ = ["Lock", "ReadLock", "Semaphore", "Event", "LeaderElection"]
 
 
-def behind_pooler(conn: psycopg.Connection) -> bool:
-    """Whether conn goes through a connection pooler (PgBouncer sends a
-    backend key of its own, so the server's pid differs from libpq's)."""
-    pid = conn.execute(c.SQL_BACKEND_PID).fetchone()[0]
-    return pid != conn.info.backend_pid
+def _client_of(client: Optional[Client], conninfo: Optional[str], pool: Any,
+               listen: Optional[bool], connect_kwargs: dict) -> Client:
+    """The client an object runs on: the one given, else the default one
+    for its connection string or pool."""
+    if client is not None:
+        if conninfo is not None or pool is not None or connect_kwargs or listen is not None:
+            raise TypeError("give either client or connection settings, not both")
+        return client
+    if conninfo is None and pool is None:
+        raise TypeError("give one of client, conninfo and pool")
+    return default_client(conninfo, pool, listen, connect_kwargs)
 
 
-def _channels(conn: psycopg.Connection, names: Sequence[str]) -> dict:
-    rows = conn.execute(c.SQL_CHANNELS, (list(names),)).fetchall()
-    return {channel: name for name, channel in rows}
+def current_owner() -> Tuple[Any, Callable[[], bool], str]:
+    """Who acquires: the running asyncio task when there is one in this
+    thread (a sync lock used from async code must not let the loop's tasks
+    in together), else the thread.  With a test of whether it still runs,
+    and what it is called in messages."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        task = None
+    if task is not None:
+        ref = weakref.ref(task)
+        return task, lambda: (ref() is not None and not ref().done()), "task"
+    thread = threading.current_thread()
+    ref = weakref.ref(thread)
+    return thread, lambda: (ref() is not None and ref().is_alive()), "thread"
 
 
-def _listen(conn: psycopg.Connection, channels: Sequence[str]) -> None:
-    for ch in channels:
-        conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(ch)))
+class Lock:
+    """A lease held for ttl seconds and renewed in the background while held.
 
+        lock = Lock("billing", conninfo="dbname=app", ttl=30)   # or client.lock(...)
+        with lock:                      # blocks until held
+            token = lock.guard(conn)    # in the transaction that writes
+            ...
 
-def _drain(conn: psycopg.Connection) -> List[tuple]:
-    """The notifications that have arrived, without a query (psycopg 3.1's
-    notifies() cannot time out): (channel, payload, sender pid)."""
-    pg = conn.pgconn
-    pg.consume_input()
-    out = []
-    while True:
-        n = pg.notifies()
-        if n is None:
-            return out
-        out.append((n.relname.decode(), n.extra.decode(), n.be_pid))
-
-
-class _Keeper:
-    """The threads that keep one held lease (or leadership) alive: the
-    keeper renews and listens; the watchdog declares the loss when no
-    renewal got through in time, whatever the keeper is stuck in."""
-
-    def __init__(self, owner: "Lock", token: int, granted: float):
-        self.owner = owner
-        self.token = token
-        # The lease lasts at least until this time.monotonic() value.
-        self.holds_until = granted + owner.ttl.total_seconds()
-        self.stop_r, self.stop_w = socket.socketpair()
-        self.thread = threading.Thread(target=self._run, daemon=True,
-                                       name=f"dsync keeper {owner.name}")
-        self.listening = False
-        self.ready = threading.Event()
-        self.pending = owner._pending
-        self.healthy = True
-        self.stopped = threading.Event()
-        self.watchdog = threading.Thread(target=self._watch, daemon=True,
-                                         name=f"dsync watchdog {owner.name}")
-
-    def start(self) -> None:
-        self.thread.start()
-        self.watchdog.start()
-        self.ready.wait(10)
-
-    def lost(self, why: str) -> None:
-        """Report a loss, unless the keeper was stopped meanwhile (a stuck
-        renewal returning after release() must not report anything)."""
-        if not self.stopped.is_set():
-            self.owner._set_lost(why)
-
-    def _watch(self) -> None:
-        """The watchdog, in a thread of its own so that a renewal stuck on
-        a dead network or a stalled server cannot hold it up: the lease
-        counts as lost shortly before it could expire unrenewed."""
-        while not self.stopped.is_set() and not self.owner.lost.is_set():
-            left = self.holds_until - self._margin() - time.monotonic()
-            if left <= 0:
-                self.lost("no renewal could be confirmed before the lease could expire")
-                return
-            self.stopped.wait(min(left, 0.5))
-
-    def stop(self) -> None:
-        """Stop both threads.  A keeper stuck in a renewal (a stalled
-        server, a dead network) is not waited for beyond a moment: it is
-        a daemon thread, flagged stopped, and reports nothing when it
-        returns."""
-        self.stopped.set()
-        try:
-            self.stop_w.send(b"x")
-        except OSError:
-            pass
-        for t in (self.thread, self.watchdog):
-            if t is not threading.current_thread() and t.is_alive():
-                t.join(2.0)
-        if not self.thread.is_alive():
-            self.stop_r.close()
-            self.stop_w.close()
-
-    def _margin(self) -> float:
-        # Declare a loss this long before the lease could expire: the
-        # holder must stop before anyone else can be granted the lease.
-        return min(1.0, self.owner.ttl.total_seconds() / 10)
-
-    def _connect(self) -> psycopg.Connection:
-        """The keeper's connection, listening on the lease's channel where
-        LISTEN works: the one the lock's last keeper left, if any, so that
-        taking a lock again costs no new server process and no LISTEN."""
-        o = self.owner
-        kept, o._kept = o._kept, None
-        if kept is not None and c.still_open(kept[0]):
-            self.listening = kept[1]
-            return kept[0]
-        if kept is not None:
-            kept[0].close()
-        pending = o._pending
-        conn = o._connector.open(**c.keeper_settings(o.name, o.ttl))
-        # Notifications that arrive during a query: psycopg reads them.
-        conn.add_notify_handler(lambda n: pending.append((n.channel, n.payload, n.pid)))
-        if o.listen is not False and not behind_pooler(conn):
-            _listen(conn, list(_channels(conn, [o.name])))
-            self.listening = True
-        elif o.listen is True:
-            conn.close()
-            raise c.ListenUnavailable(
-                "LISTEN does not work through this connection (a pooler in "
-                "transaction mode); a lost lease is noticed at the next renewal")
-        return conn
-
-    def _still_held(self, conn: psycopg.Connection) -> bool:
-        """Whatever happened before the LISTEN (or while reconnecting): ask
-        once.  Notifications delivered by then are older than the answer
-        (a listening backend delivers them when a transaction ends), such as
-        the release of this lock's previous hold: they are dropped."""
-        held = conn.execute(c.SQL_HELD, (self.owner.name, self.owner.holder)).fetchone() is not None
-        if self.listening:
-            _drain(conn)
-        self.pending.clear()
-        return held
-
-    def _run(self) -> None:
-        o = self.owner
-        conn: Optional[psycopg.Connection] = None
-        period = o.ttl.total_seconds() / 3
-        next_renew = time.monotonic() + period
-        try:
-            try:
-                conn = self._connect()
-                if not self._still_held(conn):
-                    self.lost("the lease was not held by the time the keeper started")
-                    return
-            finally:
-                self.ready.set()
-            while not o.lost.is_set() and not self.stopped.is_set():
-                try:
-                    if conn is None or conn.closed:
-                        conn = self._connect()
-                        if not self._still_held(conn):
-                            self.lost("the lease was not held after the keeper reconnected")
-                            return
-                    timeout = max(0.0, next_renew - time.monotonic())
-                    fds = [self.stop_r] + ([conn.fileno()] if self.listening else [])
-                    readable, _, _ = select.select(fds, [], [], 0 if self.pending else timeout)
-                    if self.stop_r in readable:
-                        return
-                    notes = self.pending[:]
-                    self.pending.clear()
-                    if self.listening and conn.fileno() in readable:
-                        notes += _drain(conn)
-                    for channel, payload, _pid in notes:
-                        ev = c.parse_payload(channel, payload)
-                        if ev is not None and c.lost_by(ev, o.name, o.holder):
-                            self.lost(f"the lease was {ev.kind}")
-                            return
-                    if time.monotonic() >= next_renew:
-                        sent = time.monotonic()
-                        expiry = conn.execute(c.SQL_RENEW, (o.name, o.holder, o.ttl)).fetchone()[0]
-                        if expiry is None:
-                            self.lost("the renewal found the lease no longer held")
-                            return
-                        self.holds_until = sent + o.ttl.total_seconds()
-                        next_renew = time.monotonic() + period
-                except (psycopg.OperationalError, psycopg.InterfaceError, OSError, ValueError):
-                    # A broken connection: try again on a new one until the
-                    # watchdog says the lease may have expired.
-                    if conn is not None:
-                        conn.close()
-                    conn = None
-                    self.stopped.wait(min(0.5, period))
-                    next_renew = time.monotonic()
-        except Exception as exc:            # never leave a held lease unwatched
-            self.healthy = False
-            self.lost(f"the keeper failed: {exc!r}")
-        finally:
-            if conn is not None:
-                self._leave(conn)
-
-    def _leave(self, conn: psycopg.Connection) -> None:
-        """Keep a sound, idle connection for the lock's next hold."""
-        o = self.owner
-        if (self.healthy and not o._closed and o._kept is None and not conn.closed
-                and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE):
-            o._kept = (conn, self.listening)
-        else:
-            conn.close()
-
-
-class Lock(c.LeaseSettings):
-    """A lease held for ttl and renewed in the background while held.
-
-    lock = Lock("billing", conninfo="dbname=app", ttl=30)
-    with lock:                      # blocks until held
-        token = lock.guard(conn)    # in the transaction that writes
-        ...
+    holder: the holder name on the server (default host:pid:random); a
+    second thread holding at the same time (a semaphore, a read lock) is
+    holder#2, and so on.  timeout: how long `with lock:` waits before it
+    raises AcquireTimeout (None: no limit).  keep_alive=False: held without
+    renewal, lapsing at its ttl (for short sections, and adapters that
+    renew themselves).  on_lost(hold): called, from the client's keeper or
+    watchdog thread, when a held lease is lost; keep it short.
     """
 
-    _sql_acquire = c.SQL_ACQUIRE
+    _sql_acquire = sql.ACQUIRE
 
-    def __init__(self, name: str, *, conninfo: Optional[str] = None, pool: Any = None,
-                 ttl: Seconds = 30, holder: Optional[str] = None, info: Any = None,
-                 on_lost: Optional[Callable[["Lock"], None]] = None,
-                 listen: Optional[bool] = None, **connect_kwargs: Any):
-        c.LeaseSettings.__init__(self, name, ttl, holder, info, on_lost, listen)
-        self.lost = threading.Event()
-        self._lost_lock = threading.Lock()
-        self._connector = _Connector(conninfo, pool, connect_kwargs)
-        self._keeper: Optional[_Keeper] = None
-        # The keeper's connection between holds, and the notifications
-        # psycopg read on it during a query.
-        self._kept: Optional[tuple] = None
-        self._pending: List[tuple] = []
-        self._closed = False
+    def __init__(self, name: str, *, client: Optional[Client] = None,
+                 conninfo: Optional[str] = None, pool: Any = None, ttl: Seconds = 30,
+                 holder: Optional[str] = None, info: Any = None,
+                 on_lost: Optional[Callable[[Hold], Any]] = None, keep_alive: bool = True,
+                 timeout: Optional[Seconds] = None, listen: Optional[bool] = None,
+                 **connect_kwargs: Any):
+        self.name = c.name_arg(name, "name")
+        self.ttl = c.positive(ttl, "ttl")
+        self.holder = c.name_arg(holder, "holder") if holder is not None else c.default_holder()
+        self.info = c.jsonb(info)
+        self.on_lost = on_lost
+        self.keep_alive = bool(keep_alive)
+        self.timeout = c.interval(timeout, "timeout")
+        self.client = _client_of(client, conninfo, pool, listen, connect_kwargs)
+        self._mutex = threading.Lock()
+        self._owners = Owners(self.holder, threading.Event)
 
-    # -- taking and letting go ------------------------------------------------
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} holder={self.holder!r}>"
 
     def _prepare(self) -> None:
         """Semaphores define themselves here."""
 
+    def _what(self, verb: str) -> str:
+        return f'{verb} lease "{self.name}"'
+
+    # -- taking and letting go ----------------------------------------------------
+
     def acquire(self, blocking: bool = True, timeout: Optional[Seconds] = None) -> bool:
-        """Take the lease: True once held, False if not within timeout
-        (blocking=False: at once).  A blocking acquire waits inside the
-        server, in slices of at most a few seconds, never polling."""
+        """Take the lease for the calling thread: True once held, False if
+        not within timeout (blocking=False: at once).  The owner acquiring
+        again only counts.  A blocking acquire waits inside the server,
+        woken at the commit that frees the lease, never polling."""
+        owner, alive, kind = current_owner()
+        with self._mutex:
+            st = self._owners.state(owner)
+            if st.count > 0 and st.hold is not None and not st.hold.done:
+                st.count += 1
+                return True
+            holder = self._owners.take_name(st)
+            if blocking and kind == "task" and any(
+                    o is not st and o.count > 0 for o in self._owners.holding()):
+                self._owners.free_name(st)
+                raise RuntimeError(
+                    f"a blocking acquire of {self!r} inside a running event loop, while another "
+                    "task of that loop holds it, would block the loop for ever: use AsyncLock")
         deadline = c.deadline_of(timeout, time.monotonic())
-        was_held = self._keeper is not None and not self.lost.is_set()
-        self._prepare()
+        keeper = self.client._keeper
         try:
-            while True:
-                wait = c.next_wait(blocking, deadline, time.monotonic())
-                token = self._connector.value(self._sql_acquire,
-                                              (self.name, self.holder, self.ttl, wait, self.info))
-                if token is not None:
-                    # Granted at most a round trip ago: the margin covers that.
-                    self._held(int(token), time.monotonic())
-                    return True
-                if not blocking or (deadline is not None and time.monotonic() >= deadline):
-                    return False
+            self._prepare()
+            mark = None
+            keeper.start(keeper=self.keep_alive)
+            if self.keep_alive:
+                mark = keeper.mark(sql.channel_of(self.name))
+            token, sent = self.client._acquire(self._sql_acquire,
+                                               (self.name, holder, self.ttl, self.info),
+                                               blocking, deadline, self._what("acquiring"))
+            if token is not None:
+                hold = Hold(self, self.name, holder, token, self.ttl, self.keep_alive, sent,
+                            st.lost, alive, kind)
+                if self.keep_alive and not keeper.ensure(min(5.0, self.ttl.total_seconds() / 3)):
+                    raise errors.KeeperUnavailable(
+                        f'lease "{self.name}" was granted but the keeper that renews it has no '
+                        "connection; it was given back") from keeper.error
+                st.lost.clear()
+                keeper.add(hold, mark)
         except BaseException:
-            # Interrupted (KeyboardInterrupt, a broken connection): the
-            # grant may have committed unseen.  Let go of what this call
-            # may have taken, not of a lease held before it.
-            if not was_held:
-                self._abandon()
+            # Interrupted, or not kept: a grant may have committed unseen, or
+            # be held with nobody to renew it.  Give back what this call
+            # may have taken, never a hold the owner had before it.
+            with self._mutex:
+                first = st.count == 0
+            if first:
+                self._give_back(st, holder)
             raise
+        with self._mutex:
+            if token is None:
+                self._owners.free_name(st)
+                return False
+            st.hold = hold
+            st.count += 1
+        return True
 
-    def _abandon(self) -> None:
-        self._stop_keeper()
-        self.token = None
+    def _give_back(self, st: OwnerState, holder: str) -> None:
+        """Release holder's lease; if the server cannot be told now, the
+        keeper does it later and the name is never used again (a later
+        hold under it would be released by that late release)."""
         try:
-            self._connector.value(c.SQL_RELEASE, (self.name, self.holder))
-        except Exception:
-            pass
-
-    def _held(self, token: int, granted: float) -> None:
-        if self._keeper is not None and not self.lost.is_set():
-            self.token = token              # reentrant: the same lease, extended
-            self._keeper.holds_until = granted + self.ttl.total_seconds()
+            self.client._query(sql.RELEASE, (self.name, holder), self._what("releasing"),
+                               retry=False)
+        except errors.DsyncError:
+            self.client._keeper.release_later(self.name, holder)
+            with self._mutex:
+                if st.holder == holder and st.count == 0:
+                    self._owners.retire_name(st)
             return
-        self._stop_keeper()
-        self.lost.clear()
-        self.lost_reason = None
-        self.token = token
-        self._keeper = _Keeper(self, token, granted)
-        self._keeper.start()
+        with self._mutex:
+            self._owners.free_name(st)
 
     def release(self) -> bool:
-        """Let the lease go: True if it was still held."""
-        self._stop_keeper()
-        released = bool(self._connector.value(c.SQL_RELEASE, (self.name, self.holder)))
-        self.token = None
-        return released
+        """Let the lease go: True if it was still held until now.  Only the
+        owner may release (NotHeld otherwise, as RLock raises); after n
+        acquires the n-th release gives the lease back."""
+        owner, _, _ = current_owner()
+        with self._mutex:
+            st = self._owners.get(owner)
+            if st is None or st.count == 0:
+                raise errors.NotHeld(f"{self!r} is not held by this "
+                                     f"{'task' if isinstance(owner, asyncio.Task) else 'thread'}")
+            st.count -= 1
+            hold = st.hold
+            if st.count > 0:
+                return hold is not None and not hold.done
+            st.hold = None
+        was_kept = hold is not None and not hold.done
+        if hold is not None:
+            self.client._keeper.remove(hold)
+        try:
+            released = self.client._query(sql.RELEASE, (self.name, st.holder),
+                                          self._what("releasing"), retry=False)
+        except errors.DsyncConnectionError:
+            self.client._keeper.release_later(self.name, st.holder)
+            with self._mutex:
+                self._owners.retire_name(st)
+            raise
+        with self._mutex:
+            self._owners.free_name(st)
+        return bool(released) and was_kept
+
+    def _owned_state(self) -> Optional[OwnerState]:
+        owner, _, _ = current_owner()
+        with self._mutex:
+            st = self._owners.get(owner)
+        return st if st is not None and st.count > 0 else None
 
     def renew(self, ttl: Optional[Seconds] = None) -> Optional[datetime]:
-        """Extend now (the keeper does it every ttl/3 anyway): the new
-        expiry, or None, and the lease counts as lost, if not held."""
-        ttl_td = c.interval(ttl, "ttl") or self.ttl
-        sent = time.monotonic()
-        expiry = self._connector.value(c.SQL_RENEW, (self.name, self.holder, ttl_td))
+        """Extend the caller's hold now (the keeper does it every ttl/3
+        anyway): the new expiry, or None, and the lease counts as lost, if
+        it is no longer held."""
+        st = self._owned_state()
+        if st is None or st.hold is None:
+            raise errors.NotHeld(f"{self!r} is not held by this thread")
+        ttl_td = c.positive(ttl, "ttl") if ttl is not None else self.ttl
+        timed: list = []
+        expiry = self.client._query(sql.RENEW, (self.name, st.holder, ttl_td),
+                                    self._what("renewing"), timed=timed)
+        hold = st.hold
         if expiry is None:
-            self._set_lost("the renewal found the lease no longer held")
-        elif self._keeper is not None:
-            self._keeper.holds_until = sent + ttl_td.total_seconds()
+            self.client._keeper.report([hold], "the renewal found the lease no longer held")
+        elif ttl is None and timed:
+            hold.confirmed = max(hold.confirmed, timed[-1])
         return expiry
 
     touch = renew
 
     def locked(self) -> bool:
-        """Whether anyone holds the lease now."""
-        return bool(self._connector.value(
-            "SELECT EXISTS (SELECT 1 FROM dsync_leases WHERE lease = %s::text)", (self.name,)))
+        """Whether anyone holds the lease now (asks the server)."""
+        return bool(self.client._query(sql.LOCKED, (self.name,), self._what("reading")))
 
     def owned(self) -> bool:
-        """Whether this holder holds the lease now (asks the server)."""
-        return self._connector.value(c.SQL_HELD, (self.name, self.holder)) is not None
+        """Whether the calling thread holds the lease now (asks the server)."""
+        st = self._owned_state()
+        if st is None:
+            return False
+        return self.client._query(sql.HELD, (self.name, st.holder), self._what("reading")) \
+            is not None
+
+    @property
+    def held(self) -> bool:
+        """Whether the calling thread holds the lease, as far as the client
+        knows (no statement)."""
+        st = self._owned_state()
+        return st is not None and st.hold is not None and not st.hold.done
+
+    @property
+    def token(self) -> Optional[int]:
+        """The calling thread's fencing token, None if it does not hold."""
+        st = self._owned_state()
+        return st.hold.token if st is not None and st.hold is not None else None
+
+    @property
+    def lost(self) -> threading.Event:
+        """Set when the calling thread's hold is lost (and cleared when it
+        takes the lease again)."""
+        owner, _, _ = current_owner()
+        with self._mutex:
+            return self._owners.state(owner).lost
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        st = self._owned_state()
+        return st.hold.lost_reason if st is not None and st.hold is not None else None
 
     def check(self) -> None:
-        """Raise LockLost if the lease was lost while held."""
-        if self.lost.is_set():
-            raise self.lost_error()
+        """Raise LockLost if the calling thread's hold was lost, NotHeld if
+        it holds nothing."""
+        st = self._owned_state()
+        if st is None or st.hold is None:
+            raise errors.NotHeld(f"{self!r} is not held by this thread")
+        st.hold.check()
 
     def guard(self, conn: psycopg.Connection) -> int:
-        """In the caller's own transaction: the fencing token if this
-        holder holds the lease (nobody can take it until that transaction
-        ends), else psycopg's error for SQLSTATE 55000."""
-        row = conn.execute(c.SQL_ASSERT_HELD, (self.name, self.holder)).fetchone()
+        """In the caller's own transaction: the fencing token if the calling
+        thread holds the lease (nobody can take it until that transaction
+        ends), else NotHeld (SQLSTATE 55000; the transaction is then
+        aborted)."""
+        st = self._owned_state()
+        holder = st.holder if st is not None else self.holder
+        try:
+            row = conn.execute(sql.ASSERT_HELD, (self.name, holder)).fetchone()
+        except psycopg.Error as exc:
+            raise errors.from_psycopg(exc, self._what("guarding")) from exc
         return int(row[0])
 
-    # -- the keeper's report --------------------------------------------------
+    # -- the keeper's report --------------------------------------------------------
 
-    def _set_lost(self, why: str) -> None:
-        # The keeper, the watchdog and renew() may all see a loss at once:
-        # one of them reports it.
-        with self._lost_lock:
-            if self.lost.is_set():
-                return
-            self.lost_reason = why
-            self.lost.set()
+    def _lost(self, hold: Hold) -> None:
         if self.on_lost is not None:
-            self.on_lost(self)
-
-    def _stop_keeper(self) -> None:
-        if self._keeper is not None:
-            self._keeper.stop()
-            self._keeper = None
+            self.on_lost(hold)
 
     def close(self) -> None:
-        self._closed = True
-        self._stop_keeper()
-        kept, self._kept = self._kept, None
-        if kept is not None:
-            kept[0].close()
-        self._connector.close()
+        """Give back every hold of this object (whichever thread owns it).
+        The client and its connections stay: they are shared."""
+        with self._mutex:
+            states = self._owners.holding()
+            for st in states:
+                st.count = 0
+        for st in states:
+            hold, st.hold = st.hold, None
+            if hold is not None:
+                self.client._keeper.remove(hold)
+            if st.holder is not None and not self.client._closed:
+                self._give_back(st, st.holder)
 
     def __enter__(self) -> "Lock":
-        self.acquire()
+        if not self.acquire(timeout=self.timeout):
+            raise errors.AcquireTimeout(
+                f'lease "{self.name}" could not be acquired within {self.timeout}')
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
 
 
-class Semaphore(Lock):
-    """A lease with permits: at most `permits` holders at once.  Created on
-    first use (idempotent), so that every process can name the same one."""
-
-    def __init__(self, name: str, permits: int, **kwargs: Any):
-        if not isinstance(permits, int) or isinstance(permits, bool) or permits < 1:
-            raise ValueError("permits must be a positive int")
-        self.permits = permits
-        self._created = False
-        super().__init__(name, **kwargs)
-
-    def _prepare(self) -> None:
-        if not self._created:
-            self._connector.value(c.SQL_SEM_CREATE, (self.name, self.permits))
-            self._created = True
-
-
 class ReadLock(Lock):
     """The shared side of a read-write lock: any number of ReadLocks of a
     name are held at once, never together with a Lock of it.  Once a Lock
     waits for the name, later ReadLocks wait behind it (writers never
-    starve).  Renewed, lost and guarded like a Lock."""
+    starve).  Owned, renewed, lost and guarded like a Lock."""
 
-    _sql_acquire = c.SQL_ACQUIRE_SHARED
+    _sql_acquire = sql.ACQUIRE_SHARED
+
+
+class Semaphore(Lock):
+    """A lease with permits: at most `permits` holders at once, across
+    processes.  Each owning thread takes one permit.
+
+    Semaphore(name, permits, ...) (or Semaphore.create) defines it at once,
+    idempotently: SemaphoreMismatch if it exists with another count.
+    Semaphore.attach(name, ...) uses an existing one without knowing its
+    count, waiting up to timeout for it to be created."""
+
+    def __init__(self, name: str, permits: int, **kwargs: Any):
+        if not isinstance(permits, int) or isinstance(permits, bool) or not 1 <= permits <= 65535:
+            raise ValueError("permits must be an int from 1 to 65535")
+        self.permits = permits
+        super().__init__(name, **kwargs)
+        self.client._query(sql.SEM_CREATE, (self.name, permits),
+                           f'creating semaphore "{self.name}"')
+
+    @classmethod
+    def create(cls, name: str, permits: int, **kwargs: Any) -> "Semaphore":
+        return cls(name, permits, **kwargs)
+
+    @classmethod
+    def attach(cls, name: str, *, timeout: Optional[Seconds] = 60, **kwargs: Any) -> "Semaphore":
+        """The semaphore `name` as some other process created it: its count
+        read from the server.  SemaphoreNotFound if it does not exist within
+        timeout (None: wait for ever; 0: look once)."""
+        self = cls.__new__(cls)
+        Lock.__init__(self, name, **kwargs)
+        deadline = c.deadline_of(timeout, time.monotonic())
+        pause = 0.05
+        while True:
+            permits = self.get_count()
+            if permits is not None:
+                self.permits = permits
+                return self
+            if deadline is not None and time.monotonic() >= deadline:
+                raise errors.SemaphoreNotFound(f'semaphore "{self.name}" does not exist')
+            time.sleep(pause if deadline is None else
+                       max(0.0, min(pause, deadline - time.monotonic())))
+            pause = min(pause * 2, 1.0)
+
+    def get_count(self) -> Optional[int]:
+        """The number of permits the server has for this semaphore (None:
+        not defined).  Needs version 1.5 of the extension."""
+        try:
+            return self.client._query(sql.SEM_PERMITS, (self.name,),
+                                      f'reading semaphore "{self.name}"')
+        except errors.ServerError as exc:
+            if exc.sqlstate == "42P01":
+                raise errors.DsyncError(
+                    "reading a semaphore's count needs version 1.5 of the dsync extension "
+                    "(ALTER EXTENSION dsync UPDATE)") from exc
+            raise
 
 
 class Event:
     """A one-to-one signal: each set() wakes exactly one wait()."""
 
-    def __init__(self, name: str, *, conninfo: Optional[str] = None, pool: Any = None,
-                 **connect_kwargs: Any):
+    def __init__(self, name: str, *, client: Optional[Client] = None,
+                 conninfo: Optional[str] = None, pool: Any = None, **connect_kwargs: Any):
         self.name = c.name_arg(name, "name")
-        self._connector = _Connector(conninfo, pool, connect_kwargs)
+        self.client = _client_of(client, conninfo, pool, None, connect_kwargs)
+
+    def _what(self, verb: str) -> str:
+        return f'{verb} event "{self.name}"'
 
     def set(self) -> None:
-        self._connector.value(c.SQL_EVENT_SET, (self.name,))
+        self.client._query(sql.EVENT_SET, (self.name,), self._what("setting"), retry=False)
 
     def wait(self, timeout: Optional[Seconds] = None) -> bool:
-        """Consume one signal: True, or False after timeout (None: wait
-        with no limit, in bounded slices inside the server)."""
+        """Consume one signal: True, or False after timeout (None: wait with
+        no limit, in bounded slices inside the server)."""
         deadline = c.deadline_of(timeout, time.monotonic())
+        if self.client._query(sql.EVENT_WAIT, (self.name, c.ZERO), self._what("waiting for"),
+                              retry=False):
+            return True
         while True:
             wait = c.next_wait(True, deadline, time.monotonic())
-            if self._connector.value(c.SQL_EVENT_WAIT, (self.name, wait)):
-                return True
-            if deadline is not None and time.monotonic() >= deadline:
+            if wait <= c.ZERO:
                 return False
+            if self.client._query(sql.EVENT_WAIT, (self.name, wait), self._what("waiting for"),
+                                  wait=True, retry=False):
+                return True
 
     def clear(self) -> int:
-        return int(self._connector.value(c.SQL_EVENT_CLEAR, (self.name,)))
+        return int(self.client._query(sql.EVENT_CLEAR, (self.name,), self._what("clearing"),
+                                      retry=False))
 
     def is_set(self) -> bool:
-        return bool(self._connector.value(c.SQL_EVENT_IS_SET, (self.name,)))
+        return bool(self.client._query(sql.EVENT_IS_SET, (self.name,), self._what("reading")))
 
     def close(self) -> None:
-        self._connector.close()
+        """Nothing to give back; kept for symmetry with the other objects."""
 
 
-class LeaderElection(c.ElectionSettings):
-    """Join a group and campaign for its lease; while leader, the lease is
-    kept as a Lock keeps it.  on_leader() runs when elected;
-    on_leader_loss() runs as soon as leadership is lost (and on stop),
-    before the lease's expiry lets anyone else in."""
+class LeaderElection:
+    """Join a group and campaign for its lease in a thread of its own;
+    while leader, the lease is kept by the client's keeper.  on_leader()
+    runs in the campaign thread when elected; on_leader_loss() as soon as
+    leadership is lost (from the keeper's or watchdog's thread, before the
+    lease's expiry lets anyone else in) and on stop.
 
-    def __init__(self, group: str, *, conninfo: Optional[str] = None, pool: Any = None,
-                 ttl: Seconds = 15, member: Optional[str] = None, info: Any = None,
-                 on_leader: Optional[Callable[[], None]] = None,
-                 on_leader_loss: Optional[Callable[[], None]] = None,
+    is_leader, leader_exists and status are properties that never wait:
+    they read what the campaign last saw (at most ttl/3 old); leader()
+    and members() ask the server."""
+
+    def __init__(self, group: str, *, client: Optional[Client] = None,
+                 conninfo: Optional[str] = None, pool: Any = None, ttl: Seconds = 15,
+                 member: Optional[str] = None, info: Any = None,
+                 on_leader: Optional[Callable[[], Any]] = None,
+                 on_leader_loss: Optional[Callable[[], Any]] = None,
                  listen: Optional[bool] = None, **connect_kwargs: Any):
-        c.ElectionSettings.__init__(self, Lock, group, conninfo, pool, ttl, member, info,
-                                    on_leader, on_leader_loss, listen, connect_kwargs)
+        self.group = c.name_arg(group, "group")
+        self.ttl = c.positive(ttl, "ttl")
+        self.info = info
+        self.on_leader = on_leader
+        self.on_leader_loss = on_leader_loss
+        self.client = _client_of(client, conninfo, pool, listen, connect_kwargs)
+        self._lock = Lock(self.group, client=self.client, ttl=self.ttl, holder=member, info=info,
+                          on_lost=self._lost)
+        self.member = self._lock.holder
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._leader = threading.Event()
         self._leader_lock = threading.Lock()
+        self._seen_leader: Optional[str] = None
+        self._seen_at: Optional[float] = None
+        self._token: Optional[int] = None
         self.error: Optional[BaseException] = None
+
+    # -- what it knows, without waiting -------------------------------------------
 
     @property
     def is_leader(self) -> bool:
         return self._leader.is_set()
 
     @property
-    def token(self) -> Optional[int]:
-        return self._lock.token if self.is_leader else None
-
     def leader_exists(self) -> bool:
-        return self._lock._connector.value(c.SQL_LEADER, (self.group,)) is not None
+        """Whether some member leads, as the campaign last saw it."""
+        return self.is_leader or self._seen_leader is not None
+
+    @property
+    def token(self) -> Optional[int]:
+        return self._token if self.is_leader else None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def status(self) -> dict:
+        """This node's view (mongoelector's node_status): group, member,
+        running, is_leader, leader, leader_exists, token, and seen_at (the
+        time.monotonic() of the campaign's last look)."""
+        leader = self.member if self.is_leader else self._seen_leader
+        return dict(group=self.group, member=self.member, running=self.running,
+                    is_leader=self.is_leader, leader=leader, leader_exists=leader is not None,
+                    token=self.token, seen_at=self._seen_at)
+
+    # -- what it asks the server ------------------------------------------------------
 
     def leader(self) -> Optional[str]:
-        return self._lock._connector.value(c.SQL_LEADER, (self.group,))
+        """The leading member now (asks the server)."""
+        return self.client._query(sql.LEADER, (self.group,), f'reading group "{self.group}"')
 
     def members(self) -> List[dict]:
         """The group's live members (the cluster detail)."""
-        with self._lock._connector.connection() as conn:
-            rows = conn.execute(c.SQL_MEMBERS, (self.group,)).fetchall()
+        rows = self.client._query(sql.MEMBERS, (self.group,), f'reading group "{self.group}"',
+                                  rows=True)
         return [c.member_row(r) for r in rows]
+
+    cluster_detail = members
+
+    # -- the campaign ---------------------------------------------------------------------
 
     def _end_leadership(self) -> None:
         """Leadership is over: on_leader_loss runs once, whoever sees it
-        first (the keeper, the watchdog, the campaign loop, stop())."""
+        first (the keeper, the watchdog, the campaign, stop())."""
         with self._leader_lock:
             if not self._leader.is_set():
                 return
             self._leader.clear()
+            self._seen_leader = None
         if self.on_leader_loss is not None:
             self.on_leader_loss()
 
-    def _lost(self, _lock: Lock) -> None:
+    def _lost(self, _hold: Hold) -> None:
         self._end_leadership()
 
-    def _join(self) -> None:
-        self._lock._connector.value(c.SQL_JOIN, (self.group, self.member, self.ttl,
-                                                 c.jsonb(self.info)))
+    def _look(self) -> None:
+        """Refresh the membership and see who leads."""
+        row = self.client._query(sql.JOIN, (self.group, self.member, self.ttl,
+                                            c.jsonb(self.info), self.group),
+                                 f'joining group "{self.group}"', rows=True)
+        self._seen_at = time.monotonic()
+        if not self.is_leader:
+            self._seen_leader = row[0][1] if row else None
 
     def run(self) -> None:
         """Campaign until stop(): the loop start() runs in a thread."""
         period = self.ttl.total_seconds() / 3
-        next_join = 0.0
+        next_look = 0.0
         try:
             while not self._stop.is_set():
                 try:
-                    if time.monotonic() >= next_join:
-                        self._join()
-                        next_join = time.monotonic() + period
-                    if self.is_leader:
-                        if self._lock.lost.is_set():
-                            self._end_leadership()
-                            continue
-                        self._stop.wait(max(0.0, min(next_join - time.monotonic(), period)))
+                    if time.monotonic() >= next_look:
+                        self._look()
+                        next_look = time.monotonic() + period
+                    if self._lock.held:
+                        self._stop.wait(max(0.0, min(next_look - time.monotonic(), period)))
                         continue
-                    # A wait inside the server shorter than the membership
-                    # ttl, so that the membership is refreshed between waits.
-                    timeout = max(0.05, min(period, next_join - time.monotonic()))
+                    if self._lock._owned_state() is not None:
+                        # Lost while leading: leadership ends, then campaign again.
+                        self._end_leadership()
+                        self._lock.release()
+                        continue
+                    timeout = max(0.05, min(period, next_look - time.monotonic()))
                     if self._lock.acquire(timeout=timeout):
                         if self._stop.is_set():
                             break
                         with self._leader_lock:
-                            if not self._lock.lost.is_set():   # lost already: campaign on
+                            if self._lock.held:         # lost already: campaign on
+                                self._token = self._lock.token
+                                self._seen_leader = self.member
                                 self._leader.set()
                         if self._leader.is_set() and self.on_leader is not None:
                             self.on_leader()
-                except psycopg.OperationalError:
+                except errors.DsyncConnectionError:
                     # The server went away (a restart, a failover): the
-                    # lease's watchdog decides about leadership; retry.
+                    # keeper's watchdog decides about leadership; retry.
                     self._stop.wait(0.5)
         except BaseException as exc:          # reported by stop()
             self.error = exc
@@ -580,140 +577,33 @@ class LeaderElection(c.ElectionSettings):
         # leader once another member can be elected.
         self._end_leadership()
         try:
-            self._lock.release()
-            self._lock._connector.value(c.SQL_LEAVE, (self.group, self.member))
-        except psycopg.Error:
+            if self._lock._owned_state() is not None:
+                self._lock.release()
+            self.client._query(sql.LEAVE, (self.group, self.member),
+                               f'leaving group "{self.group}"', retry=False)
+        except errors.DsyncError:
             pass
-        self._lock.close()
 
     def start(self) -> "LeaderElection":
+        self._stop.clear()
         self._thread = threading.Thread(target=self.run, daemon=True,
                                         name=f"dsync election {self.group}")
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Resign and stop campaigning; raises what ended the campaign, if
+        anything did."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
         if self.error is not None:
-            raise self.error
+            error, self.error = self.error, None
+            raise error
 
     def __enter__(self) -> "LeaderElection":
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
-
-
-def _log_query(conn: psycopg.Connection, sql: str, params: Any = None) -> Optional[list]:
-    """Rows of a query on the event log, or None if the installed version
-    keeps none (before 1.4)."""
-    try:
-        return conn.execute(sql, params).fetchall()
-    except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction):
-        return None
-
-
-def watch(names: Sequence[str], *, conninfo: str, timeout: Optional[Seconds] = None,
-          reconnect: bool = True, after: Optional[int] = None,
-          **connect_kwargs: Any) -> Iterator[LeaseEvent]:
-    """The events of the given lease, group or event names as they come.
-
-    Starts with the current state: one LeaseEvent(kind="state") per live
-    holder.  After a reconnect it resumes: the events it missed are
-    replayed from the server's event log (dsync_events_since), each once
-    and in order, and if some are gone (older than dsync.event_retention)
-    a LeaseEvent(kind="gap") says so, followed by the current state.
-    `after`: resume from this seq (the last one seen by an earlier watch)
-    instead of starting with the current state.  Notifications that dsync
-    did not send (another role's NOTIFY on the channel) are skipped.  Ends
-    after `timeout` seconds without an event (None: never).
-    """
-    names = [c.name_arg(n, "name") for n in names]
-    limit = c.interval(timeout, "timeout")
-    resume = c.Resume(after)
-    lost_at: Optional[float] = None
-    kwargs = c.pool_settings(connect_kwargs)
-    kwargs.setdefault("application_name", "dsync watch")
-    while True:
-        try:
-            conn = psycopg.connect(conninfo, **kwargs)
-        except psycopg.OperationalError:
-            if not reconnect:
-                raise
-            time.sleep(1)
-            continue
-        try:
-            if behind_pooler(conn):
-                raise c.ListenUnavailable(
-                    "LISTEN does not work through this connection: it goes through a "
-                    "connection pooler in transaction mode; watch needs a direct "
-                    "connection (or a pool in session mode)")
-            pending: List[tuple] = []
-            conn.add_notify_handler(lambda n: pending.append((n.channel, n.payload, n.pid)))
-            chans = _channels(conn, names)
-            if not resume.started:
-                # Where the log stands before we listen: nothing later is missed.
-                top = _log_query(conn, c.SQL_LOG_TOP)
-                resume.last = top[0][0] if top else None
-            _listen(conn, list(chans))
-            senders = _senders(conn)
-            # Everything is read before anything is yielded: the caller may
-            # take its time, and a connection lost meanwhile must not make
-            # the next one start afresh.
-            gap, missed = None, []
-            if resume.last is not None:
-                gap, missed = resume.catch_up(
-                    _log_query(conn, c.SQL_CATCH_UP, (resume.last, names)))
-                if gap is None and lost_at is not None:
-                    retention = _log_query(conn, c.SQL_RETENTION)
-                    gap = resume.away_too_long(time.monotonic() - lost_at,
-                                               retention[0][0] if retention else None)
-            lost_at = None
-            state = []
-            if not resume.started or gap is not None or resume.last is None:
-                state = conn.execute(c.SQL_LEASE_STATE, (names,)).fetchall()
-            resume.started = True
-            if gap is not None:
-                yield gap
-            for row in state:
-                yield c.state_event(row)
-            for channel, payload in missed:
-                ev = c.parse_payload(channel, payload)
-                if ev is not None and resume.fresh(ev):
-                    yield ev
-            last = time.monotonic()
-            while True:
-                wait = None if limit is None else \
-                    max(0.0, last + limit.total_seconds() - time.monotonic())
-                readable, _, _ = select.select([conn.fileno()], [], [], 0 if pending else wait)
-                if not readable and not pending:
-                    return
-                notes, pending[:] = pending[:] + (_drain(conn) if readable else []), []
-                for channel, payload, pid in notes:
-                    if channel not in chans:
-                        continue
-                    if senders and pid not in senders:
-                        senders = _senders(conn)        # a new sender after a restart?
-                        if pid not in senders:
-                            continue
-                    ev = c.parse_payload(channel, payload)
-                    if ev is not None and resume.fresh(ev):
-                        last = time.monotonic()
-                        yield ev
-        except psycopg.OperationalError:
-            if not reconnect:
-                raise
-            if lost_at is None:     # the first loss counts, not each failed retry
-                lost_at = time.monotonic()
-            time.sleep(0.2)
-        finally:
-            conn.close()
-
-
-def _senders(conn: psycopg.Connection) -> set:
-    """The pids that send this database's events (dsync_stats)."""
-    cur = conn.execute(c.SQL_SENDERS)
-    return c.sender_pids([d.name for d in cur.description], cur.fetchone())

@@ -55,7 +55,7 @@ listen_addresses = ''
 unix_socket_directories = '{self.dir}'
 port = {self.port}
 shared_preload_libraries = 'dsync'
-max_connections = 100
+max_connections = 200
 """)
         _as_postgres([f"{PGBIN}/pg_ctl", "-D", self.data, "-l",
                       os.path.join(self.dir, "server.log"), "-w", "start"],
@@ -153,6 +153,29 @@ def name(request):
     """A lease name of the test's own."""
     _counter[0] += 1
     return f"{request.node.name[:40]}-{_counter[0]}"
+
+
+@pytest.fixture
+def client(server, name):
+    """A Client of the test's own (direct), its connections named after
+    the test, closed at the end."""
+    from dsync import Client
+    c = Client(server.dsn(), application_name=f"t:{name}"[:50])
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def app_connections(admin, application_name=None):
+    """The app role's server connections now (all of them, or those of one
+    application_name and its keeper)."""
+    if application_name is None:
+        return admin.execute("SELECT count(*) FROM pg_stat_activity WHERE usename = 'app'"
+                             " AND pid <> pg_backend_pid()").fetchone()[0]
+    return admin.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name"
+                         " IN (%s, %s || ' keeper')",
+                         (application_name, application_name)).fetchone()[0]
 
 
 def wait_for(pred, timeout=10.0, step=0.01):

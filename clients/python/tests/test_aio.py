@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from dsync import (AsyncEvent, AsyncLeaderElection, AsyncLock, AsyncReadLock, AsyncSemaphore,
-                   LockLost, awatch)
+from dsync import (AsyncClient, AsyncEvent, AsyncLeaderElection, AsyncLock, AsyncReadLock,
+                   AsyncSemaphore, LockLost, NotHeld, awatch)
 
 
 def run(coro):
@@ -87,13 +87,23 @@ def test_async_read_write_lock(dsn, name):
         w = AsyncLock(name, conninfo=dsn, ttl=30)
         assert await r1.acquire(blocking=False) and await r2.acquire(blocking=False)
         assert not await w.acquire(blocking=False)
-        writer = asyncio.create_task(w.acquire(timeout=20))
+        go = asyncio.Event()
+
+        async def write():
+            ok = await w.acquire(timeout=20)
+            owned = await w.owned()
+            await go.wait()
+            return ok, owned, await w.release()
+        writer = asyncio.create_task(write())
         await asyncio.sleep(0.3)
         await r1.release()
         await r2.release()
-        assert await writer and await w.owned()
-        assert not await r1.acquire(blocking=False)
-        await w.release()
+        await asyncio.sleep(0.3)
+        assert not await r1.acquire(blocking=False)     # the writer holds it
+        go.set()
+        assert await writer == (True, True, True)
+        with pytest.raises(NotHeld):
+            await w.release()                           # not this task's
         assert await r1.acquire(timeout=5)
         await r1.release()
         for x in (r1, r2, w):
@@ -109,8 +119,9 @@ def test_async_semaphore_and_event(dsn, name):
         assert not await sems[2].acquire(blocking=False)
         await sems[0].release()
         assert await sems[2].acquire(timeout=5)
+        for s in sems[1:]:
+            assert await s.release()
         for s in sems:
-            await s.release()
             await s.close()
         ev = AsyncEvent(name + "-ev", conninfo=dsn)
         waiter = asyncio.create_task(ev.wait(timeout=10))
@@ -135,7 +146,7 @@ def test_async_leader_election_cancel(dsn, admin, name):
             if e.is_leader:
                 break
             await asyncio.sleep(0.05)
-        assert e.is_leader and await e.leader_exists()
+        assert e.is_leader and e.leader_exists and e.status["leader"] == "m1"
         members = await e.members()
         assert [m["member"] for m in members] == ["m1"] and members[0]["is_leader"]
         task.cancel()
@@ -219,11 +230,14 @@ def test_async_with_a_connection_pool(dsn, name):
             a = AsyncLock(name, pool=pool, ttl=30)
             b = AsyncLock(name, pool=pool, ttl=30)
             assert await a.acquire()
-            waiter = asyncio.create_task(b.acquire(timeout=10))
+
+            async def take():
+                ok = await b.acquire(timeout=10)
+                return ok, await b.release()
+            waiter = asyncio.create_task(take())
             await asyncio.sleep(0.3)
             assert await a.release()
-            assert await waiter
-            assert await b.release()
+            assert await waiter == (True, True)
             await a.close()
             await b.close()
     run(main())
@@ -235,10 +249,12 @@ def test_async_watchdog_before_expiry(server, admin, name):
     from test_sync import _stop_keeper_backend
 
     async def main():
-        lock = AsyncLock(name, conninfo=server.dsn(), ttl=2)
+        app = f"awd-{name}"[:50]
+        client = AsyncClient(server.dsn(), application_name=app)
+        lock = client.lock(name, ttl=2)
         t0 = time.monotonic()
         assert await lock.acquire()
-        pid = await asyncio.to_thread(_stop_keeper_backend, admin, name)
+        pid = await asyncio.to_thread(_stop_keeper_backend, admin, app)
         try:
             await asyncio.wait_for(lock.lost.wait(), 5)
             took = time.monotonic() - t0
@@ -248,7 +264,7 @@ def test_async_watchdog_before_expiry(server, admin, name):
                                  (name,)).fetchone()[0] == 1
         finally:
             os.kill(pid, signal.SIGCONT)
-        await lock.close()
+        await client.close()
     run(main())
 
 

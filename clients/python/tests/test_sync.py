@@ -13,8 +13,8 @@ import psycopg
 import pytest
 
 from conftest import wait_for
-from dsync import (Event, LeaderElection, LeaseEvent, ListenUnavailable, Lock, LockLost,
-                   ReadLock, Semaphore, watch)
+from dsync import (Client, Event, LeaderElection, LeaseEvent, ListenUnavailable, Lock, LockLost,
+                   NotHeld, ReadLock, Semaphore, watch)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON = sys.executable
@@ -39,15 +39,22 @@ def test_types_and_basic_cycle(dsn, name):
     other.close()
 
 
-def test_default_holder_and_reentry(dsn, name):
+def test_default_holder_and_reentry(dsn, admin, name):
     lock = Lock(name, conninfo=dsn, ttl=10)
     host, pid, rnd = lock.holder.split(":")
     assert pid == str(os.getpid()) and len(rnd) == 8
     assert lock.acquire()
     first = lock.token
-    assert lock.acquire(blocking=False)          # the same holder: extended
+    assert lock.acquire(blocking=False)          # the owner again: counted
     assert lock.token == first
-    lock.release()
+    assert lock.release()                        # one of two: still held
+    assert lock.held and lock.owned()
+    assert admin.execute("SELECT holder FROM dsync_leases WHERE lease = %s",
+                         (name,)).fetchone()[0] == lock.holder
+    assert lock.release()
+    assert not lock.held and not lock.locked()
+    with pytest.raises(NotHeld):
+        lock.release()
     lock.close()
 
 
@@ -65,16 +72,23 @@ def test_bad_arguments():
 
 
 def _hand_off(a, b):
-    """a holds; b blocks in acquire; a's release wakes b, which then holds."""
+    """a holds; b blocks in acquire in another thread; a's release wakes
+    b, which then holds (b's thread is its owner)."""
     assert a.acquire()
     got = []
-    t = threading.Thread(target=lambda: got.append(b.acquire(timeout=20)))
+
+    def take():
+        ok = b.acquire(timeout=20)
+        got.append((ok, b.token, b.owned()))
+        if ok:
+            got.append(b.release())
+    t = threading.Thread(target=take)
     t.start()
     time.sleep(0.3)
     assert a.release()
     t.join(15)
-    assert got == [True] and b.token > 0 and b.owned()
-    assert b.release()
+    assert got[0][0] is True and got[0][1] > 0 and got[0][2] is True
+    assert got[1] is True
     a.close()
     b.close()
 
@@ -103,8 +117,10 @@ def test_mutual_exclusion_across_processes_with_guard(dsn, admin, name):
 def test_guard_refuses_when_not_held(dsn, name):
     lock = Lock(name, conninfo=dsn, ttl=30)
     with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as conn:
-        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+        with pytest.raises(NotHeld) as err:
             lock.guard(conn)
+    assert isinstance(err.value.__cause__, psycopg.errors.ObjectNotInPrerequisiteState)
+    assert err.value.sqlstate == "55000"
     lock.close()
 
 
@@ -173,16 +189,25 @@ def test_read_write_lock(dsn, name):
     assert r1.token != r2.token and r1.owned() and r2.owned()
     assert not w.acquire(blocking=False)
     got = []
-    t = threading.Thread(target=lambda: got.append(w.acquire(timeout=20)))
+    writer_may_go = threading.Event()
+
+    def write():
+        got.append(w.acquire(timeout=20))
+        got.append(w.owned())
+        writer_may_go.wait(10)
+        got.append(w.release())
+    t = threading.Thread(target=write)
     t.start()
     time.sleep(0.3)
     r3 = ReadLock(name, conninfo=dsn, ttl=30)
     assert not r3.acquire(blocking=False)      # behind the waiting writer
     assert r1.release() and r2.release()
-    t.join(15)
-    assert got == [True] and w.owned()
+    assert wait_for(lambda: len(got) >= 2, 15)
+    assert got[:2] == [True, True]
     assert not r3.acquire(blocking=False)
-    assert w.release()
+    writer_may_go.set()
+    t.join(10)
+    assert got[2] is True
     assert r3.acquire(timeout=5)
     assert r3.release()
     for x in (r1, r2, r3, w):
@@ -230,7 +255,8 @@ def test_leader_election_callbacks(dsn, name):
     assert wait_for(lambda: a.is_leader, 10)
     b.start()
     assert wait_for(lambda: len(b.members()) == 2, 10)
-    assert b.leader_exists() and not b.is_leader
+    assert wait_for(lambda: b.leader_exists, 10) and not b.is_leader
+    assert b.status["leader"] == "a" and b.status["member"] == "b"
     detail = {m["member"]: m["is_leader"] for m in b.members()}
     assert detail == {"a": True, "b": False}
     a.stop()
@@ -304,11 +330,11 @@ def test_with_a_connection_pool(dsn, name):
         _hand_off(Lock(name, pool=pool, ttl=30), Lock(name, pool=pool, ttl=30))
 
 
-def _stop_keeper_backend(admin, name):
+def _stop_keeper_backend(admin, application_name):
     pid = None
     for _ in range(200):
         row = admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
-                            (f"dsync keeper {name}"[:63],)).fetchone()
+                            (f"{application_name} keeper"[:63],)).fetchone()
         if row:
             pid = row[0]
             break
@@ -323,13 +349,14 @@ def test_watchdog_declares_loss_before_expiry(server, admin, name):
     the holder is told the lease is lost before it can expire, so nothing
     else can have been granted it yet."""
     lost_at = []
-    lock = Lock(name, conninfo=server.dsn(), ttl=2,
-                on_lost=lambda l: lost_at.append(time.monotonic()))
+    app = f"wd-{name}"[:50]
+    client = Client(server.dsn(), application_name=app)
+    lock = client.lock(name, ttl=2, on_lost=lambda h: lost_at.append(time.monotonic()))
     t0 = time.monotonic()
     assert lock.acquire()
     expires = admin.execute("SELECT expires_at FROM dsync_leases WHERE lease = %s",
                             (name,)).fetchone()[0]
-    pid = _stop_keeper_backend(admin, name)
+    pid = _stop_keeper_backend(admin, app)
     try:
         assert lock.lost.wait(5)
         still = admin.execute("SELECT expires_at FROM dsync_leases WHERE lease = %s",
@@ -341,7 +368,8 @@ def test_watchdog_declares_loss_before_expiry(server, admin, name):
         assert "renewal" in lock.lost_reason
     finally:
         os.kill(pid, signal.SIGCONT)
-    lock.close()
+    assert not lock.release()
+    client.close()
 
 
 def test_watch_resumes_after_reconnect(server, admin, name):
@@ -420,11 +448,12 @@ def test_reacquire_after_loss_keeps_renewing(server, admin, name):
     assert lock.acquire()
     admin.execute("SELECT dsync_force_release(%s)", (name,))
     assert lock.lost.wait(5)
+    assert not lock.release()                  # the lost hold, given back
     assert lock.acquire()
     assert not lock.lost.is_set()
     time.sleep(3.5)                            # more than twice the ttl
     assert lock.owned() and not lock.lost.is_set()
-    lock.release()
+    assert lock.release()
     lock.close()
 
 
@@ -452,10 +481,12 @@ def _drop_app_sessions(admin):
 
 
 def test_connections_dropped_by_the_server_are_replaced(server, admin, name):
-    """The lock's idle connections (its own, and the keeper's kept for the
-    next hold) are ended by the server; the next call takes new ones
-    rather than fail on them."""
-    lock = Lock(name, conninfo=server.dsn(), ttl=30)
+    """The client's idle connections (the pool's, the keeper's) are ended
+    by the server; the next call takes new ones rather than fail on them,
+    and the keeper reconnects and keeps the lease."""
+    app = f"drop-{name}"[:50]
+    client = Client(server.dsn(), application_name=app)
+    lock = client.lock(name, ttl=30)
     assert lock.acquire()
     _drop_app_sessions(admin)
     assert lock.renew() is not None
@@ -464,8 +495,10 @@ def test_connections_dropped_by_the_server_are_replaced(server, admin, name):
     _drop_app_sessions(admin)
     assert lock.acquire(blocking=False)
     assert wait_for(lambda: admin.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'dsync keeper%'"
-    ).fetchone()[0] == 1)
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+        (f"{app} keeper",)).fetchone()[0] == 1)
+    _drop_app_sessions(admin)
+    time.sleep(1.0)                            # the keeper reconnects and confirms
     assert lock.owned() and not lock.lost.is_set()
     assert lock.release()
-    lock.close()
+    client.close()

@@ -15,6 +15,9 @@
 #     another role, DROP OWNED BY releases them (with events).
 #   - ALTER EXTENSION dsync UPDATE from 1.0 and from 1.1 (with a semaphore
 #     whose permits 1.1 kept in dsync_lease) keeps every holder.
+#   - The update from 1.4 adds dsync_semaphores, which every role reads:
+#     the definitions 1.4 made, their creators' names, and a creator
+#     dropped from another database as "unknown (OID=n)".
 use strict;
 use warnings;
 
@@ -171,7 +174,7 @@ $node->safe_psql('from10', q{
 my $old_token = $node->safe_psql('from10', "SELECT fencing FROM dsync_leases WHERE lease = 'old'");
 $node->safe_psql('from10', 'ALTER EXTENSION dsync UPDATE');
 is($node->safe_psql('from10', "SELECT extversion FROM pg_extension WHERE extname = 'dsync'"),
-	'1.4', '1.0 updates to 1.4');
+	'1.5', '1.0 updates to 1.5');
 is($node->safe_psql('from10', "SELECT dsync_acquire('old', 'h', '1 hour')"), $old_token,
 	'a lease taken under 1.0 is still held, with its token');
 like($node->safe_psql('from10', "SELECT dsync_semaphore_create('s', 2)::text || count(*) FROM dsync_stats"),
@@ -212,11 +215,11 @@ $node->safe_psql('from13', q{
 	SELECT dsync_acquire('kept', 'h', '1 hour');
 });
 my $kept_token = $node->safe_psql('from13', "SELECT fencing FROM dsync_leases WHERE lease = 'kept'");
-isnt($node->psql('from13', "SELECT dsync_fence('r', 1)", stderr => \my $fence_err), 0,
+isnt(scalar $node->psql('from13', "SELECT dsync_fence('r', 1)", stderr => \my $fence_err), 0,
 	'dsync_fence does not exist before the update');
 $node->safe_psql('from13', 'ALTER EXTENSION dsync UPDATE');
 is($node->safe_psql('from13', "SELECT extversion FROM pg_extension WHERE extname = 'dsync'"),
-	'1.4', '1.3 updates to 1.4');
+	'1.5', '1.3 updates to 1.5');
 is($node->safe_psql('from13', "SELECT dsync_acquire('kept', 'h', '1 hour')"), $kept_token,
 	'a lease taken under 1.3 is still held, with its token');
 is($node->safe_psql('from13', "SELECT dsync_fence('r', $kept_token) IS NULL"), 't',
@@ -240,5 +243,34 @@ ok($node->poll_query_until('from13',
 		"SELECT count(*) > 0 FROM dsync_events_since(0, ARRAY['kept'])"),
 	'the reaper logs events after the update, without a restart');
 $watch->kill_kill;
+
+# --- the update from 1.4 adds dsync_semaphores -----------------------------------
+
+# A creator dropped from another database: dsync's DROP ROLE check sees
+# only the database it runs in, so the definition outlives its role.
+$node->safe_psql('postgres', 'CREATE DATABASE from14; CREATE ROLE r4 LOGIN; CREATE ROLE r5 LOGIN;');
+$node->safe_psql('from14', "CREATE EXTENSION dsync VERSION '1.4'");
+$node->safe_psql('from14', "SELECT dsync_semaphore_create('sem14', 3)",
+	extra_params => [ '-U', 'r4' ]);
+$node->safe_psql('from14', "SELECT dsync_semaphore_create('gone14', 2)",
+	extra_params => [ '-U', 'r5' ]);
+my $r5_oid = q1($node, "SELECT oid FROM pg_roles WHERE rolname = 'r5'");
+isnt(scalar $node->psql('from14', 'SELECT 1 FROM dsync_semaphores', stderr => \my $sem_err), 0,
+	'dsync_semaphores does not exist before the update');
+$node->safe_psql('from14', 'ALTER EXTENSION dsync UPDATE');
+is($node->safe_psql('from14', "SELECT extversion FROM pg_extension WHERE extname = 'dsync'"),
+	'1.5', '1.4 updates to 1.5');
+q1($node, 'DROP ROLE r5');
+is($node->safe_psql('from14',
+		"SELECT string_agg(name || ' ' || permits || ' ' || owner, ',' ORDER BY name) FROM dsync_semaphores",
+		extra_params => [ '-U', 'r4' ]),
+	"gone14 2 unknown (OID=$r5_oid),sem14 3 r4",
+	'after the update every role reads the definitions made under 1.4, with their creators');
+$node->psql('from14', 'SELECT * FROM dsync_semaphore', stderr => \$sem_err,
+	extra_params => [ '-U', 'r4' ]);
+like($sem_err, qr/permission denied for table dsync_semaphore/, 'but not the table');
+like($node->safe_psql('from14', "SELECT dsync_acquire('sem14', 'h', '1 hour')",
+		extra_params => [ '-U', 'r4' ]), qr/^\d+$/,
+	'a semaphore made under 1.4 grants a permit after the update');
 
 done_testing();

@@ -1,0 +1,322 @@
+"""The bookkeeping of held leases, without any I/O, shared by the thread
+client (client.py) and the asyncio client (aio_client.py).
+
+A client's keeper keeps every lease the client holds with one connection:
+it renews the due ones in one statement, LISTENs on all their channels,
+and decides from what it hears whether a lease was lost.  The Ledger is
+what it knows; the Hold is one lease held by one owner.  Owners is how a
+lock object shared by threads or tasks gives each owner a holder name of
+its own on the server.  The clients do the I/O and the locking around
+these; nothing here blocks.
+
+See clients/DESIGN.md for why the rules are what they are.
+"""
+
+from __future__ import annotations
+
+import weakref
+from datetime import timedelta
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+from . import _common as c
+from ._sql import channel_of
+
+# How many channels with no held lease stay LISTENed, so that a lock taken
+# again and again is not LISTENed anew each time.
+IDLE_CHANNELS = 256
+
+
+class Hold:
+    """One lease held by one owner: what the keeper renews and watches,
+    and what the owner's code reads (token, lost, lost_reason).
+
+    confirmed is the time.monotonic() at which the last grant or renewal
+    the server confirmed was sent: the lease lasts at least until
+    confirmed + ttl, whatever the client's and the server's wall clocks
+    say.  The watchdog declares the lease lost a margin before that."""
+
+    __slots__ = ("lock", "name", "holder", "token", "ttl", "ttl_s", "channel", "keep_alive",
+                 "confirmed", "lost", "lost_reason", "owner_alive", "owner_kind", "done",
+                 "__weakref__")
+
+    def __init__(self, lock: Any, name: str, holder: str, token: int, ttl: timedelta,
+                 keep_alive: bool, granted: float, lost: Any,
+                 owner_alive: Callable[[], bool], owner_kind: str):
+        self.lock = lock
+        self.name = name
+        self.holder = holder
+        self.token = token
+        self.ttl = ttl
+        self.ttl_s = ttl.total_seconds()
+        self.channel = channel_of(name)
+        self.keep_alive = keep_alive
+        self.confirmed = granted
+        self.lost = lost                # a threading.Event or an asyncio.Event
+        self.lost_reason: Optional[str] = None
+        self.owner_alive = owner_alive
+        self.owner_kind = owner_kind    # "thread" or "task", for messages
+        self.done = False               # released, or lost: nobody keeps it
+
+    def __repr__(self) -> str:
+        return f"<Hold {self.name!r} holder={self.holder!r} token={self.token}>"
+
+    @property
+    def period(self) -> float:
+        return self.ttl_s / 3
+
+    @property
+    def deadline(self) -> float:
+        """When the watchdog declares the lease lost unless renewed: a
+        margin before it could expire, so the holder stops before anyone
+        else can be granted it."""
+        return self.confirmed + self.ttl_s - min(1.0, self.ttl_s / 10)
+
+    def declare_lost(self, reason: str) -> bool:
+        """Mark the hold lost; True for the first report only."""
+        if self.done:
+            return False
+        self.done = True
+        self.lost_reason = reason
+        self.lost.set()
+        return True
+
+    def check(self) -> None:
+        """Raise LockLost if the lease was lost while held."""
+        from .errors import LockLost
+        if self.lost_reason is not None:
+            raise LockLost(f'lease "{self.name}" of holder "{self.holder}" was lost: '
+                           f"{self.lost_reason}")
+
+
+Mark = Optional[Tuple[int, int, int]]
+
+
+class Ledger:
+    """What a keeper knows: the holds it keeps, the channels its current
+    connection LISTENs on, and which holds it must confirm with the server
+    before it may trust its silence about them."""
+
+    def __init__(self) -> None:
+        self.holds: Set[Hold] = set()           # kept alive: renewed and watched
+        self.by_channel: Dict[str, Set[Hold]] = {}
+        # channel -> the LISTEN's number, on the current connection.
+        self.listening: Dict[str, int] = {}
+        self.listens = 0
+        # Notifications heard per channel, so that one heard between an
+        # acquirer's mark and its hold's arrival is not lost on it.
+        self.heard: Dict[str, int] = {}
+        self.generation = 0                     # the keeper's connections so far
+        self.connected = False
+        self.listen_ok = True                   # False behind a transaction pooler
+        self.unverified: Set[Hold] = set()
+        self.senders: Set[int] = set()
+        self.releases: List[Tuple[str, str]] = []   # given up: release when we can
+
+    # -- what acquirers do -------------------------------------------------
+
+    def mark(self, channel: str) -> Mark:
+        """Taken before an acquire's statement: if the channel is LISTENed
+        now and stays so, every loss after the grant will be heard."""
+        if not self.connected or channel not in self.listening:
+            return None
+        return (self.generation, self.listening[channel], self.heard.get(channel, 0))
+
+    def add(self, hold: Hold, mark: Mark) -> None:
+        """Keep hold.  Unless the mark shows that its channel was LISTENed
+        before the grant and nothing was heard on it since, its first
+        renewal comes at once and confirms it (a loss in between would
+        otherwise go unheard)."""
+        self.holds.add(hold)
+        self.by_channel.setdefault(hold.channel, set()).add(hold)
+        if self.connected and not self.listen_ok:
+            return                  # nothing to hear: renewals alone tell
+        if mark is None or mark != self.mark(hold.channel):
+            self.unverified.add(hold)
+
+    def remove(self, hold: Hold) -> None:
+        self.holds.discard(hold)
+        self.unverified.discard(hold)
+        peers = self.by_channel.get(hold.channel)
+        if peers is not None:
+            peers.discard(hold)
+            if not peers:
+                del self.by_channel[hold.channel]
+
+    # -- the keeper's connection -------------------------------------------
+
+    def connected_anew(self, listen_ok: bool, senders: Set[int]) -> None:
+        """A new keeper connection: nothing is LISTENed on it yet, and
+        whatever happened while there was none must be asked about."""
+        self.generation += 1
+        self.connected = True
+        self.listen_ok = listen_ok
+        self.senders = senders
+        self.listening.clear()
+        self.unverified = set(self.holds)
+
+    def disconnected(self) -> None:
+        self.connected = False
+        self.listening.clear()
+
+    def to_listen(self) -> List[str]:
+        if not self.listen_ok:
+            return []
+        return [ch for ch in self.by_channel if ch not in self.listening]
+
+    def listened(self, channels: List[str]) -> None:
+        for ch in channels:
+            self.listens += 1
+            self.listening[ch] = self.listens
+
+    def to_unlisten(self) -> List[str]:
+        """Channels no held lease needs, beyond the IDLE_CHANNELS most
+        recently LISTENed."""
+        idle = [ch for ch in self.listening if ch not in self.by_channel]
+        if len(idle) <= IDLE_CHANNELS:
+            return []
+        idle.sort(key=lambda ch: self.listening[ch])
+        return idle[:len(idle) - IDLE_CHANNELS]
+
+    def unlistened(self, channels: List[str]) -> None:
+        for ch in channels:
+            self.listening.pop(ch, None)
+
+    # -- renewals ----------------------------------------------------------
+
+    def due(self, now: float) -> List[Hold]:
+        """The holds to renew in this tick: none unless one is due (a third
+        of its ttl since its last confirmation) or must be confirmed; then
+        also every hold at least half-way to due, so that holds taken at
+        about the same time share their renewals."""
+        ready = [h for h in self.unverified if not self.listen_ok or h.channel in self.listening]
+        if not ready and not any(now >= h.confirmed + h.period for h in self.holds):
+            return []
+        batch = set(ready)
+        batch.update(h for h in self.holds if now >= h.confirmed + h.period / 2)
+        return sorted(batch, key=lambda h: h.confirmed)
+
+    def renewed(self, batch: List[Hold], expiries: List[Any], sent: float) -> List[Hold]:
+        """Record a renewal's answers; the holds it found gone."""
+        gone = []
+        for hold, expiry in zip(batch, expiries):
+            self.unverified.discard(hold)
+            if expiry is None:
+                gone.append(hold)
+            else:
+                hold.confirmed = max(hold.confirmed, sent)
+        return gone
+
+    def next_wake(self, now: float) -> Optional[float]:
+        """Seconds until the keeper has something to do (None: nothing
+        held)."""
+        if self.to_listen() or any(not self.listen_ok or h.channel in self.listening
+                                   for h in self.unverified):
+            return 0.0
+        if not self.holds:
+            return None
+        return max(0.0, min(h.confirmed + h.period for h in self.holds) - now)
+
+    # -- notifications -----------------------------------------------------
+
+    def judge(self, channel: str, payload: str, pid: int) -> Tuple[List[Hold], bool]:
+        """What a notification says about the holds kept: those it proves
+        lost (dsync's own release or expiry of the very token held), and
+        whether to confirm the others it names with the server at once
+        (anything else about them: a forged NOTIFY, a sender not yet
+        known, a token that cannot be read).  The release of an earlier
+        hold of the same holder (another token, from dsync's sender) is
+        no news."""
+        self.heard[channel] = self.heard.get(channel, 0) + 1
+        holds = self.by_channel.get(channel)
+        if not holds:
+            return [], False
+        ev = c.parse_payload(channel, payload)
+        if ev is None or ev.kind not in ("released", "expired"):
+            return [], False
+        lost, suspect = [], False
+        trusted = pid in self.senders
+        for hold in holds:
+            if ev.name != hold.name or ev.holder != hold.holder:
+                continue
+            if trusted and ev.fencing == hold.token:
+                lost.append(hold)
+            elif trusted and ev.fencing is not None:
+                continue
+            else:
+                self.unverified.add(hold)
+                suspect = True
+        return lost, suspect
+
+    # -- the watchdog --------------------------------------------------------
+
+    def overdue(self, holds: Set[Hold], now: float) -> List[Hold]:
+        return [h for h in holds if not h.done and now >= h.deadline]
+
+    def orphans(self) -> List[Hold]:
+        """Holds whose owner (a thread or a task) ended without releasing."""
+        return [h for h in self.holds if not h.owner_alive()]
+
+
+class OwnerState:
+    """One owner's use of one lock object: the holder name it has on the
+    server, how many times it acquired (n acquires need n releases), and
+    its current hold."""
+
+    __slots__ = ("holder", "count", "hold", "lost", "__weakref__")
+
+    def __init__(self, lost: Any):
+        self.holder: Optional[str] = None
+        self.count = 0
+        self.hold: Optional[Hold] = None
+        self.lost = lost                # the owner's lost flag, the same across holds
+
+
+class Owners:
+    """The owners of one lock object (threads or tasks), each with a
+    holder name of its own: the object's holder for the first one, then
+    holder#2, holder#3... for owners holding at the same time, so that the
+    server's reentrancy (same holder, same lease) never merges two owners.
+    A name is used again only once the server confirmed its release."""
+
+    def __init__(self, base: str, make_flag: Callable[[], Any]):
+        self.base = base
+        self.make_flag = make_flag
+        self.states: "weakref.WeakKeyDictionary[Any, OwnerState]" = weakref.WeakKeyDictionary()
+        self.in_use: Set[str] = set()
+
+    def get(self, owner: Any) -> Optional[OwnerState]:
+        return self.states.get(owner)
+
+    def state(self, owner: Any) -> OwnerState:
+        st = self.states.get(owner)
+        if st is None:
+            st = OwnerState(self.make_flag())
+            self.states[owner] = st
+        return st
+
+    def take_name(self, st: OwnerState) -> str:
+        if st.holder is None:
+            k = 1
+            name = self.base
+            while name in self.in_use:
+                k += 1
+                name = f"{self.base}#{k}"
+            if len(name.encode("utf-8")) > 255:
+                raise ValueError("holder is too long to give each owner a name of its own"
+                                 " (at most 250 bytes)")
+            self.in_use.add(name)
+            st.holder = name
+        return st.holder
+
+    def free_name(self, st: OwnerState) -> None:
+        if st.holder is not None and st.count == 0:
+            self.in_use.discard(st.holder)
+            st.holder = None
+
+    def retire_name(self, st: OwnerState) -> None:
+        """The name may still hold a lease on the server (its release is
+        left to the keeper): never give it to anyone again."""
+        st.holder = None
+
+    def holding(self) -> List[OwnerState]:
+        return [st for st in list(self.states.values()) if st.count > 0]

@@ -1,0 +1,671 @@
+"""The asyncio Client: client.py's twin, with tasks for threads.
+
+One AsyncClient belongs to one event loop (the loop of its first use).
+Short statements take a connection from a small pool, blocking waits one
+of their own, and one keeper task, on one connection, renews every lease
+the client holds in one statement per tick and LISTENs on all their
+channels; a watchdog task declares a lease lost shortly before it could
+expire unrenewed.  The bookkeeping is _ledger.py's, shared with threads.
+
+A task cancelled in a wait cancels the statement in the server and closes
+its connection, so that no waiter is left behind in dsync_waiters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import weakref
+from collections import deque
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Deque, Dict, List, Optional, Sequence, Set, Tuple
+
+import psycopg
+
+from . import _common as c
+from . import _sql as sql
+from . import errors
+from ._ledger import Hold, Ledger, Mark
+from .client import WAIT_IDLE_SECONDS, LISTEN_CHUNK
+from .errors import is_connection_error
+
+log = logging.getLogger("dsync")
+
+
+async def behind_pooler(conn: psycopg.AsyncConnection) -> bool:
+    cur = await conn.execute(sql.BACKEND_PID)
+    return (await cur.fetchone())[0] != conn.info.backend_pid
+
+
+async def sender_pids(conn: psycopg.AsyncConnection) -> Set[int]:
+    cur = await conn.execute(sql.SENDERS)
+    return c.sender_pids([d.name for d in cur.description], await cur.fetchone())
+
+
+async def _abort(conn: psycopg.AsyncConnection) -> None:
+    """End a connection that may be inside a statement: cancel it in the
+    server (a wait ends there at once), then close."""
+    try:
+        conn.cancel()
+    except Exception:
+        pass
+    await conn.close()
+
+
+class _Lane:
+    """Connections for one kind of statement, each used by one task at a
+    time (see client._Lane)."""
+
+    def __init__(self, client: "AsyncClient", cap: Optional[int], keep: int,
+                 idle_seconds: Optional[float]):
+        self.client = client
+        self.cap = cap
+        self.keep = keep
+        self.idle_seconds = idle_seconds
+        self.idle: List[Tuple[psycopg.AsyncConnection, float]] = []
+        self.open = 0
+        self.waiters: Deque[asyncio.Future] = deque()
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[Tuple[psycopg.AsyncConnection, bool]]:
+        pool = self.client._settings.pool
+        if pool is not None:
+            async with pool.connection() as conn:
+                yield conn, True
+            return
+        conn, reused = await self._get()
+        ok = False
+        try:
+            yield conn, reused
+            ok = True
+        finally:
+            if ok:
+                await self._put(conn)
+            else:
+                self.open -= 1
+                self._wake_one()
+                await asyncio.shield(_abort(conn))
+
+    async def _get(self) -> Tuple[psycopg.AsyncConnection, bool]:
+        self.client._check_usable()
+        while True:
+            while self.idle:
+                conn, _ = self.idle.pop()
+                if c.still_open(conn) and \
+                        conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                    return conn, True
+                self.open -= 1
+                await conn.close()
+            if self.cap is None or self.open < self.cap:
+                break
+            fut = asyncio.get_running_loop().create_future()
+            self.waiters.append(fut)
+            try:
+                await fut
+            except asyncio.CancelledError:
+                if fut in self.waiters:
+                    self.waiters.remove(fut)
+                elif not fut.cancelled():
+                    self._wake_one()        # pass on the turn we were given
+                raise
+        self.open += 1
+        try:
+            return await self.client._connect({}), False
+        except BaseException:
+            self.open -= 1
+            self._wake_one()
+            raise
+
+    def _wake_one(self) -> None:
+        while self.waiters:
+            fut = self.waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+
+    async def _put(self, conn: psycopg.AsyncConnection) -> None:
+        now = time.monotonic()
+        if not conn.closed and not self.client._closed and \
+                conn.info.status == psycopg.pq.ConnStatus.OK and \
+                conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            self.idle.append((conn, now))
+        else:
+            self.open -= 1
+            await conn.close()
+        self._wake_one()
+        await self.trim()
+
+    async def trim(self) -> None:
+        if self.idle_seconds is None:
+            return
+        now = time.monotonic()
+        while len(self.idle) > self.keep and now - self.idle[0][1] > self.idle_seconds:
+            conn, _ = self.idle.pop(0)
+            self.open -= 1
+            await conn.close()
+
+    async def close(self) -> None:
+        idle, self.idle = self.idle, []
+        self.open -= len(idle)
+        for conn, _ in idle:
+            await conn.close()
+        while self.waiters:
+            fut = self.waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+
+
+class _Keeper:
+    """The keeper task and the watchdog task of one asyncio client."""
+
+    def __init__(self, client: "AsyncClient"):
+        self.client = client
+        self.ledger = Ledger()
+        self.watched: Set[Hold] = set()
+        self.wake = asyncio.Event()
+        self.watch_wake = asyncio.Event()
+        self.changed = asyncio.Event()          # set at each connection attempt's end
+        self.task: Optional[asyncio.Task] = None
+        self.watchdog: Optional[asyncio.Task] = None
+        self.conn: Optional[psycopg.AsyncConnection] = None
+        self.error: Optional[BaseException] = None
+        self.pending: List[Tuple[str, str, int]] = []
+        self.reading = False
+        self.reader_fd = -1
+        self.wanted = False                     # someone needs the connection
+        self.stopping = False
+        self.senders_asked = 0.0
+        self.callbacks: Set[asyncio.Task] = set()
+
+    # -- what lock objects call -----------------------------------------------------
+
+    def start(self, connect: bool = True) -> None:
+        """Make sure both tasks run; connect: the keeper connects now."""
+        if self.stopping:
+            return
+        self.wanted = self.wanted or connect
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run(), name="dsync keeper")
+        if self.watchdog is None or self.watchdog.done():
+            self.watchdog = asyncio.get_running_loop().create_task(self._watch(),
+                                                                   name="dsync watchdog")
+        self.wake.set()
+
+    def mark(self, channel: str) -> Mark:
+        return self.ledger.mark(channel)
+
+    async def ensure(self, timeout: float) -> bool:
+        self.start()
+        deadline = time.monotonic() + timeout
+        while not self.ledger.connected:
+            left = deadline - time.monotonic()
+            if left <= 0 or self.stopping:
+                return False
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), left)
+            except asyncio.TimeoutError:
+                return self.ledger.connected
+        return True
+
+    def add(self, hold: Hold, mark: Mark) -> None:
+        if hold.keep_alive:
+            self.ledger.add(hold, mark)
+        self.watched.add(hold)
+        self.wake.set()
+        self.watch_wake.set()
+
+    def remove(self, hold: Hold) -> None:
+        hold.done = True
+        self.ledger.remove(hold)
+        self.watched.discard(hold)
+
+    def release_later(self, name: str, holder: str) -> None:
+        self.ledger.releases.append((name, holder))
+        self.wanted = True
+        self.wake.set()
+
+    # -- reporting a loss ---------------------------------------------------------------
+
+    def report(self, holds: Sequence[Hold], reason: str, release: bool = False) -> None:
+        """Declare holds lost (each once), stop keeping them, tell their
+        owners; their on_lost callbacks run in tasks of their own."""
+        for hold in holds:
+            if not hold.declare_lost(reason):
+                continue
+            self.ledger.remove(hold)
+            self.watched.discard(hold)
+            if release:
+                self.ledger.releases.append((hold.name, hold.holder))
+                self.wake.set()
+            try:
+                result = hold.lock._lost(hold)
+            except Exception:
+                log.exception("dsync: the on_lost callback of %r failed", hold)
+                continue
+            if asyncio.iscoroutine(result):
+                task = asyncio.get_running_loop().create_task(result)
+                self.callbacks.add(task)
+                task.add_done_callback(self.callbacks.discard)
+
+    # -- the keeper task ----------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            while not self.stopping:
+                try:
+                    if self.conn is None:
+                        if not (self.wanted or self.ledger.holds or self.ledger.releases):
+                            self.wake.clear()
+                            await self.wake.wait()
+                            continue
+                        await self._connect()
+                    await self._tick()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    await self._drop(exc)
+                    if not is_connection_error(exc) and not isinstance(exc, errors.DsyncError):
+                        log.exception("dsync: the keeper failed; it starts again")
+                    self.wake.clear()
+                    try:
+                        await asyncio.wait_for(self.wake.wait(), 0.5)
+                    except asyncio.TimeoutError:
+                        pass
+        finally:
+            # Cancelled by stop(), or by the loop's end (asyncio.run cancels
+            # every task then): give back what is held, leave nothing open.
+            # Not when the coroutine is merely collected after its loop
+            # closed: there is nothing left to run on.
+            if asyncio._get_running_loop() is not None:
+                try:
+                    if not self.stopping:
+                        await self._last_words()
+                    await self._drop(None)
+                    if not self.stopping and not self.client._closed:
+                        await self.client._close_connections()
+                except Exception:
+                    log.exception("dsync: closing the keeper failed")
+
+    async def _last_words(self) -> None:
+        holds = list(self.ledger.holds)
+        if not holds or self.conn is None:
+            return
+        self.report(holds, "the event loop ended")
+        try:
+            await self._execute(sql.RELEASE_MANY, ([h.name for h in holds],
+                                                   [h.holder for h in holds]))
+        except Exception:
+            pass                                # they lapse at their ttl
+
+    async def _connect(self) -> None:
+        try:
+            conn = await self.client._connect(c.KEEPER_SETTINGS, keeper=True)
+            try:
+                conn.add_notify_handler(lambda n: self._heard(n.channel, n.payload, n.pid))
+                listen_ok = self.client.listen is not False and not await behind_pooler(conn)
+                if self.client.listen is True and not listen_ok:
+                    raise errors.ListenUnavailable(
+                        "LISTEN does not work through this connection (a pooler in "
+                        "transaction mode); give listen=None to notice a lost lease at the "
+                        "next renewal instead")
+                senders = await sender_pids(conn)
+            except BaseException:
+                await conn.close()
+                raise
+        except BaseException as exc:
+            self.error = exc
+            self.changed.set()
+            raise
+        self.pending.clear()
+        self.conn = conn
+        self.error = None
+        self.ledger.connected_anew(listen_ok, senders)
+        self._resume()
+        self.changed.set()
+
+    async def _drop(self, exc: Optional[BaseException]) -> None:
+        self._pause()
+        conn, self.conn = self.conn, None
+        self.ledger.disconnected()
+        if exc is not None:
+            self.error = exc
+        self.changed.set()
+        if conn is not None:
+            await conn.close()
+
+    def _heard(self, channel: str, payload: str, pid: int) -> None:
+        self.pending.append((channel, payload, pid))
+        self.wake.set()
+
+    def _resume(self) -> None:
+        """Read notifications off the idle connection's socket."""
+        if not self.reading and self.conn is not None:
+            self.reader_fd = self.conn.fileno()
+            asyncio.get_running_loop().add_reader(self.reader_fd, self._readable)
+            self.reading = True
+            self._readable()
+
+    def _pause(self) -> None:
+        """Before a statement: psycopg reads the socket then.  The reader
+        is removed by the descriptor it was added for: a lost connection
+        cannot tell its descriptor any more, and a reader left behind on a
+        closed descriptor would be found by the next connection that gets
+        the same number."""
+        if self.reading:
+            self.reading = False
+            asyncio.get_running_loop().remove_reader(self.reader_fd)
+
+    def _readable(self) -> None:
+        pg = self.conn.pgconn
+        try:
+            pg.consume_input()
+        except Exception:
+            self._pause()
+            self.error = psycopg.OperationalError("the keeper's connection was lost")
+            self.wake.set()
+            return
+        if pg.status != psycopg.pq.ConnStatus.OK:
+            self._pause()
+            self.error = psycopg.OperationalError("the keeper's connection was lost")
+            self.wake.set()
+            return
+        while True:
+            n = pg.notifies()
+            if n is None:
+                break
+            self._heard(n.relname.decode(), n.extra.decode(), n.be_pid)
+
+    async def _execute(self, statement: str, params: Any = None) -> List[tuple]:
+        self._pause()
+        try:
+            cur = await self.conn.execute(statement, params)
+            return await cur.fetchall() if cur.description is not None else []
+        finally:
+            self._resume()
+
+    async def _tick(self) -> None:
+        if not self.reading:
+            raise self.error or psycopg.OperationalError("the keeper's connection was lost")
+        listen = self.ledger.to_listen()
+        for i in range(0, len(listen), LISTEN_CHUNK):
+            chunk = listen[i:i + LISTEN_CHUNK]
+            await self._execute(sql.listen_statement(chunk))
+            self.ledger.listened(chunk)
+        unlisten = self.ledger.to_unlisten()
+        if unlisten:
+            await self._execute(sql.unlisten_statement(unlisten))
+            self.ledger.unlistened(unlisten)
+        await self._hear()
+        batch = self.ledger.due(time.monotonic())
+        if batch:
+            sent = time.monotonic()
+            rows = await self._execute(sql.RENEW_MANY, ([h.name for h in batch],
+                                                        [h.holder for h in batch],
+                                                        [h.ttl for h in batch]))
+            gone = self.ledger.renewed(batch, [r[0] for r in rows], sent)
+            if gone:
+                self.report(gone, "the renewal found the lease no longer held")
+            await self._hear()
+        releases, self.ledger.releases = self.ledger.releases, []
+        if releases:
+            try:
+                await self._execute(sql.RELEASE_MANY, ([n for n, _ in releases],
+                                                       [h for _, h in releases]))
+            except BaseException:
+                self.ledger.releases[:0] = releases
+                raise
+        orphans = self.ledger.orphans()
+        for hold in orphans:
+            log.warning("dsync: the task that held lease %r (holder %r) ended without releasing "
+                        "it; it is no longer renewed and lapses at its ttl", hold.name, hold.holder)
+        if orphans:
+            self.report(orphans, "its owner task ended without releasing it")
+        await self.client._waits.trim()
+        wait = self.ledger.next_wake(time.monotonic())
+        wait = 1.0 if wait is None else min(wait, 1.0)
+        if self.pending:
+            return
+        self.wake.clear()
+        try:
+            await asyncio.wait_for(self.wake.wait(), wait)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _hear(self) -> None:
+        if not self.pending:
+            return
+        notes, self.pending = self.pending, []
+        unknown = False
+        for channel, payload, pid in notes:
+            gone, _suspect = self.ledger.judge(channel, payload, pid)
+            if gone:
+                ev = c.parse_payload(channel, payload)
+                self.report(gone, f"the lease was {ev.kind}")
+            unknown = unknown or (pid not in self.ledger.senders and
+                                  channel in self.ledger.by_channel)
+        if unknown and time.monotonic() - self.senders_asked > 1.0:
+            self.senders_asked = time.monotonic()
+            self._pause()
+            try:
+                self.ledger.senders = await sender_pids(self.conn)
+            finally:
+                self._resume()
+
+    # -- the watchdog task ------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        while not self.stopping:
+            now = time.monotonic()
+            overdue = self.ledger.overdue(self.watched, now)
+            kept = [h for h in overdue if h.keep_alive]
+            if kept:
+                self.report(kept, "no renewal could be confirmed before the lease could expire",
+                            release=True)
+            lapsed = [h for h in overdue if not h.keep_alive]
+            if lapsed:
+                self.report(lapsed, "its ttl ran out (keep_alive=False)")
+            nxt = min((h.deadline for h in self.watched), default=None)
+            wait = 1.0 if nxt is None else max(0.0, min(1.0, nxt - now))
+            self.watch_wake.clear()
+            try:
+                await asyncio.wait_for(self.watch_wake.wait(), wait)
+            except asyncio.TimeoutError:
+                pass
+
+    async def stop(self) -> List[Hold]:
+        self.stopping = True
+        holds = list(self.watched)
+        me = asyncio.current_task()
+        for task in (self.task, self.watchdog):
+            if task is not None and task is not me and not task.done():
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        return holds
+
+
+class AsyncClient:
+    """The asyncio form of dsync.Client (see it for the arguments):
+
+        async with AsyncClient("dbname=app") as client:
+            async with client.lock("billing", ttl=30):
+                ...
+
+    It belongs to the event loop of its first use.  The objects' own
+    constructors (AsyncLock("x", conninfo=...)) use a default client per
+    loop and connection string, closed when that loop's tasks are
+    cancelled at its end (asyncio.run does so)."""
+
+    def __init__(self, conninfo: Optional[str] = None, *, pool: Any = None, pool_size: int = 2,
+                 listen: Optional[bool] = None, **connect_kwargs: Any):
+        if not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 1:
+            raise ValueError("pool_size must be a positive int")
+        self._settings = c.ConnectionSettings(conninfo, pool, connect_kwargs)
+        self.conninfo = self._settings.conninfo
+        self.listen = listen
+        self._closed = False
+        self._pid = os.getpid()
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._statements = _Lane(self, pool_size, pool_size, None)
+        self._waits = _Lane(self, None, pool_size, WAIT_IDLE_SECONDS)
+        self._keeper: Optional[_Keeper] = None
+
+    @property
+    def keeper(self) -> _Keeper:
+        """The keeper, made in (and bound to) the loop of first use; its
+        task starts then, so that the loop's end closes the client."""
+        if self._keeper is None:
+            self._keeper = _Keeper(self)
+            self._keeper.start(connect=False)
+        return self._keeper
+
+    # -- recipes ----------------------------------------------------------------------
+
+    def lock(self, name: str, **kwargs: Any):
+        from .aio import AsyncLock
+        return AsyncLock(name, client=self, **kwargs)
+
+    def read_lock(self, name: str, **kwargs: Any):
+        from .aio import AsyncReadLock
+        return AsyncReadLock(name, client=self, **kwargs)
+
+    async def semaphore(self, name: str, permits: Optional[int] = None, **kwargs: Any):
+        """An AsyncSemaphore, created (permits given) or attached."""
+        from .aio import AsyncSemaphore
+        if permits is None:
+            return await AsyncSemaphore.attach(name, client=self, **kwargs)
+        return await AsyncSemaphore.create(name, permits, client=self, **kwargs)
+
+    def event(self, name: str):
+        from .aio import AsyncEvent
+        return AsyncEvent(name, client=self)
+
+    def election(self, group: str, **kwargs: Any):
+        from .aio import AsyncLeaderElection
+        return AsyncLeaderElection(group, client=self, **kwargs)
+
+    def watch(self, names: Sequence[str], **kwargs: Any):
+        from .aio_watch import awatch
+        kw = dict(self._settings.kwargs)
+        kw.update(kwargs)
+        return awatch(names, conninfo=self.conninfo, **kw)
+
+    # -- statements -------------------------------------------------------------------------
+
+    async def _connect(self, extra: Dict[str, Any],
+                       keeper: bool = False) -> psycopg.AsyncConnection:
+        return await psycopg.AsyncConnection.connect(
+            self.conninfo, **self._settings.connect_kwargs(extra, keeper))
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise errors.DsyncError("the dsync client is closed")
+        if os.getpid() != self._pid:
+            raise errors.DsyncError("a dsync AsyncClient cannot be used in a forked process")
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+            self.keeper         # the loop's end now closes the client
+        elif self._loop is not loop:
+            raise errors.DsyncError("this AsyncClient belongs to another event loop")
+
+    async def _query(self, statement: str, params: Sequence[Any], what: str, *,
+                     wait: bool = False, retry: bool = True, rows: bool = False,
+                     timed: Optional[list] = None) -> Any:
+        """client.Client._query for asyncio."""
+        lane = self._waits if wait else self._statements
+        for attempt in (0, 1):
+            failure: Optional[psycopg.Error] = None
+            reused = False
+            try:
+                async with lane.connection() as (conn, reused):
+                    if timed is not None:
+                        timed.append(time.monotonic())
+                    try:
+                        cur = await conn.execute(statement, params)
+                        result = await (cur.fetchall() if rows else cur.fetchone())
+                    except psycopg.Error as exc:
+                        if is_connection_error(exc):
+                            raise
+                        failure = exc
+            except psycopg.Error as exc:
+                if retry and attempt == 0 and reused and is_connection_error(exc):
+                    if timed is not None:
+                        timed.clear()
+                    continue
+                raise errors.from_psycopg(exc, what) from exc
+            if failure is not None:
+                raise errors.from_psycopg(failure, what) from failure
+            if rows:
+                return result
+            return result[0] if result else None
+
+    async def _acquire(self, statement: str, args: Tuple, blocking: bool,
+                       deadline: Optional[float], what: str) -> Tuple[Optional[int], float]:
+        """client.Client._acquire for asyncio."""
+        name, holder, ttl, info = args
+        timed: list = []
+        token = await self._query(statement, (name, holder, ttl, c.ZERO, info), what, timed=timed)
+        while token is None and blocking:
+            wait = c.next_wait(True, deadline, time.monotonic())
+            if wait <= c.ZERO:
+                break
+            timed = []
+            token = await self._query(statement, (name, holder, ttl, wait, info), what,
+                                      wait=True, timed=timed)
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        return (int(token) if token is not None else None), (timed[-1] if timed else 0.0)
+
+    # -- the end ------------------------------------------------------------------------------
+
+    async def _close_connections(self) -> None:
+        self._closed = True
+        await self._statements.close()
+        await self._waits.close()
+
+    async def close(self) -> None:
+        """Give back every lease held through this client (their owners see
+        them lost), stop the keeper and close the connections."""
+        if self._closed:
+            return
+        holds: List[Hold] = []
+        if self._keeper is not None:
+            holds = await self._keeper.stop()
+            self._keeper.report(holds, "the client was closed")
+        if holds and os.getpid() == self._pid:
+            try:
+                await self._query(sql.RELEASE_MANY, ([h.name for h in holds],
+                                                     [h.holder for h in holds]),
+                                  "releasing the leases of a closed client")
+            except errors.DsyncError:
+                pass
+        await self._close_connections()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
+_defaults: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[tuple, AsyncClient]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def default_client(conninfo: Optional[str], pool: Any, listen: Optional[bool],
+                   connect_kwargs: Dict[str, Any]) -> AsyncClient:
+    """The client shared, in the running loop, by objects made with the same
+    conninfo (and keyword arguments) or pool."""
+    key = c.ConnectionSettings.key(conninfo, pool, dict(connect_kwargs, listen=listen))
+    clients = _defaults.setdefault(asyncio.get_running_loop(), {})
+    client = clients.get(key)
+    if client is None or client._closed:
+        client = AsyncClient(conninfo, pool=pool, listen=listen, **connect_kwargs)
+        clients[key] = client
+    return client

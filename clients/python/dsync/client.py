@@ -1,0 +1,695 @@
+"""The thread-side Client: one per process (or per database), shared by
+every lock, semaphore, event and election made from it.
+
+It owns the connections.  Short statements take a connection from a
+small pool (one thread at a time on each); blocking waits take one of
+their own, so a release never queues behind a waiter; and one keeper
+thread, on one connection, renews every lease the client holds in one
+statement per tick and LISTENs on all their channels.  A watchdog thread
+declares a lease lost shortly before it could expire unrenewed, whatever
+the keeper is stuck in.  Holding a thousand leases costs the keeper's
+connection and the pool's, not a connection and a thread each.
+
+clients/DESIGN.md tells the rules; _ledger.py holds the bookkeeping.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import select
+import socket
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+
+import psycopg
+
+from . import _common as c
+from . import _sql as sql
+from . import errors
+from ._ledger import Hold, Ledger, Mark
+from .errors import is_connection_error
+
+log = logging.getLogger("dsync")
+
+# How long idle connections of blocking waits are kept for the next wait.
+WAIT_IDLE_SECONDS = 10.0
+# At most this many LISTENs in one statement.
+LISTEN_CHUNK = 500
+
+
+def behind_pooler(conn: psycopg.Connection) -> bool:
+    """Whether conn goes through a connection pooler (PgBouncer sends a
+    backend key of its own, so the server's pid differs from libpq's)."""
+    pid = conn.execute(sql.BACKEND_PID).fetchone()[0]
+    return pid != conn.info.backend_pid
+
+
+def sender_pids(conn: Any) -> Set[int]:
+    """The pids that send this database's events (dsync_stats)."""
+    cur = conn.execute(sql.SENDERS)
+    return c.sender_pids([d.name for d in cur.description], cur.fetchone())
+
+
+class _Lane:
+    """Connections for one kind of statement, each used by one thread at
+    a time for a whole statement and its result: at most cap of them (None:
+    as many as there are callers), of which keep stay open when idle
+    (longer-idle ones beyond that are closed after idle_seconds)."""
+
+    def __init__(self, client: "Client", cap: Optional[int], keep: int,
+                 idle_seconds: Optional[float]):
+        self.client = client
+        self.cap = cap
+        self.keep = keep
+        self.idle_seconds = idle_seconds
+        self.idle: List[Tuple[psycopg.Connection, float]] = []
+        self.open = 0
+        self.cond = threading.Condition()
+
+    @contextmanager
+    def connection(self) -> Iterator[Tuple[psycopg.Connection, bool]]:
+        """A connection of the caller's own until the block ends, and
+        whether it was used before (a stale one may fail at once)."""
+        pool = self.client._settings.pool
+        if pool is not None:
+            with pool.connection() as conn:
+                yield conn, True
+            return
+        conn, reused = self._get()
+        ok = False
+        try:
+            yield conn, reused
+            ok = True
+        finally:
+            self._put(conn, ok)
+
+    def _get(self) -> Tuple[psycopg.Connection, bool]:
+        self.client._check_usable()
+        stale = []
+        try:
+            with self.cond:
+                while True:
+                    while self.idle:
+                        conn, _ = self.idle.pop()           # the warmest first
+                        if c.still_open(conn) and \
+                                conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                            return conn, True
+                        self.open -= 1
+                        stale.append(conn)
+                    if self.cap is None or self.open < self.cap:
+                        self.open += 1
+                        break
+                    self.cond.wait()
+        finally:
+            for conn in stale:
+                conn.close()
+        try:
+            return self.client._connect({}), False
+        except BaseException:
+            with self.cond:
+                self.open -= 1
+                self.cond.notify()
+            raise
+
+    def _put(self, conn: psycopg.Connection, ok: bool) -> None:
+        """Back to the idle list, unless the statement failed or was
+        interrupted (closing the connection ends any wait in the server)."""
+        now = time.monotonic()
+        close = []
+        with self.cond:
+            if ok and not conn.closed and not self.client._closed and \
+                    conn.info.status == psycopg.pq.ConnStatus.OK and \
+                    conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                self.idle.append((conn, now))
+            else:
+                close.append(conn)
+                self.open -= 1
+            if self.idle_seconds is not None:
+                while len(self.idle) > self.keep and now - self.idle[0][1] > self.idle_seconds:
+                    close.append(self.idle.pop(0)[0])
+                    self.open -= 1
+            self.cond.notify()
+        for conn in close:
+            conn.close()
+
+    def trim(self) -> None:
+        """Close connections idle for longer than idle_seconds, beyond keep."""
+        if self.idle_seconds is None:
+            return
+        now = time.monotonic()
+        close = []
+        with self.cond:
+            while len(self.idle) > self.keep and now - self.idle[0][1] > self.idle_seconds:
+                close.append(self.idle.pop(0)[0])
+                self.open -= 1
+        for conn in close:
+            conn.close()
+
+    def close(self) -> None:
+        with self.cond:
+            idle, self.idle = self.idle, []
+            self.open -= len(idle)
+            self.cond.notify_all()
+        for conn, _ in idle:
+            conn.close()
+
+
+class _Keeper:
+    """The keeper thread and the watchdog thread of one client."""
+
+    def __init__(self, client: "Client"):
+        self.client = client
+        self.ledger = Ledger()
+        self.mutex = threading.Lock()
+        self.changed = threading.Condition(self.mutex)   # connected, failed, stopped
+        self.watched: Set[Hold] = set()                  # every hold the watchdog looks after
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self.wake_w.setblocking(False)
+        self.watch_wake = threading.Event()
+        self.thread: Optional[threading.Thread] = None
+        self.watchdog: Optional[threading.Thread] = None
+        self.conn: Optional[psycopg.Connection] = None
+        self.error: Optional[BaseException] = None       # the last connection failure
+        self.attempts = 0                                # connection attempts ended
+        self.pending: List[Tuple[str, str, int]] = []
+        self.stopping = False
+        self.senders_asked = 0.0
+        # When each thread will wake by itself (time.monotonic()); 0: it
+        # is busy and looks at the ledger before it sleeps.
+        self.keeper_sleeps_until = 0.0
+        self.watchdog_sleeps_until = 0.0
+
+    # -- what lock objects call ---------------------------------------------
+
+    def start(self, keeper: bool = True) -> None:
+        """Start the watchdog, and the keeper unless not asked for, if they
+        are not running (the keeper connects at once, so that it is ready
+        by the time a first grant returns)."""
+        with self.mutex:
+            if self.stopping:
+                return
+            if keeper and (self.thread is None or not self.thread.is_alive()):
+                self.thread = threading.Thread(target=self._run, daemon=True, name="dsync keeper")
+                self.thread.start()
+            if self.watchdog is None or not self.watchdog.is_alive():
+                self.watchdog = threading.Thread(target=self._watch, daemon=True,
+                                                 name="dsync watchdog")
+                self.watchdog.start()
+
+    def mark(self, channel: str) -> Mark:
+        with self.mutex:
+            return self.ledger.mark(channel)
+
+    def ensure(self, timeout: float) -> bool:
+        """Wait up to timeout for the keeper to have a connection."""
+        self.start()
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not self.ledger.connected:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.stopping:
+                    return False
+                self.changed.wait(left)
+            return True
+
+    def add(self, hold: Hold, mark: Mark) -> None:
+        """Keep hold.  The threads are woken only if it needs them before
+        they would wake anyway (a lock taken again and again on a LISTENed
+        channel costs them nothing)."""
+        with self.mutex:
+            if hold.keep_alive:
+                self.ledger.add(hold, mark)
+            self.watched.add(hold)
+            wake = hold.keep_alive and (hold in self.ledger.unverified or
+                                        hold.confirmed + hold.period < self.keeper_sleeps_until)
+            watch = hold.deadline < self.watchdog_sleeps_until
+        if wake:
+            self._wake()
+        if watch:
+            self.watch_wake.set()
+
+    def remove(self, hold: Hold) -> None:
+        """Stop keeping hold (its owner releases it)."""
+        with self.mutex:
+            hold.done = True
+            self.ledger.remove(hold)
+            self.watched.discard(hold)
+
+    def release_later(self, name: str, holder: str) -> None:
+        """A release that failed for the connection: done by the keeper
+        once it can (else the lease lapses at its ttl, never renewed)."""
+        with self.mutex:
+            self.ledger.releases.append((name, holder))
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            self.wake_w.send(b"x")
+        except OSError:
+            pass
+
+    # -- reporting a loss ------------------------------------------------------
+
+    def report(self, holds: Sequence[Hold], reason: str, release: bool = False) -> None:
+        """Declare holds lost (each once), stop keeping them, and tell their
+        owners.  release: the lease may still be the holder's on the server
+        (the watchdog's or a failure's verdict); give it back."""
+        fresh = []
+        with self.mutex:
+            for hold in holds:
+                if hold.declare_lost(reason):
+                    self.ledger.remove(hold)
+                    self.watched.discard(hold)
+                    if release:
+                        self.ledger.releases.append((hold.name, hold.holder))
+                    fresh.append(hold)
+        if release and fresh:
+            self._wake()
+        for hold in fresh:
+            try:
+                hold.lock._lost(hold)
+            except Exception:               # a callback's error is the caller's
+                log.exception("dsync: the on_lost callback of %r failed", hold)
+
+    # -- the keeper thread -----------------------------------------------------
+
+    def _run(self) -> None:
+        while not self.stopping:
+            try:
+                if self.conn is None:
+                    self._connect()
+                self._tick()
+            except Exception as exc:
+                self._drop(exc)
+                if not is_connection_error(exc) and not isinstance(exc, errors.DsyncError):
+                    log.exception("dsync: the keeper failed; it starts again")
+                self._sleep(0.5)
+        self._drop(None)
+
+    def _connect(self) -> None:
+        try:
+            conn = self.client._connect(c.KEEPER_SETTINGS, keeper=True)
+            try:
+                conn.add_notify_handler(lambda n: self.pending.append((n.channel, n.payload, n.pid)))
+                listen_ok = self.client.listen is not False and not behind_pooler(conn)
+                if self.client.listen is True and not listen_ok:
+                    raise errors.ListenUnavailable(
+                        "LISTEN does not work through this connection (a pooler in "
+                        "transaction mode); give listen=None to notice a lost lease at the "
+                        "next renewal instead")
+                senders = sender_pids(conn)
+            except BaseException:
+                conn.close()
+                raise
+        except BaseException as exc:
+            with self.changed:
+                self.error = exc
+                self.attempts += 1
+                self.changed.notify_all()
+            raise
+        self.pending.clear()
+        with self.changed:
+            self.conn = conn
+            self.error = None
+            self.attempts += 1
+            self.ledger.connected_anew(listen_ok, senders)
+            self.changed.notify_all()
+
+    def _drop(self, exc: Optional[BaseException]) -> None:
+        conn, self.conn = self.conn, None
+        with self.changed:
+            self.ledger.disconnected()
+            if exc is not None:
+                self.error = exc
+            self.changed.notify_all()
+        if conn is not None:
+            conn.close()
+
+    def _sleep(self, seconds: float) -> None:
+        try:
+            select.select([self.wake_r], [], [], seconds)
+            self.wake_r.recv(4096)
+        except (BlockingIOError, OSError):
+            pass
+
+    def _tick(self) -> None:
+        """One round: LISTEN what is new, judge what was heard, renew what
+        is due, give back what was given up, then sleep until the next due
+        renewal, a notification or a wake-up."""
+        conn = self.conn
+        with self.mutex:
+            listen = self.ledger.to_listen()
+            unlisten = self.ledger.to_unlisten()
+        for i in range(0, len(listen), LISTEN_CHUNK):
+            chunk = listen[i:i + LISTEN_CHUNK]
+            conn.execute(sql.listen_statement(chunk))
+            with self.mutex:
+                self.ledger.listened(chunk)
+        if unlisten:
+            conn.execute(sql.unlisten_statement(unlisten))
+            with self.mutex:
+                self.ledger.unlistened(unlisten)
+        self._hear()
+        self._renew(conn)
+        self._give_back(conn)
+        self._orphans()
+        self.client._waits.trim()
+        with self.mutex:
+            now = time.monotonic()
+            wait = self.ledger.next_wake(now)
+            wait = 0.0 if self.pending else 1.0 if wait is None else min(wait, 1.0)
+            self.keeper_sleeps_until = now + wait
+        try:
+            readable, _, _ = select.select([conn.fileno(), self.wake_r], [], [], wait)
+        finally:
+            with self.mutex:
+                self.keeper_sleeps_until = 0.0
+        if self.wake_r in readable:
+            try:
+                self.wake_r.recv(4096)
+            except BlockingIOError:
+                pass
+        if conn.fileno() in readable:
+            pg = conn.pgconn
+            pg.consume_input()
+            if pg.status != psycopg.pq.ConnStatus.OK:
+                raise psycopg.OperationalError("the keeper's connection was lost")
+            while True:
+                n = pg.notifies()
+                if n is None:
+                    break
+                self.pending.append((n.relname.decode(), n.extra.decode(), n.be_pid))
+            self._hear()
+
+    def _hear(self) -> None:
+        """Judge the notifications that arrived."""
+        if not self.pending:
+            return
+        notes, self.pending[:] = self.pending[:], []
+        lost: List[Tuple[Hold, str]] = []
+        unknown = False
+        with self.mutex:
+            for channel, payload, pid in notes:
+                gone, _suspect = self.ledger.judge(channel, payload, pid)
+                ev = c.parse_payload(channel, payload) if gone else None
+                lost += [(h, f"the lease was {ev.kind}") for h in gone]
+                unknown = unknown or (pid not in self.ledger.senders and
+                                      channel in self.ledger.by_channel)
+        for hold, why in lost:
+            self.report([hold], why)
+        if unknown and time.monotonic() - self.senders_asked > 1.0:
+            # A sender we do not know: dsync's worker after a restart, or a
+            # forgery.  Ask once a second at most.
+            self.senders_asked = time.monotonic()
+            senders = sender_pids(self.conn)
+            with self.mutex:
+                self.ledger.senders = senders
+
+    def _renew(self, conn: psycopg.Connection) -> None:
+        with self.mutex:
+            batch = self.ledger.due(time.monotonic())
+        if not batch:
+            return
+        sent = time.monotonic()
+        rows = conn.execute(sql.RENEW_MANY, ([h.name for h in batch], [h.holder for h in batch],
+                                             [h.ttl for h in batch])).fetchall()
+        with self.mutex:
+            gone = self.ledger.renewed(batch, [r[0] for r in rows], sent)
+        if gone:
+            self.report(gone, "the renewal found the lease no longer held")
+        self._hear()
+
+    def _give_back(self, conn: psycopg.Connection) -> None:
+        with self.mutex:
+            releases, self.ledger.releases = self.ledger.releases, []
+        if releases:
+            try:
+                conn.execute(sql.RELEASE_MANY, ([n for n, _ in releases], [h for _, h in releases]))
+            except BaseException:
+                with self.mutex:
+                    self.ledger.releases[:0] = releases
+                raise
+
+    def _orphans(self) -> None:
+        """Leases whose owner ended without releasing: no longer renewed,
+        so they lapse at their ttl, as if the owner's process had died."""
+        with self.mutex:
+            orphans = self.ledger.orphans()
+        for hold in orphans:
+            log.warning("dsync: the %s that held lease %r (holder %r) ended without releasing "
+                        "it; it is no longer renewed and lapses at its ttl",
+                        hold.owner_kind, hold.name, hold.holder)
+        if orphans:
+            self.report(orphans, f"its owner {orphans[0].owner_kind} ended without releasing it")
+
+    # -- the watchdog thread ---------------------------------------------------
+
+    def _watch(self) -> None:
+        while not self.stopping:
+            now = time.monotonic()
+            with self.mutex:
+                overdue = self.ledger.overdue(self.watched, now)
+            kept = [h for h in overdue if h.keep_alive]
+            if kept:
+                self.report(kept, "no renewal could be confirmed before the lease could expire",
+                            release=True)
+            lapsed = [h for h in overdue if not h.keep_alive]
+            if lapsed:
+                self.report(lapsed, "its ttl ran out (keep_alive=False)")
+            with self.mutex:
+                nxt = min((h.deadline for h in self.watched), default=None)
+                wait = 1.0 if nxt is None else max(0.0, min(1.0, nxt - now))
+                self.watch_wake.clear()
+                self.watchdog_sleeps_until = now + wait
+            self.watch_wake.wait(wait)
+            with self.mutex:
+                self.watchdog_sleeps_until = 0.0
+
+    # -- the end ------------------------------------------------------------------
+
+    def stop(self) -> List[Hold]:
+        """Stop both threads; the holds still kept, for the caller to give
+        back."""
+        with self.changed:
+            self.stopping = True
+            holds = list(self.watched)
+            self.changed.notify_all()
+        self._wake()
+        self.watch_wake.set()
+        for t in (self.thread, self.watchdog):
+            if t is not None and t is not threading.current_thread():
+                t.join(5.0)
+        return holds
+
+
+class Client:
+    """A process's connection to dsync: a small pool for statements,
+    connections of their own for blocking waits, and one keeper for every
+    lease held.  Locks, semaphores, events, elections and watches made
+    from it share all of that:
+
+        client = Client("dbname=app")            # or Client(pool=pool)
+        lock = client.lock("billing", ttl=30)
+        with lock:
+            ...
+        client.close()                           # or `with Client(...) as client:`
+
+    The objects' own constructors (Lock("x", conninfo=...)) use a default
+    client shared per connection string, made on first use and closed at
+    exit.
+
+    pool_size: connections kept for short statements (threads beyond that
+    wait their turn for a moment).  listen: False never LISTENs (a held
+    lease's loss is then noticed at its next renewal); True requires LISTEN
+    (ListenUnavailable behind a transaction pooler); None LISTENs where it
+    works.  Keyword arguments go to psycopg.connect.
+    """
+
+    def __init__(self, conninfo: Optional[str] = None, *, pool: Any = None, pool_size: int = 2,
+                 listen: Optional[bool] = None, **connect_kwargs: Any):
+        if not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 1:
+            raise ValueError("pool_size must be a positive int")
+        self._settings = c.ConnectionSettings(conninfo, pool, connect_kwargs)
+        self.conninfo = self._settings.conninfo
+        self.listen = listen
+        self._closed = False
+        self._pid = os.getpid()
+        self._statements = _Lane(self, pool_size, pool_size, None)
+        self._waits = _Lane(self, None, pool_size, WAIT_IDLE_SECONDS)
+        self._keeper = _Keeper(self)
+
+    # -- recipes -------------------------------------------------------------------
+
+    def lock(self, name: str, **kwargs: Any):
+        """A Lock on this client (see dsync.Lock for the arguments)."""
+        from .sync import Lock
+        return Lock(name, client=self, **kwargs)
+
+    def read_lock(self, name: str, **kwargs: Any):
+        from .sync import ReadLock
+        return ReadLock(name, client=self, **kwargs)
+
+    def semaphore(self, name: str, permits: Optional[int] = None, **kwargs: Any):
+        """A Semaphore: created with permits (idempotent; SemaphoreMismatch
+        if it exists with another count), or attached to an existing one
+        when permits is None."""
+        from .sync import Semaphore
+        if permits is None:
+            return Semaphore.attach(name, client=self, **kwargs)
+        return Semaphore(name, permits, client=self, **kwargs)
+
+    def event(self, name: str):
+        from .sync import Event
+        return Event(name, client=self)
+
+    def election(self, group: str, **kwargs: Any):
+        from .sync import LeaderElection
+        return LeaderElection(group, client=self, **kwargs)
+
+    def watch(self, names: Sequence[str], **kwargs: Any):
+        """dsync.watch on this client's server, on a connection of its own."""
+        from .watch import watch
+        kw = dict(self._settings.kwargs)
+        kw.update(kwargs)
+        return watch(names, conninfo=self.conninfo, **kw)
+
+    # -- statements ------------------------------------------------------------------
+
+    def _connect(self, extra: Dict[str, Any], keeper: bool = False) -> psycopg.Connection:
+        return psycopg.connect(self.conninfo, **self._settings.connect_kwargs(extra, keeper))
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise errors.DsyncError("the dsync client is closed")
+        if os.getpid() != self._pid:
+            raise errors.DsyncError("a dsync Client cannot be used in a process forked from the "
+                                    "one that made it: make a new one in the child")
+
+    def _query(self, statement: str, params: Sequence[Any], what: str, *, wait: bool = False,
+               retry: bool = True, rows: bool = False, timed: Optional[list] = None) -> Any:
+        """Run one statement on a connection of the caller's own: its first
+        row's first value (rows: all its rows).  A stale idle connection
+        (the server restarted) is replaced and, for retry, the statement
+        run again on a new one.  timed: gets the monotonic time at which
+        the statement was sent."""
+        lane = self._waits if wait else self._statements
+        for attempt in (0, 1):
+            failure: Optional[psycopg.Error] = None
+            reused = False
+            try:
+                with lane.connection() as (conn, reused):
+                    if timed is not None:
+                        timed.append(time.monotonic())
+                    try:
+                        cur = conn.execute(statement, params)
+                        result = cur.fetchall() if rows else cur.fetchone()
+                    except psycopg.Error as exc:
+                        if is_connection_error(exc):
+                            raise           # the lane closes the connection
+                        failure = exc       # a sound connection: the lane keeps it
+            except psycopg.Error as exc:
+                if retry and attempt == 0 and reused and is_connection_error(exc):
+                    if timed is not None:
+                        timed.clear()
+                    continue
+                raise errors.from_psycopg(exc, what) from exc
+            if failure is not None:
+                raise errors.from_psycopg(failure, what) from failure
+            if rows:
+                return result
+            return result[0] if result else None
+
+    def _acquire(self, statement: str, args: Tuple, blocking: bool, deadline: Optional[float],
+                 what: str) -> Tuple[Optional[int], float]:
+        """Take a lease: at once on the statement pool, then, if it is not
+        free and the caller waits, inside the server in slices on a wait
+        connection.  The token (None if not had) and when the statement
+        that got it was sent."""
+        name, holder, ttl, info = args
+        timed: list = []
+        token = self._query(statement, (name, holder, ttl, c.ZERO, info), what, timed=timed)
+        while token is None and blocking:
+            wait = c.next_wait(True, deadline, time.monotonic())
+            if wait <= c.ZERO:
+                break
+            timed = []
+            token = self._query(statement, (name, holder, ttl, wait, info), what, wait=True,
+                                timed=timed)
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        return (int(token) if token is not None else None), (timed[-1] if timed else 0.0)
+
+    # -- the end ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Give back every lease held through this client (their owners see
+        them lost), stop the keeper and close the connections."""
+        if self._closed:
+            return
+        holds = self._keeper.stop()
+        self._keeper.report(holds, "the client was closed")
+        if holds and os.getpid() == self._pid:
+            try:
+                self._query(sql.RELEASE_MANY, ([h.name for h in holds], [h.holder for h in holds]),
+                            "releasing the leases of a closed client")
+            except errors.DsyncError:
+                pass                        # they lapse at their ttl
+        self._closed = True
+        self._statements.close()
+        self._waits.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+# -- the default clients ------------------------------------------------------------
+
+_defaults: Dict[tuple, Client] = {}
+_defaults_lock = threading.Lock()
+_forked: List[Client] = []          # a parent's clients, kept from closing its sockets
+
+
+def default_client(conninfo: Optional[str], pool: Any, listen: Optional[bool],
+                   connect_kwargs: Dict[str, Any]) -> Client:
+    """The client shared by objects made with the same conninfo (and
+    keyword arguments) or the same pool."""
+    key = c.ConnectionSettings.key(conninfo, pool, dict(connect_kwargs, listen=listen))
+    with _defaults_lock:
+        client = _defaults.get(key)
+        if client is None or client._closed:
+            client = Client(conninfo, pool=pool, listen=listen, **connect_kwargs)
+            _defaults[key] = client
+        return client
+
+
+def _close_defaults() -> None:
+    """At exit: give back the leases still held, close the connections."""
+    with _defaults_lock:
+        clients = list(_defaults.values())
+        _defaults.clear()
+    for client in clients:
+        try:
+            client.close()
+        except Exception:
+            pass
+
+
+def _forget_defaults_in_child() -> None:
+    """In a forked child the parent's connections are not ours to use or to
+    close (closing would end the parent's sessions): keep them referenced,
+    unused, and start afresh."""
+    _forked.extend(_defaults.values())
+    _defaults.clear()
+
+
+atexit.register(_close_defaults)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_defaults_in_child)
