@@ -22,8 +22,13 @@ from . import _common as c
 from ._sql import channel_of
 
 # How many channels with no held lease stay LISTENed, so that a lock taken
-# again and again is not LISTENed anew each time.
+# again and again is not LISTENed anew each time.  Not more: a listening
+# backend compares every notification of its database with each channel.
 IDLE_CHANNELS = 256
+# A hold still unconfirmed is LISTENed for and confirmed this long after
+# its grant: a section shorter than that costs the keeper nothing, and a
+# burst of acquires shares one LISTEN and one renewal.
+SETTLE = 0.02
 
 
 class Hold:
@@ -158,10 +163,17 @@ class Ledger:
         self.connected = False
         self.listening.clear()
 
-    def to_listen(self) -> List[str]:
+    def settled(self, hold: Hold, now: float) -> bool:
+        return now >= hold.confirmed + SETTLE
+
+    def to_listen(self, now: float) -> List[str]:
+        """Channels to LISTEN on now: those of settled holds not yet
+        LISTENed (a hold whose channel is LISTENed since before its grant
+        needs nothing)."""
         if not self.listen_ok:
             return []
-        return [ch for ch in self.by_channel if ch not in self.listening]
+        return list({h.channel for h in self.unverified
+                     if h.channel not in self.listening and self.settled(h, now)})
 
     def listened(self, channels: List[str]) -> None:
         for ch in channels:
@@ -188,7 +200,8 @@ class Ledger:
         of its ttl since its last confirmation) or must be confirmed; then
         also every hold at least half-way to due, so that holds taken at
         about the same time share their renewals."""
-        ready = [h for h in self.unverified if not self.listen_ok or h.channel in self.listening]
+        ready = [h for h in self.unverified if self.settled(h, now) and
+                 (not self.listen_ok or h.channel in self.listening)]
         if not ready and not any(now >= h.confirmed + h.period for h in self.holds):
             return []
         batch = set(ready)
@@ -209,12 +222,12 @@ class Ledger:
     def next_wake(self, now: float) -> Optional[float]:
         """Seconds until the keeper has something to do (None: nothing
         held)."""
-        if self.to_listen() or any(not self.listen_ok or h.channel in self.listening
-                                   for h in self.unverified):
-            return 0.0
         if not self.holds:
             return None
-        return max(0.0, min(h.confirmed + h.period for h in self.holds) - now)
+        soonest = min(h.confirmed + h.period for h in self.holds)
+        if self.unverified:
+            soonest = min(soonest, min(h.confirmed for h in self.unverified) + SETTLE)
+        return max(0.0, soonest - now)
 
     # -- notifications -----------------------------------------------------
 

@@ -44,6 +44,24 @@ async def sender_pids(conn: psycopg.AsyncConnection) -> Set[int]:
     return c.sender_pids([d.name for d in cur.description], await cur.fetchone())
 
 
+async def wait_event(event: asyncio.Event, timeout: Optional[float]) -> None:
+    """Wait until event is set or timeout seconds pass.  A timer sets the
+    event rather than asyncio.wait_for wrapping the wait: before Python
+    3.12, wait_for can swallow a cancellation that arrives as its timeout
+    expires, and a keeper that missed its cancellation would keep the
+    loop from ever ending."""
+    if event.is_set():
+        return
+    timer = None
+    if timeout is not None:
+        timer = asyncio.get_running_loop().call_later(max(0.0, timeout), event.set)
+    try:
+        await event.wait()
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
 async def _abort(conn: psycopg.AsyncConnection) -> None:
     """End a connection that may be inside a statement: cancel it in the
     server (a wait ends there at once), then close."""
@@ -204,10 +222,7 @@ class _Keeper:
             if left <= 0 or self.stopping:
                 return False
             self.changed.clear()
-            try:
-                await asyncio.wait_for(self.changed.wait(), left)
-            except asyncio.TimeoutError:
-                return self.ledger.connected
+            await wait_event(self.changed, left)
         return True
 
     def add(self, hold: Hold, mark: Mark) -> None:
@@ -270,10 +285,7 @@ class _Keeper:
                     if not is_connection_error(exc) and not isinstance(exc, errors.DsyncError):
                         log.exception("dsync: the keeper failed; it starts again")
                     self.wake.clear()
-                    try:
-                        await asyncio.wait_for(self.wake.wait(), 0.5)
-                    except asyncio.TimeoutError:
-                        pass
+                    await wait_event(self.wake, 0.5)
         finally:
             # Cancelled by stop(), or by the loop's end (asyncio.run cancels
             # every task then): give back what is held, leave nothing open.
@@ -389,7 +401,7 @@ class _Keeper:
     async def _tick(self) -> None:
         if not self.reading:
             raise self.error or psycopg.OperationalError("the keeper's connection was lost")
-        listen = self.ledger.to_listen()
+        listen = self.ledger.to_listen(time.monotonic())
         for i in range(0, len(listen), LISTEN_CHUNK):
             chunk = listen[i:i + LISTEN_CHUNK]
             await self._execute(sql.listen_statement(chunk))
@@ -429,10 +441,7 @@ class _Keeper:
         if self.pending:
             return
         self.wake.clear()
-        try:
-            await asyncio.wait_for(self.wake.wait(), wait)
-        except asyncio.TimeoutError:
-            pass
+        await wait_event(self.wake, wait)
 
     async def _hear(self) -> None:
         if not self.pending:
@@ -470,10 +479,7 @@ class _Keeper:
             nxt = min((h.deadline for h in self.watched), default=None)
             wait = 1.0 if nxt is None else max(0.0, min(1.0, nxt - now))
             self.watch_wake.clear()
-            try:
-                await asyncio.wait_for(self.watch_wake.wait(), wait)
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(self.watch_wake, wait)
 
     async def stop(self) -> List[Hold]:
         self.stopping = True

@@ -30,7 +30,7 @@ import psycopg
 from . import _common as c
 from . import _sql as sql
 from . import errors
-from ._ledger import Hold, Ledger, Mark
+from ._ledger import SETTLE, Hold, Ledger, Mark
 from .errors import is_connection_error
 
 log = logging.getLogger("dsync")
@@ -225,8 +225,8 @@ class _Keeper:
             if hold.keep_alive:
                 self.ledger.add(hold, mark)
             self.watched.add(hold)
-            wake = hold.keep_alive and (hold in self.ledger.unverified or
-                                        hold.confirmed + hold.period < self.keeper_sleeps_until)
+            due = hold.confirmed + (SETTLE if hold in self.ledger.unverified else hold.period)
+            wake = hold.keep_alive and due < self.keeper_sleeps_until
             watch = hold.deadline < self.watchdog_sleeps_until
         if wake:
             self._wake()
@@ -343,7 +343,7 @@ class _Keeper:
         renewal, a notification or a wake-up."""
         conn = self.conn
         with self.mutex:
-            listen = self.ledger.to_listen()
+            listen = self.ledger.to_listen(time.monotonic())
             unlisten = self.ledger.to_unlisten()
         for i in range(0, len(listen), LISTEN_CHUNK):
             chunk = listen[i:i + LISTEN_CHUNK]
