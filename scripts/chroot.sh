@@ -25,6 +25,9 @@ esac
 packages="postgresql-$major,postgresql-server-dev-$major,postgresql-$major-pgtap"
 packages+=",postgresql-common,libtap-parser-sourcehandler-pgtap-perl,libipc-run-perl"
 packages+=",libpq-dev,make,gcc,clang,pgbouncer,util-linux,procps,ca-certificates"
+# The Python client's tests, on this suite's Python and psycopg.
+packages+=",python3-psycopg,python3-psycopg-pool,python3-pytest,python3-pytest-timeout"
+packages+=",python3-asyncpg,python3-sqlalchemy,python3-psycopg2"
 
 dir="$cache/chroot-$major"
 stamp="$suite $packages"

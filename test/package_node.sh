@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Checks that the Node package installs the way clients/node/README.md says:
 # `npm pack` in clients/node makes dsync-client-VERSION.tgz holding exactly
-# package.json, index.js, index.d.ts and README.md (and LICENSE when
-# clients/node has one), the files being clients/node's, its package.json
+# package.json and the files its "files" names, each clients/node's, its
+# package.json
 # licensed PostgreSQL and not private; installed with
 # `npm install --no-audit --no-fund <tarball>` into a fresh project (pg
 # comes from the npm registry), `require('dsync-client')` loads and exports
@@ -60,8 +60,13 @@ else
 	finish
 fi
 
-expected=$(printf 'package/%s\n' README.md index.d.ts index.js package.json)
-[ ! -f clients/node/LICENSE ] || expected=$(printf '%s\npackage/LICENSE\n' "$expected" | sort)
+# What ships is what package.json's "files" names (those that exist) and
+# package.json itself: nothing more (tests, examples, node_modules), nothing
+# less (a source file left out of "files" breaks require at once).
+listed=$(cd clients/node && node -e '
+const fs = require("fs");
+for (const f of require("./package.json").files) if (fs.existsSync(f)) console.log(f);')
+expected=$(printf 'package/%s\n' package.json $listed | sort)
 shipped=$(tar -tzf "$tarball" | sort)
 if [ "$shipped" = "$expected" ]; then
 	ok "the tarball holds exactly: $(echo "${shipped//package\//}" | paste -sd' ')"
@@ -71,10 +76,11 @@ else
 fi
 mkdir "$work/packed"
 tar -xzf "$tarball" -C "$work/packed"
-check "its index.js, index.d.ts and README.md are clients/node's" \
-	bash -c "cmp -s '$work/packed/package/index.js' clients/node/index.js &&
-		cmp -s '$work/packed/package/index.d.ts' clients/node/index.d.ts &&
-		cmp -s '$work/packed/package/README.md' clients/node/README.md"
+same=1
+for f in $listed; do
+	cmp -s "$work/packed/package/$f" "clients/node/$f" || { echo "   differs: $f"; same=0; }
+done
+check "its files are clients/node's" test "$same" = 1
 check "its package.json: version $version, license PostgreSQL, not private, depends on pg" \
 	node -e '
 const p = require(process.argv[1]);
@@ -91,7 +97,8 @@ if (bad.length) { console.error("   " + bad.join(", ")); process.exit(1); }
 loads() {
 	(cd "$1" && node -e '
 const d = require("dsync-client");
-const want = ["Lock", "ReadLock", "Semaphore", "LeaderElection", "watch", "withLock"];
+const want = ["Client", "Lock", "ReadLock", "Semaphore", "Event", "LeaderElection", "watch",
+  "withLock", "DsyncError"];
 const missing = want.filter((n) => typeof d[n] !== "function");
 if (missing.length) throw new Error("missing exports: " + missing.join(", "));
 const v = require("dsync-client/package.json").version;

@@ -102,5 +102,15 @@ run_suite "Perl TAP" runuser -u postgres -- env PATH="$PATH" PG_CONFIG="$PG_CONF
 	make -s -C "$tapdir" prove-installcheck
 rm -rf "$tapdir"
 
+# The Python client on this Debian's Python and psycopg: the host runs it on
+# bookworm's (3.11, psycopg 3.1) in test/clients.sh; trixie and sid carry
+# the newer ones its users have (Python 3.13, psycopg 3.2).
+if [ "$major" != 15 ] &&
+	python3 -c 'import psycopg, psycopg_pool, pytest, pytest_timeout' 2>/dev/null; then
+	pyver=$(python3 -c 'import sys, psycopg; print("Python %d.%d.%d, psycopg %s" % (sys.version_info[:3] + (psycopg.__version__,)))')
+	run_suite "Python client ($pyver)" env PGBIN="$bindir" bash -c \
+		'cd clients/python && timeout 1800 python3 -m pytest -q -p no:cacheprovider --timeout=300 tests'
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

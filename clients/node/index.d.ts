@@ -1,22 +1,56 @@
-// Types of dsync-client (index.js).
+// Types of dsync-client (index.js and the files it gathers).
 import { EventEmitter } from 'node:events';
-import type { Pool, Client, ClientConfig } from 'pg';
+import type { Pool, ClientBase, ClientConfig, CustomTypesConfig } from 'pg';
 
+/** Exactly one of these: where connections come from. */
 export interface ConnectOptions {
   connectionString?: string;
   config?: ClientConfig;
   pool?: Pool;
 }
 
-export interface LockOptions extends ConnectOptions {
-  ttl?: number;            // seconds
-  holder?: string;         // default host:pid:random
-  info?: unknown;          // any JSON value
-  listen?: boolean;        // default: when the connection is not behind a pooler
+export interface ClientOptions extends ConnectOptions {
+  /** Connections kept for statements (default 2). */
+  poolSize?: number;
+  /** false: never LISTEN (a loss is noticed at the next renewal); true: require it; null (default): where it works. */
+  listen?: boolean | null;
+  /** Idle connections do not keep the process alive (default false; the default clients set it). */
+  allowExitOnIdle?: boolean;
 }
 
+/** What an object runs on: a Client, or connection settings (a default client shared per settings). */
+export interface OnClientOptions extends ConnectOptions {
+  client?: Client;
+  /** For the default client of the connection settings (not with `client`). */
+  listen?: boolean | null;
+}
+
+export interface LockOptions extends OnClientOptions {
+  /** Seconds (default 30). */
+  ttl?: number;
+  /** Holder name on the server (default host:pid:random); other owners of the object get holder#2, ... */
+  holder?: string;
+  /** Any JSON value, shown in dsync_leases. */
+  info?: unknown;
+  /** false: held without renewal, lapsing at its ttl (default true). */
+  keepAlive?: boolean;
+  /** run()'s default timeout in seconds (null: no limit). */
+  timeout?: number | null;
+}
+
+export interface AcquireOptions {
+  /** false: answer at once (default true). */
+  blocking?: boolean;
+  /** Seconds; null or undefined: no limit. */
+  timeout?: number | null;
+  /** Ends a wait; the call then rejects with the signal's reason. */
+  signal?: AbortSignal | null;
+}
+
+export interface RunOptions extends AcquireOptions {}
+
 export interface DsyncEvent {
-  kind: 'acquired' | 'released' | 'expired' | 'joined' | 'left' | 'set' | 'state' | string;
+  kind: 'acquired' | 'released' | 'expired' | 'joined' | 'left' | 'set' | 'state' | 'gap' | string;
   name: string;
   holder: string | null;
   fencing: bigint | null;
@@ -26,22 +60,73 @@ export interface DsyncEvent {
   raw: Record<string, unknown>;
 }
 
+export interface WatchOptions extends OnClientOptions {
+  /** Seconds without an event after which the iteration ends (default: never). */
+  timeout?: number | null;
+  /** Resume after this seq (the last one an earlier watch yielded). */
+  after?: bigint | number | string | null;
+  /** false: a lost connection ends the watch with its error (default true). */
+  reconnect?: boolean;
+}
+
+/** One lease held by one owner, as the keeper keeps it. */
+export interface Hold {
+  readonly name: string;
+  readonly holder: string;
+  readonly token: bigint;
+  readonly ttlMs: number;
+  readonly keepAlive: boolean;
+  /** performance.now() at which the last confirmed grant or renewal was sent. */
+  readonly confirmed: number;
+  readonly lostReason: string | null;
+  check(): void;
+}
+
+export class Client {
+  constructor(opts: ClientOptions);
+  readonly listen: boolean | null;
+  readonly poolSize: number;
+  lock(name: string, opts?: Omit<LockOptions, keyof OnClientOptions>): Lock;
+  readLock(name: string, opts?: Omit<LockOptions, keyof OnClientOptions>): ReadLock;
+  /** Created with permits (idempotent), or attached to an existing one when permits is undefined. */
+  semaphore(name: string, permits?: number | null, opts?: Omit<LockOptions, keyof OnClientOptions> & { timeout?: number | null }): Promise<Semaphore>;
+  event(name: string): Event;
+  election(group: string, opts?: Omit<ElectionOptions, keyof OnClientOptions>): LeaderElection;
+  watch(names: string[], opts?: Omit<WatchOptions, keyof OnClientOptions>): AsyncGenerator<DsyncEvent>;
+  /** Stops its elections, gives back every held lease, closes every connection it opened. */
+  close(): Promise<void>;
+}
+
 export class Lock extends EventEmitter {
   constructor(name: string, opts?: LockOptions);
   readonly name: string;
   readonly holder: string;
-  token: bigint | null;
-  lost: boolean;
-  lostReason: string | null;
-  acquire(opts?: { blocking?: boolean; timeout?: number | null }): Promise<boolean>;
+  readonly ttl: number;
+  readonly info: unknown;
+  readonly keepAlive: boolean;
+  readonly timeout: number | null;
+  readonly client: Client;
+  /** The caller's fencing token: its run() scope's, else the most recent bare hold's. */
+  readonly token: bigint | null;
+  /** Whether the caller holds it, as far as the client knows (no statement). */
+  readonly held: boolean;
+  readonly lost: boolean;
+  readonly lostReason: string | null;
+  readonly hold: Hold | null;
+  acquire(opts?: AcquireOptions): Promise<boolean>;
+  /** NotHeld if the caller holds nothing. */
   release(): Promise<boolean>;
-  renew(): Promise<Date | null>;
+  /** fn runs as one owner holding the lease; AcquireTimeout if not had in time. */
+  run<T>(fn: (lock: this) => T | Promise<T>, opts?: RunOptions): Promise<T>;
+  renew(ttl?: number): Promise<Date | null>;
   locked(): Promise<boolean>;
   owned(): Promise<boolean>;
   check(): void;
-  guard(client: Client): Promise<bigint>;
+  guard(client: ClientBase): Promise<bigint>;
+  /** Gives back every hold of this object; the client stays open. */
   close(): Promise<void>;
-  on(event: 'lost', listener: (reason: string) => void): this;
+  on(event: 'lost', listener: (reason: string, hold: Hold) => void): this;
+  once(event: 'lost', listener: (reason: string, hold: Hold) => void): this;
 }
 
 /** The shared side of a read-write lock: any number at once, never with a Lock. */
@@ -51,6 +136,26 @@ export class ReadLock extends Lock {
 
 export class Semaphore extends Lock {
   constructor(name: string, permits: number, opts?: LockOptions);
+  /** null until an attached semaphore has read its count. */
+  permits: number | null;
+  static create(name: string, permits: number, opts?: LockOptions): Promise<Semaphore>;
+  /** Waits up to timeout seconds (default 60; null: for ever; 0: look once), then SemaphoreNotFound. */
+  static attach(name: string, opts?: LockOptions & { timeout?: number | null }): Promise<Semaphore>;
+  /** The server's count, null if not defined (needs extension version 1.5). */
+  getCount(): Promise<number | null>;
+}
+
+/** A one-to-one signal: each set() wakes exactly one wait(). */
+export class Event {
+  constructor(name: string, opts?: OnClientOptions);
+  readonly name: string;
+  readonly client: Client;
+  set(): Promise<void>;
+  /** true, or false after timeout seconds (null: no limit). */
+  wait(timeout?: number | null, opts?: { signal?: AbortSignal | null }): Promise<boolean>;
+  clear(): Promise<number>;
+  isSet(): Promise<boolean>;
+  close(): Promise<void>;
 }
 
 export interface Member {
@@ -61,24 +166,77 @@ export interface Member {
   isLeader: boolean;
 }
 
+export interface ElectionOptions extends OnClientOptions {
+  /** Seconds (default 15). */
+  ttl?: number;
+  member?: string;
+  info?: unknown;
+}
+
+export interface ElectionStatus {
+  group: string;
+  member: string;
+  running: boolean;
+  isLeader: boolean;
+  leader: string | null;
+  leaderExists: boolean;
+  token: bigint | null;
+  /** performance.now() of the campaign's last look, null before it. */
+  seenAt: number | null;
+}
+
 export class LeaderElection extends EventEmitter {
-  constructor(group: string, opts?: LockOptions & { member?: string });
+  constructor(group: string, opts?: ElectionOptions);
+  readonly group: string;
+  readonly member: string;
+  readonly ttl: number;
+  readonly client: Client;
+  /** Getters that never wait: what the campaign last saw. */
   readonly isLeader: boolean;
+  readonly leaderExists: boolean;
   readonly token: bigint | null;
+  readonly running: boolean;
+  readonly status: ElectionStatus;
+  error: Error | null;
   start(): this;
   stop(): Promise<void>;
-  leaderExists(): Promise<boolean>;
+  /** Asks the server. */
+  leader(): Promise<string | null>;
   members(): Promise<Member[]>;
   on(event: 'elected', listener: (token: bigint) => void): this;
   on(event: 'lost', listener: (reason: string) => void): this;
   on(event: 'members', listener: (members: Member[]) => void): this;
   on(event: 'error', listener: (err: Error) => void): this;
+  once(event: 'elected', listener: (token: bigint) => void): this;
+  once(event: 'lost', listener: (reason: string) => void): this;
+  once(event: 'members', listener: (members: Member[]) => void): this;
+  once(event: 'error', listener: (err: Error) => void): this;
 }
 
-export function watch(names: string[], opts?: ConnectOptions & { timeout?: number; after?: bigint | number | string }): AsyncGenerator<DsyncEvent>;
-export function withLock<T>(name: string, fn: (lock: Lock) => Promise<T>, opts?: LockOptions & { timeout?: number }): Promise<T>;
+export function watch(names: string[], opts?: WatchOptions): AsyncGenerator<DsyncEvent>;
+export function withLock<T>(name: string, fn: (lock: Lock) => T | Promise<T>, opts?: LockOptions & { signal?: AbortSignal | null }): Promise<T>;
+/** Closes every default client (giving back what they hold). */
+export function closeDefaultClients(): Promise<void>;
 export function parsePayload(channel: string, payload: string): DsyncEvent | null;
+/** The channel dsync notifies for a name, as dsync_channel() computes it. */
+export function channelOf(name: string): string;
 export function defaultHolder(): string;
-export class DsyncError extends Error {}
+/** int8 as BigInt: pass as a query's `types` to read tokens yourself. */
+export const types: CustomTypesConfig;
+
+export class DsyncError extends Error {
+  constructor(message: string, opts?: { cause?: unknown; code?: string });
+  /** The SQLSTATE (or node's socket error code) of the cause, if any. */
+  code: string | undefined;
+  cause?: unknown;
+}
+export class AcquireTimeout extends DsyncError {}
 export class LockLost extends DsyncError {}
+export class NotHeld extends DsyncError {}
+export class SemaphoreMismatch extends DsyncError {}
+export class SemaphoreNotFound extends DsyncError {}
+export class DsyncConnectionError extends DsyncError {}
+export class KeeperUnavailable extends DsyncConnectionError {}
 export class ListenUnavailable extends DsyncError {}
+export class ServerError extends DsyncError {}
+export class InvalidArgument extends ServerError {}

@@ -208,12 +208,14 @@ def q(sql, *args, dsn=ADMIN_DSN):
 lost_at = {}        # lease -> wall time it was first found not kept
 
 
-def lease_checker(expect, liblock, tool):
+def lease_checker(expect, liblost, tool):
     """Twice a second: is each kept lease still held by its holder with its
-    token, and does each client still believe it holds it?"""
+    token, and does each client still believe it holds it?  liblost: the
+    library lock's lost flag, taken in the thread that holds the lock (a
+    lock's flags are its owner's)."""
     while not stop.is_set():
         now = time.time()
-        if liblock.lost.is_set():
+        if liblost.is_set():
             lost_at.setdefault("libkept (client)", now)
         if tool.poll() is not None:
             lost_at.setdefault("clikept (client)", now)
@@ -252,7 +254,7 @@ def main():
     tool_watch = subprocess.Popen([DSYNC, "--dsn", DSN, "watch", "job", "--json"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    threads.append(threading.Thread(target=lease_checker, args=(expect, libkept, tool)))
+    threads.append(threading.Thread(target=lease_checker, args=(expect, libkept.lost, tool)))
     watchers = [threading.Thread(target=listen_watcher), threading.Thread(target=library_watcher),
                 threading.Thread(target=tool_watcher, args=(tool_watch,))]
     for t in threads + watchers:

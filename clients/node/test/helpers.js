@@ -1,10 +1,20 @@
 'use strict';
-// Connection strings from clients/with_server.py, in libpq keyword form.
+// What the tests share: connection settings from clients/with_server.py
+// (libpq keyword form), unique names, admin statements, roles of their own.
+// node --test runs every file of this directory, this one too: it only
+// defines things.
 const pg = require('pg');
+const { after } = require('node:test');
+
+// A test that timed out may leave a connection open, which would keep its
+// file's process (and so node --test) running: exit 5 s after the last
+// test whatever is left (the results, failures included, are reported by
+// then).  The timer is unref'd, so a clean run exits at once.
+after(() => { setTimeout(() => process.exit(), 5000).unref(); });
 
 function config(dsn) {
   const cfg = {};
-  for (const part of dsn.split(/\s+/)) {
+  for (const part of (dsn || '').split(/\s+/)) {
     const [k, v] = part.split('=');
     if (k === 'dbname') cfg.database = v;
     else if (k === 'user') cfg.user = v;
@@ -17,6 +27,8 @@ function config(dsn) {
 const direct = config(process.env.DSYNC_DSN);
 const bouncer = config(process.env.DSYNC_BOUNCER_DSN);
 const admin = config(process.env.DSYNC_ADMIN_DSN);
+// The admin role in the app database (dsync_force_release is for administrators).
+const adminApp = { ...admin, database: direct.database };
 
 let counter = 0;
 function uniqueName(prefix) {
@@ -25,7 +37,7 @@ function uniqueName(prefix) {
 }
 
 async function adminQuery(text, values) {
-  const c = new pg.Client(admin);
+  const c = new pg.Client(adminApp);
   await c.connect();
   try {
     return (await c.query(text, values)).rows;
@@ -34,6 +46,35 @@ async function adminQuery(text, values) {
   }
 }
 
+/*
+ * A login role of its own for a test that counts or limits connections
+ * by role (pg_stat_activity.usename, CONNECTION LIMIT): test files may run
+ * side by side on one server, and the app role's count is theirs too.
+ * Returns the role's client config.
+ */
+async function ownRole(prefix) {
+  const role = `${prefix}_${process.pid}_${++counter}`.replace(/[^a-z0-9_]/g, '_');
+  await adminQuery(`CREATE ROLE ${role} LOGIN`);
+  return { ...direct, user: role, role };
+}
+
+// Connections of a role in pg_stat_activity (client backends only).
+async function connectionsOf(role) {
+  const rows = await adminQuery("SELECT count(*)::int AS n FROM pg_stat_activity WHERE usename = $1 AND backend_type = 'client backend'", [role]);
+  return rows[0].n;
+}
+
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-module.exports = { direct, bouncer, admin, uniqueName, adminQuery, sleep };
+// Polls cond() (sync or async) every `every` ms until it is truthy or ms
+// have passed; returns its last value.
+async function waitFor(cond, ms = 5000, every = 10) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await cond();
+    if (v || Date.now() >= end) return v;
+    await sleep(every);
+  }
+}
+
+module.exports = { direct, bouncer, admin, adminApp, uniqueName, adminQuery, ownRole, connectionsOf, sleep, waitFor };

@@ -1,14 +1,21 @@
 'use strict';
-const test = require('node:test');
+const { test, after } = require('node:test');
 const assert = require('node:assert');
 const { spawn } = require('node:child_process');
 const path = require('node:path');
 const pg = require('pg');
-const { Lock, ReadLock, Semaphore, LeaderElection, watch, withLock, LockLost, ListenUnavailable } = require('..');
+const {
+  Client, Lock, ReadLock, Semaphore, LeaderElection, watch, withLock, closeDefaultClients, LockLost, ListenUnavailable,
+  DsyncConnectionError,
+} = require('..');
 const { direct, bouncer, uniqueName, adminQuery, sleep } = require('./helpers');
 
+// The existing constructors' tests (default clients per connection
+// settings), ported to the Client design: each test has a watchdog timeout.
+after(() => closeDefaultClients());
+
 for (const [how, config] of [['direct', direct], ['pgbouncer', bouncer]]) {
-  test(`lock cycle with BigInt tokens (${how})`, async () => {
+  test(`lock cycle with BigInt tokens (${how})`, { timeout: 20000 }, async () => {
     const name = uniqueName('cycle');
     const a = new Lock(name, { config, ttl: 30, info: { host: 'h', n: 1 } });
     assert.strictEqual(await a.acquire({ blocking: false }), true);
@@ -26,7 +33,7 @@ for (const [how, config] of [['direct', direct], ['pgbouncer', bouncer]]) {
     await b.close();
   });
 
-  test(`withLock releases when fn throws (${how})`, async () => {
+  test(`withLock releases when fn throws (${how})`, { timeout: 20000 }, async () => {
     const name = uniqueName('with');
     await assert.rejects(withLock(name, async (lock) => {
       assert.strictEqual(typeof lock.token, 'bigint');
@@ -36,18 +43,20 @@ for (const [how, config] of [['direct', direct], ['pgbouncer', bouncer]]) {
     assert.strictEqual(rows[0].n, 0);
   });
 
-  test(`semaphore of 2 (${how})`, async () => {
+  test(`semaphore of 2 (${how})`, { timeout: 20000 }, async () => {
     const name = uniqueName('sem');
     const s = [0, 1, 2].map(() => new Semaphore(name, 2, { config, ttl: 30 }));
     assert.ok(await s[0].acquire({ blocking: false }));
     assert.ok(await s[1].acquire({ blocking: false }));
     assert.strictEqual(await s[2].acquire({ blocking: false }), false);
     await s[0].release();
+    await assert.rejects(s[0].release(), (e) => e.name === 'NotHeld');    // nothing held any more
     assert.ok(await s[2].acquire({ timeout: 5 }));
-    for (const x of s) { await x.release(); await x.close(); }
+    for (const x of s.slice(1)) assert.strictEqual(await x.release(), true);
+    for (const x of s) await x.close();
   });
 
-  test(`read-write lock (${how})`, async () => {
+  test(`read-write lock (${how})`, { timeout: 30000 }, async () => {
     const name = uniqueName('rw');
     const r1 = new ReadLock(name, { config, ttl: 30 });
     const r2 = new ReadLock(name, { config, ttl: 30 });
@@ -71,7 +80,7 @@ for (const [how, config] of [['direct', direct], ['pgbouncer', bouncer]]) {
   });
 }
 
-test('guard in the caller\'s transaction returns the BigInt token', async () => {
+test('guard in the caller\'s transaction returns the BigInt token', { timeout: 20000 }, async () => {
   const name = uniqueName('guard');
   await withLock(name, async (lock) => {
     const c = new pg.Client(direct);
@@ -89,10 +98,13 @@ test('guard in the caller\'s transaction returns the BigInt token', async () => 
   await c.end();
 });
 
-test('a force-released lock is known lost at once', async () => {
+test('a force-released lock is known lost at once', { timeout: 20000 }, async () => {
   const name = uniqueName('lost');
   const lock = new Lock(name, { config: direct, ttl: 30 });
   assert.ok(await lock.acquire());
+  // A hold is LISTENed for once it has settled (20 ms): a loss before that
+  // is found by the confirming renewal instead of heard.
+  await sleep(200);
   const lost = new Promise((resolve) => lock.once('lost', resolve));
   const t0 = process.hrtime.bigint();
   await adminQuery('SELECT dsync_force_release($1)', [name]);
@@ -105,7 +117,7 @@ test('a force-released lock is known lost at once', async () => {
   await lock.close();
 });
 
-test('payload tokens are BigInt and foreign NOTIFYs are skipped', async () => {
+test('payload tokens are BigInt and foreign NOTIFYs are skipped', { timeout: 20000 }, async () => {
   const name = uniqueName('watch');
   const it = watch([name], { config: direct, timeout: 5 });
   const seen = [];
@@ -126,7 +138,7 @@ test('payload tokens are BigInt and foreign NOTIFYs are skipped', async () => {
   assert.ok(seen[0].expiresAt instanceof Date);
 });
 
-test('watch resumes after a seq from the event log, each event once', async () => {
+test('watch resumes after a seq from the event log, each event once', { timeout: 30000 }, async () => {
   const name = uniqueName('resume');
   await withLock(name, async () => {}, { config: direct, ttl: 30, holder: 'r1' });
   await withLock(name, async () => {}, { config: direct, ttl: 30, holder: 'r2' });
@@ -145,7 +157,7 @@ test('watch resumes after a seq from the event log, each event once', async () =
   assert.deepStrictEqual(seen.map((e) => String(e.seq)), [logged[2].seq, logged[3].seq]);
 });
 
-test('watch reconnects after its connection is cut and replays what it missed', async () => {
+test('watch reconnects after its connection is cut and replays what it missed', { timeout: 30000 }, async () => {
   const name = uniqueName('reconnect');
   const seen = [];
   let heard = null;
@@ -156,7 +168,10 @@ test('watch reconnects after its connection is cut and replays what it missed', 
       if (ev.kind === 'acquired' && ev.holder === 'during') break;
     }
   })();
-  const watching = "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'dsync watch' AND state = 'idle'";
+  // Idle after its last setup statement (the state it starts from): an
+  // acquire before that would show as a "state" event.
+  const watching = "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'dsync watch' AND state = 'idle'"
+    + " AND query LIKE 'SELECT lease, holder, fencing, expires_at FROM dsync_leases%'";
   for (let i = 0; i < 250 && !(await adminQuery(watching))[0].n; i++) await sleep(20);
   const twoSeen = new Promise((resolve) => { heard = () => { if (seen.length >= 2) resolve(); }; });
   await withLock(name, async () => {}, { config: direct, ttl: 30, holder: 'before' });
@@ -174,7 +189,7 @@ test('watch reconnects after its connection is cut and replays what it missed', 
   await lock.close();
 });
 
-test('watch with reconnect: false ends with the connection error', async () => {
+test('watch with reconnect: false ends with the connection error', { timeout: 20000 }, async () => {
   const name = uniqueName('noreconnect');
   const outcome = (async () => {
     for await (const ev of watch([name], { config: direct, timeout: 10, reconnect: false })) void ev;
@@ -183,17 +198,18 @@ test('watch with reconnect: false ends with the connection error', async () => {
   for (let i = 0; i < 250 && !(await adminQuery(watching))[0].n; i++) await sleep(20);
   await adminQuery("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'dsync watch'");
   const err = await outcome;
-  assert.ok(err instanceof Error, 'the watch ended with an error');
+  assert.ok(err instanceof DsyncConnectionError, 'the watch ended with a connection error');
   assert.strictEqual(err.code, '57P01');
+  assert.strictEqual(err.cause.code, '57P01');
 });
 
-test('watch through PgBouncer says LISTEN does not work', async () => {
+test('watch through PgBouncer says LISTEN does not work', { timeout: 20000 }, async () => {
   await assert.rejects((async () => {
     for await (const ev of watch(['x'], { config: bouncer, timeout: 1 })) void ev;
   })(), ListenUnavailable);
 });
 
-test('leader election emits elected, members and lost; failover after kill', async () => {
+test('leader election emits elected, members and lost; failover after kill', { timeout: 60000 }, async () => {
   const group = uniqueName('elect');
   const events = [];
   const a = new LeaderElection(group, { config: direct, ttl: 3, member: 'a' });
@@ -231,8 +247,9 @@ test('leader election emits elected, members and lost; failover after kill', asy
 });
 
 for (const [script, expect] of [['with_lock.js', /debited under fencing token \d+/],
-  ['leader.js', /running the job with 1 member/], ['semaphore.js', /at most [1-4] held/]]) {
-  test(`example ${script}`, async () => {
+  ['leader.js', /running the job with 1 member/], ['semaphore.js', /at most [1-4] held/],
+  ['client.js', /3 tasks took turns \(at most 1 inside\); signal received: true/]]) {
+  test(`example ${script}`, { timeout: 70000 }, async () => {
     const { execFile } = require('node:child_process');
     const out = await new Promise((resolve, reject) => {
       execFile(process.execPath, [path.join(__dirname, '..', 'examples', script)], { env: process.env, timeout: 60000 },
@@ -242,14 +259,16 @@ for (const [script, expect] of [['with_lock.js', /debited under fencing token \d
   });
 }
 
-test('the watchdog declares a loss before the lease could expire', async () => {
+test('the watchdog declares a loss before the lease could expire', { timeout: 20000 }, async () => {
   const name = uniqueName('watchdog');
-  const lock = new Lock(name, { config: direct, ttl: 2 });
+  const app = uniqueName('wd');
+  const client = new Client({ config: { ...direct, application_name: app } });
+  const lock = client.lock(name, { ttl: 2 });
   const t0 = Date.now();
   assert.ok(await lock.acquire());
   let pid = null;
   for (let i = 0; i < 200 && !pid; i++) {
-    const rows = await adminQuery('SELECT pid FROM pg_stat_activity WHERE application_name = $1', [`dsync keeper ${name}`.slice(0, 63)]);
+    const rows = await adminQuery('SELECT pid FROM pg_stat_activity WHERE application_name = $1', [`${app} keeper`]);
     if (rows.length) pid = rows[0].pid; else await sleep(10);
   }
   assert.ok(pid, 'no keeper connection');
@@ -260,15 +279,21 @@ test('the watchdog declares a loss before the lease could expire', async () => {
     console.log(`node watchdog: loss declared ${took.toFixed(2)} s after the acquire (ttl 2 s)`);
     assert.match(why, /renewal/);
     assert.ok(took < 2);
+    assert.strictEqual(lock.lost, true);
+    assert.throws(() => lock.check(), LockLost);
     const rows = await adminQuery('SELECT count(*)::int AS n FROM dsync_leases WHERE lease = $1', [name]);
     assert.strictEqual(rows[0].n, 1);
   } finally {
     process.kill(pid, 'SIGCONT');
   }
-  await lock.close();
+  assert.strictEqual(await lock.release(), false);
+  await client.close();
+  // The keeper gave the lease back once it could (or close() did).
+  const rows = await adminQuery('SELECT count(*)::int AS n FROM dsync_leases WHERE lease = $1', [name]);
+  assert.strictEqual(rows[0].n, 0);
 });
 
-test('a lock taken again after a loss is renewed again', async () => {
+test('a lock taken again after a loss is renewed again', { timeout: 20000 }, async () => {
   const name = uniqueName('again');
   const lock = new Lock(name, { config: direct, ttl: 1.5 });
   assert.ok(await lock.acquire());
@@ -284,7 +309,7 @@ test('a lock taken again after a loss is renewed again', async () => {
   await lock.close();
 });
 
-test('a leader whose lease is taken away is re-elected and kept', async () => {
+test('a leader whose lease is taken away is re-elected and kept', { timeout: 30000 }, async () => {
   const group = uniqueName('reelect');
   const calls = [];
   const e = new LeaderElection(group, { config: direct, ttl: 1.5, member: 'm' });

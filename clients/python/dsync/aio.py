@@ -224,6 +224,13 @@ class AsyncLock(_OnClient):
         return st is not None and st.hold is not None and not st.hold.done
 
     @property
+    def hold(self) -> Optional[Hold]:
+        """The calling task's hold (token, lost, lost_reason, check()), to
+        hand to another task that watches it; None if it holds nothing."""
+        st = self._owned_state()
+        return st.hold if st is not None else None
+
+    @property
     def token(self) -> Optional[int]:
         st = self._owned_state()
         return st.hold.token if st is not None and st.hold is not None else None

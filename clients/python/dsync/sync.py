@@ -258,6 +258,13 @@ class Lock:
         return st is not None and st.hold is not None and not st.hold.done
 
     @property
+    def hold(self) -> Optional[Hold]:
+        """The calling thread's hold (token, lost, lost_reason, check()), to
+        hand to another thread that watches it; None if it holds nothing."""
+        st = self._owned_state()
+        return st.hold if st is not None else None
+
+    @property
     def token(self) -> Optional[int]:
         """The calling thread's fencing token, None if it does not hold."""
         st = self._owned_state()

@@ -22,6 +22,7 @@ def lost_leadership():
 with LeaderElection("reports", conninfo=dsn, ttl=15, info={"role": "report-runner"},
                     on_leader=became_leader, on_leader_loss=lost_leadership) as election:
     elected.wait(30)
-    if election.is_leader:
+    if election.is_leader:                   # properties: they never wait
         print("running the job as", election.member,
-              "with", len(election.members()), "member(s) in the group")
+              "with", len(election.members()), "member(s) in the group;",
+              "status:", election.status)

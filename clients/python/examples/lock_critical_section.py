@@ -6,7 +6,7 @@ import sys
 
 import psycopg
 
-from dsync import Lock
+from dsync import Client
 
 dsn = os.environ.get("DSYNC_DSN", "dbname=app")
 
@@ -14,7 +14,8 @@ with psycopg.connect(dsn, autocommit=True) as conn:
     conn.execute("CREATE TABLE IF NOT EXISTS example_account (id int PRIMARY KEY, balance int)")
     conn.execute("INSERT INTO example_account VALUES (1, 100) ON CONFLICT DO NOTHING")
 
-lock = Lock("account-1", conninfo=dsn, ttl=30)
+client = Client(dsn)                         # one per process
+lock = client.lock("account-1", ttl=30)
 with lock:                                   # blocks until held
     with psycopg.connect(dsn) as conn, conn.transaction():
         token = lock.guard(conn)             # nobody can take the lease until commit
@@ -24,4 +25,4 @@ with lock:                                   # blocks until held
 if not lock.acquire(blocking=False):         # mongoelector: acquire(blocking=False)
     sys.exit("someone else holds it")
 lock.release()
-lock.close()
+client.close()

@@ -1,0 +1,318 @@
+'use strict';
+/*
+ * The Client: one per process (or per database), shared by every lock,
+ * semaphore, event, election and watch made from it.  It owns the
+ * connections:
+ *
+ *   - a small pool for statements (a pg.Pool of poolSize, or the caller's
+ *     pool): each statement checks a connection out for itself, runs, reads
+ *     its whole result and gives it back, so no connection ever has two of
+ *     our statements in flight;
+ *   - connections of their own for blocking waits (a second pg.Pool, not
+ *     capped small, idle ones closed after 10 s): a release never queues
+ *     behind the waiters it is about to wake;
+ *   - one keeper (keeper.js) for every lease held.
+ *
+ * Holding a thousand leases costs the keeper's connection and the pool's.
+ * clients/DESIGN.md tells the rules; ledger.js holds the bookkeeping.
+ */
+
+const net = require('node:net');
+const { performance } = require('node:perf_hooks');
+const pg = require('pg');
+const sql = require('./sql');
+const errors = require('./errors');
+const { ConnectionSettings } = require('./settings');
+const { Keeper } = require('./keeper');
+const { abortError } = require('./args');
+
+// The longest a blocking call waits inside the server in one statement:
+// slices let the server's cleanup horizon move on and the client notice a
+// timeout, a stop or an abort.
+const WAIT_SLICE_MS = 5000;
+// How long idle connections of blocking waits are kept for the next wait.
+const WAIT_IDLE_MS = 10000;
+
+const USED = Symbol('dsync.used');          // a pooled connection that ran a statement before
+const GUARDED = Symbol('dsync.guarded');    // has our error listener
+const CANCELLED = Symbol('dsync.cancelled');
+const noop = () => {};
+
+/*
+ * Sends PostgreSQL's cancel request for the statement running on conn (a
+ * wait inside the server ends at once).  The connection is marked so it
+ * is thrown away afterwards: a cancel that arrives late must not hit the
+ * next statement run on it.
+ */
+function cancelStatement(conn) {
+  if (!conn || conn.processID === null || conn[CANCELLED]) return;
+  conn[CANCELLED] = true;
+  const host = conn.host;
+  const socket = host && host.startsWith('/')
+    ? net.connect(`${host}/.s.PGSQL.${conn.port}`)
+    : net.connect(conn.port, host);
+  socket.on('error', noop);
+  socket.setTimeout(5000, () => socket.destroy());
+  socket.on('connect', () => {
+    // CancelRequest: length 16, code 80877102, the backend's pid and key.
+    const buf = Buffer.alloc(16);
+    buf.writeInt32BE(16, 0);
+    buf.writeInt32BE(80877102, 4);
+    buf.writeInt32BE(conn.processID, 8);
+    buf.writeInt32BE(conn.secretKey, 12);
+    socket.end(buf);
+  });
+  socket.unref();
+}
+
+// The first row's v column of a statement's rows (null if none).
+function first(rows) {
+  return rows.length ? rows[0].v : null;
+}
+
+// A process's connection to dsync (see the top of this file).
+class Client {
+  /*
+   * opts: one of connectionString, config (a node-postgres client config)
+   * and pool (a pg.Pool); poolSize (2): connections kept for statements;
+   * listen (null): false never LISTENs (a loss is noticed at the next
+   * renewal), true requires LISTEN, null LISTENs where it works;
+   * allowExitOnIdle (false): idle connections do not keep the process
+   * alive (the default clients set it).
+   */
+  constructor(opts = {}) {
+    const { poolSize = 2, listen = null, allowExitOnIdle = false } = opts;
+    if (!Number.isInteger(poolSize) || poolSize < 1) throw new RangeError('poolSize must be a positive integer');
+    if (listen !== null && listen !== undefined && typeof listen !== 'boolean') {
+      throw new TypeError('listen must be true, false or null');
+    }
+    this._settings = new ConnectionSettings(opts);
+    this.listen = listen ?? null;
+    this.poolSize = poolSize;
+    this._ownPool = !this._settings.pool;
+    this._pool = this._settings.pool || new pg.Pool({
+      ...this._settings.clientConfig(null), max: poolSize, idleTimeoutMillis: 0, allowExitOnIdle,
+    });
+    this._waitPool = new pg.Pool({
+      ...this._settings.clientConfig(null), max: Infinity, idleTimeoutMillis: WAIT_IDLE_MS, allowExitOnIdle,
+    });
+    for (const pool of this._ownPool ? [this._pool, this._waitPool] : [this._waitPool]) {
+      // An idle connection the server ended is dropped by the pool; its
+      // error is no business of the application's.
+      pool.on('error', noop);
+    }
+    this._keeper = new Keeper(this);
+    this._waiting = new Set();      // wait connections inside a statement now
+    this._elections = new Set();    // running campaigns, stopped by close()
+    this._closing = null;
+    this._closed = false;
+  }
+
+  // -- recipes ---------------------------------------------------------------------
+
+  // A Lock on this client (see Lock for the options).
+  lock(name, opts = {}) {
+    const { Lock } = require('./lock');
+    return new Lock(name, { ...opts, client: this });
+  }
+
+  // A ReadLock (the shared side of a read-write lock) on this client.
+  readLock(name, opts = {}) {
+    const { ReadLock } = require('./lock');
+    return new ReadLock(name, { ...opts, client: this });
+  }
+
+  // A Semaphore: created with permits (idempotent; SemaphoreMismatch if it
+  // exists with another count), or attached to an existing one when
+  // permits is undefined (see Semaphore.attach).
+  async semaphore(name, permits, opts = {}) {
+    const { Semaphore } = require('./lock');
+    if (permits === undefined || permits === null) return Semaphore.attach(name, { ...opts, client: this });
+    return Semaphore.create(name, permits, { ...opts, client: this });
+  }
+
+  // An Event (one-to-one signal) on this client.
+  event(name) {
+    const { Event } = require('./event');
+    return new Event(name, { client: this });
+  }
+
+  // A LeaderElection on this client (not started).
+  election(group, opts = {}) {
+    const { LeaderElection } = require('./election');
+    return new LeaderElection(group, { ...opts, client: this });
+  }
+
+  // watch() on this client's server, on a connection of its own.
+  watch(names, opts = {}) {
+    const { watch } = require('./watch');
+    return watch(names, { ...opts, client: this });
+  }
+
+  // -- statements ----------------------------------------------------------------------
+
+  // Throws if the client can no longer be used.
+  _checkUsable() {
+    if (this._closing) throw new errors.DsyncError('the dsync client is closed');
+  }
+
+  /*
+   * Runs one statement on a connection of the caller's own and returns its
+   * rows.  wait: on a wait connection.  A stale idle connection (the
+   * server ended it) is replaced and, with retry, the statement run again
+   * on a new one; retry: false for statements that must not run twice
+   * (a release, a signal).  timed.sent gets the performance.now() at which
+   * the statement was sent.  signal: an AbortSignal that cancels the
+   * statement in the server.
+   */
+  async _query(text, values, what, { wait = false, retry = true, timed = null, signal = null, internal = false } = {}) {
+    const pool = wait ? this._waitPool : this._pool;
+    for (let attempt = 0; ; attempt++) {
+      if (!internal) this._checkUsable();
+      if (signal && signal.aborted) throw abortError(signal);
+      let conn;
+      try {
+        conn = await pool.connect();
+      } catch (e) {
+        if (this._closing && !internal) throw new errors.DsyncError('the dsync client is closed', { cause: e });
+        throw new errors.DsyncConnectionError(`${what}: cannot connect: ${String(e.message).split('\n')[0]}`, { cause: e });
+      }
+      if (!conn[GUARDED]) {
+        // Errors of a checked-out connection reach its query; without a
+        // listener pg would also throw them as an 'error' event.
+        conn[GUARDED] = true;
+        conn.on('error', noop);
+      }
+      const reused = conn[USED] === true;
+      conn[USED] = true;
+      let onAbort = null;
+      if (wait) this._waiting.add(conn);
+      if (signal) {
+        onAbort = () => cancelStatement(conn);
+        signal.addEventListener('abort', onAbort, { once: true });
+      }
+      if (timed) timed.sent = performance.now();
+      let rows;
+      let failure = null;
+      try {
+        rows = (await conn.query({ text, values, types: sql.types })).rows;
+      } catch (e) {
+        failure = e;
+      } finally {
+        if (wait) this._waiting.delete(conn);
+        if (onAbort) signal.removeEventListener('abort', onAbort);
+      }
+      const broken = failure !== null && errors.isConnectionError(failure);
+      conn.release(broken || conn[CANCELLED] ? (failure || new Error('cancelled')) : undefined);
+      if (failure === null) return rows;
+      if (signal && signal.aborted) throw abortError(signal);
+      if (broken && retry && attempt === 0 && reused && !this._closing) continue;
+      throw errors.fromPg(failure, what);
+    }
+  }
+
+  // The first row's first value of a statement (see _query).
+  async _value(text, values, what, opts) {
+    return first(await this._query(text, values, what, opts));
+  }
+
+  /*
+   * Takes a lease: at once on the statement pool, then, if it is not free
+   * and the caller waits, inside the server in slices on a wait
+   * connection.  Returns the token (null if not had) and when the
+   * statement that got it was sent.  deadline: a performance.now() value
+   * or null (no limit).
+   */
+  async _acquire(text, name, holder, ttlText, info, blocking, deadline, what, signal) {
+    const timed = {};
+    let token = await this._value(text, [name, holder, ttlText, sql.interval(0), info], what, { timed, signal });
+    while (token === null && blocking) {
+      const left = deadline === null ? WAIT_SLICE_MS : Math.min(WAIT_SLICE_MS, deadline - performance.now());
+      if (left <= 0) break;
+      token = await this._value(text, [name, holder, ttlText, sql.interval(left / 1000), info], what,
+        { wait: true, timed, signal });
+      if (deadline !== null && performance.now() >= deadline) break;
+    }
+    return { token, sent: timed.sent };
+  }
+
+  /*
+   * Waits for a one-to-one signal: at once on the statement pool, then in
+   * slices on a wait connection.  Neither is retried (a statement that may
+   * have consumed the signal must not run again).
+   */
+  async _eventWait(name, deadline, what, signal) {
+    if (await this._value(sql.EVENT_WAIT, [name, sql.interval(0)], what, { retry: false, signal })) return true;
+    for (;;) {
+      const left = deadline === null ? WAIT_SLICE_MS : Math.min(WAIT_SLICE_MS, deadline - performance.now());
+      if (left <= 0) return false;
+      if (await this._value(sql.EVENT_WAIT, [name, sql.interval(left / 1000)], what, { wait: true, retry: false, signal })) {
+        return true;
+      }
+    }
+  }
+
+  // -- the end ---------------------------------------------------------------------------
+
+  /*
+   * Stops the running elections, gives back every lease held through this
+   * client (their owners see them lost: "the client was closed"), stops
+   * the keeper and closes every connection (the caller's pool is left
+   * open).  Waits still inside the server are cancelled.
+   */
+  close() {
+    if (!this._closing) this._closing = this._close();
+    return this._closing;
+  }
+
+  // close() itself, run once.
+  async _close() {
+    for (const election of [...this._elections]) await election.stop().catch(noop);
+    const { holds, releases } = await this._keeper.stop();
+    this._keeper.report(holds, 'the client was closed');
+    const names = [...holds.map((h) => h.name), ...releases.map((r) => r.name)];
+    const holders = [...holds.map((h) => h.holder), ...releases.map((r) => r.holder)];
+    if (names.length) {
+      await this._query(sql.RELEASE_MANY, [names, holders], 'releasing the leases of a closed client',
+        { internal: true, retry: true }).catch(noop);     // else they lapse at their ttl
+    }
+    for (const conn of this._waiting) cancelStatement(conn);
+    const ends = [this._waitPool.end().catch(noop)];
+    if (this._ownPool) ends.push(this._pool.end().catch(noop));
+    await Promise.all(ends);
+    this._closed = true;
+  }
+}
+
+// -- the default clients -------------------------------------------------------------
+
+const defaults = new Map();
+
+/*
+ * The client shared by objects made with the same connection settings
+ * (and listen), so the objects' own constructors keep working and share
+ * one keeper.  Its pools let the process exit when their connections are
+ * idle, and its keeper while nothing is held.
+ */
+function defaultClient(opts) {
+  const listen = opts.listen ?? null;
+  const key = ConnectionSettings.key(opts, { listen });
+  let client = defaults.get(key);
+  if (!client || client._closing) {
+    client = new Client({
+      connectionString: opts.connectionString, config: opts.config, pool: opts.pool, listen, allowExitOnIdle: true,
+    });
+    defaults.set(key, client);
+  }
+  return client;
+}
+
+// Closes every default client (giving back what they hold); objects made
+// before get a new default client on their next use.
+async function closeDefaultClients() {
+  const clients = [...defaults.values()];
+  defaults.clear();
+  await Promise.all(clients.map((c) => c.close()));
+}
+
+module.exports = { Client, defaultClient, closeDefaultClients, WAIT_SLICE_MS, cancelStatement };

@@ -1,0 +1,460 @@
+'use strict';
+/*
+ * The keeper of one Client: one connection (a pg.Client of its own, used
+ * by nobody else) and one async loop that renews every lease the client
+ * holds in one statement per tick and LISTENs on all their channels, and
+ * beside it a watchdog timer that declares a lease lost shortly before it
+ * could expire unconfirmed, whatever the keeper is stuck in.
+ *
+ * The loop is the only user of the connection, so it never has two
+ * statements in flight.  Notifications are judged as they arrive (the
+ * judging does no I/O), so a loss is reported at once even while a
+ * renewal is under way.  While the client holds nothing, the connection's
+ * socket and the loop's timers are unref'd: an idle keeper never keeps
+ * the process alive.
+ */
+
+const { performance } = require('node:perf_hooks');
+const pg = require('pg');
+const sql = require('./sql');
+const errors = require('./errors');
+const { Ledger, als } = require('./ledger');
+
+// At most this many LISTENs in one statement.
+const LISTEN_CHUNK = 500;
+// The pause before connecting again after a failed attempt.
+const RETRY_MS = 500;
+// How often the keeper may ask dsync_stats who sends the events.
+const SENDERS_EVERY_MS = 1000;
+// How long close() waits for a stuck loop before ending its connection.
+const STOP_WAIT_MS = 2000;
+
+const noop = () => {};
+
+// The keeper and the watchdog of one Client.
+class Keeper {
+  // Nothing runs until the first start().
+  constructor(client) {
+    this.client = client;
+    this.ledger = new Ledger();
+    this.watched = new Set();        // every hold the watchdog looks after
+    this.conn = null;                // the connected keeper connection
+    this.connecting = null;          // one being connected
+    this.connectedAt = 0;
+    this.error = null;               // the last connection failure
+    this.wanted = false;             // an acquirer needs a connection
+    this.stopping = false;
+    this.loop = null;
+    this.releasing = [];             // releases being sent now
+    this.needSenders = false;
+    this.sendersAsked = -Infinity;
+    this._wakeFn = null;
+    this._woken = false;
+    this._sleepsUntil = -Infinity;   // when the loop's sleep ends (-Infinity: not sleeping)
+    this._waiters = new Set();       // ensure() calls waiting for a connection
+    this._watchTimer = null;
+    this._watchAt = Infinity;
+    this._pauseDone = null;
+  }
+
+  // -- what lock objects call ------------------------------------------------
+
+  // Starts the loop if it is not running and asks it to connect now, so
+  // the connection is ready by the time a first grant comes back.  The
+  // loop runs outside every owner's scope.  A connected keeper is not
+  // woken: an acquire costs it nothing until its hold is added.
+  start() {
+    if (this.stopping) return;
+    this.wanted = true;
+    if (!this.loop) this.loop = als.exit(() => this._run());
+    if (!this.conn) this._wake();
+  }
+
+  // The mark an acquirer takes before its statement (Ledger.mark).
+  mark(channel) {
+    return this.ledger.mark(channel);
+  }
+
+  // Waits up to timeoutMs for the keeper to have a connection; false if
+  // it has none by then (the caller gives its lease back).
+  async ensure(timeoutMs) {
+    const deadline = performance.now() + timeoutMs;
+    while (!this.ledger.connected) {
+      const left = deadline - performance.now();
+      if (left <= 0 || this.stopping) return false;
+      this.start();
+      await new Promise((resolve) => {
+        const done = () => {
+          clearTimeout(timer);
+          this._waiters.delete(done);
+          resolve();
+        };
+        const timer = setTimeout(done, left);
+        this._waiters.add(done);
+      });
+    }
+    return true;
+  }
+
+  // Keeps hold (renewed if keepAlive, watched in any case).
+  // The loop is woken only if the hold needs it before the loop's sleep
+  // ends (its LISTEN and confirmation once settled, else its renewal).
+  add(hold, mark) {
+    if (hold.keepAlive) this.ledger.add(hold, mark);
+    this.watched.add(hold);
+    if (hold.deadline < this._watchAt) this._armWatchdog();
+    this._refs();
+    if (hold.keepAlive && this.ledger.firstNeed(hold) < this._sleepsUntil) this._wake();
+  }
+
+  // Stops keeping hold: its owner gives it back.
+  remove(hold) {
+    hold.done = true;
+    this.ledger.remove(hold);
+    this.watched.delete(hold);
+    this._refs();
+  }
+
+  // A release that could not be sent (its connection broke), or of a lease
+  // given up: the keeper sends it once it can.  The owner's name stays
+  // retired until then (Owners.released).
+  releaseLater(name, holder, owners, hold = null) {
+    if (hold) hold.giveBack = true;
+    this.ledger.releases.push({ name, holder, owners, hold });
+    this._refs();
+    this.start();
+    this._wake();
+  }
+
+  // Whether a release of holder's lease is still to be sent or confirmed.
+  pendingRelease(name, holder) {
+    const match = (r) => r.name === name && r.holder === holder;
+    return this.ledger.releases.some(match) || this.releasing.some(match);
+  }
+
+  // -- reporting a loss --------------------------------------------------------
+
+  /*
+   * Declares holds lost (each once), stops keeping them and tells their
+   * lock objects, which emit 'lost'.  release: the lease may still be the
+   * holder's on the server (the watchdog's verdict): give it back.
+   */
+  report(holds, reason, release = false) {
+    const fresh = [];
+    for (const hold of holds) {
+      if (!hold.declareLost(reason)) continue;
+      this.ledger.remove(hold);
+      this.watched.delete(hold);
+      if (release) {
+        hold.giveBack = true;
+        this.ledger.releases.push({ name: hold.name, holder: hold.holder, owners: hold.owners, hold });
+      }
+      fresh.push(hold);
+    }
+    if (!fresh.length) return;
+    this._refs();
+    if (release) {
+      this.start();
+      this._wake();
+    }
+    for (const hold of fresh) hold.lock._lost(hold);
+  }
+
+  // -- the loop ----------------------------------------------------------------
+
+  // Connects when there is something to keep, ticks, and after a failure
+  // drops the connection and starts again: a working connection that broke
+  // at once, a failed attempt after a pause.
+  async _run() {
+    while (!this.stopping) {
+      let attempt = false;
+      try {
+        if (!this.conn) {
+          if (!(this.wanted || this.ledger.holds.size || this.ledger.releases.length)) {
+            await this._sleep(null);
+            continue;
+          }
+          attempt = true;
+          await this._connect();
+          attempt = false;
+        }
+        await this._tick();
+      } catch (e) {
+        const young = performance.now() - this.connectedAt < 1000;
+        this._drop(e);
+        if (!errors.isConnectionError(e) && !(e instanceof errors.DsyncError) && !attempt) {
+          process.emitWarning(`dsync: the keeper failed (${e && e.message}); it starts again`, 'DsyncWarning');
+        }
+        if (!this.stopping && (attempt || young)) await this._pause(RETRY_MS);
+      }
+    }
+    this._drop(null);
+  }
+
+  // Connects, learns whether LISTEN works there (not behind a pooler in
+  // transaction mode) and who sends dsync's events.
+  async _connect() {
+    const c = new pg.Client(this.client._settings.clientConfig('keeper', {
+      keepAlive: true, keepAliveInitialDelayMillis: 2000, connectionTimeoutMillis: 5000,
+    }));
+    c.on('error', (e) => this._broken(c, e));
+    c.on('end', () => this._broken(c, new errors.DsyncConnectionError("the keeper's connection ended")));
+    c.on('notification', (msg) => this._heard(c, msg));
+    this.connecting = c;
+    if (!this._busy()) c.unref();
+    let listenOk;
+    let senders;
+    try {
+      await c.connect();
+      const pid = (await c.query(sql.BACKEND_PID)).rows[0].v;
+      listenOk = this.client.listen !== false && pid === c.processID;
+      if (this.client.listen === true && !listenOk) {
+        throw new errors.ListenUnavailable('LISTEN does not work through this connection (a pooler in '
+          + 'transaction mode); give listen: null to notice a lost lease at the next renewal instead');
+      }
+      senders = sql.senderPidsOf((await c.query(sql.SENDERS)).rows[0]);
+      if (this.stopping) throw new errors.DsyncError('the dsync client is closed');
+    } catch (e) {
+      this.connecting = null;
+      c.end().catch(noop);
+      this.error = e;
+      this._changed();
+      throw e;
+    }
+    this.connecting = null;
+    this.conn = c;
+    this.connectedAt = performance.now();
+    this.error = null;
+    if (!this.ledger.holds.size && !this.ledger.releases.length) this.wanted = false;
+    this.ledger.connectedAnew(listenOk, senders);
+    this._refs();
+    this._changed();
+  }
+
+  // The keeper's connection failed under it (an error, the server ended
+  // it): nothing is LISTENed any more; the loop connects again.
+  _broken(c, e) {
+    if (c !== this.conn) return;
+    this._drop(e);
+    this._wake();
+  }
+
+  // Forgets the connection (ending it) and tells ensure() callers.
+  _drop(e) {
+    const c = this.conn;
+    this.conn = null;
+    this.ledger.disconnected();
+    if (e) this.error = e;
+    if (!this.ledger.holds.size && !this.ledger.releases.length) this.wanted = false;
+    if (c) c.end().catch(noop);
+    this._changed();
+  }
+
+  // Runs one statement on the keeper's connection; throws if the
+  // connection was replaced meanwhile (the answer is no longer ours to use).
+  async _exec(c, query) {
+    const r = await c.query(query);
+    if (c !== this.conn) throw new errors.DsyncConnectionError("the keeper's connection was lost");
+    return r;
+  }
+
+  // One round: LISTEN what is new, UNLISTEN what is old, ask who sends if
+  // needed, renew what is due, give back what was given up, then sleep
+  // until the next renewal is due or something wakes the loop.
+  async _tick() {
+    this._woken = false;
+    const c = this.conn;
+    const listen = this.ledger.toListen(performance.now());
+    for (let i = 0; i < listen.length; i += LISTEN_CHUNK) {
+      const chunk = listen.slice(i, i + LISTEN_CHUNK);
+      await this._exec(c, sql.listenStatement(chunk));
+      this.ledger.listened(chunk);
+    }
+    const unlisten = this.ledger.toUnlisten();
+    if (unlisten.length) {
+      await this._exec(c, sql.unlistenStatement(unlisten));
+      this.ledger.unlistened(unlisten);
+    }
+    if (this.needSenders && performance.now() - this.sendersAsked >= SENDERS_EVERY_MS) {
+      // A sender we did not know: dsync's worker after a restart, or a
+      // forgery.  The holds it named are confirmed by renewal anyway.
+      this.needSenders = false;
+      this.sendersAsked = performance.now();
+      this.ledger.senders = sql.senderPidsOf((await this._exec(c, sql.SENDERS)).rows[0]);
+    }
+    const batch = this.ledger.due(performance.now());
+    if (batch.length) {
+      const sent = performance.now();
+      const r = await this._exec(c, {
+        text: sql.RENEW_MANY,
+        values: [batch.map((h) => h.name), batch.map((h) => h.holder), batch.map((h) => h.ttlText)],
+        types: sql.types,
+      });
+      const gone = this.ledger.renewed(batch, r.rows.map((row) => row.v), sent);
+      if (gone.length) this.report(gone, 'the renewal found the lease no longer held');
+    }
+    if (this.ledger.releases.length) await this._giveBack(c);
+    let wait = this.ledger.nextWake(performance.now());
+    if (this.needSenders) wait = Math.min(wait ?? Infinity, SENDERS_EVERY_MS);
+    await this._sleep(wait);
+  }
+
+  // Sends the releases given up on, in one statement; the names they free
+  // become usable again once the server has answered.
+  async _giveBack(c) {
+    const batch = this.ledger.releases;
+    this.ledger.releases = [];
+    this.releasing = batch;
+    try {
+      await this._exec(c, { text: sql.RELEASE_MANY, values: [batch.map((r) => r.name), batch.map((r) => r.holder)] });
+    } catch (e) {
+      this.ledger.releases.unshift(...batch);
+      throw e;
+    } finally {
+      this.releasing = [];
+    }
+    for (const r of batch) {
+      if (r.hold) r.hold.giveBack = false;
+      if (r.owners) r.owners.released(r.holder);
+    }
+    this._refs();
+  }
+
+  // A notification on the keeper's connection, judged at once.
+  _heard(c, msg) {
+    if (c !== this.conn) return;
+    const verdict = this.ledger.judge(msg.channel, msg.payload, msg.processId);
+    if (verdict.lost.length) this.report(verdict.lost, `the lease was ${verdict.kind}`);
+    if (verdict.suspect) {
+      if (verdict.unknownSender) this.needSenders = true;
+      this._wake();
+    }
+  }
+
+  // Sleeps for ms (null: until woken).  The timer keeps the process alive
+  // only while something is held.
+  _sleep(ms) {
+    return new Promise((resolve) => {
+      let timer = null;
+      const done = () => {
+        if (timer) clearTimeout(timer);
+        if (this._wakeFn === done) {
+          this._wakeFn = null;
+          this._sleepsUntil = -Infinity;
+        }
+        resolve();
+      };
+      if (this._woken || this.stopping) {
+        this._woken = false;
+        resolve();
+        return;
+      }
+      this._sleepsUntil = Infinity;
+      if (ms !== null && ms !== undefined && Number.isFinite(ms)) {
+        timer = setTimeout(done, Math.max(0, ms));
+        if (!this._busy()) timer.unref();
+        this._sleepsUntil = performance.now() + Math.max(0, ms);
+      }
+      this._wakeFn = done;
+    });
+  }
+
+  // The pause after a failure: not cut short by acquirers (they would make
+  // a refused connection be retried in a tight loop), only by stop().
+  _pause(ms) {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this._pauseDone = null;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      if (!this._busy()) timer.unref();
+      this._pauseDone = done;
+    });
+  }
+
+  // Ends the loop's sleep now, or its next one if it is busy.
+  _wake() {
+    if (this._wakeFn) this._wakeFn();
+    else this._woken = true;
+  }
+
+  // Tells the ensure() callers that the connection state changed.
+  _changed() {
+    for (const w of [...this._waiters]) w();
+  }
+
+  // Whether the client holds anything the keeper must keep or give back.
+  _busy() {
+    return this.ledger.holds.size > 0 || this.ledger.releases.length > 0 || this.releasing.length > 0;
+  }
+
+  // The keeper's socket keeps the process alive while something is held,
+  // and never while nothing is.
+  _refs() {
+    const c = this.conn || this.connecting;
+    if (!c) return;
+    try {
+      if (this._busy()) c.ref();
+      else c.unref();
+    } catch (e) {
+      // a connection being torn down has no socket to (un)ref
+    }
+  }
+
+  // -- the watchdog --------------------------------------------------------------
+
+  // One timer at the earliest deadline of the holds watched.
+  _armWatchdog() {
+    if (this._watchTimer) clearTimeout(this._watchTimer);
+    this._watchTimer = null;
+    this._watchAt = Infinity;
+    if (this.stopping) return;
+    let next = Infinity;
+    for (const h of this.watched) if (h.deadline < next) next = h.deadline;
+    if (next === Infinity) return;
+    this._watchAt = next;
+    this._watchTimer = als.exit(() => setTimeout(() => this._watchdog(), Math.max(0, next - performance.now())));
+    this._watchTimer.unref();
+  }
+
+  // Declares lost every hold whose renewal was not confirmed in time (a
+  // kept one is also given back), then waits for the next deadline.
+  _watchdog() {
+    this._watchTimer = null;
+    this._watchAt = Infinity;
+    const overdue = this.ledger.overdue(this.watched, performance.now());
+    const kept = overdue.filter((h) => h.keepAlive);
+    const lapsed = overdue.filter((h) => !h.keepAlive);
+    if (kept.length) this.report(kept, 'no renewal could be confirmed before the lease could expire', true);
+    if (lapsed.length) this.report(lapsed, 'its ttl ran out (keepAlive: false)');
+    this._armWatchdog();
+  }
+
+  // -- the end -----------------------------------------------------------------
+
+  // Stops the loop and the watchdog; returns the holds still kept, and the
+  // releases still to send, for the client to give back.
+  async stop() {
+    this.stopping = true;
+    if (this._watchTimer) clearTimeout(this._watchTimer);
+    this._watchTimer = null;
+    const holds = [...this.watched];
+    this._wake();
+    if (this._pauseDone) this._pauseDone();
+    this._changed();
+    if (this.connecting) this.connecting.end().catch(noop);
+    if (this.loop) {
+      let timer;
+      await Promise.race([this.loop, new Promise((r) => { timer = setTimeout(r, STOP_WAIT_MS); })]);
+      clearTimeout(timer);
+    }
+    this._drop(null);
+    const releases = [...this.ledger.releases, ...this.releasing];
+    this.ledger.releases = [];
+    return { holds, releases };
+  }
+}
+
+module.exports = { Keeper };

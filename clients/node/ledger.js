@@ -1,0 +1,414 @@
+'use strict';
+/*
+ * The bookkeeping of held leases, without any I/O: the Node twin of the
+ * Python library's _ledger.py (see clients/DESIGN.md for why the rules are
+ * what they are).
+ *
+ * A client's keeper keeps every lease the client holds with one
+ * connection: it renews the due ones in one statement, LISTENs on all
+ * their channels, and decides from what it hears whether a lease was
+ * lost.  The Ledger is what it knows; a Hold is one lease held by one
+ * owner.  Owners is how one lock object used by several owners (run()
+ * scopes, bare acquires) gives each a holder name of its own on the
+ * server.  Times are performance.now() milliseconds: a monotonic clock,
+ * never compared with the server's.
+ */
+
+const { AsyncLocalStorage } = require('node:async_hooks');
+const { channelOf, parsePayload } = require('./sql');
+const { LockLost } = require('./errors');
+
+// How many channels with no held lease stay LISTENed, so that a lock taken
+// again and again is not LISTENed anew each time.  Not more: a listening
+// backend compares every notification of its database with each channel.
+const IDLE_CHANNELS = 256;
+// A hold still unconfirmed is LISTENed for and confirmed this long (ms)
+// after its grant: a section shorter than that costs the keeper nothing,
+// and a burst of acquires shares one LISTEN and one renewal.
+const SETTLE_MS = 20;
+
+/*
+ * One lease held by one owner: what the keeper renews and watches, and
+ * what the owner's code reads (token, lostReason).  `confirmed` is when
+ * the last grant or renewal the server confirmed was sent: the lease lasts
+ * at least until confirmed + ttl, whatever the clocks of the client and
+ * the server say.
+ */
+class Hold {
+  // granted: when the granting statement was sent.
+  constructor({ lock, client, owners, name, holder, token, ttl, ttlText, keepAlive, granted }) {
+    this.lock = lock;
+    this.client = client;
+    this.owners = owners;
+    this.name = name;
+    this.holder = holder;
+    this.token = token;
+    this.ttlMs = ttl * 1000;
+    this.ttlText = ttlText;
+    this.channel = channelOf(name);
+    this.keepAlive = keepAlive;
+    this.confirmed = granted;
+    this.lostReason = null;
+    this.done = false;        // released, or lost: nobody keeps it any more
+    this.giveBack = false;    // the keeper is to release it (a name not to reuse till then)
+  }
+
+  // A third of the ttl: how often the keeper renews it.
+  get period() {
+    return this.ttlMs / 3;
+  }
+
+  // When the watchdog declares the lease lost unless a renewal was
+  // confirmed: a margin (ttl/10, at most 1 s) before it could expire, so
+  // the holder stops before anyone else can be granted it.
+  get deadline() {
+    return this.confirmed + this.ttlMs - Math.min(1000, this.ttlMs / 10);
+  }
+
+  // Marks the hold lost; true for the first report only, so an owner hears
+  // of a loss once whoever notices it (notification, renewal, watchdog).
+  declareLost(reason) {
+    if (this.done) return false;
+    this.done = true;
+    this.lostReason = reason;
+    return true;
+  }
+
+  // Throws LockLost if the lease was lost while held.
+  check() {
+    if (this.lostReason !== null) {
+      throw new LockLost(`lease "${this.name}" of holder "${this.holder}" was lost: ${this.lostReason}`);
+    }
+  }
+}
+
+/*
+ * What a keeper knows: the holds it keeps, the channels its current
+ * connection LISTENs on, and which holds it must confirm with the server
+ * before it may trust its silence about them.
+ */
+class Ledger {
+  // Empty: no holds, not connected.
+  constructor() {
+    this.holds = new Set();           // kept alive: renewed and watched
+    this.byChannel = new Map();       // channel -> Set of holds
+    this.listening = new Map();       // channel -> the LISTEN's number, on this connection
+    this.listens = 0;
+    // Notifications heard per channel, so that one heard between an
+    // acquirer's mark and its hold's arrival is not lost on it.
+    this.heard = new Map();
+    this.generation = 0;              // the keeper's connections so far
+    this.connected = false;
+    this.listenOk = true;             // false behind a pooler in transaction mode
+    this.unverified = new Set();
+    this.senders = new Set();
+    this.releases = [];               // given up: { name, holder, owners, hold } to release when we can
+  }
+
+  // Taken before an acquire's statement: if the channel is LISTENed now and
+  // stays so, with nothing heard on it, every loss after the grant is heard.
+  mark(channel) {
+    if (!this.connected || !this.listening.has(channel)) return null;
+    return `${this.generation}/${this.listening.get(channel)}/${this.heard.get(channel) || 0}`;
+  }
+
+  // Keeps hold.  Unless the mark shows its channel was LISTENed before the
+  // grant and nothing was heard on it since, its first renewal comes at
+  // once and confirms it: a loss in between would otherwise go unheard.
+  add(hold, mark) {
+    this.holds.add(hold);
+    let peers = this.byChannel.get(hold.channel);
+    if (!peers) this.byChannel.set(hold.channel, (peers = new Set()));
+    peers.add(hold);
+    if (this.connected && !this.listenOk) return;     // nothing to hear: renewals alone tell
+    if (mark === null || mark !== this.mark(hold.channel)) this.unverified.add(hold);
+  }
+
+  // Stops keeping hold (released, or lost).
+  remove(hold) {
+    this.holds.delete(hold);
+    this.unverified.delete(hold);
+    const peers = this.byChannel.get(hold.channel);
+    if (peers) {
+      peers.delete(hold);
+      if (!peers.size) this.byChannel.delete(hold.channel);
+    }
+  }
+
+  // A new keeper connection: nothing is LISTENed on it yet, and whatever
+  // happened while there was none must be asked about.
+  connectedAnew(listenOk, senders) {
+    this.generation += 1;
+    this.connected = true;
+    this.listenOk = listenOk;
+    this.senders = senders;
+    this.listening.clear();
+    this.heard.clear();                 // marks of the old connection differ by generation anyway
+    this.unverified = new Set(this.holds);
+  }
+
+  // The keeper's connection is gone: nothing is LISTENed any more.
+  disconnected() {
+    this.connected = false;
+    this.listening.clear();
+  }
+
+  // Whether an unconfirmed hold is old enough to be LISTENed for and
+  // confirmed (SETTLE_MS after its grant).
+  settled(hold, now) {
+    return now >= hold.confirmed + SETTLE_MS;
+  }
+
+  // Channels to LISTEN on now: those of settled unconfirmed holds not yet
+  // LISTENed (a hold whose channel was LISTENed before its grant, with
+  // nothing heard since, needs nothing).
+  toListen(now) {
+    if (!this.listenOk) return [];
+    const out = new Set();
+    for (const h of this.unverified) {
+      if (!this.listening.has(h.channel) && this.settled(h, now)) out.add(h.channel);
+    }
+    return [...out];
+  }
+
+  // Records channels now LISTENed, numbered so a mark can tell a LISTEN
+  // from a later one of the same channel.
+  listened(channels) {
+    for (const ch of channels) {
+      this.listens += 1;
+      this.listening.set(ch, this.listens);
+    }
+  }
+
+  // Channels no held lease needs, beyond the IDLE_CHANNELS most recently
+  // LISTENed (a lock taken again soon is not LISTENed anew).
+  toUnlisten() {
+    const idle = [];
+    for (const ch of this.listening.keys()) if (!this.byChannel.has(ch)) idle.push(ch);
+    if (idle.length <= IDLE_CHANNELS) return [];
+    idle.sort((a, b) => this.listening.get(a) - this.listening.get(b));
+    return idle.slice(0, idle.length - IDLE_CHANNELS);
+  }
+
+  // Forgets channels UNLISTENed (a later LISTEN has a new number, so no
+  // mark taken before can match it: their counts can go too).
+  unlistened(channels) {
+    for (const ch of channels) {
+      this.listening.delete(ch);
+      this.heard.delete(ch);
+    }
+  }
+
+  // Whether the keeper may renew hold to confirm it now: once settled, and
+  // at once behind a pooler, else once its channel is LISTENed (a loss
+  // after that is heard).
+  _ready(hold, now) {
+    return this.settled(hold, now) && (!this.listenOk || this.listening.has(hold.channel));
+  }
+
+  // The holds to renew in this tick: none unless one is due (a third of
+  // its ttl since its last confirmation) or must be confirmed; then also
+  // every hold at least half-way to due, so that holds taken at about the
+  // same time share their renewals.
+  due(now) {
+    const batch = new Set();
+    for (const h of this.unverified) if (this._ready(h, now)) batch.add(h);
+    let any = batch.size > 0;
+    if (!any) {
+      for (const h of this.holds) {
+        if (now >= h.confirmed + h.period) { any = true; break; }
+      }
+    }
+    if (!any) return [];
+    for (const h of this.holds) if (now >= h.confirmed + h.period / 2) batch.add(h);
+    return [...batch].sort((a, b) => a.confirmed - b.confirmed);
+  }
+
+  // Records a renewal's answers (expiry or null, in the batch's order);
+  // returns the holds it found gone.
+  renewed(batch, expiries, sent) {
+    const gone = [];
+    batch.forEach((hold, i) => {
+      this.unverified.delete(hold);
+      if (expiries[i] === null || expiries[i] === undefined) gone.push(hold);
+      else hold.confirmed = Math.max(hold.confirmed, sent);
+    });
+    return gone;
+  }
+
+  // Milliseconds until the keeper has something to do (a renewal due, an
+  // unconfirmed hold settled); null: nothing held.
+  nextWake(now) {
+    if (!this.holds.size) return null;
+    let first = Infinity;
+    for (const h of this.holds) first = Math.min(first, h.confirmed + h.period);
+    for (const h of this.unverified) first = Math.min(first, h.confirmed + SETTLE_MS);
+    return Math.max(0, first - now);
+  }
+
+  // When hold needs the keeper first: settled if unconfirmed, else due.
+  firstNeed(hold) {
+    return hold.confirmed + (this.unverified.has(hold) ? SETTLE_MS : hold.period);
+  }
+
+  /*
+   * What a notification says about the holds kept: `lost`, those it proves
+   * lost (dsync's own release or expiry of the very token held), and
+   * `suspect`, whether others it names must be confirmed with the server at
+   * once (a forged NOTIFY, a sender not yet known, a token that cannot be
+   * read); `unknownSender` when the sender is not one dsync_stats named.
+   * The release of an earlier hold of the same holder (another token, from
+   * dsync's sender) is no news.
+   */
+  judge(channel, payload, pid) {
+    this.heard.set(channel, (this.heard.get(channel) || 0) + 1);
+    const none = { lost: [], suspect: false, unknownSender: false, kind: null };
+    const holds = this.byChannel.get(channel);
+    if (!holds) return none;
+    const ev = parsePayload(channel, payload);
+    if (ev === null || (ev.kind !== 'released' && ev.kind !== 'expired')) return none;
+    const trusted = this.senders.has(pid);
+    const lost = [];
+    let suspect = false;
+    for (const hold of holds) {
+      if (ev.name !== hold.name || ev.holder !== hold.holder) continue;
+      if (trusted && ev.fencing === hold.token) {
+        lost.push(hold);
+      } else if (!(trusted && ev.fencing !== null)) {
+        this.unverified.add(hold);
+        suspect = true;
+      }
+    }
+    return { lost, suspect, unknownSender: !trusted, kind: ev.kind };
+  }
+
+  // The holds of `holds` whose deadline has passed.
+  overdue(holds, now) {
+    const out = [];
+    for (const h of holds) if (!h.done && now >= h.deadline) out.push(h);
+    return out;
+  }
+}
+
+/*
+ * An owner: the async context of one lock.run(fn) (withLock, a campaign).
+ * Scopes nest: an operation on a lock belongs to the nearest enclosing
+ * scope that holds that lock, else to the innermost scope.
+ */
+class Scope {
+  // parent: the scope this one was entered from, if any.
+  constructor(parent) {
+    this.parent = parent || null;
+    this.ended = false;
+    this.states = new Map();    // lock -> its OwnerState for this scope
+  }
+}
+
+// The owner of each async context (undefined outside every run()).
+const als = new AsyncLocalStorage();
+
+// The owner of one bare acquire() outside any scope: never reentrant.
+class BareOwner {}
+
+/*
+ * One owner's use of one lock object: the holder name it has on the
+ * server, how many times it acquired (n acquires need n releases), its
+ * current hold, and the acquire in flight if any (a second acquire of the
+ * same owner waits for it rather than racing it).
+ */
+class OwnerState {
+  // owner: a Scope or a BareOwner.
+  constructor(owner) {
+    this.owner = owner;
+    this.holder = null;
+    this.count = 0;
+    this.hold = null;
+    this.pending = null;
+  }
+}
+
+/*
+ * The owners of one lock object, each with a holder name of its own: the
+ * object's holder for the first one, then holder#2, holder#3... for owners
+ * holding at the same time, so that the server's reentrancy (same holder,
+ * same lease) never merges two owners.  A name is used again only once
+ * the server confirmed its release.
+ */
+class Owners {
+  // base: the object's holder name.
+  constructor(base) {
+    this.base = base;
+    this.states = new Map();    // owner -> OwnerState
+    this.inUse = new Set();     // names given to owners, or retired until released
+  }
+
+  // The owner's state, null if it has none.
+  get(owner) {
+    return this.states.get(owner) || null;
+  }
+
+  // The owner's state, made on first use.
+  state(owner) {
+    let st = this.states.get(owner);
+    if (!st) {
+      st = new OwnerState(owner);
+      this.states.set(owner, st);
+    }
+    return st;
+  }
+
+  // Forgets a state nobody holds or is acquiring with.
+  drop(st) {
+    if (st.count === 0 && st.pending === null && this.states.get(st.owner) === st) this.states.delete(st.owner);
+  }
+
+  // The owner's holder name: the one it has, or the first free one.
+  takeName(st) {
+    if (st.holder === null) {
+      let k = 1;
+      let name = this.base;
+      while (this.inUse.has(name)) {
+        k += 1;
+        name = `${this.base}#${k}`;
+      }
+      if (Buffer.byteLength(name, 'utf8') > 255) {
+        throw new RangeError('holder is too long to give each owner a name of its own (at most 250 bytes)');
+      }
+      this.inUse.add(name);
+      st.holder = name;
+    }
+    return st.holder;
+  }
+
+  // The server confirmed the release: the name may serve another owner.
+  freeName(st) {
+    if (st.holder !== null && st.count === 0) {
+      this.inUse.delete(st.holder);
+      st.holder = null;
+    }
+  }
+
+  // The name may still hold a lease on the server (its release is left to
+  // the keeper): nobody gets it until released() says the keeper did it.
+  retireName(st) {
+    st.holder = null;
+  }
+
+  // The keeper released a retired name: usable again, unless an owner has it.
+  released(holder) {
+    for (const st of this.states.values()) if (st.holder === holder) return;
+    this.inUse.delete(holder);
+  }
+
+  // Whether no owner has the name and no release of it is pending.
+  isFree(name) {
+    return !this.inUse.has(name);
+  }
+
+  // The states of owners that hold now.
+  holding() {
+    return [...this.states.values()].filter((st) => st.count > 0);
+  }
+}
+
+module.exports = { Hold, Ledger, Scope, BareOwner, OwnerState, Owners, als, IDLE_CHANNELS, SETTLE_MS };
