@@ -14,6 +14,7 @@ See clients/DESIGN.md for why the rules are what they are.
 
 from __future__ import annotations
 
+import os
 import weakref
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
@@ -29,6 +30,9 @@ IDLE_CHANNELS = 256
 # its grant: a section shorter than that costs the keeper nothing, and a
 # burst of acquires shares one LISTEN and one renewal.
 SETTLE = 0.02
+# A renewal that found a lease locked by a transaction (a guard, see
+# dsync_assert_held) tries that lease again this much later, alone.
+BLOCKED_RETRY = 0.25
 
 
 class Hold:
@@ -42,7 +46,7 @@ class Hold:
 
     __slots__ = ("lock", "name", "holder", "token", "ttl", "ttl_s", "channel", "keep_alive",
                  "confirmed", "lost", "lost_reason", "owner_alive", "owner_kind", "done",
-                 "__weakref__")
+                 "given_back", "retry_at", "__weakref__")
 
     def __init__(self, lock: Any, name: str, holder: str, token: int, ttl: timedelta,
                  keep_alive: bool, granted: float, lost: Any,
@@ -61,9 +65,18 @@ class Hold:
         self.owner_alive = owner_alive
         self.owner_kind = owner_kind    # "thread" or "task", for messages
         self.done = False               # released, or lost: nobody keeps it
+        self.given_back = False         # the keeper releases it: its name is spent
+        self.retry_at = 0.0             # not renewed before then (its row was locked)
 
     def __repr__(self) -> str:
         return f"<Hold {self.name!r} holder={self.holder!r} token={self.token}>"
+
+    def set_ttl(self, ttl: timedelta, sent: float) -> None:
+        """The lease was renewed for ttl by a statement sent at sent: it
+        is kept with that ttl from now on."""
+        self.ttl = ttl
+        self.ttl_s = ttl.total_seconds()
+        self.confirmed = sent
 
     @property
     def period(self) -> float:
@@ -158,10 +171,12 @@ class Ledger:
         self.senders = senders
         self.listening.clear()
         self.unverified = set(self.holds)
+        self.heard.clear()
 
     def disconnected(self) -> None:
         self.connected = False
         self.listening.clear()
+        self.heard.clear()
 
     def settled(self, hold: Hold, now: float) -> bool:
         return now >= hold.confirmed + SETTLE
@@ -190,8 +205,12 @@ class Ledger:
         return idle[:len(idle) - IDLE_CHANNELS]
 
     def unlistened(self, channels: List[str]) -> None:
+        """Channels about to be UNLISTENed: forgotten before the statement
+        runs, so that a hold added meanwhile has no mark that matches and
+        gets its channel LISTENed again."""
         for ch in channels:
             self.listening.pop(ch, None)
+            self.heard.pop(ch, None)
 
     # -- renewals ----------------------------------------------------------
 
@@ -200,13 +219,21 @@ class Ledger:
         of its ttl since its last confirmation) or must be confirmed; then
         also every hold at least half-way to due, so that holds taken at
         about the same time share their renewals."""
-        ready = [h for h in self.unverified if self.settled(h, now) and
+        ready = [h for h in self.unverified if self.settled(h, now) and now >= h.retry_at and
                  (not self.listen_ok or h.channel in self.listening)]
-        if not ready and not any(now >= h.confirmed + h.period for h in self.holds):
+        if not ready and not any(now >= h.confirmed + h.period and now >= h.retry_at
+                                 for h in self.holds):
             return []
         batch = set(ready)
-        batch.update(h for h in self.holds if now >= h.confirmed + h.period / 2)
+        batch.update(h for h in self.holds
+                     if now >= h.confirmed + h.period / 2 and now >= h.retry_at)
         return sorted(batch, key=lambda h: h.confirmed)
+
+    def blocked(self, holds: List[Hold], now: float) -> None:
+        """Renewals that found the lease's row locked by a transaction (the
+        holder's own guard, say): try them again a little later."""
+        for hold in holds:
+            hold.retry_at = now + BLOCKED_RETRY
 
     def renewed(self, batch: List[Hold], expiries: List[Any], sent: float) -> List[Hold]:
         """Record a renewal's answers; the holds it found gone."""
@@ -224,9 +251,10 @@ class Ledger:
         held)."""
         if not self.holds:
             return None
-        soonest = min(h.confirmed + h.period for h in self.holds)
+        soonest = min(max(h.confirmed + h.period, h.retry_at) for h in self.holds)
         if self.unverified:
-            soonest = min(soonest, min(h.confirmed for h in self.unverified) + SETTLE)
+            soonest = min(soonest, min(max(h.confirmed + SETTLE, h.retry_at)
+                                       for h in self.unverified))
         return max(0.0, soonest - now)
 
     # -- notifications -----------------------------------------------------
@@ -291,16 +319,33 @@ class Owners:
     server's reentrancy (same holder, same lease) never merges two owners.
     A name is used again only once the server confirmed its release."""
 
-    def __init__(self, base: str, make_flag: Callable[[], Any]):
-        self.base = base
+    def __init__(self, base: Optional[str], make_flag: Callable[[], Any]):
+        """base: the object's holder; None: a default one (c.default_holder:
+        host, pid, random), made anew in a forked child."""
+        self.given = base
         self.make_flag = make_flag
+        self._reset()
+
+    def _reset(self) -> None:
+        self.pid = os.getpid()
+        self.base = self.given if self.given is not None else c.default_holder()
         self.states: "weakref.WeakKeyDictionary[Any, OwnerState]" = weakref.WeakKeyDictionary()
         self.in_use: Set[str] = set()
 
+    def _forked(self) -> None:
+        """In a forked child nothing of the parent's is held: the parent
+        holds it.  Forget its owners, and give the object a holder of the
+        child's own (unless one was given), or the child would be merged
+        with the parent on the server."""
+        if os.getpid() != self.pid:
+            self._reset()
+
     def get(self, owner: Any) -> Optional[OwnerState]:
+        self._forked()
         return self.states.get(owner)
 
     def state(self, owner: Any) -> OwnerState:
+        self._forked()
         st = self.states.get(owner)
         if st is None:
             st = OwnerState(self.make_flag())
@@ -322,6 +367,8 @@ class Owners:
         return st.holder
 
     def free_name(self, st: OwnerState) -> None:
+        """The server confirmed the release of the owner's name: another
+        owner may have it."""
         if st.holder is not None and st.count == 0:
             self.in_use.discard(st.holder)
             st.holder = None
@@ -332,4 +379,5 @@ class Owners:
         st.holder = None
 
     def holding(self) -> List[OwnerState]:
+        self._forked()
         return [st for st in list(self.states.values()) if st.count > 0]

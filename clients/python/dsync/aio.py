@@ -81,13 +81,18 @@ class AsyncLock(_OnClient):
                  **connect_kwargs: Any):
         self.name = c.name_arg(name, "name")
         self.ttl = c.positive(ttl, "ttl")
-        self.holder = c.name_arg(holder, "holder") if holder is not None else c.default_holder()
+        given = c.name_arg(holder, "holder") if holder is not None else None
         self.info = c.jsonb(info)
         self.on_lost = on_lost
         self.keep_alive = bool(keep_alive)
         self.timeout = c.interval(timeout, "timeout")
         self._use(client, conninfo, pool, listen, connect_kwargs)
-        self._owners = Owners(self.holder, asyncio.Event)
+        self._owners = Owners(given, asyncio.Event)
+
+    @property
+    def holder(self) -> str:
+        """See dsync.Lock.holder."""
+        return self._owners.base
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} holder={self.holder!r}>"
@@ -105,53 +110,63 @@ class AsyncLock(_OnClient):
         if st.count > 0 and st.hold is not None and not st.hold.done:
             st.count += 1
             return True
+        if st.hold is not None and st.hold.given_back:
+            self._owners.retire_name(st)            # the keeper releases that name
         holder = self._owners.take_name(st)
         deadline = c.deadline_of(timeout, time.monotonic())
         client = self.client
+        hold = None
+        added = False
         try:
             await self._prepare(client)
             keeper = client.keeper
-            mark = None
             keeper.start(connect=self.keep_alive)
-            if self.keep_alive:
-                mark = keeper.mark(sql.channel_of(self.name))
+            mark = keeper.mark(sql.channel_of(self.name)) if self.keep_alive else None
             token, sent = await client._acquire(self._sql_acquire,
                                                 (self.name, holder, self.ttl, self.info),
                                                 blocking, deadline, self._what("acquiring"))
-            if token is not None:
-                ref = weakref.ref(task)
-                hold = Hold(self, self.name, holder, token, self.ttl, self.keep_alive, sent,
-                            st.lost, lambda: ref() is not None and not ref().done(), "task")
-                if self.keep_alive and \
-                        not await keeper.ensure(min(5.0, self.ttl.total_seconds() / 3)):
-                    raise errors.KeeperUnavailable(
-                        f'lease "{self.name}" was granted but the keeper that renews it has no '
-                        "connection; it was given back") from keeper.error
-                st.lost.clear()
-                keeper.add(hold, mark)
+            if token is None:
+                self._owners.free_name(st)
+                return False
+            ref = weakref.ref(task)
+            hold = Hold(self, self.name, holder, token, self.ttl, self.keep_alive, sent,
+                        st.lost, lambda: ref() is not None and not ref().done(), "task")
+            if self.keep_alive and \
+                    not await keeper.ensure(min(5.0, self.ttl.total_seconds() / 3)):
+                raise errors.KeeperUnavailable(
+                    f'lease "{self.name}" was granted but the keeper that renews it has no '
+                    "connection; it was given back") from keeper.error
+            st.lost.clear()
+            keeper.add(hold, mark)
+            added = True
+            st.hold = hold
+            st.count += 1
+            return True
         except BaseException:
             # Cancelled (or not kept) after a grant may have committed: give
             # back what this call may have taken, not a hold from before it.
-            if st.count == 0:
+            if added:
+                client.keeper.remove(hold)
+            if hold is not None or not (st.count > 0 and st.holder == holder and
+                                        st.hold is not None and not st.hold.done):
                 await asyncio.shield(self._give_back(client, st, holder))
             raise
-        if token is None:
-            self._owners.free_name(st)
-            return False
-        st.hold = hold
-        st.count += 1
-        return True
 
     async def _give_back(self, client: AsyncClient, st: OwnerState, holder: str) -> None:
+        """See dsync.Lock._give_back."""
         try:
             await client._query(sql.RELEASE, (self.name, holder), self._what("releasing"),
                                 retry=False)
         except errors.DsyncError:
             client.keeper.release_later(self.name, holder)
-            if st.holder == holder and st.count == 0:
+            if st.holder == holder:
                 self._owners.retire_name(st)
             return
-        self._owners.free_name(st)
+        if st.holder == holder and st.count == 0:
+            if st.hold is not None and st.hold.given_back:
+                self._owners.retire_name(st)
+            else:
+                self._owners.free_name(st)
 
     async def release(self) -> bool:
         """Let the lease go: True if it was still held until now.  Only the
@@ -164,23 +179,24 @@ class AsyncLock(_OnClient):
         if st.count > 0:
             return hold is not None and not hold.done
         st.hold = None
+        holder = st.holder
         was_kept = hold is not None and not hold.done
         client = self.client
         if hold is not None:
             client.keeper.remove(hold)
         try:
-            released = await client._query(sql.RELEASE, (self.name, st.holder),
+            released = await client._query(sql.RELEASE, (self.name, holder),
                                            self._what("releasing"), retry=False)
-        except errors.DsyncConnectionError:
-            client.keeper.release_later(self.name, st.holder)
-            self._owners.retire_name(st)
-            raise
         except BaseException:
-            # Cancelled mid-release: the keeper makes sure of it.
-            client.keeper.release_later(self.name, st.holder)
+            # Not sent, or cancelled mid-release: the keeper makes sure of
+            # it, and the name is never used again.
+            client.keeper.release_later(self.name, holder)
             self._owners.retire_name(st)
             raise
-        self._owners.free_name(st)
+        if hold is not None and hold.given_back:
+            self._owners.retire_name(st)            # the keeper releases it too, later
+        else:
+            self._owners.free_name(st)
         return bool(released) and was_kept
 
     def _owned_state(self) -> Optional[OwnerState]:
@@ -194,7 +210,7 @@ class AsyncLock(_OnClient):
         st = self._owned_state()
         if st is None or st.hold is None:
             raise errors.NotHeld(f"{self!r} is not held by this task")
-        ttl_td = c.positive(ttl, "ttl") if ttl is not None else self.ttl
+        ttl_td = c.positive(ttl, "ttl") if ttl is not None else st.hold.ttl
         timed: list = []
         client = self.client
         expiry = await client._query(sql.RENEW, (self.name, st.holder, ttl_td),
@@ -202,8 +218,10 @@ class AsyncLock(_OnClient):
         hold = st.hold
         if expiry is None:
             client.keeper.report([hold], "the renewal found the lease no longer held")
-        elif ttl is None and timed:
-            hold.confirmed = max(hold.confirmed, timed[-1])
+        elif timed:
+            # From now on the lease is kept with the ttl it was renewed for.
+            hold.set_ttl(ttl_td, max(hold.confirmed, timed[-1]) if ttl is None else timed[-1])
+            client.keeper.retimed(hold)
         return expiry
 
     touch = renew
@@ -271,14 +289,15 @@ class AsyncLock(_OnClient):
     async def close(self) -> None:
         """Give back every hold of this object, whichever task owns it."""
         states = self._owners.holding()
+        client = self.client
         for st in states:
             st.count = 0
-            hold, st.hold = st.hold, None
-            client = self.client
+            hold = st.hold
             if hold is not None:
                 client.keeper.remove(hold)
             if st.holder is not None and not client._closed:
                 await self._give_back(client, st, st.holder)
+            st.hold = None
 
     async def __aenter__(self) -> "AsyncLock":
         if not await self.acquire(timeout=self.timeout):
@@ -414,24 +433,30 @@ class AsyncLeaderElection(_OnClient):
         self._lock = AsyncLock(self.group, client=client, conninfo=conninfo, pool=pool,
                                listen=listen, ttl=self.ttl, holder=member, info=info,
                                on_lost=self._lost, **connect_kwargs)
-        self.member = self._lock.holder
         self._leader = False
+        self._hold: Optional[Hold] = None
         self._seen_leader: Optional[str] = None
         self._seen_at: Optional[float] = None
         self._token: Optional[int] = None
         self._task: Optional[asyncio.Task] = None
 
     @property
+    def member(self) -> str:
+        return self._lock.holder
+
+    @property
     def is_leader(self) -> bool:
-        return self._leader
+        """See dsync.LeaderElection.is_leader."""
+        hold = self._hold
+        return self._leader and hold is not None and not hold.done
 
     @property
     def leader_exists(self) -> bool:
-        return self._leader or self._seen_leader is not None
+        return self.is_leader or self._seen_leader is not None
 
     @property
     def token(self) -> Optional[int]:
-        return self._token if self._leader else None
+        return self._token if self.is_leader else None
 
     @property
     def running(self) -> bool:
@@ -440,9 +465,10 @@ class AsyncLeaderElection(_OnClient):
     @property
     def status(self) -> dict:
         """See dsync.LeaderElection.status."""
-        leader = self.member if self._leader else self._seen_leader
+        leading = self.is_leader
+        leader = self.member if leading else self._seen_leader
         return dict(group=self.group, member=self.member, running=self.running,
-                    is_leader=self._leader, leader=leader, leader_exists=leader is not None,
+                    is_leader=leading, leader=leader, leader_exists=leader is not None,
                     token=self.token, seen_at=self._seen_at)
 
     async def leader(self) -> Optional[str]:
@@ -500,6 +526,7 @@ class AsyncLeaderElection(_OnClient):
                     if await self._lock.acquire(
                             timeout=max(0.05, min(period, next_look - time.monotonic()))):
                         if self._lock.held:
+                            self._hold = self._lock.hold
                             self._token = self._lock.token
                             self._seen_leader = self.member
                             self._leader = True

@@ -28,7 +28,7 @@ from . import _common as c
 from . import _sql as sql
 from . import errors
 from ._ledger import Hold, Ledger, Mark
-from .client import WAIT_IDLE_SECONDS, LISTEN_CHUNK
+from .client import KEEPER_TX, LISTEN_CHUNK, WAIT_IDLE_SECONDS
 from .errors import is_connection_error
 
 log = logging.getLogger("dsync")
@@ -195,6 +195,7 @@ class _Keeper:
         self.wanted = False                     # someone needs the connection
         self.stopping = False
         self.senders_asked = 0.0
+        self.releases_retry_at = 0.0
         self.callbacks: Set[asyncio.Task] = set()
 
     # -- what lock objects call -----------------------------------------------------
@@ -226,9 +227,16 @@ class _Keeper:
         return True
 
     def add(self, hold: Hold, mark: Mark) -> None:
+        if self.stopping:
+            raise errors.DsyncError("the dsync client is closed")
         if hold.keep_alive:
             self.ledger.add(hold, mark)
         self.watched.add(hold)
+        self.wake.set()
+        self.watch_wake.set()
+
+    def retimed(self, hold: Hold) -> None:
+        """hold's ttl changed: the keeper and the watchdog look again."""
         self.wake.set()
         self.watch_wake.set()
 
@@ -246,24 +254,33 @@ class _Keeper:
 
     def report(self, holds: Sequence[Hold], reason: str, release: bool = False) -> None:
         """Declare holds lost (each once), stop keeping them, tell their
-        owners; their on_lost callbacks run in tasks of their own."""
+        owners.  Every hold is marked first; the on_lost callbacks run after
+        (coroutine ones in tasks of their own), so none holds up the rest."""
+        fresh = []
         for hold in holds:
             if not hold.declare_lost(reason):
                 continue
             self.ledger.remove(hold)
             self.watched.discard(hold)
             if release:
+                hold.given_back = True          # its name is never used again
                 self.ledger.releases.append((hold.name, hold.holder))
                 self.wake.set()
-            try:
-                result = hold.lock._lost(hold)
-            except Exception:
-                log.exception("dsync: the on_lost callback of %r failed", hold)
-                continue
-            if asyncio.iscoroutine(result):
-                task = asyncio.get_running_loop().create_task(result)
-                self.callbacks.add(task)
-                task.add_done_callback(self.callbacks.discard)
+            fresh.append(hold)
+        loop = asyncio.get_running_loop()
+        for hold in fresh:
+            loop.call_soon(self._callback, hold)
+
+    def _callback(self, hold: Hold) -> None:
+        try:
+            result = hold.lock._lost(hold)
+        except Exception:
+            log.exception("dsync: the on_lost callback of %r failed", hold)
+            return
+        if asyncio.iscoroutine(result):
+            task = asyncio.get_running_loop().create_task(result)
+            self.callbacks.add(task)
+            task.add_done_callback(self.callbacks.discard)
 
     # -- the keeper task ----------------------------------------------------------------
 
@@ -398,7 +415,46 @@ class _Keeper:
         finally:
             self._resume()
 
+    async def _in_tx(self, statement: str, params: Any) -> List[tuple]:
+        """client.in_keeper_tx: statement's rows in a transaction of its own
+        that waits at most 50 ms for a locked row."""
+        self._pause()
+        try:
+            await self.conn.execute(KEEPER_TX)
+            try:
+                cur = await self.conn.execute(statement, params)
+                rows = await cur.fetchall()
+                await self.conn.execute("COMMIT")
+                return rows
+            except psycopg.errors.LockNotAvailable:
+                await self.conn.execute("ROLLBACK")
+                raise
+        finally:
+            self._resume()
+
+    async def _renew_batch(self, batch: List[Hold]) -> None:
+        """client._Keeper._renew_batch: a guarded (locked) lease waits for
+        a later try alone; the others are renewed now."""
+        sent = time.monotonic()
+        try:
+            rows = await self._in_tx(sql.RENEW_MANY, ([h.name for h in batch],
+                                                      [h.holder for h in batch],
+                                                      [h.ttl for h in batch]))
+        except psycopg.errors.LockNotAvailable:
+            if len(batch) == 1:
+                self.ledger.blocked(batch, time.monotonic())
+                return
+            half = len(batch) // 2
+            await self._renew_batch(batch[:half])
+            await self._renew_batch(batch[half:])
+            return
+        gone = self.ledger.renewed(batch, [r[0] for r in rows], sent)
+        if gone:
+            self.report(gone, "the renewal found the lease no longer held")
+
     async def _tick(self) -> None:
+        # Cleared first: a wake-up asked for during the tick is not lost.
+        self.wake.clear()
         if not self.reading:
             raise self.error or psycopg.OperationalError("the keeper's connection was lost")
         listen = self.ledger.to_listen(time.monotonic())
@@ -408,27 +464,25 @@ class _Keeper:
             self.ledger.listened(chunk)
         unlisten = self.ledger.to_unlisten()
         if unlisten:
-            await self._execute(sql.unlisten_statement(unlisten))
             self.ledger.unlistened(unlisten)
+            await self._execute(sql.unlisten_statement(unlisten))
         await self._hear()
         batch = self.ledger.due(time.monotonic())
         if batch:
-            sent = time.monotonic()
-            rows = await self._execute(sql.RENEW_MANY, ([h.name for h in batch],
-                                                        [h.holder for h in batch],
-                                                        [h.ttl for h in batch]))
-            gone = self.ledger.renewed(batch, [r[0] for r in rows], sent)
-            if gone:
-                self.report(gone, "the renewal found the lease no longer held")
+            await self._renew_batch(batch)
             await self._hear()
-        releases, self.ledger.releases = self.ledger.releases, []
-        if releases:
-            try:
-                await self._execute(sql.RELEASE_MANY, ([n for n, _ in releases],
-                                                       [h for _, h in releases]))
-            except BaseException:
-                self.ledger.releases[:0] = releases
-                raise
+        if time.monotonic() >= self.releases_retry_at:
+            releases, self.ledger.releases = self.ledger.releases, []
+            if releases:
+                try:
+                    await self._in_tx(sql.RELEASE_MANY, ([n for n, _ in releases],
+                                                         [h for _, h in releases]))
+                except psycopg.errors.LockNotAvailable:
+                    self.ledger.releases[:0] = releases
+                    self.releases_retry_at = time.monotonic() + 0.25
+                except BaseException:
+                    self.ledger.releases[:0] = releases
+                    raise
         orphans = self.ledger.orphans()
         for hold in orphans:
             log.warning("dsync: the task that held lease %r (holder %r) ended without releasing "
@@ -440,7 +494,6 @@ class _Keeper:
         wait = 1.0 if wait is None else min(wait, 1.0)
         if self.pending:
             return
-        self.wake.clear()
         await wait_event(self.wake, wait)
 
     async def _hear(self) -> None:
@@ -481,7 +534,9 @@ class _Keeper:
             self.watch_wake.clear()
             await wait_event(self.watch_wake, wait)
 
-    async def stop(self) -> List[Hold]:
+    async def stop(self) -> Tuple[List[Hold], List[Tuple[str, str]]]:
+        """Stop both tasks; the holds still kept and the releases still to
+        send, for the caller to give back."""
         self.stopping = True
         holds = list(self.watched)
         me = asyncio.current_task()
@@ -492,7 +547,8 @@ class _Keeper:
                     await task
                 except asyncio.CancelledError:
                     pass
-        return holds
+        releases, self.ledger.releases = self.ledger.releases, []
+        return holds, releases
 
 
 class AsyncClient:
@@ -516,7 +572,9 @@ class AsyncClient:
         self.listen = listen
         self._closed = False
         self._pid = os.getpid()
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        # The loop of first use, weakly: the default clients are kept per
+        # loop in a WeakKeyDictionary, which a strong reference would pin.
+        self._loop: Optional["weakref.ref[asyncio.AbstractEventLoop]"] = None
         self._statements = _Lane(self, pool_size, pool_size, None)
         self._waits = _Lane(self, None, pool_size, WAIT_IDLE_SECONDS)
         self._keeper: Optional[_Keeper] = None
@@ -575,9 +633,9 @@ class AsyncClient:
             raise errors.DsyncError("a dsync AsyncClient cannot be used in a forked process")
         loop = asyncio.get_running_loop()
         if self._loop is None:
-            self._loop = loop
+            self._loop = weakref.ref(loop)
             self.keeper         # the loop's end now closes the client
-        elif self._loop is not loop:
+        elif self._loop() is not loop:
             raise errors.DsyncError("this AsyncClient belongs to another event loop")
 
     async def _query(self, statement: str, params: Sequence[Any], what: str, *,
@@ -618,7 +676,10 @@ class AsyncClient:
         timed: list = []
         token = await self._query(statement, (name, holder, ttl, c.ZERO, info), what, timed=timed)
         while token is None and blocking:
-            wait = c.next_wait(True, deadline, time.monotonic())
+            # A slice no longer than a third of the ttl: the grant is
+            # reckoned from when its statement was sent, and must leave the
+            # keeper time to renew before the watchdog's deadline.
+            wait = min(c.next_wait(True, deadline, time.monotonic()), ttl / 3)
             if wait <= c.ZERO:
                 break
             timed = []
@@ -632,6 +693,7 @@ class AsyncClient:
 
     async def _close_connections(self) -> None:
         self._closed = True
+        forget_default(self)
         await self._statements.close()
         await self._waits.close()
 
@@ -641,13 +703,15 @@ class AsyncClient:
         if self._closed:
             return
         holds: List[Hold] = []
+        releases: List[Tuple[str, str]] = []
         if self._keeper is not None:
-            holds = await self._keeper.stop()
+            holds, releases = await self._keeper.stop()
             self._keeper.report(holds, "the client was closed")
-        if holds and os.getpid() == self._pid:
+        releases += [(h.name, h.holder) for h in holds]
+        if releases and os.getpid() == self._pid:
             try:
-                await self._query(sql.RELEASE_MANY, ([h.name for h in holds],
-                                                     [h.holder for h in holds]),
+                await self._query(sql.RELEASE_MANY, ([n for n, _ in releases],
+                                                     [h for _, h in releases]),
                                   "releasing the leases of a closed client")
             except errors.DsyncError:
                 pass
@@ -662,6 +726,14 @@ class AsyncClient:
 
 _defaults: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[tuple, AsyncClient]]" = \
     weakref.WeakKeyDictionary()
+
+
+def forget_default(client: AsyncClient) -> None:
+    """A closed client is nobody's default any more."""
+    for clients in list(_defaults.values()):
+        for key, other in list(clients.items()):
+            if other is client:
+                del clients[key]
 
 
 def default_client(conninfo: Optional[str], pool: Any, listen: Optional[bool],

@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import queue
 import select
 import socket
 import threading
@@ -39,6 +40,34 @@ log = logging.getLogger("dsync")
 WAIT_IDLE_SECONDS = 10.0
 # At most this many LISTENs in one statement.
 LISTEN_CHUNK = 500
+# The keeper's renewals and releases wait at most this long for a row a
+# transaction has locked (a guard: dsync_assert_held holds the lease's row
+# until its transaction ends), so that one long guarded transaction does
+# not hold up the renewal of every other lease of the client.
+KEEPER_TX = "BEGIN; SET LOCAL lock_timeout = '50ms'"
+
+
+def readable(fds: Sequence[Any], timeout: float) -> List[int]:
+    """The descriptors among fds (ints or objects with fileno) that can be
+    read within timeout seconds.  poll(), not select(): select() fails on
+    descriptors past 1024, which busy processes have."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return [fd for fd, _ in poller.poll(max(0.0, timeout) * 1000)]
+
+
+def in_keeper_tx(conn: psycopg.Connection, statement: str, params: Sequence[Any]) -> List[tuple]:
+    """statement's rows, in a transaction of its own with KEEPER_TX's
+    lock_timeout (LockNotAvailable if a row stayed locked that long)."""
+    conn.execute(KEEPER_TX)
+    try:
+        rows = conn.execute(statement, params).fetchall()
+        conn.execute("COMMIT")
+        return rows
+    except psycopg.errors.LockNotAvailable:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def behind_pooler(conn: psycopg.Connection) -> bool:
@@ -183,6 +212,11 @@ class _Keeper:
         # is busy and looks at the ledger before it sleeps.
         self.keeper_sleeps_until = 0.0
         self.watchdog_sleeps_until = 0.0
+        self.releases_retry_at = 0.0
+        # Owners' on_lost callbacks run one at a time in a thread of their
+        # own, so a slow one holds up neither renewals nor the watchdog.
+        self.callbacks: "queue.SimpleQueue[Optional[Hold]]" = queue.SimpleQueue()
+        self.callback_thread: Optional[threading.Thread] = None
 
     # -- what lock objects call ---------------------------------------------
 
@@ -222,11 +256,24 @@ class _Keeper:
         they would wake anyway (a lock taken again and again on a LISTENed
         channel costs them nothing)."""
         with self.mutex:
+            if self.stopping:
+                raise errors.DsyncError("the dsync client is closed")
             if hold.keep_alive:
                 self.ledger.add(hold, mark)
             self.watched.add(hold)
             due = hold.confirmed + (SETTLE if hold in self.ledger.unverified else hold.period)
             wake = hold.keep_alive and due < self.keeper_sleeps_until
+            watch = hold.deadline < self.watchdog_sleeps_until
+        if wake:
+            self._wake()
+        if watch:
+            self.watch_wake.set()
+
+    def retimed(self, hold: Hold) -> None:
+        """hold's ttl changed (renew(ttl=...)): wake whoever must now act
+        sooner than it planned."""
+        with self.mutex:
+            wake = hold.confirmed + hold.period < self.keeper_sleeps_until
             watch = hold.deadline < self.watchdog_sleeps_until
         if wake:
             self._wake()
@@ -266,11 +313,23 @@ class _Keeper:
                     self.ledger.remove(hold)
                     self.watched.discard(hold)
                     if release:
+                        hold.given_back = True      # its name is never used again
                         self.ledger.releases.append((hold.name, hold.holder))
                     fresh.append(hold)
+            if fresh and (self.callback_thread is None or not self.callback_thread.is_alive()):
+                self.callback_thread = threading.Thread(target=self._run_callbacks, daemon=True,
+                                                        name="dsync callbacks")
+                self.callback_thread.start()
         if release and fresh:
             self._wake()
         for hold in fresh:
+            self.callbacks.put(hold)
+
+    def _run_callbacks(self) -> None:
+        while True:
+            hold = self.callbacks.get()
+            if hold is None:
+                return
             try:
                 hold.lock._lost(hold)
             except Exception:               # a callback's error is the caller's
@@ -332,9 +391,9 @@ class _Keeper:
 
     def _sleep(self, seconds: float) -> None:
         try:
-            select.select([self.wake_r], [], [], seconds)
+            readable([self.wake_r], seconds)
             self.wake_r.recv(4096)
-        except (BlockingIOError, OSError):
+        except Exception:
             pass
 
     def _tick(self) -> None:
@@ -351,9 +410,9 @@ class _Keeper:
             with self.mutex:
                 self.ledger.listened(chunk)
         if unlisten:
-            conn.execute(sql.unlisten_statement(unlisten))
             with self.mutex:
                 self.ledger.unlistened(unlisten)
+            conn.execute(sql.unlisten_statement(unlisten))
         self._hear()
         self._renew(conn)
         self._give_back(conn)
@@ -365,16 +424,16 @@ class _Keeper:
             wait = 0.0 if self.pending else 1.0 if wait is None else min(wait, 1.0)
             self.keeper_sleeps_until = now + wait
         try:
-            readable, _, _ = select.select([conn.fileno(), self.wake_r], [], [], wait)
+            ready = readable([conn.fileno(), self.wake_r.fileno()], wait)
         finally:
             with self.mutex:
                 self.keeper_sleeps_until = 0.0
-        if self.wake_r in readable:
+        if self.wake_r.fileno() in ready:
             try:
                 self.wake_r.recv(4096)
             except BlockingIOError:
                 pass
-        if conn.fileno() in readable:
+        if conn.fileno() in ready:
             pg = conn.pgconn
             pg.consume_input()
             if pg.status != psycopg.pq.ConnStatus.OK:
@@ -413,27 +472,51 @@ class _Keeper:
     def _renew(self, conn: psycopg.Connection) -> None:
         with self.mutex:
             batch = self.ledger.due(time.monotonic())
-        if not batch:
-            return
+        if batch:
+            self._renew_batch(conn, batch)
+            self._hear()
+
+    def _renew_batch(self, conn: psycopg.Connection, batch: List[Hold]) -> None:
+        """Renew batch in one statement.  If a row stays locked (a guard's
+        transaction is open), split the batch in halves until the locked
+        leases are alone: they wait for a later try, the others are
+        renewed now."""
         sent = time.monotonic()
-        rows = conn.execute(sql.RENEW_MANY, ([h.name for h in batch], [h.holder for h in batch],
-                                             [h.ttl for h in batch])).fetchall()
+        try:
+            rows = in_keeper_tx(conn, sql.RENEW_MANY, ([h.name for h in batch],
+                                                      [h.holder for h in batch],
+                                                      [h.ttl for h in batch]))
+        except psycopg.errors.LockNotAvailable:
+            if len(batch) == 1:
+                with self.mutex:
+                    self.ledger.blocked(batch, time.monotonic())
+                return
+            half = len(batch) // 2
+            self._renew_batch(conn, batch[:half])
+            self._renew_batch(conn, batch[half:])
+            return
         with self.mutex:
             gone = self.ledger.renewed(batch, [r[0] for r in rows], sent)
         if gone:
             self.report(gone, "the renewal found the lease no longer held")
-        self._hear()
 
     def _give_back(self, conn: psycopg.Connection) -> None:
         with self.mutex:
+            if time.monotonic() < self.releases_retry_at:
+                return
             releases, self.ledger.releases = self.ledger.releases, []
-        if releases:
-            try:
-                conn.execute(sql.RELEASE_MANY, ([n for n, _ in releases], [h for _, h in releases]))
-            except BaseException:
-                with self.mutex:
-                    self.ledger.releases[:0] = releases
-                raise
+        if not releases:
+            return
+        try:
+            in_keeper_tx(conn, sql.RELEASE_MANY, ([n for n, _ in releases],
+                                                   [h for _, h in releases]))
+        except BaseException as exc:
+            with self.mutex:
+                self.ledger.releases[:0] = releases
+                if isinstance(exc, psycopg.errors.LockNotAvailable):
+                    self.releases_retry_at = time.monotonic() + 0.25
+                    return
+            raise
 
     def _orphans(self) -> None:
         """Leases whose owner ended without releasing: no longer renewed,
@@ -472,9 +555,9 @@ class _Keeper:
 
     # -- the end ------------------------------------------------------------------
 
-    def stop(self) -> List[Hold]:
-        """Stop both threads; the holds still kept, for the caller to give
-        back."""
+    def stop(self) -> Tuple[List[Hold], List[Tuple[str, str]]]:
+        """Stop the threads; the holds still kept and the releases still to
+        send, for the caller to give back."""
         with self.changed:
             self.stopping = True
             holds = list(self.watched)
@@ -484,7 +567,9 @@ class _Keeper:
         for t in (self.thread, self.watchdog):
             if t is not None and t is not threading.current_thread():
                 t.join(5.0)
-        return holds
+        with self.mutex:
+            releases, self.ledger.releases = self.ledger.releases, []
+        return holds, releases
 
 
 class Client:
@@ -614,7 +699,10 @@ class Client:
         timed: list = []
         token = self._query(statement, (name, holder, ttl, c.ZERO, info), what, timed=timed)
         while token is None and blocking:
-            wait = c.next_wait(True, deadline, time.monotonic())
+            # A slice no longer than a third of the ttl: the grant is
+            # reckoned from when its statement was sent, and must leave the
+            # keeper time to renew before the watchdog's deadline.
+            wait = min(c.next_wait(True, deadline, time.monotonic()), ttl / 3)
             if wait <= c.ZERO:
                 break
             timed = []
@@ -631,11 +719,14 @@ class Client:
         them lost), stop the keeper and close the connections."""
         if self._closed:
             return
-        holds = self._keeper.stop()
+        holds, releases = self._keeper.stop()
         self._keeper.report(holds, "the client was closed")
-        if holds and os.getpid() == self._pid:
+        self._keeper.callbacks.put(None)        # the callback thread ends after these
+        releases += [(h.name, h.holder) for h in holds]
+        if releases and os.getpid() == self._pid:
             try:
-                self._query(sql.RELEASE_MANY, ([h.name for h in holds], [h.holder for h in holds]),
+                self._query(sql.RELEASE_MANY, ([n for n, _ in releases],
+                                               [h for _, h in releases]),
                             "releasing the leases of a closed client")
             except errors.DsyncError:
                 pass                        # they lapse at their ttl

@@ -34,17 +34,28 @@ from .client import Client, default_client
 __all__ = ["Lock", "ReadLock", "Semaphore", "Event", "LeaderElection"]
 
 
-def _client_of(client: Optional[Client], conninfo: Optional[str], pool: Any,
-               listen: Optional[bool], connect_kwargs: dict) -> Client:
-    """The client an object runs on: the one given, else the default one
-    for its connection string or pool."""
-    if client is not None:
-        if conninfo is not None or pool is not None or connect_kwargs or listen is not None:
-            raise TypeError("give either client or connection settings, not both")
-        return client
-    if conninfo is None and pool is None:
-        raise TypeError("give one of client, conninfo and pool")
-    return default_client(conninfo, pool, listen, connect_kwargs)
+class _OnClient:
+    """An object that runs on a Client: the one given, or the default
+    client for its connection settings, looked up at each use (so that an
+    object made before a fork works in the child, on the child's own)."""
+
+    def _use(self, client: Optional[Client], conninfo: Optional[str], pool: Any,
+             listen: Optional[bool], connect_kwargs: dict) -> None:
+        if client is not None:
+            if conninfo is not None or pool is not None or connect_kwargs or listen is not None:
+                raise TypeError("give either client or connection settings, not both")
+        elif conninfo is None and pool is None:
+            raise TypeError("give one of client, conninfo and pool")
+        else:
+            c.ConnectionSettings(conninfo, pool, connect_kwargs)      # checked now
+        self._client = client
+        self._client_args = (conninfo, pool, listen, connect_kwargs)
+
+    @property
+    def client(self) -> Client:
+        if self._client is not None:
+            return self._client
+        return default_client(*self._client_args)
 
 
 def current_owner() -> Tuple[Any, Callable[[], bool], str]:
@@ -60,11 +71,15 @@ def current_owner() -> Tuple[Any, Callable[[], bool], str]:
         ref = weakref.ref(task)
         return task, lambda: (ref() is not None and not ref().done()), "task"
     thread = threading.current_thread()
+    if thread is threading.main_thread():
+        # Its holds last until the process exits (at exit the default
+        # clients give them back), even while other threads finish.
+        return thread, lambda: True, "thread"
     ref = weakref.ref(thread)
     return thread, lambda: (ref() is not None and ref().is_alive()), "thread"
 
 
-class Lock:
+class Lock(_OnClient):
     """A lease held for ttl seconds and renewed in the background while held.
 
         lock = Lock("billing", conninfo="dbname=app", ttl=30)   # or client.lock(...)
@@ -91,14 +106,20 @@ class Lock:
                  **connect_kwargs: Any):
         self.name = c.name_arg(name, "name")
         self.ttl = c.positive(ttl, "ttl")
-        self.holder = c.name_arg(holder, "holder") if holder is not None else c.default_holder()
+        given = c.name_arg(holder, "holder") if holder is not None else None
         self.info = c.jsonb(info)
         self.on_lost = on_lost
         self.keep_alive = bool(keep_alive)
         self.timeout = c.interval(timeout, "timeout")
-        self.client = _client_of(client, conninfo, pool, listen, connect_kwargs)
+        self._use(client, conninfo, pool, listen, connect_kwargs)
         self._mutex = threading.Lock()
-        self._owners = Owners(self.holder, threading.Event)
+        self._owners = Owners(given, threading.Event)
+
+    @property
+    def holder(self) -> str:
+        """The holder name on the server of the first owner (host:pid:random
+        unless given; a forked child gets one of its own)."""
+        return self._owners.base
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} holder={self.holder!r}>"
@@ -122,49 +143,65 @@ class Lock:
             if st.count > 0 and st.hold is not None and not st.hold.done:
                 st.count += 1
                 return True
+            if st.hold is not None and st.hold.given_back:
+                self._owners.retire_name(st)        # the keeper releases that name
             holder = self._owners.take_name(st)
-            if blocking and kind == "task" and any(
-                    o is not st and o.count > 0 for o in self._owners.holding()):
+            if blocking and kind == "task" and self._held_in_this_loop(st):
                 self._owners.free_name(st)
                 raise RuntimeError(
                     f"a blocking acquire of {self!r} inside a running event loop, while another "
                     "task of that loop holds it, would block the loop for ever: use AsyncLock")
         deadline = c.deadline_of(timeout, time.monotonic())
-        keeper = self.client._keeper
+        client = self.client
+        keeper = client._keeper
+        hold = None
+        added = False
         try:
             self._prepare()
-            mark = None
             keeper.start(keeper=self.keep_alive)
-            if self.keep_alive:
-                mark = keeper.mark(sql.channel_of(self.name))
-            token, sent = self.client._acquire(self._sql_acquire,
-                                               (self.name, holder, self.ttl, self.info),
-                                               blocking, deadline, self._what("acquiring"))
-            if token is not None:
-                hold = Hold(self, self.name, holder, token, self.ttl, self.keep_alive, sent,
-                            st.lost, alive, kind)
-                if self.keep_alive and not keeper.ensure(min(5.0, self.ttl.total_seconds() / 3)):
-                    raise errors.KeeperUnavailable(
-                        f'lease "{self.name}" was granted but the keeper that renews it has no '
-                        "connection; it was given back") from keeper.error
-                st.lost.clear()
-                keeper.add(hold, mark)
-        except BaseException:
-            # Interrupted, or not kept: a grant may have committed unseen, or
-            # be held with nobody to renew it.  Give back what this call
-            # may have taken, never a hold the owner had before it.
+            mark = keeper.mark(sql.channel_of(self.name)) if self.keep_alive else None
+            token, sent = client._acquire(self._sql_acquire,
+                                          (self.name, holder, self.ttl, self.info),
+                                          blocking, deadline, self._what("acquiring"))
+            if token is None:
+                with self._mutex:
+                    self._owners.free_name(st)
+                return False
+            hold = Hold(self, self.name, holder, token, self.ttl, self.keep_alive, sent,
+                        st.lost, alive, kind)
+            if self.keep_alive and not keeper.ensure(min(5.0, self.ttl.total_seconds() / 3)):
+                raise errors.KeeperUnavailable(
+                    f'lease "{self.name}" was granted but the keeper that renews it has no '
+                    "connection; it was given back") from keeper.error
+            st.lost.clear()
+            keeper.add(hold, mark)
+            added = True
             with self._mutex:
-                first = st.count == 0
-            if first:
+                st.hold = hold
+                st.count += 1
+            return True
+        except BaseException:
+            # Interrupted, or not kept: a grant may have committed unseen,
+            # or be held with nobody to renew it.  Give back what this call
+            # may have taken (never a hold the owner had before it).
+            if added:
+                keeper.remove(hold)
+            if hold is not None or not self._held_before(st, holder):
                 self._give_back(st, holder)
             raise
+
+    def _held_before(self, st: OwnerState, holder: str) -> bool:
+        """Whether the owner held a live lease under holder before this
+        call (then an interrupted call must not release it)."""
         with self._mutex:
-            if token is None:
-                self._owners.free_name(st)
-                return False
-            st.hold = hold
-            st.count += 1
-        return True
+            return st.count > 0 and st.holder == holder and st.hold is not None \
+                and not st.hold.done
+
+    def _held_in_this_loop(self, mine: OwnerState) -> bool:
+        """Whether another task of the running loop holds this object."""
+        loop = asyncio.get_running_loop()
+        return any(st is not mine and st.count > 0 and isinstance(o, asyncio.Task)
+                   and o.get_loop() is loop for o, st in list(self._owners.states.items()))
 
     def _give_back(self, st: OwnerState, holder: str) -> None:
         """Release holder's lease; if the server cannot be told now, the
@@ -176,11 +213,15 @@ class Lock:
         except errors.DsyncError:
             self.client._keeper.release_later(self.name, holder)
             with self._mutex:
-                if st.holder == holder and st.count == 0:
+                if st.holder == holder:
                     self._owners.retire_name(st)
             return
         with self._mutex:
-            self._owners.free_name(st)
+            if st.holder == holder and st.count == 0:
+                if st.hold is not None and st.hold.given_back:
+                    self._owners.retire_name(st)
+                else:
+                    self._owners.free_name(st)
 
     def release(self) -> bool:
         """Let the lease go: True if it was still held until now.  Only the
@@ -197,19 +238,26 @@ class Lock:
             if st.count > 0:
                 return hold is not None and not hold.done
             st.hold = None
+            holder = st.holder
         was_kept = hold is not None and not hold.done
+        client = self.client
         if hold is not None:
-            self.client._keeper.remove(hold)
+            client._keeper.remove(hold)
         try:
-            released = self.client._query(sql.RELEASE, (self.name, st.holder),
-                                          self._what("releasing"), retry=False)
-        except errors.DsyncConnectionError:
-            self.client._keeper.release_later(self.name, st.holder)
+            released = client._query(sql.RELEASE, (self.name, holder),
+                                     self._what("releasing"), retry=False)
+        except BaseException:
+            # Not sent, or interrupted: the keeper makes sure of it, and the
+            # name is never used again.
+            client._keeper.release_later(self.name, holder)
             with self._mutex:
                 self._owners.retire_name(st)
             raise
         with self._mutex:
-            self._owners.free_name(st)
+            if hold is not None and hold.given_back:
+                self._owners.retire_name(st)        # the keeper releases it too, later
+            else:
+                self._owners.free_name(st)
         return bool(released) and was_kept
 
     def _owned_state(self) -> Optional[OwnerState]:
@@ -221,19 +269,22 @@ class Lock:
     def renew(self, ttl: Optional[Seconds] = None) -> Optional[datetime]:
         """Extend the caller's hold now (the keeper does it every ttl/3
         anyway): the new expiry, or None, and the lease counts as lost, if
-        it is no longer held."""
+        it is no longer held.  With ttl, the lease is kept with that ttl
+        from now on."""
         st = self._owned_state()
         if st is None or st.hold is None:
             raise errors.NotHeld(f"{self!r} is not held by this thread")
-        ttl_td = c.positive(ttl, "ttl") if ttl is not None else self.ttl
+        ttl_td = c.positive(ttl, "ttl") if ttl is not None else st.hold.ttl
         timed: list = []
         expiry = self.client._query(sql.RENEW, (self.name, st.holder, ttl_td),
                                     self._what("renewing"), timed=timed)
         hold = st.hold
         if expiry is None:
             self.client._keeper.report([hold], "the renewal found the lease no longer held")
-        elif ttl is None and timed:
-            hold.confirmed = max(hold.confirmed, timed[-1])
+        elif timed:
+            # From now on the lease is kept with the ttl it was renewed for.
+            hold.set_ttl(ttl_td, max(hold.confirmed, timed[-1]) if ttl is None else timed[-1])
+            self.client._keeper.retimed(hold)
         return expiry
 
     touch = renew
@@ -317,12 +368,14 @@ class Lock:
             states = self._owners.holding()
             for st in states:
                 st.count = 0
+        client = self.client
         for st in states:
-            hold, st.hold = st.hold, None
+            hold = st.hold
             if hold is not None:
-                self.client._keeper.remove(hold)
-            if st.holder is not None and not self.client._closed:
+                client._keeper.remove(hold)
+            if st.holder is not None and not client._closed:
                 self._give_back(st, st.holder)
+            st.hold = None
 
     def __enter__(self) -> "Lock":
         if not self.acquire(timeout=self.timeout):
@@ -398,13 +451,13 @@ class Semaphore(Lock):
             raise
 
 
-class Event:
+class Event(_OnClient):
     """A one-to-one signal: each set() wakes exactly one wait()."""
 
     def __init__(self, name: str, *, client: Optional[Client] = None,
                  conninfo: Optional[str] = None, pool: Any = None, **connect_kwargs: Any):
         self.name = c.name_arg(name, "name")
-        self.client = _client_of(client, conninfo, pool, None, connect_kwargs)
+        self._use(client, conninfo, pool, None, connect_kwargs)
 
     def _what(self, verb: str) -> str:
         return f'{verb} event "{self.name}"'
@@ -438,7 +491,7 @@ class Event:
         """Nothing to give back; kept for symmetry with the other objects."""
 
 
-class LeaderElection:
+class LeaderElection(_OnClient):
     """Join a group and campaign for its lease in a thread of its own;
     while leader, the lease is kept by the client's keeper.  on_leader()
     runs in the campaign thread when elected; on_leader_loss() as soon as
@@ -460,10 +513,10 @@ class LeaderElection:
         self.info = info
         self.on_leader = on_leader
         self.on_leader_loss = on_leader_loss
-        self.client = _client_of(client, conninfo, pool, listen, connect_kwargs)
-        self._lock = Lock(self.group, client=self.client, ttl=self.ttl, holder=member, info=info,
-                          on_lost=self._lost)
-        self.member = self._lock.holder
+        self._use(client, conninfo, pool, listen, connect_kwargs)
+        self._lock = Lock(self.group, client=client, conninfo=conninfo, pool=pool, listen=listen,
+                          ttl=self.ttl, holder=member, info=info, on_lost=self._lost,
+                          **connect_kwargs)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._leader = threading.Event()
@@ -471,13 +524,22 @@ class LeaderElection:
         self._seen_leader: Optional[str] = None
         self._seen_at: Optional[float] = None
         self._token: Optional[int] = None
+        self._hold: Optional[Hold] = None
         self.error: Optional[BaseException] = None
 
     # -- what it knows, without waiting -------------------------------------------
 
     @property
+    def member(self) -> str:
+        return self._lock.holder
+
+    @property
     def is_leader(self) -> bool:
-        return self._leader.is_set()
+        """Leading now: elected, and the term's lease not known lost (read
+        from the hold itself, so it is false at once, before any callback
+        has run)."""
+        hold = self._hold
+        return self._leader.is_set() and hold is not None and not hold.done
 
     @property
     def leader_exists(self) -> bool:
@@ -565,6 +627,7 @@ class LeaderElection:
                             break
                         with self._leader_lock:
                             if self._lock.held:         # lost already: campaign on
+                                self._hold = self._lock.hold
                                 self._token = self._lock.token
                                 self._seen_leader = self.member
                                 self._leader.set()

@@ -73,6 +73,10 @@ def test_async_lost_lease(server, admin, name):
         admin.execute("SELECT dsync_force_release(%s)", (name,))
         await asyncio.wait_for(lock.lost.wait(), 10)
         print(f"\nasyncio lost-lease notice: {(time.monotonic() - t0) * 1000:.1f} ms")
+        for _ in range(100):                     # on_lost runs just after
+            if lost:
+                break
+            await asyncio.sleep(0.01)
         assert lost and "released" in lost[0]
         with pytest.raises(LockLost):
             lock.check()

@@ -137,7 +137,7 @@ def test_lost_lease_is_noticed_at_once(server, admin, name):
     took = time.monotonic() - t0
     print(f"\nlost-lease notice after force_release: {took * 1000:.1f} ms")
     assert took < 30 / 3, "not noticed before the first renewal"
-    assert seen and "released" in seen[0]
+    assert wait_for(lambda: seen, 5) and "released" in seen[0]   # the callback, on its thread
     with pytest.raises(LockLost):
         lock.check()
     assert not lock.release()
@@ -359,6 +359,7 @@ def test_watchdog_declares_loss_before_expiry(server, admin, name):
     pid = _stop_keeper_backend(admin, app)
     try:
         assert lock.lost.wait(5)
+        assert wait_for(lambda: lost_at, 5)
         still = admin.execute("SELECT expires_at FROM dsync_leases WHERE lease = %s",
                               (name,)).fetchone()
         # At the moment of the notice the lease was still live (held by us).
