@@ -27,22 +27,7 @@ top=$(pwd)
 py=/usr/bin/python3
 version=$(cat VERSION)
 
-passed=0
-failed=0
-ok() {
-	echo "ok     $1"
-	passed=$((passed + 1))
-}
-fail() {
-	echo "FAILED $1"
-	failed=$((failed + 1))
-}
-# check WHAT COMMAND...: one counted check.
-check() {
-	local what=$1
-	shift
-	if "$@"; then ok "$what"; else fail "$what"; fi
-}
+. test/checks.sh
 finish() {
 	echo "$passed passed, $failed failed"
 	[ "$failed" -eq 0 ]

@@ -4,9 +4,10 @@
 #   15 on this machine; 17 (Debian trixie) and 18 (Debian sid) each in a
 #   chroot made once by scripts/chroot.sh and cached outside the clone;
 #   in each, test/suites.sh (builds with gcc and clang, warnings as errors,
-#   then pg_regress, isolation, pgTAP, stress and Perl TAP);
+#   then pg_regress, isolation, pgTAP, stress and Perl TAP; in the chroots
+#   also the Python client on their newer Python and psycopg);
 #   then on 15 the client libraries (test/clients.sh: Python and Node,
-#   directly and through PgBouncer), the Debian package test
+#   directly and through PgBouncer, and their packaging), the Debian package test
 #   (test/package.sh) and the HA test under Patroni (test/ha/run.sh, with
 #   a synchronous standby on three nodes and with asynchronous replication
 #   on two).

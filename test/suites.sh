@@ -8,7 +8,10 @@
 #   every suite below then runs against;
 #   pg_regress and isolation specs (make installcheck, as an ordinary role);
 #   pgTAP (pg_prove); a concurrency stress test (libpq, test/stress);
-#   the Perl TAP tests (PostgreSQL::Test::Cluster, run as postgres).
+#   the Perl TAP tests (PostgreSQL::Test::Cluster, run as postgres); and,
+#   on majors other than 15 where this Debian has python3-psycopg and
+#   pytest (the chroots do), the Python client's tests on that Debian's
+#   Python and psycopg.
 # Each suite gets a throwaway server with dsync preloaded.  test/run_all.sh
 # runs this once per major; it prints "N passed, N failed" at the end and
 # exits non-zero on any failure.

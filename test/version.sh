@@ -16,16 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 py=/usr/bin/python3
 
-passed=0
-failed=0
-ok() {
-	echo "ok     $1"
-	passed=$((passed + 1))
-}
-fail() {
-	echo "FAILED $1"
-	failed=$((failed + 1))
-}
+. test/checks.sh
 # agree FILE WHAT VALUE: VALUE, read from FILE, must be VERSION.
 agree() {
 	if [ "$3" = "$version" ]; then

@@ -18,12 +18,19 @@ Uses the throwaway server and PgBouncer of clients/python/tests/conftest.py.
    default 30): the cycle again.
 
 BENCH_BLOCKS (default 20) blocks of 200 cycles each way for 1; BENCH_HOLD
-(default 30) seconds for 3; BENCH_NAMES=0 skips 4.
+(default 30) seconds for 3; BENCH_NAMES=0 skips 4.  BENCH_BEFORE: the
+clients/python folder of an earlier version, whose Lock cycle is then
+measured against the same server in the same run, e.g.
+
+    git archive 6da63de clients/python | tar -x -C /tmp/before
+    BENCH_BEFORE=/tmp/before/clients/python python3 test/bench/client_bench.py
 """
 
+import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -38,6 +45,7 @@ from conftest import Server  # noqa: E402
 from dsync import Client, Lock  # noqa: E402
 
 BLOCKS = int(os.environ.get("BENCH_BLOCKS", "20"))
+BEFORE = os.environ.get("BENCH_BEFORE")
 HOLD = int(os.environ.get("BENCH_HOLD", "30"))
 NAMES = int(os.environ.get("BENCH_NAMES", "1000000"))
 SNAPSHOT_SECONDS = int(os.environ.get("BENCH_SNAPSHOT_SECONDS", "30"))
@@ -83,6 +91,44 @@ def cycles(dsn, names):
                 lib.append((time.perf_counter() - t0) * 1000)
     client.close()
     return raw, lib
+
+
+# One Lock object taken and let go again and again, by the earlier version's
+# library, in a process of its own (both are called dsync).
+BEFORE_SCRIPT = """
+import json, random, sys, time
+from dsync import Lock
+dsn, names, n = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+locks = {name: Lock(name, conninfo=dsn, ttl=30) for name in names}
+out = []
+for _ in range(n):
+    lock = locks[random.choice(names)]
+    t0 = time.perf_counter()
+    assert lock.acquire(blocking=False)
+    lock.release()
+    out.append((time.perf_counter() - t0) * 1000)
+print(json.dumps(out))
+"""
+
+
+def before_cycles(dsn, names):
+    """The earlier version's cycle, and the two SQL calls again, in
+    alternating blocks (a process started per block)."""
+    raw, old = [], []
+    with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as conn:
+        for _ in range(max(1, BLOCKS // 4)):
+            for _ in range(200):
+                name = random.choice(names)
+                t0 = time.perf_counter()
+                raw_cycle(conn, name)
+                raw.append((time.perf_counter() - t0) * 1000)
+            out = subprocess.run([sys.executable, "-c", BEFORE_SCRIPT, dsn, json.dumps(names),
+                                  "800"], capture_output=True, text=True,
+                                 env=dict(os.environ, PYTHONPATH=BEFORE), cwd=BEFORE)
+            if out.returncode != 0:
+                raise RuntimeError("the earlier library failed:\n" + out.stderr[-2000:])
+            old += json.loads(out.stdout)[200:]       # its first holds open connections
+    return raw, old
 
 
 def first_acquires(dsn, n):
@@ -170,6 +216,10 @@ def main():
         raw, lib = cycles(bouncer, names)
         base = show("two SQL calls, through PgBouncer (transaction mode)", raw)
         show("Client, through PgBouncer", lib, base)
+        if BEFORE:
+            raw, old = before_cycles(direct, names[:10])
+            base = show("two SQL calls on one connection, direct", raw)
+            show(f"the earlier library's Lock ({BEFORE})"[:56], old, base)
 
         print("\n2. new lock objects")
         first, per_call = first_acquires(direct, 500)

@@ -28,6 +28,7 @@ from . import aio_client
 from . import errors
 from ._common import Seconds
 from ._ledger import Hold, OwnerState, Owners
+from ._views import ElectionViews, HoldViews
 from .aio_client import AsyncClient
 from .aio_watch import awatch
 
@@ -66,10 +67,12 @@ def _current_task() -> asyncio.Task:
     return task
 
 
-class AsyncLock(_OnClient):
+class AsyncLock(_OnClient, HoldViews):
     """An asyncio lease: `async with AsyncLock("x", conninfo=...) as lock:`
     (or client.lock("x")).  The arguments are dsync.Lock's; on_lost may be
     a coroutine function (it then runs in a task of its own)."""
+
+    _owner_word = "task"
 
     _sql_acquire = sql.ACQUIRE
 
@@ -237,37 +240,9 @@ class AsyncLock(_OnClient):
                                         self._what("reading")) is not None
 
     @property
-    def held(self) -> bool:
-        st = self._owned_state()
-        return st is not None and st.hold is not None and not st.hold.done
-
-    @property
-    def hold(self) -> Optional[Hold]:
-        """The calling task's hold (token, lost, lost_reason, check()), to
-        hand to another task that watches it; None if it holds nothing."""
-        st = self._owned_state()
-        return st.hold if st is not None else None
-
-    @property
-    def token(self) -> Optional[int]:
-        st = self._owned_state()
-        return st.hold.token if st is not None and st.hold is not None else None
-
-    @property
     def lost(self) -> asyncio.Event:
         """Set when the current task's hold is lost."""
         return self._owners.state(_current_task()).lost
-
-    @property
-    def lost_reason(self) -> Optional[str]:
-        st = self._owned_state()
-        return st.hold.lost_reason if st is not None and st.hold is not None else None
-
-    def check(self) -> None:
-        st = self._owned_state()
-        if st is None or st.hold is None:
-            raise errors.NotHeld(f"{self!r} is not held by this task")
-        st.hold.check()
 
     async def guard(self, conn: psycopg.AsyncConnection) -> int:
         """In the caller's own transaction: the fencing token if the current
@@ -412,7 +387,7 @@ class AsyncEvent(_OnClient):
         """Nothing to give back; kept for symmetry."""
 
 
-class AsyncLeaderElection(_OnClient):
+class AsyncLeaderElection(_OnClient, ElectionViews):
     """Leader election as an asyncio task: `task = election.start()`;
     cancelling the task (or `await election.stop()`) resigns cleanly.
     is_leader, leader_exists and status are properties that read what the
@@ -440,36 +415,12 @@ class AsyncLeaderElection(_OnClient):
         self._token: Optional[int] = None
         self._task: Optional[asyncio.Task] = None
 
-    @property
-    def member(self) -> str:
-        return self._lock.holder
-
-    @property
-    def is_leader(self) -> bool:
-        """See dsync.LeaderElection.is_leader."""
-        hold = self._hold
-        return self._leader and hold is not None and not hold.done
-
-    @property
-    def leader_exists(self) -> bool:
-        return self.is_leader or self._seen_leader is not None
-
-    @property
-    def token(self) -> Optional[int]:
-        return self._token if self.is_leader else None
+    def _elected(self) -> bool:
+        return self._leader
 
     @property
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
-
-    @property
-    def status(self) -> dict:
-        """See dsync.LeaderElection.status."""
-        leading = self.is_leader
-        leader = self.member if leading else self._seen_leader
-        return dict(group=self.group, member=self.member, running=self.running,
-                    is_leader=leading, leader=leader, leader_exists=leader is not None,
-                    token=self.token, seen_at=self._seen_at)
 
     async def leader(self) -> Optional[str]:
         return await self.client._query(sql.LEADER, (self.group,),

@@ -29,6 +29,7 @@ from . import _sql as sql
 from . import errors
 from ._common import Seconds
 from ._ledger import Hold, OwnerState, Owners
+from ._views import ElectionViews, HoldViews
 from .client import Client, default_client
 
 __all__ = ["Lock", "ReadLock", "Semaphore", "Event", "LeaderElection"]
@@ -79,7 +80,7 @@ def current_owner() -> Tuple[Any, Callable[[], bool], str]:
     return thread, lambda: (ref() is not None and ref().is_alive()), "thread"
 
 
-class Lock(_OnClient):
+class Lock(_OnClient, HoldViews):
     """A lease held for ttl seconds and renewed in the background while held.
 
         lock = Lock("billing", conninfo="dbname=app", ttl=30)   # or client.lock(...)
@@ -302,45 +303,12 @@ class Lock(_OnClient):
             is not None
 
     @property
-    def held(self) -> bool:
-        """Whether the calling thread holds the lease, as far as the client
-        knows (no statement)."""
-        st = self._owned_state()
-        return st is not None and st.hold is not None and not st.hold.done
-
-    @property
-    def hold(self) -> Optional[Hold]:
-        """The calling thread's hold (token, lost, lost_reason, check()), to
-        hand to another thread that watches it; None if it holds nothing."""
-        st = self._owned_state()
-        return st.hold if st is not None else None
-
-    @property
-    def token(self) -> Optional[int]:
-        """The calling thread's fencing token, None if it does not hold."""
-        st = self._owned_state()
-        return st.hold.token if st is not None and st.hold is not None else None
-
-    @property
     def lost(self) -> threading.Event:
         """Set when the calling thread's hold is lost (and cleared when it
         takes the lease again)."""
         owner, _, _ = current_owner()
         with self._mutex:
             return self._owners.state(owner).lost
-
-    @property
-    def lost_reason(self) -> Optional[str]:
-        st = self._owned_state()
-        return st.hold.lost_reason if st is not None and st.hold is not None else None
-
-    def check(self) -> None:
-        """Raise LockLost if the calling thread's hold was lost, NotHeld if
-        it holds nothing."""
-        st = self._owned_state()
-        if st is None or st.hold is None:
-            raise errors.NotHeld(f"{self!r} is not held by this thread")
-        st.hold.check()
 
     def guard(self, conn: psycopg.Connection) -> int:
         """In the caller's own transaction: the fencing token if the calling
@@ -491,7 +459,7 @@ class Event(_OnClient):
         """Nothing to give back; kept for symmetry with the other objects."""
 
 
-class LeaderElection(_OnClient):
+class LeaderElection(_OnClient, ElectionViews):
     """Join a group and campaign for its lease in a thread of its own;
     while leader, the lease is kept by the client's keeper.  on_leader()
     runs in the campaign thread when elected; on_leader_loss() as soon as
@@ -529,40 +497,12 @@ class LeaderElection(_OnClient):
 
     # -- what it knows, without waiting -------------------------------------------
 
-    @property
-    def member(self) -> str:
-        return self._lock.holder
-
-    @property
-    def is_leader(self) -> bool:
-        """Leading now: elected, and the term's lease not known lost (read
-        from the hold itself, so it is false at once, before any callback
-        has run)."""
-        hold = self._hold
-        return self._leader.is_set() and hold is not None and not hold.done
-
-    @property
-    def leader_exists(self) -> bool:
-        """Whether some member leads, as the campaign last saw it."""
-        return self.is_leader or self._seen_leader is not None
-
-    @property
-    def token(self) -> Optional[int]:
-        return self._token if self.is_leader else None
+    def _elected(self) -> bool:
+        return self._leader.is_set()
 
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
-
-    @property
-    def status(self) -> dict:
-        """This node's view (mongoelector's node_status): group, member,
-        running, is_leader, leader, leader_exists, token, and seen_at (the
-        time.monotonic() of the campaign's last look)."""
-        leader = self.member if self.is_leader else self._seen_leader
-        return dict(group=self.group, member=self.member, running=self.running,
-                    is_leader=self.is_leader, leader=leader, leader_exists=leader is not None,
-                    token=self.token, seen_at=self._seen_at)
 
     # -- what it asks the server ------------------------------------------------------
 
