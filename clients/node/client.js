@@ -32,6 +32,9 @@ const { abortError } = require('./args');
 const WAIT_SLICE_MS = 5000;
 // How long idle connections of blocking waits are kept for the next wait.
 const WAIT_IDLE_MS = 10000;
+// How long close() waits for the acquires in flight to settle (their
+// waits are cancelled) before it ends the pools.
+const CLOSE_WAIT_MS = 5000;
 
 const USED = Symbol('dsync.used');          // a pooled connection that ran a statement before
 const GUARDED = Symbol('dsync.guarded');    // has our error listener
@@ -103,6 +106,7 @@ class Client {
     }
     this._keeper = new Keeper(this);
     this._waiting = new Set();      // wait connections inside a statement now
+    this._acquiring = new Set();    // acquires in flight (promises), which close() lets settle
     this._elections = new Set();    // running campaigns, stopped by close()
     this._closing = null;
     this._closed = false;
@@ -221,13 +225,17 @@ class Client {
    * and the caller waits, inside the server in slices on a wait
    * connection.  Returns the token (null if not had) and when the
    * statement that got it was sent.  deadline: a performance.now() value
-   * or null (no limit).
+   * or null (no limit).  ttlMs: the lease's ttl; a slice is at most a
+   * third of it, because the grant is reckoned from when its statement
+   * was sent and must leave the keeper time to renew it before the
+   * watchdog's deadline.
    */
-  async _acquire(text, name, holder, ttlText, info, blocking, deadline, what, signal) {
+  async _acquire(text, name, holder, ttlText, ttlMs, info, blocking, deadline, what, signal) {
     const timed = {};
+    const slice = Math.min(WAIT_SLICE_MS, ttlMs / 3);
     let token = await this._value(text, [name, holder, ttlText, sql.interval(0), info], what, { timed, signal });
     while (token === null && blocking) {
-      const left = deadline === null ? WAIT_SLICE_MS : Math.min(WAIT_SLICE_MS, deadline - performance.now());
+      const left = deadline === null ? slice : Math.min(slice, deadline - performance.now());
       if (left <= 0) break;
       token = await this._value(text, [name, holder, ttlText, sql.interval(left / 1000), info], what,
         { wait: true, timed, signal });
@@ -265,18 +273,28 @@ class Client {
     return this._closing;
   }
 
-  // close() itself, run once.
+  // close() itself, run once.  The acquires in flight fail ("closed"):
+  // their waits are cancelled, and one granted meanwhile is given back
+  // before the pools end.  The releases the keeper still owes are sent.
   async _close() {
     for (const election of [...this._elections]) await election.stop().catch(noop);
     const { holds, releases } = await this._keeper.stop();
     this._keeper.report(holds, 'the client was closed');
+    for (const conn of this._waiting) cancelStatement(conn);
+    if (this._acquiring.size) {
+      let timer;
+      await Promise.race([Promise.allSettled([...this._acquiring]),
+        new Promise((r) => { timer = setTimeout(r, CLOSE_WAIT_MS); })]);
+      clearTimeout(timer);
+    }
+    // Releases queued since the keeper stopped (a give-back that failed).
+    releases.push(...this._keeper.ledger.releases.splice(0));
     const names = [...holds.map((h) => h.name), ...releases.map((r) => r.name)];
     const holders = [...holds.map((h) => h.holder), ...releases.map((r) => r.holder)];
     if (names.length) {
       await this._query(sql.RELEASE_MANY, [names, holders], 'releasing the leases of a closed client',
         { internal: true, retry: true }).catch(noop);     // else they lapse at their ttl
     }
-    for (const conn of this._waiting) cancelStatement(conn);
     const ends = [this._waitPool.end().catch(noop)];
     if (this._ownPool) ends.push(this._pool.end().catch(noop));
     await Promise.all(ends);

@@ -5,11 +5,14 @@
  * EventEmitter: 'elected' (token), 'lost' (reason) as soon as leadership
  * is lost (before the lease's expiry lets anyone else in) and on stop,
  * 'members' (the group's live members, at each look, if listened to), and
- * 'error' if the campaign fails for good.
+ * 'error' if the campaign fails for good.  Listeners are not awaited; an
+ * error they throw or reject with is a warning.
  *
  * isLeader, leaderExists, token and status are getters that never wait:
  * they read what the campaign last saw (its periodic look, every ttl/3,
- * and its own grants).  leader() and members() ask the server.
+ * and its own grants), and the term's hold itself, so isLeader is false
+ * the moment the keeper marks the lease lost, before any listener runs.
+ * leader() and members() ask the server.
  */
 
 const { EventEmitter } = require('node:events');
@@ -33,7 +36,7 @@ class LeaderElection extends EventEmitter {
   // opts: client, or connection settings; ttl (15 s); member (default
   // host:pid:random); info (JSON shown in the membership).
   constructor(group, opts = {}) {
-    super();
+    super({ captureRejections: true });
     this.group = args.nameArg(group, 'group');
     this.ttl = args.positive(opts.ttl ?? 15, 'ttl');
     this.info = opts.info;
@@ -46,6 +49,7 @@ class LeaderElection extends EventEmitter {
     this._lock.on('lost', (reason) => this._endLeadership(reason));
     this._scope = null;         // the campaign's owner
     this._leader = false;
+    this._hold = null;          // the current term's hold
     this._token = null;
     this._seenLeader = null;
     this._seenAt = null;
@@ -61,21 +65,29 @@ class LeaderElection extends EventEmitter {
     return this._on.client;
   }
 
-  // -- what it knows, without waiting ----------------------------------------------
-
-  // Whether this member leads now (as the keeper knows it).
-  get isLeader() {
-    return this._leader;
+  // A listener's rejection (captureRejections): a warning, as a throw is.
+  [EventEmitter.captureRejectionSymbol](err, event) {
+    process.emitWarning(`dsync: a '${event}' listener of group "${this.group}" failed: ${err && err.stack ? err.stack : err}`,
+      'DsyncWarning');
   }
 
-  // Whether some member leads, as the campaign last saw it.
+  // -- what it knows, without waiting ----------------------------------------------
+
+  // Whether this member leads now (as the keeper knows it): elected, and
+  // the term's hold not known lost (false at once, before any listener).
+  get isLeader() {
+    return this._leader && this._hold !== null && !this._hold.done;
+  }
+
+  // Whether some member leads, as the campaign last saw it (not known
+  // while this member's term has just been lost).
   get leaderExists() {
-    return this._leader || this._seenLeader !== null;
+    return this.isLeader || (!this._leader && this._seenLeader !== null);
   }
 
   // The leader's fencing token (BigInt) while this member leads, else null.
   get token() {
-    return this._leader ? this._token : null;
+    return this.isLeader ? this._token : null;
   }
 
   // Whether the campaign runs.
@@ -87,9 +99,10 @@ class LeaderElection extends EventEmitter {
   // running, isLeader, leader, leaderExists, token, and seenAt (the
   // performance.now() of the campaign's last look, null before it).
   get status() {
-    const leader = this._leader ? this.member : this._seenLeader;
+    const isLeader = this.isLeader;
+    const leader = isLeader ? this.member : (this._leader ? null : this._seenLeader);
     return {
-      group: this.group, member: this.member, running: this.running, isLeader: this._leader, leader,
+      group: this.group, member: this.member, running: this.running, isLeader, leader,
       leaderExists: leader !== null, token: this.token, seenAt: this._seenAt,
     };
   }
@@ -120,6 +133,7 @@ class LeaderElection extends EventEmitter {
   _endLeadership(reason) {
     if (!this._leader) return;
     this._leader = false;
+    this._hold = null;
     this._token = null;
     this._seenLeader = null;
     this._emit('lost', reason);
@@ -202,6 +216,7 @@ class LeaderElection extends EventEmitter {
           if (await this._lock.acquire({ timeout, signal: this._abort.signal })) {
             if (this._stopping) break;
             if (this._lock.held) {              // lost already: campaign on
+              this._hold = this._lock.hold;
               this._token = this._lock.token;
               this._seenLeader = this.member;
               this._leader = true;

@@ -74,6 +74,7 @@ export interface Hold {
   readonly name: string;
   readonly holder: string;
   readonly token: bigint;
+  /** The ttl it is kept with (renew(ttl) changes it). */
   readonly ttlMs: number;
   readonly keepAlive: boolean;
   /** performance.now() at which the last confirmed grant or renewal was sent. */
@@ -93,7 +94,7 @@ export class Client {
   event(name: string): Event;
   election(group: string, opts?: Omit<ElectionOptions, keyof OnClientOptions>): LeaderElection;
   watch(names: string[], opts?: Omit<WatchOptions, keyof OnClientOptions>): AsyncGenerator<DsyncEvent>;
-  /** Stops its elections, gives back every held lease, closes every connection it opened. */
+  /** Stops its elections, gives back every held lease and every release still owed, closes every connection it opened; acquires in flight reject with DsyncError. */
   close(): Promise<void>;
 }
 
@@ -118,6 +119,7 @@ export class Lock extends EventEmitter {
   release(): Promise<boolean>;
   /** fn runs as one owner holding the lease; AcquireTimeout if not had in time. */
   run<T>(fn: (lock: this) => T | Promise<T>, opts?: RunOptions): Promise<T>;
+  /** The new expiry, or null (the hold is then lost); with ttl (seconds), the lease is kept with that ttl from then on. */
   renew(ttl?: number): Promise<Date | null>;
   locked(): Promise<boolean>;
   owned(): Promise<boolean>;
@@ -125,8 +127,9 @@ export class Lock extends EventEmitter {
   guard(client: ClientBase): Promise<bigint>;
   /** Gives back every hold of this object; the client stays open. */
   close(): Promise<void>;
-  on(event: 'lost', listener: (reason: string, hold: Hold) => void): this;
-  once(event: 'lost', listener: (reason: string, hold: Hold) => void): this;
+  /** Not awaited; a listener that throws or rejects is reported as a DsyncWarning. */
+  on(event: 'lost', listener: (reason: string, hold: Hold) => void | Promise<void>): this;
+  once(event: 'lost', listener: (reason: string, hold: Hold) => void | Promise<void>): this;
 }
 
 /** The shared side of a read-write lock: any number at once, never with a Lock. */
@@ -191,7 +194,7 @@ export class LeaderElection extends EventEmitter {
   readonly member: string;
   readonly ttl: number;
   readonly client: Client;
-  /** Getters that never wait: what the campaign last saw. */
+  /** Getters that never wait: what the campaign last saw; isLeader is false as soon as the term's hold is marked lost. */
   readonly isLeader: boolean;
   readonly leaderExists: boolean;
   readonly token: bigint | null;

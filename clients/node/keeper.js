@@ -28,6 +28,19 @@ const RETRY_MS = 500;
 const SENDERS_EVERY_MS = 1000;
 // How long close() waits for a stuck loop before ending its connection.
 const STOP_WAIT_MS = 2000;
+// The keeper's renewals and releases run in a transaction of their own
+// that waits at most this long for a row another transaction has locked:
+// a guard (dsync_assert_held) keeps its lease's row locked until the
+// guarding transaction ends, and one long guarded transaction must not
+// hold up the renewal of every other lease of the client.
+const KEEPER_TX = "BEGIN; SET LOCAL lock_timeout = '50ms'";
+// After releases found a row locked, they are sent again this much later.
+const RELEASE_RETRY_MS = 250;
+
+// Whether e is the server's "lock timeout" (SQLSTATE 55P03).
+function lockTimedOut(e) {
+  return !!e && e.code === '55P03';
+}
 
 const noop = () => {};
 
@@ -55,6 +68,7 @@ class Keeper {
     this._watchTimer = null;
     this._watchAt = Infinity;
     this._pauseDone = null;
+    this._releasesRetryAt = -Infinity;   // releases found a row locked: not sent again before
   }
 
   // -- what lock objects call ------------------------------------------------
@@ -99,12 +113,22 @@ class Keeper {
   // Keeps hold (renewed if keepAlive, watched in any case).
   // The loop is woken only if the hold needs it before the loop's sleep
   // ends (its LISTEN and confirmation once settled, else its renewal).
+  // Throws once the client is closing: a hold added then would be kept by
+  // nobody (the acquirer gives it back).
   add(hold, mark) {
+    if (this.stopping) throw new errors.DsyncError('the dsync client is closed');
     if (hold.keepAlive) this.ledger.add(hold, mark);
     this.watched.add(hold);
     if (hold.deadline < this._watchAt) this._armWatchdog();
     this._refs();
     if (hold.keepAlive && this.ledger.firstNeed(hold) < this._sleepsUntil) this._wake();
+  }
+
+  // hold's ttl changed (renew(ttl)): wakes whoever must now act sooner
+  // than it planned (the loop to renew it, the watchdog to watch it).
+  retimed(hold) {
+    if (hold.keepAlive && this.ledger.holds.has(hold) && this.ledger.firstNeed(hold) < this._sleepsUntil) this._wake();
+    if (this.watched.has(hold) && hold.deadline < this._watchAt) this._armWatchdog();
   }
 
   // Stops keeping hold: its owner gives it back.
@@ -140,23 +164,36 @@ class Keeper {
    * holder's on the server (the watchdog's verdict): give it back.
    */
   report(holds, reason, release = false) {
+    this._tell(this._declare(holds, reason, release));
+  }
+
+  // The marking half of report(): every hold is marked lost (lost, held
+  // and an election's isLeader read it at once) before any listener runs.
+  _declare(holds, reason, release) {
     const fresh = [];
     for (const hold of holds) {
       if (!hold.declareLost(reason)) continue;
       this.ledger.remove(hold);
       this.watched.delete(hold);
       if (release) {
-        hold.giveBack = true;
+        hold.giveBack = true;      // its holder name is not used again until the keeper released it
         this.ledger.releases.push({ name: hold.name, holder: hold.holder, owners: hold.owners, hold });
       }
       fresh.push(hold);
     }
-    if (!fresh.length) return;
-    this._refs();
-    if (release) {
-      this.start();
-      this._wake();
+    if (fresh.length) {
+      this._refs();
+      if (release) {
+        this.start();
+        this._wake();
+      }
     }
+    return fresh;
+  }
+
+  // The telling half: each lock object emits 'lost' (a listener's error,
+  // thrown or rejected, is a warning; an async listener is not awaited).
+  _tell(fresh) {
     for (const hold of fresh) hold.lock._lost(hold);
   }
 
@@ -272,8 +309,10 @@ class Keeper {
     }
     const unlisten = this.ledger.toUnlisten();
     if (unlisten.length) {
-      await this._exec(c, sql.unlistenStatement(unlisten));
+      // Forgotten first: a hold added while the UNLISTEN is in flight finds
+      // no matching mark, and its channel is LISTENed again next tick.
       this.ledger.unlistened(unlisten);
+      await this._exec(c, sql.unlistenStatement(unlisten));
     }
     if (this.needSenders && performance.now() - this.sendersAsked >= SENDERS_EVERY_MS) {
       // A sender we did not know: dsync's worker after a restart, or a
@@ -283,39 +322,79 @@ class Keeper {
       this.ledger.senders = sql.senderPidsOf((await this._exec(c, sql.SENDERS)).rows[0]);
     }
     const batch = this.ledger.due(performance.now());
-    if (batch.length) {
-      const sent = performance.now();
-      const r = await this._exec(c, {
+    if (batch.length) await this._renew(c, batch);
+    if (this.ledger.releases.length && performance.now() >= this._releasesRetryAt) await this._giveBack(c);
+    let wait = this.ledger.nextWake(performance.now());
+    if (this.needSenders) wait = Math.min(wait ?? Infinity, SENDERS_EVERY_MS);
+    if (this.ledger.releases.length) wait = Math.min(wait ?? Infinity, Math.max(0, this._releasesRetryAt - performance.now()));
+    await this._sleep(wait);
+  }
+
+  // Runs query in a transaction of its own whose lock waits end after
+  // 50 ms (KEEPER_TX); a lock timeout (55P03) is rolled back and thrown.
+  async _inKeeperTx(c, query) {
+    await this._exec(c, KEEPER_TX);
+    try {
+      const r = await this._exec(c, query);
+      await this._exec(c, 'COMMIT');
+      return r;
+    } catch (e) {
+      if (!errors.isConnectionError(e)) await this._exec(c, 'ROLLBACK');
+      throw e;
+    }
+  }
+
+  /*
+   * Renews batch in one statement.  If a row stays locked (a guard's
+   * transaction is open), the batch is split in halves until the locked
+   * leases are alone: they are tried again 250 ms later, the others are
+   * renewed now.
+   */
+  async _renew(c, batch) {
+    const sent = performance.now();
+    let r;
+    try {
+      r = await this._inKeeperTx(c, {
         text: sql.RENEW_MANY,
         values: [batch.map((h) => h.name), batch.map((h) => h.holder), batch.map((h) => h.ttlText)],
         types: sql.types,
       });
-      const gone = this.ledger.renewed(batch, r.rows.map((row) => row.v), sent);
-      if (gone.length) this.report(gone, 'the renewal found the lease no longer held');
+    } catch (e) {
+      if (!lockTimedOut(e)) throw e;
+      if (batch.length === 1) {
+        this.ledger.blocked(batch, performance.now());
+        return;
+      }
+      const half = Math.floor(batch.length / 2);
+      await this._renew(c, batch.slice(0, half));
+      await this._renew(c, batch.slice(half));
+      return;
     }
-    if (this.ledger.releases.length) await this._giveBack(c);
-    let wait = this.ledger.nextWake(performance.now());
-    if (this.needSenders) wait = Math.min(wait ?? Infinity, SENDERS_EVERY_MS);
-    await this._sleep(wait);
+    const gone = this.ledger.renewed(batch, r.rows.map((row) => row.v), sent);
+    if (gone.length) this.report(gone, 'the renewal found the lease no longer held');
   }
 
   // Sends the releases given up on, in one statement; the names they free
-  // become usable again once the server has answered.
+  // become usable again once the server has answered (and no other
+  // release of them is still owed).  A row locked by a guard's transaction
+  // puts them off for 250 ms.
   async _giveBack(c) {
     const batch = this.ledger.releases;
     this.ledger.releases = [];
     this.releasing = batch;
     try {
-      await this._exec(c, { text: sql.RELEASE_MANY, values: [batch.map((r) => r.name), batch.map((r) => r.holder)] });
+      await this._inKeeperTx(c, { text: sql.RELEASE_MANY, values: [batch.map((r) => r.name), batch.map((r) => r.holder)] });
     } catch (e) {
       this.ledger.releases.unshift(...batch);
-      throw e;
+      if (!lockTimedOut(e)) throw e;
+      this._releasesRetryAt = performance.now() + RELEASE_RETRY_MS;
+      return;
     } finally {
       this.releasing = [];
     }
     for (const r of batch) {
       if (r.hold) r.hold.giveBack = false;
-      if (r.owners) r.owners.released(r.holder);
+      if (r.owners && !this.pendingRelease(r.name, r.holder)) r.owners.released(r.holder);
     }
     this._refs();
   }
@@ -427,9 +506,13 @@ class Keeper {
     const overdue = this.ledger.overdue(this.watched, performance.now());
     const kept = overdue.filter((h) => h.keepAlive);
     const lapsed = overdue.filter((h) => !h.keepAlive);
-    if (kept.length) this.report(kept, 'no renewal could be confirmed before the lease could expire', true);
-    if (lapsed.length) this.report(lapsed, 'its ttl ran out (keepAlive: false)');
+    // Every overdue hold is marked lost before any listener runs.
+    const fresh = [
+      ...this._declare(kept, 'no renewal could be confirmed before the lease could expire', true),
+      ...this._declare(lapsed, 'its ttl ran out (keepAlive: false)', false),
+    ];
     this._armWatchdog();
+    this._tell(fresh);
   }
 
   // -- the end -----------------------------------------------------------------

@@ -26,6 +26,10 @@ const IDLE_CHANNELS = 256;
 // after its grant: a section shorter than that costs the keeper nothing,
 // and a burst of acquires shares one LISTEN and one renewal.
 const SETTLE_MS = 20;
+// A renewal that found its lease's row locked by a transaction (a guard:
+// dsync_assert_held keeps the row locked until its transaction ends) tries
+// that lease again this much later (ms), alone.
+const BLOCKED_RETRY_MS = 250;
 
 /*
  * One lease held by one owner: what the keeper renews and watches, and
@@ -51,6 +55,15 @@ class Hold {
     this.lostReason = null;
     this.done = false;        // released, or lost: nobody keeps it any more
     this.giveBack = false;    // the keeper is to release it (a name not to reuse till then)
+    this.retryAt = 0;         // not renewed before then (its row was locked)
+  }
+
+  // The lease was renewed for ttl seconds by a statement sent at `sent`
+  // (renew(ttl)): it is kept with that ttl from now on.
+  setTtl(ttl, ttlText, sent) {
+    this.ttlMs = ttl * 1000;
+    this.ttlText = ttlText;
+    this.confirmed = sent;
   }
 
   // A third of the ttl: how often the keeper renews it.
@@ -151,6 +164,7 @@ class Ledger {
   disconnected() {
     this.connected = false;
     this.listening.clear();
+    this.heard.clear();
   }
 
   // Whether an unconfirmed hold is old enough to be LISTENed for and
@@ -190,8 +204,10 @@ class Ledger {
     return idle.slice(0, idle.length - IDLE_CHANNELS);
   }
 
-  // Forgets channels UNLISTENed (a later LISTEN has a new number, so no
-  // mark taken before can match it: their counts can go too).
+  // Forgets channels about to be UNLISTENed, before the statement is sent:
+  // a hold added meanwhile then finds no mark that matches and gets its
+  // channel LISTENed again (a later LISTEN has a new number, so no mark
+  // taken before can match it: their counts can go too).
   unlistened(channels) {
     for (const ch of channels) {
       this.listening.delete(ch);
@@ -201,9 +217,10 @@ class Ledger {
 
   // Whether the keeper may renew hold to confirm it now: once settled, and
   // at once behind a pooler, else once its channel is LISTENed (a loss
-  // after that is heard).
+  // after that is heard); never before its retry time.
   _ready(hold, now) {
-    return this.settled(hold, now) && (!this.listenOk || this.listening.has(hold.channel));
+    return this.settled(hold, now) && now >= hold.retryAt
+      && (!this.listenOk || this.listening.has(hold.channel));
   }
 
   // The holds to renew in this tick: none unless one is due (a third of
@@ -216,12 +233,18 @@ class Ledger {
     let any = batch.size > 0;
     if (!any) {
       for (const h of this.holds) {
-        if (now >= h.confirmed + h.period) { any = true; break; }
+        if (now >= h.confirmed + h.period && now >= h.retryAt) { any = true; break; }
       }
     }
     if (!any) return [];
-    for (const h of this.holds) if (now >= h.confirmed + h.period / 2) batch.add(h);
+    for (const h of this.holds) if (now >= h.confirmed + h.period / 2 && now >= h.retryAt) batch.add(h);
     return [...batch].sort((a, b) => a.confirmed - b.confirmed);
+  }
+
+  // Renewals that found their lease's row locked by a transaction (the
+  // holder's own guard, say): tried again a little later, alone.
+  blocked(holds, now) {
+    for (const h of holds) h.retryAt = now + BLOCKED_RETRY_MS;
   }
 
   // Records a renewal's answers (expiry or null, in the batch's order);
@@ -241,14 +264,14 @@ class Ledger {
   nextWake(now) {
     if (!this.holds.size) return null;
     let first = Infinity;
-    for (const h of this.holds) first = Math.min(first, h.confirmed + h.period);
-    for (const h of this.unverified) first = Math.min(first, h.confirmed + SETTLE_MS);
+    for (const h of this.holds) first = Math.min(first, this.firstNeed(h));
     return Math.max(0, first - now);
   }
 
-  // When hold needs the keeper first: settled if unconfirmed, else due.
+  // When hold needs the keeper first: settled if unconfirmed, else due
+  // (not before its retry time).
   firstNeed(hold) {
-    return hold.confirmed + (this.unverified.has(hold) ? SETTLE_MS : hold.period);
+    return Math.max(hold.retryAt, hold.confirmed + (this.unverified.has(hold) ? SETTLE_MS : hold.period));
   }
 
   /*
@@ -261,7 +284,9 @@ class Ledger {
    * dsync's sender) is no news.
    */
   judge(channel, payload, pid) {
-    this.heard.set(channel, (this.heard.get(channel) || 0) + 1);
+    // Counted for LISTENed channels only (no mark is taken on another), so
+    // the counts go with the channels.
+    if (this.listening.has(channel)) this.heard.set(channel, (this.heard.get(channel) || 0) + 1);
     const none = { lost: [], suspect: false, unknownSender: false, kind: null };
     const holds = this.byChannel.get(channel);
     if (!holds) return none;
@@ -411,4 +436,6 @@ class Owners {
   }
 }
 
-module.exports = { Hold, Ledger, Scope, BareOwner, OwnerState, Owners, als, IDLE_CHANNELS, SETTLE_MS };
+module.exports = {
+  Hold, Ledger, Scope, BareOwner, OwnerState, Owners, als, IDLE_CHANNELS, SETTLE_MS, BLOCKED_RETRY_MS,
+};

@@ -56,10 +56,18 @@ class OnClient {
   }
 }
 
+// An async listener that rejects is reported as a DsyncWarning, as a
+// listener that throws is: never an unhandled rejection (which ends the
+// process), never thrown into the keeper.
+function listenerFailed(what, err, event) {
+  process.emitWarning(`dsync: a '${event}' listener of ${what} failed: ${err && err.stack ? err.stack : err}`, 'DsyncWarning');
+}
+
 /*
  * A lease held for ttl seconds and renewed by the client's keeper while
  * held.  Emits 'lost' (reason, hold) the moment one of its holds is known
- * to be gone.
+ * to be gone (every hold lost together is marked lost first).  Listeners
+ * are not awaited; an error they throw or reject with is a warning.
  *
  * opts: client, or one of connectionString / config / pool (a default
  * client); ttl (30 s); holder (default host:pid:random); info (any JSON
@@ -70,7 +78,7 @@ class OnClient {
 class Lock extends EventEmitter {
   // Checks every option now; connects nothing until first used.
   constructor(name, opts = {}) {
-    super();
+    super({ captureRejections: true });
     this.name = args.nameArg(name, 'name');
     this.ttl = args.positive(opts.ttl ?? 30, 'ttl');
     this.holder = opts.holder !== undefined && opts.holder !== null ? args.nameArg(opts.holder, 'holder') : args.defaultHolder();
@@ -87,6 +95,11 @@ class Lock extends EventEmitter {
   // The Client this object runs on.
   get client() {
     return this._on.client;
+  }
+
+  // An async listener's rejection (captureRejections): a warning.
+  [EventEmitter.captureRejectionSymbol](err, event) {
+    listenerFailed(`lease "${this.name}"`, err, event);
   }
 
   // The statement that takes this kind of lease (ReadLock takes shared).
@@ -137,7 +150,7 @@ class Lock extends EventEmitter {
       st.hold = null;
       this._owners.retireName(st);
       this._owners.drop(st);
-      client._keeper.releaseLater(this.name, holder, this._owners);
+      if (holder !== null) client._keeper.releaseLater(this.name, holder, this._owners);
       return false;
     });
   }
@@ -181,13 +194,18 @@ class Lock extends EventEmitter {
   }
 
   // acquire() for one owner's state, with its in-flight mark set so that
-  // the same owner's other calls wait for this one.
+  // the same owner's other calls wait for this one.  The client knows of
+  // it until it settles (close() lets it settle before ending the pools).
   async _acquireFor(st, blocking, timeout, signal) {
     let settle;
     st.pending = new Promise((resolve) => { settle = resolve; });
+    const client = this.client;
+    const taking = this._take(st, blocking, timeout, signal, client);
+    client._acquiring.add(taking);
     try {
-      return await this._take(st, blocking, timeout, signal);
+      return await taking;
     } finally {
+      client._acquiring.delete(taking);
       st.pending = null;
       settle();
       if (st.count === 0) this._forget(st);
@@ -203,10 +221,13 @@ class Lock extends EventEmitter {
   }
 
   // The acquire itself (the port of dsync.Lock.acquire).
-  async _take(st, blocking, timeout, signal) {
-    const client = this.client;
+  async _take(st, blocking, timeout, signal, client) {
     client._checkUsable();
     if (signal && signal.aborted) throw args.abortError(signal);
+    // Taken again after the watchdog gave the owner's hold up: the keeper
+    // still owes the release of that name, which would hit a grant made
+    // under it, so the owner gets a name of its own.
+    if (st.hold && st.hold.giveBack && st.holder === st.hold.holder) this._owners.retireName(st);
     const holder = this._owners.takeName(st);
     const deadline = timeout === null || timeout === undefined ? null : performance.now() + timeout * 1000;
     const keeper = client._keeper;
@@ -219,8 +240,8 @@ class Lock extends EventEmitter {
         keeper.start();
         mark = keeper.mark(sql.channelOf(this.name));
       }
-      const got = await client._acquire(this._sqlAcquire, this.name, holder, this._ttlText, this._info,
-        blocking, deadline, this._what('acquiring'), signal);
+      const got = await client._acquire(this._sqlAcquire, this.name, holder, this._ttlText, this.ttl * 1000,
+        this._info, blocking, deadline, this._what('acquiring'), signal);
       token = got.token;
       if (signal && signal.aborted) throw args.abortError(signal);
       if (token !== null) {
@@ -229,16 +250,28 @@ class Lock extends EventEmitter {
           ttlText: this._ttlText, keepAlive: this.keepAlive, granted: got.sent,
         });
         if (this.keepAlive && !(await keeper.ensure(Math.min(5000, (this.ttl * 1000) / 3)))) {
+          if (client._closing) throw new errors.DsyncError('the dsync client is closed');
           throw new errors.KeeperUnavailable(`lease "${this.name}" was granted but the keeper that renews it `
             + 'has no connection; it was given back', { cause: keeper.error || undefined });
         }
-        keeper.add(hold, mark);
+        if (signal && signal.aborted) throw args.abortError(signal);
+        if (st.owner instanceof Scope && st.owner.ended) {
+          // Its owner (a run() scope that did not await this acquire) is
+          // gone: nobody could ever release the lease.
+          process.emitWarning(`dsync: an acquire of lease "${this.name}" was granted after the run() scope `
+            + 'that started it ended; it was given back and the acquire resolves false', 'DsyncWarning');
+          await this._giveBack(st, holder, client);
+          return false;
+        }
+        keeper.add(hold, mark);        // throws if the client is closing
       }
     } catch (e) {
       // Failed after a grant may have committed unseen, or not kept: give
-      // back what this call may have taken, never a hold the owner had
-      // before it.
-      if (st.count === 0) await this._giveBack(st, holder, client);
+      // back what this call may have taken.  The owner holds nothing live
+      // under that name (else the call would only have counted): after a
+      // loss its old hold is gone or owed to the keeper, never released
+      // here by mistake.
+      await this._giveBack(st, holder, client);
       throw e;
     }
     if (token === null) {
@@ -251,16 +284,21 @@ class Lock extends EventEmitter {
   }
 
   // Releases holder's lease now; if the server cannot be told, the keeper
-  // does it later and the name is not used again until then.
+  // does it later and the name is not used again until then (nor by this
+  // owner: a grant under it would be hit by that release).
   async _giveBack(st, holder, client) {
     try {
       await client._query(sql.RELEASE, [this.name, holder], this._what('releasing'), { retry: false, internal: true });
     } catch (e) {
       client._keeper.releaseLater(this.name, holder, this._owners);
-      if (st.holder === holder && st.count === 0) this._owners.retireName(st);
+      if (st.holder === holder) this._owners.retireName(st);
       return;
     }
-    this._owners.freeName(st);
+    if (st.holder === holder) {
+      this._owners.freeName(st);            // unless the owner still counts a (lost) hold under it
+    } else if (!client._keeper.pendingRelease(this.name, holder)) {
+      this._owners.released(holder);        // a name retired meanwhile, now released
+    }
   }
 
   /*
@@ -286,17 +324,21 @@ class Lock extends EventEmitter {
     const client = hold ? hold.client : this.client;
     const holder = st.holder;
     if (hold) client._keeper.remove(hold);
-    if (client._closing && !wasKept) {
-      // close() gave it back already (and told the owner it was lost).
-      this._owners.retireName(st);
+    if (holder === null || (client._closing && !wasKept)) {
+      // Its name was retired (the keeper owes its release), or close()
+      // gave it back already (and told the owner it was lost).
+      if (holder !== null) this._owners.retireName(st);
       this._forget(st);
       return false;
     }
     if (hold && hold.giveBack) {
-      // Given up by the watchdog: the keeper's release settles it, and the
-      // name waits for that.
+      // Given up by the watchdog: the keeper releases it too, later, and
+      // the name is not used again until then.  Sent now as well, so the
+      // lease is free at once if the statement pool answers.
       this._owners.retireName(st);
       this._forget(st);
+      await client._value(sql.RELEASE, [this.name, holder], this._what('releasing'), { retry: false, internal: true })
+        .catch(noop);
       return false;
     }
     let released;
@@ -396,17 +438,27 @@ class Lock extends EventEmitter {
   /*
    * Extends the caller's hold now (the keeper does so every ttl/3 anyway):
    * the new expiry (a Date), or null, and the hold counts as lost, if the
-   * lease is no longer held.
+   * lease is no longer held.  With ttl (seconds), the lease is kept with
+   * that ttl from then on: the keeper renews it with it, every ttl/3, and
+   * the watchdog watches it with it.
    */
   async renew(ttl) {
     const st = this._ownedState();
     if (!st || !st.hold) throw new errors.NotHeld(`lease "${this.name}" is not held here`);
-    const ttlText = ttl === undefined || ttl === null ? this._ttlText : sql.interval(args.positive(ttl, 'ttl'));
     const hold = st.hold;
+    const given = ttl !== undefined && ttl !== null;
+    const seconds = given ? args.positive(ttl, 'ttl') : null;
+    const ttlText = given ? sql.interval(seconds) : hold.ttlText;
     const timed = {};
-    const expiry = await hold.client._value(sql.RENEW, [this.name, st.holder, ttlText], this._what('renewing'), { timed });
-    if (expiry === null) hold.client._keeper.report([hold], 'the renewal found the lease no longer held');
-    else if ((ttl === undefined || ttl === null) && timed.sent !== undefined) hold.confirmed = Math.max(hold.confirmed, timed.sent);
+    const keeper = hold.client._keeper;
+    const expiry = await hold.client._value(sql.RENEW, [this.name, hold.holder, ttlText], this._what('renewing'), { timed });
+    if (expiry === null) {
+      keeper.report([hold], 'the renewal found the lease no longer held');
+    } else if (timed.sent !== undefined && !hold.done) {
+      if (given) hold.setTtl(seconds, ttlText, timed.sent);
+      else hold.confirmed = Math.max(hold.confirmed, timed.sent);
+      keeper.retimed(hold);
+    }
     return expiry;
   }
 
