@@ -292,6 +292,7 @@ class _Keeper:
         once it can (else the lease lapses at its ttl, never renewed)."""
         with self.mutex:
             self.ledger.releases.append((name, holder))
+        self.start()                # a client of keep_alive=False locks has no keeper yet
         self._wake()
 
     def _wake(self) -> None:
