@@ -409,6 +409,9 @@ def test_errors_are_dsync_errors_with_the_cause(server, name):
     holder.release()
 
 
+# Python 3.12+ warns of fork() in a process with threads: forking one is
+# what these tests are about.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
 def test_a_client_is_not_used_after_fork(server, name):
     client = Client(server.dsn())
     lock = client.lock(name, ttl=30)

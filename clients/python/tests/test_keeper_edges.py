@@ -209,6 +209,9 @@ def test_close_while_acquiring(server, admin, name, monkeypatch):
     assert wait_for(lambda: not _held(admin, name), 5)
 
 
+# Python 3.12+ warns of fork() in a process with threads: forking one is
+# what these tests are about.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
 def test_an_object_made_before_fork_works_in_the_child(server, admin, name):
     """Objects made before a fork (a module-level lock under a preforking
     server) work in the child, on the child's own client and holder name,
