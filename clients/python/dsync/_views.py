@@ -5,10 +5,39 @@ reads the hold."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
+from . import _common as c
 from . import errors
 from ._ledger import Hold
+
+
+class OnClient:
+    """An object that runs on a client: the one given, or the default
+    client for its connection settings, looked up at each use, so that an
+    object made before a fork works in the child on the child's own, and
+    an asyncio object made at import time works in whichever loop uses
+    it.  Each side names its default_client."""
+
+    _default_client: Callable[..., Any]
+
+    def _use(self, client: Any, conninfo: Optional[str], pool: Any,
+             listen: Optional[bool], connect_kwargs: dict) -> None:
+        if client is not None:
+            if conninfo is not None or pool is not None or connect_kwargs or listen is not None:
+                raise TypeError("give either client or connection settings, not both")
+        elif conninfo is None and pool is None:
+            raise TypeError("give one of client, conninfo and pool")
+        else:
+            c.ConnectionSettings(conninfo, pool, connect_kwargs)      # checked now
+        self._client = client
+        self._client_args = (conninfo, pool, listen, connect_kwargs)
+
+    @property
+    def client(self) -> Any:
+        if self._client is not None:
+            return self._client
+        return type(self)._default_client(*self._client_args)
 
 
 class HoldViews:

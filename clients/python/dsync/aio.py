@@ -28,7 +28,7 @@ from . import aio_client
 from . import errors
 from ._common import Seconds
 from ._ledger import Hold, OwnerState, Owners
-from ._views import ElectionViews, HoldViews
+from ._views import ElectionViews, HoldViews, OnClient
 from .aio_client import AsyncClient
 from .aio_watch import awatch
 
@@ -36,28 +36,10 @@ __all__ = ["AsyncLock", "AsyncReadLock", "AsyncSemaphore", "AsyncEvent", "AsyncL
            "awatch"]
 
 
-class _OnClient:
-    """An object that runs on an AsyncClient: the one given, or the running
-    loop's default client for its connection settings (so an object made
-    at import time works in whichever loop uses it)."""
+class _OnClient(OnClient):
+    """OnClient on the running loop's default clients (aio_client.py)."""
 
-    def _use(self, client: Optional[AsyncClient], conninfo: Optional[str], pool: Any,
-             listen: Optional[bool], connect_kwargs: dict) -> None:
-        if client is not None:
-            if conninfo is not None or pool is not None or connect_kwargs or listen is not None:
-                raise TypeError("give either client or connection settings, not both")
-        elif conninfo is None and pool is None:
-            raise TypeError("give one of client, conninfo and pool")
-        else:
-            c.ConnectionSettings(conninfo, pool, connect_kwargs)     # checked now
-        self._client = client
-        self._client_args = (conninfo, pool, listen, connect_kwargs)
-
-    @property
-    def client(self) -> AsyncClient:
-        if self._client is not None:
-            return self._client
-        return aio_client.default_client(*self._client_args)
+    _default_client = staticmethod(aio_client.default_client)
 
 
 def _current_task() -> asyncio.Task:

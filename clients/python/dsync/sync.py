@@ -29,34 +29,16 @@ from . import _sql as sql
 from . import errors
 from ._common import Seconds
 from ._ledger import Hold, OwnerState, Owners
-from ._views import ElectionViews, HoldViews
+from ._views import ElectionViews, HoldViews, OnClient
 from .client import Client, default_client
 
 __all__ = ["Lock", "ReadLock", "Semaphore", "Event", "LeaderElection"]
 
 
-class _OnClient:
-    """An object that runs on a Client: the one given, or the default
-    client for its connection settings, looked up at each use (so that an
-    object made before a fork works in the child, on the child's own)."""
+class _OnClient(OnClient):
+    """OnClient on the default clients of client.py."""
 
-    def _use(self, client: Optional[Client], conninfo: Optional[str], pool: Any,
-             listen: Optional[bool], connect_kwargs: dict) -> None:
-        if client is not None:
-            if conninfo is not None or pool is not None or connect_kwargs or listen is not None:
-                raise TypeError("give either client or connection settings, not both")
-        elif conninfo is None and pool is None:
-            raise TypeError("give one of client, conninfo and pool")
-        else:
-            c.ConnectionSettings(conninfo, pool, connect_kwargs)      # checked now
-        self._client = client
-        self._client_args = (conninfo, pool, listen, connect_kwargs)
-
-    @property
-    def client(self) -> Client:
-        if self._client is not None:
-            return self._client
-        return default_client(*self._client_args)
+    _default_client = staticmethod(default_client)
 
 
 def current_owner() -> Tuple[Any, Callable[[], bool], str]:

@@ -13,7 +13,6 @@ import threading
 import time
 
 import psycopg
-import pytest
 
 from conftest import wait_for
 from dsync import AsyncClient, Client, DsyncError
