@@ -31,18 +31,7 @@ const CYCLES = Number(process.env.BENCH_CYCLES || 2000);
 const CPU_SECONDS = Number(process.env.BENCH_CPU_SECONDS || 30);
 const BLOCK = 200;
 
-// The app role's and the superuser's settings from with_server.py's DSNs.
-function config(dsn) {
-  const cfg = {};
-  for (const part of (dsn || '').split(/\s+/)) {
-    const [k, v] = part.split('=');
-    if (k === 'dbname') cfg.database = v;
-    else if (k === 'user') cfg.user = v;
-    else if (k === 'host') cfg.host = v;
-    else if (k === 'port') cfg.port = Number(v);
-  }
-  return cfg;
-}
+const { config } = require('../../clients/node/test/dsn');
 const direct = config(process.env.DSYNC_DSN);
 const admin = config(process.env.DSYNC_ADMIN_DSN);
 

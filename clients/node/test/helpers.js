@@ -12,17 +12,7 @@ const { after } = require('node:test');
 // then).  The timer is unref'd, so a clean run exits at once.
 after(() => { setTimeout(() => process.exit(), 5000).unref(); });
 
-function config(dsn) {
-  const cfg = {};
-  for (const part of (dsn || '').split(/\s+/)) {
-    const [k, v] = part.split('=');
-    if (k === 'dbname') cfg.database = v;
-    else if (k === 'user') cfg.user = v;
-    else if (k === 'host') cfg.host = v;
-    else if (k === 'port') cfg.port = Number(v);
-  }
-  return cfg;
-}
+const { config } = require('./dsn');
 
 const direct = config(process.env.DSYNC_DSN);
 const bouncer = config(process.env.DSYNC_BOUNCER_DSN);

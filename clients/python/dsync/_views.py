@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 
 from . import _common as c
 from . import errors
-from ._ledger import Hold
+from ._ledger import Hold, Owners
 
 
 class OnClient:
@@ -131,3 +131,27 @@ class ElectionViews:
         return dict(group=self.group, member=self.member, running=self.running,
                     is_leader=leading, leader=leader, leader_exists=leader is not None,
                     token=self.token, seen_at=self._seen_at)
+
+
+class LeaseObject(OnClient, HoldViews):
+    """The settings of a lock object, checked once for the thread and the
+    asyncio side (see dsync.Lock for what each means)."""
+
+    def _settle(self, name: str, client: Any, conninfo: Optional[str], pool: Any, ttl: Any,
+                holder: Optional[str], info: Any, on_lost: Any, keep_alive: bool, timeout: Any,
+                listen: Optional[bool], connect_kwargs: dict, make_flag: Callable[[], Any]) -> None:
+        self.name = c.name_arg(name, "name")
+        self.ttl = c.positive(ttl, "ttl")
+        given = c.name_arg(holder, "holder") if holder is not None else None
+        self.info = c.jsonb(info)
+        self.on_lost = on_lost
+        self.keep_alive = bool(keep_alive)
+        self.timeout = c.interval(timeout, "timeout")
+        self._use(client, conninfo, pool, listen, connect_kwargs)
+        self._owners = Owners(given, make_flag)
+
+    @property
+    def holder(self) -> str:
+        """The holder name on the server of the first owner (host:pid:random
+        unless given; a forked child gets one of its own)."""
+        return self._owners.base

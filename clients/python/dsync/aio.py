@@ -27,8 +27,8 @@ from . import _sql as sql
 from . import aio_client
 from . import errors
 from ._common import Seconds
-from ._ledger import Hold, OwnerState, Owners
-from ._views import ElectionViews, HoldViews, OnClient
+from ._ledger import Hold, OwnerState
+from ._views import ElectionViews, LeaseObject, OnClient
 from .aio_client import AsyncClient
 from .aio_watch import awatch
 
@@ -49,7 +49,7 @@ def _current_task() -> asyncio.Task:
     return task
 
 
-class AsyncLock(_OnClient, HoldViews):
+class AsyncLock(_OnClient, LeaseObject):
     """An asyncio lease: `async with AsyncLock("x", conninfo=...) as lock:`
     (or client.lock("x")).  The arguments are dsync.Lock's; on_lost may be
     a coroutine function (it then runs in a task of its own)."""
@@ -64,20 +64,8 @@ class AsyncLock(_OnClient, HoldViews):
                  on_lost: Optional[Callable[[Hold], Any]] = None, keep_alive: bool = True,
                  timeout: Optional[Seconds] = None, listen: Optional[bool] = None,
                  **connect_kwargs: Any):
-        self.name = c.name_arg(name, "name")
-        self.ttl = c.positive(ttl, "ttl")
-        given = c.name_arg(holder, "holder") if holder is not None else None
-        self.info = c.jsonb(info)
-        self.on_lost = on_lost
-        self.keep_alive = bool(keep_alive)
-        self.timeout = c.interval(timeout, "timeout")
-        self._use(client, conninfo, pool, listen, connect_kwargs)
-        self._owners = Owners(given, asyncio.Event)
-
-    @property
-    def holder(self) -> str:
-        """See dsync.Lock.holder."""
-        return self._owners.base
+        self._settle(name, client, conninfo, pool, ttl, holder, info, on_lost, keep_alive, timeout,
+                     listen, connect_kwargs, asyncio.Event)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} holder={self.holder!r}>"

@@ -28,8 +28,8 @@ from . import _common as c
 from . import _sql as sql
 from . import errors
 from ._common import Seconds
-from ._ledger import Hold, OwnerState, Owners
-from ._views import ElectionViews, HoldViews, OnClient
+from ._ledger import Hold, OwnerState
+from ._views import ElectionViews, LeaseObject, OnClient
 from .client import Client, default_client
 
 __all__ = ["Lock", "ReadLock", "Semaphore", "Event", "LeaderElection"]
@@ -62,7 +62,7 @@ def current_owner() -> Tuple[Any, Callable[[], bool], str]:
     return thread, lambda: (ref() is not None and ref().is_alive()), "thread"
 
 
-class Lock(_OnClient, HoldViews):
+class Lock(_OnClient, LeaseObject):
     """A lease held for ttl seconds and renewed in the background while held.
 
         lock = Lock("billing", conninfo="dbname=app", ttl=30)   # or client.lock(...)
@@ -87,22 +87,9 @@ class Lock(_OnClient, HoldViews):
                  on_lost: Optional[Callable[[Hold], Any]] = None, keep_alive: bool = True,
                  timeout: Optional[Seconds] = None, listen: Optional[bool] = None,
                  **connect_kwargs: Any):
-        self.name = c.name_arg(name, "name")
-        self.ttl = c.positive(ttl, "ttl")
-        given = c.name_arg(holder, "holder") if holder is not None else None
-        self.info = c.jsonb(info)
-        self.on_lost = on_lost
-        self.keep_alive = bool(keep_alive)
-        self.timeout = c.interval(timeout, "timeout")
-        self._use(client, conninfo, pool, listen, connect_kwargs)
         self._mutex = threading.Lock()
-        self._owners = Owners(given, threading.Event)
-
-    @property
-    def holder(self) -> str:
-        """The holder name on the server of the first owner (host:pid:random
-        unless given; a forked child gets one of its own)."""
-        return self._owners.base
+        self._settle(name, client, conninfo, pool, ttl, holder, info, on_lost, keep_alive, timeout,
+                     listen, connect_kwargs, threading.Event)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} holder={self.holder!r}>"
