@@ -78,6 +78,25 @@ if [ "$failed" -gt 0 ]; then
 	exit 1
 fi
 
+# A run killed mid-suite (a session or CI job that stops, a SIGKILL) leaves
+# pg_virtualenv's throwaway cluster behind, and in a cached chroot that
+# outlives the machine; pg_virtualenv then refuses to run at all ("Cluster
+# 18/regress exists, refusing to overwrite").  Such a cluster carries
+# pg_virtualenv's own marker file, so it is ours to drop; a "regress"
+# cluster without the marker is somebody else's and is left alone (and
+# pg_virtualenv will say so).
+drop_leftover_cluster() {
+	local conf=/etc/postgresql/$major/regress
+	[ -f "$conf/.by_pg_virtualenv" ] || return 0
+	echo "(dropping cluster $major/regress, left behind by a run that was killed)"
+	pg_ctlcluster --mode immediate "$major" regress stop >/dev/null 2>&1
+	pg_dropcluster "$major" regress >/dev/null 2>&1
+	# What pg_dropcluster does not know about (the marker itself, or all of
+	# it when the run was killed half-way through making the cluster).
+	rm -rf "$conf" "/var/lib/postgresql/$major/regress"
+}
+drop_leftover_cluster
+
 # pg_virtualenv makes a throwaway cluster (owned by postgres) and points
 # libpq at it; the server settings are the ones the tests rely on.
 virtualenv() {
