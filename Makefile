@@ -45,13 +45,15 @@ DATA = $(sort $(wildcard dsync--*.sql))
 PGFILEDESC = "dsync - leases, leader election and signals for PostgreSQL"
 
 # sql/ and expected/ hold the pg_regress tests and nothing else;
-# test/isolation the isolation specs.  Both lists are every file there.
-# Every run needs dsync in shared_preload_libraries and the databases and
-# role that test/regress.sh prepares (test/run_all.sh does both).
-REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+# test/isolation the isolation specs.  Both lists are every file there,
+# "setup" first: it makes the roles and helper functions the others use, so
+# `make installcheck` (as a superuser, on a server with dsync in
+# shared_preload_libraries) needs nothing else.  test/regress.sh runs it so
+# and again logged in as an ordinary role.
+REGRESS = setup $(filter-out setup,$(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql))))
 REGRESS_OPTS = --load-extension=dsync
 
-ISOLATION = $(patsubst test/isolation/specs/%.spec,%,$(sort $(wildcard test/isolation/specs/*.spec)))
+ISOLATION = setup $(filter-out setup,$(patsubst test/isolation/specs/%.spec,%,$(sort $(wildcard test/isolation/specs/*.spec))))
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=dsync
 
 # Warnings are shown, not errors, so that other compilers can build dsync;

@@ -24,7 +24,7 @@ SELECT name, permits, owner = current_user AS mine, created_at <= now() AS creat
 -- also a role that did not create them; none may write the definitions,
 -- neither in the table nor through the view
 SET ROLE regress_sem_other;
-SELECT name, permits, owner = session_user AS owner_is_creator
+SELECT name, permits, owner::text = 'dsync_tester' AS owner_is_creator
   FROM dsync_semaphores WHERE name = 'pool';
 SELECT regress_err($$SELECT * FROM dsync_semaphore$$);
 SELECT regress_err($$INSERT INTO dsync_semaphore VALUES ('forged', 9, now(), 10)$$);

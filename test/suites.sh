@@ -105,9 +105,10 @@ virtualenv() {
 		-o "dsync.ephemeral_max_ttl=2" "$@"
 }
 
-# pg_regress and the isolation specs run as dsync_tester, an ordinary login
-# role (neither superuser nor the extension's owner): test/regress.sh.
-run_suite "pg_regress + isolation (as an ordinary role)" virtualenv bash test/regress.sh
+# pg_regress and the isolation specs: plain `make installcheck` as the
+# superuser, then again logged in as dsync_tester, an ordinary login role
+# (neither superuser nor the extension's owner): test/regress.sh.
+run_suite "pg_regress + isolation (make installcheck; as an ordinary role)" virtualenv bash test/regress.sh
 run_suite "pgTAP" virtualenv bash -c \
 	'psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" && pg_prove -q --ext .sql test/pgtap/'
 
