@@ -33,6 +33,7 @@ OBJS = \
 	src/signal.o \
 	src/member.o \
 	src/ephemeral.o \
+	src/ephemeral_record.o \
 	src/fence.o \
 	src/eventlog.o \
 	src/session.o \

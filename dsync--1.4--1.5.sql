@@ -37,3 +37,23 @@ COMMENT ON VIEW @extschema@.dsync_semaphores IS
 'semaphore definitions, one row per semaphore: its count (permits), when it was created and by which role';
 
 GRANT SELECT ON @extschema@.dsync_semaphores TO PUBLIC;
+
+-- The trace ephemeral leases leave ------------------------------------------
+
+/*
+ * An ephemeral lease lives in shared memory only, so after a start, crash
+ * restart or promotion nothing says which names were held that way; their
+ * holders may still believe they hold them for up to
+ * dsync.ephemeral_max_ttl.  Ephemeral grants wait that long after a start;
+ * durable grants must too, where ephemeral leases were in use.  This
+ * sequence is that record: before an ephemeral lease is granted or renewed,
+ * its value is the time (timestamptz in microseconds) it was last moved,
+ * at most a minute before, and every ephemeral lease of this database
+ * expires within dsync.ephemeral_max_ttl and a minute of it.  A sequence,
+ * because setval is written to WAL at once and kept whatever the caller's
+ * transaction does, and replicated, so a promoted standby knows too
+ * (src/ephemeral_record.c).  Not dumped: a restored database has no
+ * ephemeral holders from before.
+ */
+CREATE SEQUENCE @extschema@.dsync_ephemeral_seq AS bigint MINVALUE 0 NO CYCLE;
+REVOKE ALL ON SEQUENCE @extschema@.dsync_ephemeral_seq FROM PUBLIC;

@@ -77,7 +77,8 @@ DsyncCatalogInvalidate(Datum arg, Oid relid)
 	if (!dsync_catalog_valid)
 		return;
 	if (relid == InvalidOid || relid == dsync_catalog.fencing_seq ||
-		relid == dsync_catalog.signal_seq || relid == dsync_catalog.event_seq)
+		relid == dsync_catalog.signal_seq || relid == dsync_catalog.event_seq ||
+		relid == dsync_catalog.ephemeral_seq)
 		dsync_catalog_valid = false;
 	for (int i = 0; i < DSYNC_NUM_TABLES; i++)
 		if (relid == dsync_catalog.rels[i])
@@ -230,6 +231,8 @@ DsyncCatalogFill(Oid extension)
 												 extension, RELKIND_SEQUENCE);
 	dsync_catalog.event_log = DsyncCatalogMember("dsync_event_log", namespace,
 												 extension, RELKIND_RELATION);
+	dsync_catalog.ephemeral_seq = DsyncCatalogMember("dsync_ephemeral_seq", namespace,
+													 extension, RELKIND_SEQUENCE);
 
 	/*
 	 * An installation not yet updated is looked up again on every call, so
@@ -240,7 +243,7 @@ DsyncCatalogFill(Oid extension)
 		OidIsValid(dsync_catalog.rels[DSYNC_TABLE_MEMBER]) &&
 		OidIsValid(dsync_catalog.rels[DSYNC_TABLE_FENCE]) &&
 		OidIsValid(dsync_catalog.signal_seq) && OidIsValid(dsync_catalog.event_seq) &&
-		OidIsValid(dsync_catalog.event_log);
+		OidIsValid(dsync_catalog.event_log) && OidIsValid(dsync_catalog.ephemeral_seq);
 
 	return &dsync_catalog;
 }

@@ -85,6 +85,7 @@ typedef struct DsyncCatalog
 	Oid			signal_seq;
 	Oid			event_seq;		/* 1.2 */
 	Oid			event_log;		/* 1.4 */
+	Oid			ephemeral_seq;	/* 1.5 */
 } DsyncCatalog;
 
 extern const DsyncCatalog *DsyncCatalogGet(FunctionCallInfo fcinfo);

@@ -663,6 +663,13 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 		LWLockAcquire(lock, LW_EXCLUSIVE);
 		/* The clock read once the lock is ours: a durable grant may just have ended. */
 		now = GetCurrentTimestamp();
+		if (DsyncEphemeralRecordDue(catalog, now))
+		{
+			/* The durable record must cover this grant before it is made. */
+			LWLockRelease(lock);
+			DsyncEphemeralRecord(catalog);
+			continue;
+		}
 		entry = EphemeralFind(&key, hash);
 		if (entry != NULL && EphemeralIsHeld(entry, now))
 		{
@@ -795,8 +802,8 @@ EphemeralLookHeld(text *lease, text *holder, LWLockMode mode, EphemeralKey *key,
  *		dsync_renew of an ephemeral lease: NONE if the name has none.
  */
 DsyncEphemeralFound
-DsyncEphemeralRenew(text *lease, text *holder, Interval *ttl, int64 ttl_usec,
-					TimestampTz *expiry)
+DsyncEphemeralRenew(const DsyncCatalog *catalog, text *lease, text *holder, Interval *ttl,
+					int64 ttl_usec, TimestampTz *expiry)
 {
 	EphemeralKey key;
 	uint32		hash;
@@ -826,6 +833,13 @@ DsyncEphemeralRenew(text *lease, text *holder, Interval *ttl, int64 ttl_usec,
 		EphemeralTtlTooLong();
 	}
 	now = GetCurrentTimestamp();
+	if (DsyncEphemeralRecordDue(catalog, now))
+	{
+		/* The durable record must cover the new expiry first. */
+		LWLockRelease(EphemeralLock(hash));
+		DsyncEphemeralRecord(catalog);
+		return DsyncEphemeralRenew(catalog, lease, holder, ttl, ttl_usec, expiry);
+	}
 	previous = entry->expires_at;
 	entry->renewed_at = now;
 	entry->expires_at = DsyncExpiry(now, usec, "ttl");
@@ -1113,9 +1127,16 @@ DsyncEphemeralExclude(const DsyncCatalog *for_grant, text *lease, TimestampTz *r
 	excluding = NULL;
 	if (ephemeral_shared == NULL)
 		return true;
-	/* A grant draws its token under the lock: fetch a block before. */
 	if (for_grant != NULL)
+	{
+		/* An ephemeral holder from before the start may still hold it. */
+		if (DsyncEphemeralHoldback(for_grant,
+								   (TimestampTz) pg_atomic_read_u64(&ephemeral_shared->open_at),
+								   GetCurrentTimestamp(), retry_at))
+			return false;
+		/* A grant draws its token under the lock: fetch a block before. */
 		DsyncFencingFill(for_grant);
+	}
 	hash = EphemeralKeyFor(lease, &key);
 	LWLockAcquire(EphemeralLock(hash), LW_SHARED);
 	entry = pg_atomic_read_u32(&ephemeral_shared->entries) == 0 ? NULL :

@@ -48,8 +48,9 @@ extern void DsyncEphemeralCheckGrant(FunctionCallInfo fcinfo, text *lease,
 extern bool DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease,
 									 const LeaseGrant *grant, bool may_take,
 									 int64 *token, TimestampTz *retry_at);
-extern DsyncEphemeralFound DsyncEphemeralRenew(text *lease, text *holder, Interval *ttl,
-											   int64 ttl_usec, TimestampTz *expiry);
+extern DsyncEphemeralFound DsyncEphemeralRenew(const DsyncCatalog *catalog, text *lease,
+											   text *holder, Interval *ttl, int64 ttl_usec,
+											   TimestampTz *expiry);
 extern DsyncEphemeralFound DsyncEphemeralRelease(text *lease, text *holder, int64 *token);
 extern bool DsyncEphemeralReleaseGrant(text *lease, text *holder, int64 token);
 extern DsyncEphemeralFound DsyncEphemeralGuard(text *lease, text *holder, int64 *token);
@@ -65,5 +66,11 @@ extern void DsyncEphemeralReap(void);
 extern TimestampTz DsyncEphemeralDue(void);
 extern void DsyncEphemeralLookSoon(void);
 extern List *DsyncEphemeralRows(text *lease, text *holder);
+
+/* ephemeral_record.c: the durable trace of ephemeral leases */
+extern bool DsyncEphemeralRecordDue(const DsyncCatalog *catalog, TimestampTz now);
+extern void DsyncEphemeralRecord(const DsyncCatalog *catalog);
+extern bool DsyncEphemeralHoldback(const DsyncCatalog *catalog, TimestampTz open_at,
+								   TimestampTz now, TimestampTz *until);
 
 #endif							/* DSYNC_EPHEMERAL_H */

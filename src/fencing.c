@@ -276,6 +276,61 @@ DsyncSequenceNextAtClock(Oid seqoid)
 }
 
 /*
+ * DsyncSequenceSetDurably
+ *		setval() of one of dsync's sequences, as its owner, made durable
+ *		locally and on synchronous standbys before returning, whatever the
+ *		caller's transaction and synchronous_commit do next.
+ */
+void
+DsyncSequenceSetDurably(Oid seqoid, int64 value)
+{
+	XLogRecPtr	lsn;
+
+	FencingSetval(seqoid, value);
+	lsn = FencingSequenceLsn(seqoid);
+	XLogFlush(lsn);
+	FencingWaitForStandby(lsn);
+}
+
+/*
+ * DsyncSequenceLastValue
+ *		The last value of one of dsync's sequences, read as its owner (the
+ *		caller has no rights on it); 0 if it was never used.
+ */
+int64
+DsyncSequenceLastValue(Oid seqoid)
+{
+	HeapTuple	tuple = FencingSysCache(RELOID, seqoid);
+	Oid			owner;
+	Oid			saved_userid;
+	int			saved_secctx;
+	Datum		value = (Datum) 0;
+	bool		isnull = true;
+
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+
+	GetUserIdAndSecContext(&saved_userid, &saved_secctx);
+	SetUserIdAndSecContext(owner, saved_secctx | SECURITY_LOCAL_USERID_CHANGE);
+	PG_TRY();
+	{
+		LOCAL_FCINFO(fcinfo, 1);
+
+		InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
+		fcinfo->args[0].value = ObjectIdGetDatum(seqoid);
+		fcinfo->args[0].isnull = false;
+		value = pg_sequence_last_value(fcinfo);
+		isnull = fcinfo->isnull;
+	}
+	PG_FINALLY();
+	{
+		SetUserIdAndSecContext(saved_userid, saved_secctx);
+	}
+	PG_END_TRY();
+	return isnull ? 0 : DatumGetInt64(value);
+}
+
+/*
  * FencingFindSlot
  *		Under the spinlock: this database's slot, or NULL.
  */

@@ -30,5 +30,7 @@ extern int64 DsyncNextFencingToken(const DsyncCatalog *catalog);
 extern void DsyncFencingFill(const DsyncCatalog *catalog);
 extern bool DsyncFencingTryNext(const DsyncCatalog *catalog, int64 *token);
 extern int64 DsyncSequenceNextAtClock(Oid seqoid);
+extern void DsyncSequenceSetDurably(Oid seqoid, int64 value);
+extern int64 DsyncSequenceLastValue(Oid seqoid);
 
 #endif							/* DSYNC_FENCING_H */

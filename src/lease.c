@@ -875,7 +875,7 @@ dsync_renew(PG_FUNCTION_ARGS)
 
 	DsyncPreventWrite("dsync_renew()");
 
-	switch (DsyncEphemeralRenew(lease, holder, ttl, ttl_usec, &expiry))
+	switch (DsyncEphemeralRenew(DsyncCatalogGet(fcinfo), lease, holder, ttl, ttl_usec, &expiry))
 	{
 		case DSYNC_EPHEMERAL_DONE:
 			PG_RETURN_TIMESTAMPTZ(expiry);

@@ -7,7 +7,7 @@
 SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS dsync;
-SELECT plan(169);
+SELECT plan(171);
 
 -- functions, argument types and return types
 SELECT has_function('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean', 'boolean']);
@@ -267,13 +267,15 @@ SELECT has_table('dsync_member');
 SELECT col_is_pk('dsync_member', ARRAY['grp', 'member']);
 SELECT has_sequence('dsync_signal_seq');
 SELECT has_sequence('dsync_event_seq');
+SELECT has_sequence('dsync_ephemeral_seq');
+SELECT sequence_privs_are('dsync_ephemeral_seq', 'public', ARRAY[]::text[]);
 
 -- every object belongs to the extension (row types are left out: from
 -- PostgreSQL 17 on, a relation's row type is a member of the extension too)
 SELECT is((SELECT count(*) FROM pg_depend d JOIN pg_extension e ON d.refobjid = e.oid
 			WHERE e.extname = 'dsync' AND d.deptype = 'e'
-			  AND d.classid <> 'pg_type'::regclass), 49::bigint,
-	'the extension owns its eight tables, foreign table, three sequences, six views, '
+			  AND d.classid <> 'pg_type'::regclass), 50::bigint,
+	'the extension owns its eight tables, foreign table, four sequences, six views, '
 	'twenty-nine functions, foreign data wrapper and server');
 
 SELECT * FROM finish();
