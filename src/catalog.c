@@ -38,6 +38,8 @@
 
 static DsyncCatalog dsync_catalog;
 static bool dsync_catalog_valid = false;
+/* The extension the cache was last filled from (kept when it is invalidated). */
+static Oid	dsync_filled_extension = InvalidOid;
 static bool dsync_callback_registered = false;
 
 /* Table names and their number of columns and indexes, by DsyncTable. */
@@ -209,6 +211,7 @@ DsyncCatalogFill(Oid extension)
 	memset(&dsync_catalog, 0, sizeof(dsync_catalog));
 	dsync_catalog.extension = extension;
 	dsync_catalog.namespace = namespace;
+	dsync_filled_extension = extension;
 	for (int i = 0; i < DSYNC_NUM_TABLES; i++)
 	{
 		Oid			relid;
@@ -249,6 +252,24 @@ DsyncCatalogFill(Oid extension)
 }
 
 /*
+ * DsyncCatalogAfterUpdate
+ *		The objects of the extension the cache was last filled from, for a
+ *		call whose function vanished while it ran: if that extension is
+ *		still installed, ALTER EXTENSION UPDATE replaced the function and
+ *		the call goes on (a waiter keeps waiting, and is granted after the
+ *		update); if not, DROP EXTENSION ran, and the call says so.
+ */
+static const DsyncCatalog *
+DsyncCatalogAfterUpdate(void)
+{
+	Oid			extension = get_extension_oid("dsync", true);
+
+	if (!OidIsValid(extension) || extension != dsync_filled_extension)
+		DsyncCatalogReportDropped();
+	return DsyncCatalogFill(extension);
+}
+
+/*
  * DsyncCatalogGet
  *		The extension's objects, found from the function being called: the
  *		extension it belongs to.
@@ -256,21 +277,30 @@ DsyncCatalogFill(Oid extension)
 const DsyncCatalog *
 DsyncCatalogGet(FunctionCallInfo fcinfo)
 {
+	Oid			fn = fcinfo->flinfo->fn_oid;
 	Oid			extension;
+	char	   *name;
 
 	if (dsync_catalog_valid)
 		return &dsync_catalog;
 
-	/* The function itself is gone: DROP EXTENSION ran meanwhile. */
-	if (!SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid)))
-		DsyncCatalogReportDropped();
-	extension = getExtensionOfObject(ProcedureRelationId, fcinfo->flinfo->fn_oid);
+	/*
+	 * The function is gone: ALTER EXTENSION dsync UPDATE replaced it (a
+	 * new OID) while this call was waiting, or DROP EXTENSION ran.
+	 */
+	if (!SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(fn)))
+		return DsyncCatalogAfterUpdate();
+	extension = getExtensionOfObject(ProcedureRelationId, fn);
 	if (!OidIsValid(extension) || extension != get_extension_oid("dsync", true))
+	{
+		name = get_func_name(fn);
+		if (name == NULL)
+			return DsyncCatalogAfterUpdate();	/* gone since the look above */
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("function %s is not part of extension \"dsync\"",
-						get_func_name(fcinfo->flinfo->fn_oid)),
+				 errmsg("function %s is not part of extension \"dsync\"", name),
 				 errhint("Call the functions that CREATE EXTENSION dsync created.")));
+	}
 	return DsyncCatalogFill(extension);
 }
 
