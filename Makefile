@@ -23,6 +23,7 @@ OBJS = \
 	src/queue.o \
 	src/launcher.o \
 	src/lifecycle.o \
+	src/extdrop.o \
 	src/reaper.o \
 	src/expiry.o \
 	src/reap.o \

@@ -73,6 +73,15 @@
 	pg_database_ownercheck((dbid), (roleid))
 #endif
 
+/* Whether a role owns an extension (as above). */
+#if PG_VERSION_NUM >= 160000
+#define DsyncExtensionOwnercheck(extid, roleid) \
+	object_ownercheck(ExtensionRelationId, (extid), (roleid))
+#else
+#define DsyncExtensionOwnercheck(extid, roleid) \
+	pg_extension_ownercheck((extid), (roleid))
+#endif
+
 /*
  * simple_heap_update.  From 16 on it reports which indexes need the new
  * version; dsync's tables have only btree indexes, so the answer is the

@@ -45,6 +45,7 @@
 #include "workers.h"
 #include "role.h"
 #include "compat.h"
+#include "extdrop.h"
 
 /* How long a utility statement waits for a worker to leave its database. */
 #define DSYNC_HOLD_WAIT_MS		10000
@@ -285,6 +286,7 @@ DsyncProcessUtility(PlannedStmt *pstmt, const char *queryString,
 		IsA(parsetree, ReassignOwnedStmt))
 		DsyncRoleUtility(parsetree);
 	DsyncListenUtility(parsetree);
+	DsyncExtensionDropLock(parsetree);
 
 	PG_TRY();
 	{
