@@ -33,6 +33,8 @@ OBJS = \
 	src/signal.o \
 	src/member.o \
 	src/ephemeral.o \
+	src/ephowner.o \
+	src/ephguard.o \
 	src/fence.o \
 	src/eventlog.o \
 	src/session.o \

@@ -66,41 +66,7 @@
 #include "store.h"
 #include "wait.h"
 #include "ephemeral.h"
-
-#define EPHEMERAL_PARTITIONS	16
-#define EPHEMERAL_INFO_MAX		1024	/* bytes of jsonb an ephemeral lease keeps */
-
-/* A name in one database; zero-padded, so that it hashes as a blob. */
-typedef struct EphemeralKey
-{
-	Oid			dbid;
-	char		name[DSYNC_NAME_MAX_BYTES + 1];
-} EphemeralKey;
-
-typedef struct EphemeralEntry
-{
-	EphemeralKey key;
-	char		holder[DSYNC_NAME_MAX_BYTES + 1];
-	int64		fencing;
-	TimestampTz acquired_at;
-	TimestampTz renewed_at;
-	TimestampTz expires_at;
-	Interval	ttl;
-	Oid			owner;
-	uint64		generation;		/* of this grant: a guard of an earlier one is not its */
-	int			guards;			/* transactions guarding it now */
-	int			info_len;		/* 0: no info */
-	char		info[EPHEMERAL_INFO_MAX];
-} EphemeralEntry;
-
-typedef struct EphemeralShared
-{
-	LWLockPadded *locks;
-	pg_atomic_uint32 entries;	/* in all databases */
-	pg_atomic_uint64 open_at;	/* no grant before; 0: not yet known */
-	pg_atomic_uint64 generations;	/* grants so far */
-	ConditionVariable guards_done;	/* a guard ended */
-} EphemeralShared;
+#include "ephemeral_int.h"
 
 /* A guard of this backend's transaction, dropped when it ends. */
 typedef struct EphemeralGuardNote
@@ -111,8 +77,8 @@ typedef struct EphemeralGuardNote
 	uint64		wait_key;		/* DsyncWaitKey of the name */
 } EphemeralGuardNote;
 
-static EphemeralShared *ephemeral_shared = NULL;
-static HTAB *ephemeral_hash = NULL;
+EphemeralShared *ephemeral_shared = NULL;
+HTAB	   *ephemeral_hash = NULL;
 static List *my_guards = NIL;	/* in TopMemoryContext */
 static bool guard_callback_registered = false;
 static LWLock *excluding = NULL;	/* held by DsyncEphemeralExclude */
@@ -252,7 +218,7 @@ EphemeralRequire(void)
  * EphemeralKeyFor
  *		The key of a name in this database, and its hash.
  */
-static uint32
+uint32
 EphemeralKeyFor(text *lease, EphemeralKey *key)
 {
 	int			len = VARSIZE_ANY_EXHDR(lease);
@@ -278,23 +244,35 @@ DsyncEphemeralNameHash(text *lease)
 }
 
 /*
- * EphemeralLock
- *		The partition lock of a hash value.
- */
-static LWLock *
-EphemeralLock(uint32 hash)
-{
-	return &ephemeral_shared->locks[hash % EPHEMERAL_PARTITIONS].lock;
-}
-
-/*
  * EphemeralFind
  *		The entry of a key, or NULL; the partition lock must be held.
  */
-static EphemeralEntry *
+EphemeralEntry *
 EphemeralFind(const EphemeralKey *key, uint32 hash)
 {
 	return hash_search_with_hash_value(ephemeral_hash, key, hash, HASH_FIND, NULL);
+}
+
+/*
+ * EphemeralLockAll
+ *		Take every partition lock, in order (for a pass over the table).
+ */
+void
+EphemeralLockAll(LWLockMode mode)
+{
+	for (int i = 0; i < EPHEMERAL_PARTITIONS; i++)
+		LWLockAcquire(&ephemeral_shared->locks[i].lock, mode);
+}
+
+/*
+ * EphemeralUnlockAll
+ *		Let go of what EphemeralLockAll took.
+ */
+void
+EphemeralUnlockAll(void)
+{
+	for (int i = EPHEMERAL_PARTITIONS - 1; i >= 0; i--)
+		LWLockRelease(&ephemeral_shared->locks[i].lock);
 }
 
 /*
@@ -515,6 +493,7 @@ EphemeralFillGrant(EphemeralEntry *entry, const LeaseGrant *grant, int64 token,
 	entry->expires_at = DsyncExpiry(now, grant->ttl_usec, "ttl");
 	entry->ttl = *grant->ttl;
 	entry->owner = GetUserId();
+	entry->session_pid = 0;
 	entry->generation = pg_atomic_add_fetch_u64(&ephemeral_shared->generations, 1);
 	entry->guards = 0;
 	entry->info_len = 0;
@@ -540,8 +519,7 @@ EphemeralSweep(Oid dbid, bool forget)
 													-(int64) dsync_ephemeral_max_ttl * 1000);
 	int			removed = 0;
 
-	for (int i = 0; i < EPHEMERAL_PARTITIONS; i++)
-		LWLockAcquire(&ephemeral_shared->locks[i].lock, LW_EXCLUSIVE);
+	EphemeralLockAll(LW_EXCLUSIVE);
 	hash_seq_init(&status, ephemeral_hash);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
@@ -555,8 +533,7 @@ EphemeralSweep(Oid dbid, bool forget)
 		pg_atomic_fetch_sub_u32(&ephemeral_shared->entries, 1);
 		removed++;
 	}
-	for (int i = EPHEMERAL_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&ephemeral_shared->locks[i].lock);
+	EphemeralUnlockAll();
 	return removed;
 }
 
@@ -861,20 +838,32 @@ EphemeralMyGuards(const EphemeralEntry *entry)
  * EphemeralWaitGuards
  *		With the partition lock held exclusively on entry, wait until no
  *		other transaction guards the entry; the lock is held again on
- *		return, and *entry looked up again (NULL if it is gone).
+ *		return, and *entry looked up again (NULL if it is gone).  The wait
+ *		is on the guards' heavyweight lock (ephguard.c), which the deadlock
+ *		detector sees; should guards still be counted once it is granted
+ *		(they never should), a short sleep keeps this from spinning.
  */
-static void
+void
 EphemeralWaitGuards(const EphemeralKey *key, uint32 hash, EphemeralEntry **entry)
 {
 	LWLock	   *lock = EphemeralLock(hash);
+	uint64		waited = 0;
 
 	while (*entry != NULL && (*entry)->guards > EphemeralMyGuards(*entry))
 	{
+		uint64		generation = (*entry)->generation;
+
 		LWLockRelease(lock);
-		ConditionVariablePrepareToSleep(&ephemeral_shared->guards_done);
-		ConditionVariableTimedSleep(&ephemeral_shared->guards_done, DSYNC_WAIT_CAP_MS,
-									PG_WAIT_EXTENSION);
-		ConditionVariableCancelSleep();
+		if (generation != waited)
+			EphemeralGuardWait(generation);
+		else
+		{
+			ConditionVariablePrepareToSleep(&ephemeral_shared->guards_done);
+			ConditionVariableTimedSleep(&ephemeral_shared->guards_done, 10,
+										PG_WAIT_EXTENSION);
+			ConditionVariableCancelSleep();
+		}
+		waited = generation;
 		LWLockAcquire(lock, LW_EXCLUSIVE);
 		*entry = EphemeralFind(key, hash);
 	}
@@ -885,7 +874,7 @@ EphemeralWaitGuards(const EphemeralKey *key, uint32 hash, EphemeralEntry **entry
  *		Release an entry (partition lock held exclusively): announce it,
  *		remove it, wake its waiters.
  */
-static void
+void
 EphemeralLetGo(EphemeralEntry *entry, uint32 hash)
 {
 	DsyncEvent	event = EphemeralEvent(DSYNC_EVENT_RELEASED, entry);
@@ -897,7 +886,9 @@ EphemeralLetGo(EphemeralEntry *entry, uint32 hash)
 /*
  * EphemeralReleaseIf
  *		Release holder's ephemeral lease if it holds it, and if only_token
- *		is not 0, only the grant with that token.  NONE if the name has none.
+ *		is not 0, only the grant with that token and only if it is this
+ *		backend's session lease still (another backend may have taken it
+ *		over, see DsyncEphemeralSessionMove).  NONE if the name has none.
  *		Waits for the guards of other transactions, as a row lock would.
  */
 static DsyncEphemeralFound
@@ -917,7 +908,8 @@ EphemeralReleaseIf(text *lease, text *holder, int64 only_token, int64 *token)
 		/* It may have expired or changed hands while we waited. */
 		if (entry == NULL || entry->expires_at <= GetCurrentTimestamp() ||
 			!EphemeralHolderIs(entry, holder) ||
-			(only_token != 0 && entry->fencing != only_token))
+			(only_token != 0 && (entry->fencing != only_token ||
+								 entry->session_pid != MyProcPid)))
 			found = DSYNC_EPHEMERAL_NOT_HELD;
 		else
 		{
@@ -1011,7 +1003,18 @@ DsyncEphemeralGuard(text *lease, text *holder, int64 *token)
 	EphemeralGuardNote *note;
 	MemoryContext oldcontext;
 
-	found = EphemeralLookHeld(lease, holder, LW_EXCLUSIVE, &key, &hash, &entry);
+	for (;;)
+	{
+		uint64		generation;
+
+		found = EphemeralLookHeld(lease, holder, LW_EXCLUSIVE, &key, &hash, &entry);
+		if (found != DSYNC_EPHEMERAL_DONE || EphemeralGuardLock(entry->generation, false))
+			break;
+		/* A release is queued for the guards: wait behind it, then look again. */
+		generation = entry->generation;
+		LWLockRelease(EphemeralLock(hash));
+		(void) EphemeralGuardLock(generation, true);
+	}
 	if (found == DSYNC_EPHEMERAL_NONE)
 		return found;
 	if (found == DSYNC_EPHEMERAL_DONE)
@@ -1193,8 +1196,7 @@ DsyncEphemeralReap(void)
 	if (slot == NULL || ephemeral_shared == NULL)
 		return;
 	DsyncEventPrepareNow();
-	for (int i = 0; i < EPHEMERAL_PARTITIONS; i++)
-		LWLockAcquire(&ephemeral_shared->locks[i].lock, LW_EXCLUSIVE);
+	EphemeralLockAll(LW_EXCLUSIVE);
 	hash_seq_init(&status, ephemeral_hash);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
@@ -1221,8 +1223,7 @@ DsyncEphemeralReap(void)
 			next = entry->expires_at;
 	}
 	pg_atomic_write_u64(&slot->ephemeral_deadline, (uint64) next);
-	for (int i = EPHEMERAL_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&ephemeral_shared->locks[i].lock);
+	EphemeralUnlockAll();
 	if (woke)
 		DsyncWakeDatabaseNow();
 }
@@ -1245,8 +1246,7 @@ DsyncEphemeralRows(text *lease, text *holder)
 		return NIL;
 	if (lease != NULL)
 		(void) EphemeralKeyFor(lease, &key);
-	for (int i = 0; i < EPHEMERAL_PARTITIONS; i++)
-		LWLockAcquire(&ephemeral_shared->locks[i].lock, LW_SHARED);
+	EphemeralLockAll(LW_SHARED);
 	hash_seq_init(&status, ephemeral_hash);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
@@ -1274,7 +1274,6 @@ DsyncEphemeralRows(text *lease, text *holder)
 		}
 		rows = lappend(rows, row);
 	}
-	for (int i = EPHEMERAL_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&ephemeral_shared->locks[i].lock);
+	EphemeralUnlockAll();
 	return rows;
 }
