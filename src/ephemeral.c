@@ -373,6 +373,20 @@ EphemeralTtlTooLong(void)
 }
 
 /*
+ * EphemeralSemaphoreRefused
+ *		Refuse a semaphore's name: its permits are durable rows.
+ */
+static void
+EphemeralSemaphoreRefused(text *lease)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("semaphore \"%s\" cannot be acquired as an ephemeral lease",
+					text_to_cstring(lease)),
+			 errhint("Acquire its permits with durable => true.")));
+}
+
+/*
  * DsyncEphemeralCheckGrant
  *		Refuse, before any waiting, what an ephemeral grant cannot be: a
  *		ttl beyond dsync.ephemeral_max_ttl, info too big to keep, or a
@@ -396,19 +410,19 @@ DsyncEphemeralCheckGrant(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 							   EPHEMERAL_INFO_MAX, (int) VARSIZE(info))));
 	}
 	if (DsyncSemaphorePermitsFor(fcinfo, lease, false) >= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("semaphore \"%s\" cannot be acquired as an ephemeral lease",
-						text_to_cstring(lease)),
-				 errhint("Acquire its permits with durable => true.")));
+		EphemeralSemaphoreRefused(lease);
 }
 
-/* The tables an ephemeral grant looks at when the held map does not clear it. */
+/*
+ * The tables an ephemeral grant looks at when the held map does not clear
+ * it, and the semaphore definitions, which it always asks about.
+ */
 typedef struct EphemeralStores
 {
 	DsyncStore	lease;
 	DsyncStore	permit;
 	bool		has_permits;	/* dsync_permit exists (1.2) */
+	DsyncSemaphoreWatch semaphores;
 } EphemeralStores;
 
 static bool EphemeralPlainTaken(DsyncStore *store, text *lease, TimestampTz now,
@@ -417,8 +431,9 @@ static bool EphemeralPlainTaken(DsyncStore *store, text *lease, TimestampTz now,
 /*
  * EphemeralDurableTaken
  *		Whether dsync_lease has the name held, or being changed or guarded
- *		by a transaction still running, or dsync_permit has a shared holder
- *		of it held or being granted; *retry_at is set to a live holder's
+ *		by a transaction still running, or dsync_permit has a holder of it
+ *		(shared, or a permit left over from a dropped semaphore) held or
+ *		being granted; *retry_at is set to a live holder's
  *		expiry.  The row is found at its cached location; without one, a
  *		single dirty-snapshot probe of the index answers (a name with no
  *		row, the common case for names used only ephemerally, costs one
@@ -428,10 +443,9 @@ static bool
 EphemeralDurableTaken(EphemeralStores *stores, text *lease, TimestampTz now,
 					  TimestampTz *retry_at)
 {
-	/* Shared holders (shared.c), held or being granted. */
+	/* Shared holders (shared.c) and a dropped semaphore's permits. */
 	if (stores->has_permits &&
-		DsyncStoreKeysTaken(&stores->permit, lease, Int32GetDatum(DSYNC_SHARED_SLOT), true,
-							now, retry_at))
+		DsyncStoreKeysTaken(&stores->permit, lease, Int32GetDatum(0), true, now, retry_at))
 		return true;
 	return EphemeralPlainTaken(&stores->lease, lease, now, retry_at);
 }
@@ -570,11 +584,13 @@ EphemeralStoreOpen(EphemeralStores *stores, const DsyncCatalog *catalog)
 
 /*
  * EphemeralStoreClose
- *		Close what EphemeralStoreOpen opened, if a grant opened it.
+ *		Close what EphemeralStoreOpen opened, if a grant opened it, and the
+ *		look at semaphore definitions.
  */
 static void
 EphemeralStoreClose(EphemeralStores *stores, bool opened)
 {
+	DsyncSemaphoreWatchClose(&stores->semaphores);
 	if (!opened)
 		return;
 	if (stores->has_permits)
@@ -603,6 +619,7 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 
 	*retry_at = 0;
 	EphemeralRequire();
+	store.semaphores.opened = false;
 	hash = EphemeralKeyFor(lease, &key);
 	lock = EphemeralLock(hash);
 	/* Looked up before the partition lock, which the worker lock never nests in. */
@@ -620,6 +637,7 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 		int64		renewals = 0;
 		bool		found;
 		bool		clear;
+		bool		changed = false;
 
 		CHECK_FOR_INTERRUPTS();
 		if (open_at == 0 || now < open_at)
@@ -636,6 +654,9 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 			EphemeralStoreOpen(&store, catalog);
 			opened = true;
 		}
+
+		if (may_take && !store.semaphores.opened)
+			DsyncSemaphoreWatchOpen(catalog, &store.semaphores);
 
 		LWLockAcquire(lock, LW_EXCLUSIVE);
 		/* The clock read once the lock is ours: a durable grant may just have ended. */
@@ -665,6 +686,23 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 			LWLockRelease(lock);
 			EphemeralStoreClose(&store, opened);
 			return false;
+		}
+		/*
+		 * A semaphore defined since the call began (while it waited): a
+		 * permit granted before we took the lock did not count us, one
+		 * granted after will (permit.c).
+		 */
+		if (may_take && DsyncSemaphoreWatchDefined(&store.semaphores, lease, &changed))
+		{
+			LWLockRelease(lock);
+			EphemeralStoreClose(&store, opened);
+			EphemeralSemaphoreRefused(lease);
+		}
+		if (changed)
+		{
+			LWLockRelease(lock);
+			DsyncSemaphoreWatchClose(&store.semaphores);
+			continue;
 		}
 		clear = may_take && DsyncHeldMapClear(slot, hash, now);
 		if (may_take && !clear && !opened)
