@@ -33,6 +33,7 @@ OBJS = \
 	src/signal.o \
 	src/member.o \
 	src/ephemeral.o \
+	src/ephscan.o \
 	src/ephowner.o \
 	src/ephguard.o \
 	src/fence.o \

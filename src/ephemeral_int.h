@@ -2,7 +2,8 @@
  *
  * ephemeral_int.h
  *		The shared table of ephemeral leases, for the files that work on
- *		it (ephemeral.c, ephowner.c, ephguard.c); not for anybody else.
+ *		it (ephemeral.c, ephscan.c, ephowner.c, ephguard.c); not for
+ *		anybody else.
  *
  *-------------------------------------------------------------------------
  */
@@ -18,6 +19,7 @@
 #include "utils/timestamp.h"
 
 #include "catalog.h"
+#include "events.h"
 
 #define EPHEMERAL_PARTITIONS	16
 #define EPHEMERAL_INFO_MAX		1024	/* bytes of jsonb an ephemeral lease keeps */
@@ -70,10 +72,15 @@ EphemeralLock(uint32 hash)
 
 extern uint32 EphemeralKeyFor(text *lease, EphemeralKey *key);
 extern EphemeralEntry *EphemeralFind(const EphemeralKey *key, uint32 hash);
+extern bool EphemeralHolderNameIs(const EphemeralEntry *entry, text *holder);
 extern void EphemeralLetGo(EphemeralEntry *entry, uint32 hash);
 extern void EphemeralWaitGuards(const EphemeralKey *key, uint32 hash, EphemeralEntry **entry);
+extern DsyncEvent EphemeralEvent(DsyncEventKind kind, const EphemeralEntry *entry);
 extern void EphemeralLockAll(LWLockMode mode);
 extern void EphemeralUnlockAll(void);
+
+/* ephscan.c */
+extern int	EphemeralSweep(Oid dbid, bool forget);
 
 /* ephguard.c */
 extern bool EphemeralGuardLock(uint64 generation, bool wait);

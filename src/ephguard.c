@@ -18,8 +18,8 @@
  * The lock is an advisory one (as pg_locks shows it), on the grant's
  * generation, unique in the server: field1 the database, field2 and
  * field3 the generation, field4 DSYNC_GUARD_LOCK_FIELD4, which
- * pg_advisory_lock never uses (it uses 1 and 2), so no user lock can
- * collide with it.  A guard of an earlier grant of the name holds up
+ * pg_advisory_lock never uses (it uses 1 and 2) and no other lock of
+ * dsync does, so nothing can collide with it.  A guard of an earlier grant of the name holds up
  * nobody releasing a later one.
  *
  *-------------------------------------------------------------------------
@@ -32,7 +32,7 @@
 
 #include "ephemeral_int.h"
 
-#define DSYNC_GUARD_LOCK_FIELD4	0x6473	/* "ds" */
+#define DSYNC_GUARD_LOCK_FIELD4	0x6490	/* after the insert (store.c) and fencing (fencing.c) locks */
 
 /*
  * EphemeralGuardTag

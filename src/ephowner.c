@@ -42,16 +42,13 @@ DsyncEphemeralSessionMove(text *lease, text *holder, int64 token)
 	EphemeralKey key;
 	uint32		hash;
 	EphemeralEntry *entry;
-	int			len = VARSIZE_ANY_EXHDR(holder);
 
 	if (ephemeral_shared == NULL)
 		return;
 	hash = EphemeralKeyFor(lease, &key);
 	LWLockAcquire(EphemeralLock(hash), LW_EXCLUSIVE);
 	entry = EphemeralFind(&key, hash);
-	if (entry != NULL && entry->fencing == token &&
-		(int) strlen(entry->holder) == len &&
-		memcmp(entry->holder, VARDATA_ANY(holder), len) == 0)
+	if (entry != NULL && entry->fencing == token && EphemeralHolderNameIs(entry, holder))
 		entry->session_pid = MyProcPid;
 	LWLockRelease(EphemeralLock(hash));
 }
