@@ -35,6 +35,9 @@ OBJS = \
 	src/member.o \
 	src/ephemeral.o \
 	src/ephemeral_record.o \
+	src/ephscan.o \
+	src/ephowner.o \
+	src/ephguard.o \
 	src/fence.o \
 	src/eventlog.o \
 	src/session.o \

@@ -76,6 +76,20 @@ SELECT dsync_release('sh_d', 'r1');
 SELECT dsync_semaphore_create('sh_sem', 2);
 SELECT regress_err($$SELECT dsync_acquire_shared('sh_sem', 'r1')$$);
 
+-- Nor can a semaphore be defined on a name that has shared holders
+-- (55006); an exclusive holder is kept and counts as one of its permits.
+SELECT dsync_acquire_shared('sh_f', 'r1') IS NOT NULL AS shared_granted;
+SELECT regress_err($$SELECT dsync_semaphore_create('sh_f', 2)$$);
+SELECT count(*) AS sh_f_semaphores FROM dsync_semaphores WHERE name = 'sh_f';
+SELECT holder, mode FROM dsync_leases WHERE lease = 'sh_f';
+SELECT dsync_release('sh_f', 'r1');
+SELECT dsync_acquire('sh_f', 'w') IS NOT NULL AS excl_granted;
+SELECT dsync_semaphore_create('sh_f', 2) AS created_over_exclusive;
+SELECT dsync_acquire('sh_f', 'p1') IS NOT NULL AS one_permit_left,
+	   dsync_acquire('sh_f', 'p2') IS NULL AS no_second;
+SELECT dsync_release('sh_f', h) FROM (VALUES ('w'), ('p1')) AS v(h);
+SELECT dsync_semaphore_drop('sh_f');
+
 -- Bad input.
 SELECT regress_err($$SELECT dsync_acquire_shared(NULL, 'r1')$$);
 SELECT regress_err($$SELECT dsync_acquire_shared('sh_e', '')$$);

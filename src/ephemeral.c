@@ -34,7 +34,16 @@
  * transaction ends; while it is counted, nobody else takes the lease and
  * the reaper leaves it, even once it has expired, and a release or forced
  * release by another transaction waits for it, as a row lock would make
- * it wait.
+ * it wait: on a heavyweight lock the guard holds (ephguard.c), so that
+ * the deadlock detector sees the wait.
+ *
+ * An ephemeral grant is never made next to a semaphore's permits: it asks,
+ * under its partition lock, whether the name has a definition (a permit
+ * grant counts an ephemeral holder it finds, under the same lock, as one
+ * of the permits: permit.c), and it counts every live row of dsync_permit
+ * (shared holders, permits left over from a dropped semaphore) as a
+ * durable holder.  Who an entry belongs to besides its holder (session
+ * backend, owner role) is ephowner.c's.
  *
  *-------------------------------------------------------------------------
  */
@@ -66,41 +75,7 @@
 #include "store.h"
 #include "wait.h"
 #include "ephemeral.h"
-
-#define EPHEMERAL_PARTITIONS	16
-#define EPHEMERAL_INFO_MAX		1024	/* bytes of jsonb an ephemeral lease keeps */
-
-/* A name in one database; zero-padded, so that it hashes as a blob. */
-typedef struct EphemeralKey
-{
-	Oid			dbid;
-	char		name[DSYNC_NAME_MAX_BYTES + 1];
-} EphemeralKey;
-
-typedef struct EphemeralEntry
-{
-	EphemeralKey key;
-	char		holder[DSYNC_NAME_MAX_BYTES + 1];
-	int64		fencing;
-	TimestampTz acquired_at;
-	TimestampTz renewed_at;
-	TimestampTz expires_at;
-	Interval	ttl;
-	Oid			owner;
-	uint64		generation;		/* of this grant: a guard of an earlier one is not its */
-	int			guards;			/* transactions guarding it now */
-	int			info_len;		/* 0: no info */
-	char		info[EPHEMERAL_INFO_MAX];
-} EphemeralEntry;
-
-typedef struct EphemeralShared
-{
-	LWLockPadded *locks;
-	pg_atomic_uint32 entries;	/* in all databases */
-	pg_atomic_uint64 open_at;	/* no grant before; 0: not yet known */
-	pg_atomic_uint64 generations;	/* grants so far */
-	ConditionVariable guards_done;	/* a guard ended */
-} EphemeralShared;
+#include "ephemeral_int.h"
 
 /* A guard of this backend's transaction, dropped when it ends. */
 typedef struct EphemeralGuardNote
@@ -111,8 +86,8 @@ typedef struct EphemeralGuardNote
 	uint64		wait_key;		/* DsyncWaitKey of the name */
 } EphemeralGuardNote;
 
-static EphemeralShared *ephemeral_shared = NULL;
-static HTAB *ephemeral_hash = NULL;
+EphemeralShared *ephemeral_shared = NULL;
+HTAB	   *ephemeral_hash = NULL;
 static List *my_guards = NIL;	/* in TopMemoryContext */
 static bool guard_callback_registered = false;
 static LWLock *excluding = NULL;	/* held by DsyncEphemeralExclude */
@@ -252,7 +227,7 @@ EphemeralRequire(void)
  * EphemeralKeyFor
  *		The key of a name in this database, and its hash.
  */
-static uint32
+uint32
 EphemeralKeyFor(text *lease, EphemeralKey *key)
 {
 	int			len = VARSIZE_ANY_EXHDR(lease);
@@ -278,23 +253,35 @@ DsyncEphemeralNameHash(text *lease)
 }
 
 /*
- * EphemeralLock
- *		The partition lock of a hash value.
- */
-static LWLock *
-EphemeralLock(uint32 hash)
-{
-	return &ephemeral_shared->locks[hash % EPHEMERAL_PARTITIONS].lock;
-}
-
-/*
  * EphemeralFind
  *		The entry of a key, or NULL; the partition lock must be held.
  */
-static EphemeralEntry *
+EphemeralEntry *
 EphemeralFind(const EphemeralKey *key, uint32 hash)
 {
 	return hash_search_with_hash_value(ephemeral_hash, key, hash, HASH_FIND, NULL);
+}
+
+/*
+ * EphemeralLockAll
+ *		Take every partition lock, in order (for a pass over the table).
+ */
+void
+EphemeralLockAll(LWLockMode mode)
+{
+	for (int i = 0; i < EPHEMERAL_PARTITIONS; i++)
+		LWLockAcquire(&ephemeral_shared->locks[i].lock, mode);
+}
+
+/*
+ * EphemeralUnlockAll
+ *		Let go of what EphemeralLockAll took.
+ */
+void
+EphemeralUnlockAll(void)
+{
+	for (int i = EPHEMERAL_PARTITIONS - 1; i >= 0; i--)
+		LWLockRelease(&ephemeral_shared->locks[i].lock);
 }
 
 /*
@@ -311,7 +298,7 @@ EphemeralIsHeld(const EphemeralEntry *entry, TimestampTz now)
  * EphemeralHolderNameIs
  *		Whether the entry's holder is holder.
  */
-static bool
+bool
 EphemeralHolderNameIs(const EphemeralEntry *entry, text *holder)
 {
 	int			len = VARSIZE_ANY_EXHDR(holder);
@@ -337,7 +324,7 @@ EphemeralHolderIs(const EphemeralEntry *entry, text *holder)
  *		An event about an entry, for DsyncEventPublishNow.  slot -1 tells
  *		the reaper there is no row to look up.
  */
-static DsyncEvent
+DsyncEvent
 EphemeralEvent(DsyncEventKind kind, const EphemeralEntry *entry)
 {
 	DsyncEvent	event;
@@ -395,6 +382,20 @@ EphemeralTtlTooLong(void)
 }
 
 /*
+ * EphemeralSemaphoreRefused
+ *		Refuse a semaphore's name: its permits are durable rows.
+ */
+static void
+EphemeralSemaphoreRefused(text *lease)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("semaphore \"%s\" cannot be acquired as an ephemeral lease",
+					text_to_cstring(lease)),
+			 errhint("Acquire its permits with durable => true.")));
+}
+
+/*
  * DsyncEphemeralCheckGrant
  *		Refuse, before any waiting, what an ephemeral grant cannot be: a
  *		ttl beyond dsync.ephemeral_max_ttl, info too big to keep, or a
@@ -418,19 +419,19 @@ DsyncEphemeralCheckGrant(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 							   EPHEMERAL_INFO_MAX, (int) VARSIZE(info))));
 	}
 	if (DsyncSemaphorePermitsFor(fcinfo, lease, false) >= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("semaphore \"%s\" cannot be acquired as an ephemeral lease",
-						text_to_cstring(lease)),
-				 errhint("Acquire its permits with durable => true.")));
+		EphemeralSemaphoreRefused(lease);
 }
 
-/* The tables an ephemeral grant looks at when the held map does not clear it. */
+/*
+ * The tables an ephemeral grant looks at when the held map does not clear
+ * it, and the semaphore definitions, which it always asks about.
+ */
 typedef struct EphemeralStores
 {
 	DsyncStore	lease;
 	DsyncStore	permit;
 	bool		has_permits;	/* dsync_permit exists (1.2) */
+	DsyncSemaphoreWatch semaphores;
 } EphemeralStores;
 
 static bool EphemeralPlainTaken(DsyncStore *store, text *lease, TimestampTz now,
@@ -439,8 +440,9 @@ static bool EphemeralPlainTaken(DsyncStore *store, text *lease, TimestampTz now,
 /*
  * EphemeralDurableTaken
  *		Whether dsync_lease has the name held, or being changed or guarded
- *		by a transaction still running, or dsync_permit has a shared holder
- *		of it held or being granted; *retry_at is set to a live holder's
+ *		by a transaction still running, or dsync_permit has a holder of it
+ *		(shared, or a permit left over from a dropped semaphore) held or
+ *		being granted; *retry_at is set to a live holder's
  *		expiry.  The row is found at its cached location; without one, a
  *		single dirty-snapshot probe of the index answers (a name with no
  *		row, the common case for names used only ephemerally, costs one
@@ -450,10 +452,9 @@ static bool
 EphemeralDurableTaken(EphemeralStores *stores, text *lease, TimestampTz now,
 					  TimestampTz *retry_at)
 {
-	/* Shared holders (shared.c), held or being granted. */
+	/* Shared holders (shared.c) and a dropped semaphore's permits. */
 	if (stores->has_permits &&
-		DsyncStoreKeysTaken(&stores->permit, lease, Int32GetDatum(DSYNC_SHARED_SLOT), true,
-							now, retry_at))
+		DsyncStoreKeysTaken(&stores->permit, lease, Int32GetDatum(0), true, now, retry_at))
 		return true;
 	return EphemeralPlainTaken(&stores->lease, lease, now, retry_at);
 }
@@ -515,61 +516,12 @@ EphemeralFillGrant(EphemeralEntry *entry, const LeaseGrant *grant, int64 token,
 	entry->expires_at = DsyncExpiry(now, grant->ttl_usec, "ttl");
 	entry->ttl = *grant->ttl;
 	entry->owner = GetUserId();
+	entry->session_pid = 0;
 	entry->generation = pg_atomic_add_fetch_u64(&ephemeral_shared->generations, 1);
 	entry->guards = 0;
 	entry->info_len = 0;
 	if (!grant->info_null)
 		EphemeralSetInfo(entry, grant);
-}
-
-/*
- * EphemeralSweep
- *		Remove entries of a database (InvalidOid: any) that nobody can hold
- *		any more: expired and unguarded for longer than
- *		dsync.ephemeral_max_ttl (whose reaper, had the database one, would
- *		have announced them by then: a dropped or unserved database), or
- *		all of dbid's if forget.  Takes every partition lock; returns how
- *		many it removed.  Cannot fail, so that a commit callback may call it.
- */
-static int
-EphemeralSweep(Oid dbid, bool forget)
-{
-	HASH_SEQ_STATUS status;
-	EphemeralEntry *entry;
-	TimestampTz stale = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													-(int64) dsync_ephemeral_max_ttl * 1000);
-	int			removed = 0;
-
-	for (int i = 0; i < EPHEMERAL_PARTITIONS; i++)
-		LWLockAcquire(&ephemeral_shared->locks[i].lock, LW_EXCLUSIVE);
-	hash_seq_init(&status, ephemeral_hash);
-	while ((entry = hash_seq_search(&status)) != NULL)
-	{
-		EphemeralKey key = entry->key;
-
-		if (OidIsValid(dbid) && key.dbid != dbid)
-			continue;
-		if (!forget && (entry->guards > 0 || entry->expires_at > stale))
-			continue;
-		(void) hash_search(ephemeral_hash, &key, HASH_REMOVE, NULL);
-		pg_atomic_fetch_sub_u32(&ephemeral_shared->entries, 1);
-		removed++;
-	}
-	for (int i = EPHEMERAL_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&ephemeral_shared->locks[i].lock);
-	return removed;
-}
-
-/*
- * DsyncEphemeralForgetDatabase
- *		DROP EXTENSION dsync committed: this database's ephemeral leases go
- *		with it.
- */
-void
-DsyncEphemeralForgetDatabase(Oid dbid)
-{
-	if (ephemeral_shared != NULL && pg_atomic_read_u32(&ephemeral_shared->entries) > 0)
-		(void) EphemeralSweep(dbid, true);
 }
 
 /*
@@ -593,11 +545,13 @@ EphemeralStoreOpen(EphemeralStores *stores, const DsyncCatalog *catalog)
 
 /*
  * EphemeralStoreClose
- *		Close what EphemeralStoreOpen opened, if a grant opened it.
+ *		Close what EphemeralStoreOpen opened, if a grant opened it, and the
+ *		look at semaphore definitions.
  */
 static void
 EphemeralStoreClose(EphemeralStores *stores, bool opened)
 {
+	DsyncSemaphoreWatchClose(&stores->semaphores);
 	if (!opened)
 		return;
 	if (stores->has_permits)
@@ -626,6 +580,7 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 
 	*retry_at = 0;
 	EphemeralRequire();
+	store.semaphores.opened = false;
 	hash = EphemeralKeyFor(lease, &key);
 	lock = EphemeralLock(hash);
 	/* Looked up before the partition lock, which the worker lock never nests in. */
@@ -643,6 +598,7 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 		int64		renewals = 0;
 		bool		found;
 		bool		clear;
+		bool		changed = false;
 
 		CHECK_FOR_INTERRUPTS();
 		if (open_at == 0 || now < open_at)
@@ -659,6 +615,9 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 			EphemeralStoreOpen(&store, catalog);
 			opened = true;
 		}
+
+		if (may_take && !store.semaphores.opened)
+			DsyncSemaphoreWatchOpen(catalog, &store.semaphores);
 
 		LWLockAcquire(lock, LW_EXCLUSIVE);
 		/* The clock read once the lock is ours: a durable grant may just have ended. */
@@ -695,6 +654,23 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 			LWLockRelease(lock);
 			EphemeralStoreClose(&store, opened);
 			return false;
+		}
+		/*
+		 * A semaphore defined since the call began (while it waited): a
+		 * permit granted before we took the lock did not count us, one
+		 * granted after will (permit.c).
+		 */
+		if (may_take && DsyncSemaphoreWatchDefined(&store.semaphores, lease, &changed))
+		{
+			LWLockRelease(lock);
+			EphemeralStoreClose(&store, opened);
+			EphemeralSemaphoreRefused(lease);
+		}
+		if (changed)
+		{
+			LWLockRelease(lock);
+			DsyncSemaphoreWatchClose(&store.semaphores);
+			continue;
 		}
 		clear = may_take && DsyncHeldMapClear(slot, hash, now);
 		if (may_take && !clear && !opened)
@@ -875,20 +851,32 @@ EphemeralMyGuards(const EphemeralEntry *entry)
  * EphemeralWaitGuards
  *		With the partition lock held exclusively on entry, wait until no
  *		other transaction guards the entry; the lock is held again on
- *		return, and *entry looked up again (NULL if it is gone).
+ *		return, and *entry looked up again (NULL if it is gone).  The wait
+ *		is on the guards' heavyweight lock (ephguard.c), which the deadlock
+ *		detector sees; should guards still be counted once it is granted
+ *		(they never should), a short sleep keeps this from spinning.
  */
-static void
+void
 EphemeralWaitGuards(const EphemeralKey *key, uint32 hash, EphemeralEntry **entry)
 {
 	LWLock	   *lock = EphemeralLock(hash);
+	uint64		waited = 0;
 
 	while (*entry != NULL && (*entry)->guards > EphemeralMyGuards(*entry))
 	{
+		uint64		generation = (*entry)->generation;
+
 		LWLockRelease(lock);
-		ConditionVariablePrepareToSleep(&ephemeral_shared->guards_done);
-		ConditionVariableTimedSleep(&ephemeral_shared->guards_done, DSYNC_WAIT_CAP_MS,
-									PG_WAIT_EXTENSION);
-		ConditionVariableCancelSleep();
+		if (generation != waited)
+			EphemeralGuardWait(generation);
+		else
+		{
+			ConditionVariablePrepareToSleep(&ephemeral_shared->guards_done);
+			ConditionVariableTimedSleep(&ephemeral_shared->guards_done, 10,
+										PG_WAIT_EXTENSION);
+			ConditionVariableCancelSleep();
+		}
+		waited = generation;
 		LWLockAcquire(lock, LW_EXCLUSIVE);
 		*entry = EphemeralFind(key, hash);
 	}
@@ -899,7 +887,7 @@ EphemeralWaitGuards(const EphemeralKey *key, uint32 hash, EphemeralEntry **entry
  *		Release an entry (partition lock held exclusively): announce it,
  *		remove it, wake its waiters.
  */
-static void
+void
 EphemeralLetGo(EphemeralEntry *entry, uint32 hash)
 {
 	DsyncEvent	event = EphemeralEvent(DSYNC_EVENT_RELEASED, entry);
@@ -911,7 +899,9 @@ EphemeralLetGo(EphemeralEntry *entry, uint32 hash)
 /*
  * EphemeralReleaseIf
  *		Release holder's ephemeral lease if it holds it, and if only_token
- *		is not 0, only the grant with that token.  NONE if the name has none.
+ *		is not 0, only the grant with that token and only if it is this
+ *		backend's session lease still (another backend may have taken it
+ *		over, see DsyncEphemeralSessionMove).  NONE if the name has none.
  *		Waits for the guards of other transactions, as a row lock would.
  */
 static DsyncEphemeralFound
@@ -931,7 +921,8 @@ EphemeralReleaseIf(text *lease, text *holder, int64 only_token, int64 *token)
 		/* It may have expired or changed hands while we waited. */
 		if (entry == NULL || entry->expires_at <= GetCurrentTimestamp() ||
 			!EphemeralHolderIs(entry, holder) ||
-			(only_token != 0 && entry->fencing != only_token))
+			(only_token != 0 && (entry->fencing != only_token ||
+								 entry->session_pid != MyProcPid)))
 			found = DSYNC_EPHEMERAL_NOT_HELD;
 		else
 		{
@@ -1025,7 +1016,18 @@ DsyncEphemeralGuard(text *lease, text *holder, int64 *token)
 	EphemeralGuardNote *note;
 	MemoryContext oldcontext;
 
-	found = EphemeralLookHeld(lease, holder, LW_EXCLUSIVE, &key, &hash, &entry);
+	for (;;)
+	{
+		uint64		generation;
+
+		found = EphemeralLookHeld(lease, holder, LW_EXCLUSIVE, &key, &hash, &entry);
+		if (found != DSYNC_EPHEMERAL_DONE || EphemeralGuardLock(entry->generation, false))
+			break;
+		/* A release is queued for the guards: wait behind it, then look again. */
+		generation = entry->generation;
+		LWLockRelease(EphemeralLock(hash));
+		(void) EphemeralGuardLock(generation, true);
+	}
 	if (found == DSYNC_EPHEMERAL_NONE)
 		return found;
 	if (found == DSYNC_EPHEMERAL_DONE)
@@ -1163,139 +1165,4 @@ DsyncEphemeralExcludeEnd(void)
 	if (excluding != NULL)
 		LWLockRelease(excluding);
 	excluding = NULL;
-}
-
-/*
- * DsyncEphemeralDue
- *		When an ephemeral lease of this database may next be due (0:
- *		none), for the reaper.
- */
-TimestampTz
-DsyncEphemeralDue(void)
-{
-	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
-
-	return slot == NULL ? 0 : (TimestampTz) pg_atomic_read_u64(&slot->ephemeral_deadline);
-}
-
-/*
- * DsyncEphemeralLookSoon
- *		Make the reaper look at this database's ephemeral leases now: it
- *		has just started and knows nothing of them.
- */
-void
-DsyncEphemeralLookSoon(void)
-{
-	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
-
-	if (slot != NULL)
-		(void) DsyncTimeLower(&slot->ephemeral_deadline, GetCurrentTimestamp(), NULL);
-}
-
-/*
- * DsyncEphemeralReap
- *		The reaper's pass over this database's ephemeral leases: remove and
- *		announce the expired ones nobody guards, wake their waiters, and
- *		note in the slot when the next is due.
- *
- * Grants lower the slot's value under their partition lock; holding all
- * of them, the reaper may set it exactly.
- */
-void
-DsyncEphemeralReap(void)
-{
-	HASH_SEQ_STATUS status;
-	EphemeralEntry *entry;
-	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz next = 0;
-	bool		woke = false;
-	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
-
-	if (slot == NULL || ephemeral_shared == NULL)
-		return;
-	DsyncEventPrepareNow();
-	for (int i = 0; i < EPHEMERAL_PARTITIONS; i++)
-		LWLockAcquire(&ephemeral_shared->locks[i].lock, LW_EXCLUSIVE);
-	hash_seq_init(&status, ephemeral_hash);
-	while ((entry = hash_seq_search(&status)) != NULL)
-	{
-		if (entry->key.dbid != MyDatabaseId)
-			continue;
-		if (entry->guards > 0)
-		{
-			/* Its guard's end says when it is due, if it has expired by then. */
-			if (entry->expires_at > now && (next == 0 || entry->expires_at < next))
-				next = entry->expires_at;
-			continue;
-		}
-		if (entry->expires_at <= now)
-		{
-			DsyncEvent	event = EphemeralEvent(DSYNC_EVENT_EXPIRED, entry);
-			EphemeralKey key = entry->key;
-
-			DsyncEventPublishNow(&event, 1, 0);
-			(void) hash_search(ephemeral_hash, &key, HASH_REMOVE, NULL);
-			pg_atomic_fetch_sub_u32(&ephemeral_shared->entries, 1);
-			woke = true;
-		}
-		else if (next == 0 || entry->expires_at < next)
-			next = entry->expires_at;
-	}
-	pg_atomic_write_u64(&slot->ephemeral_deadline, (uint64) next);
-	for (int i = EPHEMERAL_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&ephemeral_shared->locks[i].lock);
-	if (woke)
-		DsyncWakeDatabaseNow();
-}
-
-/*
- * DsyncEphemeralRows
- *		Copies of this database's live ephemeral leases (of lease, and of
- *		holder, where given), for dsync_leases.
- */
-List *
-DsyncEphemeralRows(text *lease, text *holder)
-{
-	List	   *rows = NIL;
-	HASH_SEQ_STATUS status;
-	EphemeralEntry *entry;
-	TimestampTz now = GetCurrentTimestamp();
-	EphemeralKey key;
-
-	if (ephemeral_shared == NULL || pg_atomic_read_u32(&ephemeral_shared->entries) == 0)
-		return NIL;
-	if (lease != NULL)
-		(void) EphemeralKeyFor(lease, &key);
-	for (int i = 0; i < EPHEMERAL_PARTITIONS; i++)
-		LWLockAcquire(&ephemeral_shared->locks[i].lock, LW_SHARED);
-	hash_seq_init(&status, ephemeral_hash);
-	while ((entry = hash_seq_search(&status)) != NULL)
-	{
-		DsyncEphemeralRow *row;
-
-		if (entry->key.dbid != MyDatabaseId || entry->expires_at <= now)
-			continue;
-		if (lease != NULL && strcmp(entry->key.name, key.name) != 0)
-			continue;
-		if (holder != NULL && !EphemeralHolderNameIs(entry, holder))
-			continue;
-		row = palloc0(sizeof(DsyncEphemeralRow));
-		row->lease = cstring_to_text(entry->key.name);
-		row->holder = cstring_to_text(entry->holder);
-		row->fencing = entry->fencing;
-		row->acquired_at = entry->acquired_at;
-		row->renewed_at = entry->renewed_at;
-		row->expires_at = entry->expires_at;
-		row->ttl = entry->ttl;
-		row->owner = entry->owner;
-		if (entry->info_len > 0)
-		{
-			row->info = palloc(entry->info_len);
-			memcpy(row->info, entry->info, entry->info_len);
-		}
-		rows = lappend(rows, row);
-	}
-	for (int i = EPHEMERAL_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&ephemeral_shared->locks[i].lock);
-	return rows;
 }

@@ -62,6 +62,11 @@ extern bool DsyncEphemeralExclude(const DsyncCatalog *for_grant, text *lease,
 extern void DsyncEphemeralExcludeEnd(void);
 extern uint32 DsyncEphemeralNameHash(text *lease);
 
+extern void DsyncEphemeralSessionMove(text *lease, text *holder, int64 token);
+extern void DsyncEphemeralRoleCount(Oid roleid, int64 *here, int64 *elsewhere);
+extern void DsyncEphemeralRoleReassign(Oid roleid, Oid newrole);
+extern void DsyncEphemeralRoleDrop(Oid roleid);
+
 extern void DsyncEphemeralReap(void);
 extern TimestampTz DsyncEphemeralDue(void);
 extern void DsyncEphemeralLookSoon(void);

@@ -231,8 +231,9 @@ DsyncHeldMapClear(DsyncDbSlot *slot, uint32 hash, TimestampTz now)
 /*
  * HeldMapFillTable
  *		Raise the bucket of every version with a live holder, committed or
- *		not, of one table: the plain rows of dsync_lease, or the shared
- *		holders' rows of dsync_permit.
+ *		not, of one table: the plain rows of dsync_lease, or any row of
+ *		dsync_permit (a shared holder, or a permit, which keeps ephemeral
+ *		grants out once its semaphore is dropped).
  */
 static void
 HeldMapFillTable(const DsyncCatalog *catalog, DsyncTable table, TimestampTz now)
@@ -254,8 +255,7 @@ HeldMapFillTable(const DsyncCatalog *catalog, DsyncTable table, TimestampTz now)
 		CHECK_FOR_INTERRUPTS();
 		/* Only what decides, and the name last: most versions are free or dead. */
 		value = heap_getattr(tuple, Anum_lease_slot, desc, &isnull);
-		if (isnull || (table == DSYNC_TABLE_LEASE ? DatumGetInt32(value) != 0 :
-					   DatumGetInt32(value) < DSYNC_SHARED_SLOT))
+		if (isnull || (table == DSYNC_TABLE_LEASE && DatumGetInt32(value) != 0))
 			continue;
 		(void) heap_getattr(tuple, Anum_lease_holder, desc, &isnull);
 		if (isnull)
@@ -280,7 +280,7 @@ HeldMapFillTable(const DsyncCatalog *catalog, DsyncTable table, TimestampTz now)
 /*
  * DsyncHeldMapFill
  *		Make the database's map ready: raise the bucket of every version
- *		of a plain lease or a shared holder with a live holder, committed
+ *		of a plain lease or of dsync_permit with a live holder, committed
  *		or not.  For the worker, in a transaction, once after this shared
  *		memory was set up; grants made meanwhile raise their buckets
  *		themselves.

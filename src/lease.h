@@ -82,5 +82,19 @@ extern int	DsyncSemaphorePermits(FunctionCallInfo fcinfo, text *name);
 extern int	DsyncSemaphorePermitsFor(FunctionCallInfo fcinfo, text *name, bool for_grant);
 extern int	DsyncSemaphoreCount(const DsyncCatalog *catalog, text *name, bool for_grant);
 extern bool DsyncSemaphoresUnused(const DsyncCatalog *catalog);
+extern bool DsyncSemaphoreDefinedDirty(const DsyncCatalog *catalog, text *name);
+
+/* A look for a definition made under an LWLock (DsyncSemaphoreWatch*). */
+typedef struct DsyncSemaphoreWatch
+{
+	bool		opened;			/* the look is ready */
+	bool		unused;			/* the database had no definitions */
+	uint64		generation;		/* the shared generation before it looked */
+	DsyncStore	store;			/* dsync_semaphore, opened if !unused */
+} DsyncSemaphoreWatch;
+
+extern void DsyncSemaphoreWatchOpen(const DsyncCatalog *catalog, DsyncSemaphoreWatch *watch);
+extern bool DsyncSemaphoreWatchDefined(DsyncSemaphoreWatch *watch, text *name, bool *changed);
+extern void DsyncSemaphoreWatchClose(DsyncSemaphoreWatch *watch);
 
 #endif							/* DSYNC_LEASE_H */

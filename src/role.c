@@ -15,7 +15,8 @@
  *
  *	- DROP ROLE fails (SQLSTATE 2BP01) while the role holds a live lease
  *	  or permit, has a live membership, owns a pending signal, a
- *	  semaphore definition or a fence;
+ *	  semaphore definition or a fence, or holds a live ephemeral lease
+ *	  (in shared memory: in any database, ephowner.c);
  *	- DROP OWNED BY releases its leases and permits, ends its memberships,
  *	  drops its signals and semaphore definitions (with events, as the
  *	  functions would), and gives its fences to the bootstrap superuser
@@ -23,7 +24,7 @@
  *	- REASSIGN OWNED BY gives them to the new role.
  *
  * A backend sees only its own database's tables, so state in other
- * databases is not checked: DROP OWNED BY must be run in each database, as
+ * databases is not checked (but for ephemeral leases): DROP OWNED BY must be run in each database, as
  * PostgreSQL documents for its own objects.
  *
  *-------------------------------------------------------------------------
@@ -41,6 +42,7 @@
 #include "utils/builtins.h"
 
 #include "catalog.h"
+#include "ephemeral.h"
 #include "wait.h"
 #include "store.h"
 #include "lease.h"
@@ -209,19 +211,29 @@ RoleCheckDrop(const DsyncCatalog *catalog, Oid roleid, const char *rolename)
 	int64		semaphores = RoleScanTable(catalog, DSYNC_TABLE_SEMAPHORE, roleid, ROLE_COUNT,
 										   InvalidOid);
 	int64		fences = RoleScanTable(catalog, DSYNC_TABLE_FENCE, roleid, ROLE_COUNT, InvalidOid);
+	int64		ephemeral;
+	int64		ephemeral_elsewhere;
+	char	   *detail;
 
-	if (leases + members + signals + semaphores + fences == 0)
+	/* Ephemeral leases are in shared memory, which shows every database's. */
+	DsyncEphemeralRoleCount(roleid, &ephemeral, &ephemeral_elsewhere);
+	leases += ephemeral;
+	if (leases + members + signals + semaphores + fences + ephemeral_elsewhere == 0)
 		return;
+	detail = psprintf("In database \"%s\": %lld leases or permits, %lld memberships, "
+					  "%lld pending signals, %lld semaphore definitions, %lld fences.",
+					  get_database_name(MyDatabaseId), (long long) leases,
+					  (long long) members, (long long) signals, (long long) semaphores,
+					  (long long) fences);
+	if (ephemeral_elsewhere > 0)
+		detail = psprintf("%s Besides, %lld ephemeral leases in other databases.", detail,
+						  (long long) ephemeral_elsewhere);
 	ereport(ERROR,
 			(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
 			 errmsg("role \"%s\" cannot be dropped because it owns dsync leases or other dsync state",
 					rolename),
-			 errdetail("In database \"%s\": %lld leases or permits, %lld memberships, "
-					   "%lld pending signals, %lld semaphore definitions, %lld fences.",
-					   get_database_name(MyDatabaseId), (long long) leases,
-					   (long long) members, (long long) signals, (long long) semaphores,
-					   (long long) fences),
-			 errhint("Release them, or run DROP OWNED BY or REASSIGN OWNED BY in this database first.")));
+			 errdetail_internal("%s", detail),
+			 errhint("Release them, or run DROP OWNED BY or REASSIGN OWNED BY in each database concerned first.")));
 }
 
 /*
@@ -272,8 +284,15 @@ RoleScanAll(List *roleids, RoleAction action, Oid newrole)
 	ListCell   *lc;
 
 	foreach(lc, roleids)
+	{
 		for (int table = 0; table < DSYNC_NUM_TABLES; table++)
 			(void) RoleScanTable(catalog, table, lfirst_oid(lc), action, newrole);
+		/* Ephemeral leases: at once, as everything about them is. */
+		if (action == ROLE_REASSIGN)
+			DsyncEphemeralRoleReassign(lfirst_oid(lc), newrole);
+		else
+			DsyncEphemeralRoleDrop(lfirst_oid(lc));
+	}
 }
 
 /*

@@ -190,6 +190,111 @@ DsyncSemaphoresUnused(const DsyncCatalog *catalog)
 }
 
 /*
+ * DsyncSemaphoreWatchOpen
+ *		Get ready to ask, under an LWLock (where no relation may be opened),
+ *		whether a name is a semaphore: an ephemeral grant, which must not be
+ *		made next to permits that did not count it (ephemeral.c).  The
+ *		shared generation is read first: a definition committed before the
+ *		question moved it before it committed.
+ */
+void
+DsyncSemaphoreWatchOpen(const DsyncCatalog *catalog, DsyncSemaphoreWatch *watch)
+{
+	watch->generation = pg_atomic_read_u64(&dsync_shared->semaphore_generation);
+	pg_read_barrier();
+	watch->unused = DsyncSemaphoresUnused(catalog);
+	if (!watch->unused)
+		DsyncStoreOpenCatalog(&watch->store, catalog, DSYNC_TABLE_SEMAPHORE, false);
+	watch->opened = true;
+}
+
+/*
+ * DsyncSemaphoreWatchDefined
+ *		Whether name has a committed definition now.  In a database that
+ *		had none, the answer is no unless the generation has moved since
+ *		(then *changed: close, open again and ask again).
+ */
+bool
+DsyncSemaphoreWatchDefined(DsyncSemaphoreWatch *watch, text *name, bool *changed)
+{
+	DsyncRow   *row;
+
+	*changed = false;
+	if (watch->unused)
+	{
+		*changed = pg_atomic_read_u64(&dsync_shared->semaphore_generation) != watch->generation;
+		return false;
+	}
+	row = SemaphoreFind(&watch->store, name);
+	if (row == NULL)
+		return false;
+	DsyncRowFree(&watch->store, row);
+	return true;
+}
+
+/*
+ * DsyncSemaphoreWatchClose
+ *		Close what DsyncSemaphoreWatchOpen opened, if anything.
+ */
+void
+DsyncSemaphoreWatchClose(DsyncSemaphoreWatch *watch)
+{
+	if (watch->opened && !watch->unused)
+		DsyncStoreCloseUnlock(&watch->store);
+	watch->opened = false;
+}
+
+/*
+ * SemaphoreRefuseShared
+ *		Refuse a definition for a name with shared holders (shared.c),
+ *		held or being granted: permits are exclusive, and a shared holder
+ *		is not one.  (A plain exclusive holder is kept and counts as a
+ *		permit.)  Called once the definition is written: a shared grant
+ *		that writes its row after this look sees the definition and fails
+ *		(DsyncSemaphoreDefinedDirty), so one of the two always sees the
+ *		other.
+ */
+static void
+SemaphoreRefuseShared(const DsyncCatalog *catalog, text *name)
+{
+	DsyncStore	permits;
+	TimestampTz retry_at = 0;
+	bool		shared;
+
+	DsyncStoreOpenCatalog(&permits, catalog, DSYNC_TABLE_PERMIT, false);
+	shared = DsyncStoreKeysTaken(&permits, name, Int32GetDatum(DSYNC_SHARED_SLOT), true,
+								 GetCurrentTimestamp(), &retry_at);
+	DsyncStoreClose(&permits);
+	if (shared)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("semaphore \"%s\" cannot be created while the name has shared holders",
+						text_to_cstring(name)),
+				 errhint("Create it once they have released it, or use a name that is not acquired shared.")));
+}
+
+/*
+ * DsyncSemaphoreDefinedDirty
+ *		Whether name has a definition, committed or being made (or dropped)
+ *		right now: for a shared grant that has written its row, which must
+ *		not stand next to a definition that did not see it.
+ */
+bool
+DsyncSemaphoreDefinedDirty(const DsyncCatalog *catalog, text *name)
+{
+	DsyncStore	store;
+	bool		defined;
+
+	/* Read after our row was written: a definition since moved it. */
+	if (DsyncSemaphoresUnused(catalog))
+		return false;
+	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_SEMAPHORE, false);
+	defined = DsyncStoreKeyAny(&store, name, (Datum) 0);
+	DsyncStoreCloseUnlock(&store);
+	return defined;
+}
+
+/*
  * dsync_semaphore_create
  *		SQL: dsync_semaphore_create(name, permits) RETURNS boolean
  *
@@ -254,6 +359,7 @@ dsync_semaphore_create(PG_FUNCTION_ARGS)
 	DsyncStoreInsert(&store, row);
 	/* Backends that saw no definitions look again (DsyncSemaphoresUnused). */
 	pg_atomic_fetch_add_u64(&dsync_shared->semaphore_generation, 1);
+	SemaphoreRefuseShared(store.catalog, name);
 	DsyncPermitFill(store.catalog, name, permits);
 	DsyncStoreUnclaimKey(&store, name, (Datum) 0);
 	DsyncStoreClose(&store);

@@ -190,6 +190,11 @@ DsyncSessionNote(const DsyncCatalog *catalog, text *lease, text *holder, int64 t
 								"epoch = EXCLUDED.epoch, pid = EXCLUDED.pid", table),
 					   5, argtypes, args, owner, SPI_OK_INSERT);
 	}
+	else
+	{
+		/* Likewise: the grant's entry names this backend now. */
+		DsyncEphemeralSessionMove(lease, holder, token);
+	}
 
 	SessionHook();
 	oldcontext = MemoryContextSwitchTo(TopMemoryContext);

@@ -237,6 +237,19 @@ SharedWriteRow(DsyncStore *permits, text *lease, const LeaseGrant *grant, Shared
 }
 
 /*
+ * SharedSemaphoreRefused
+ *		Refuse a semaphore's name: it has permits, not shared holders.
+ */
+static void
+SharedSemaphoreRefused(text *lease)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+			 errmsg("semaphore \"%s\" cannot be acquired shared", text_to_cstring(lease)),
+			 errhint("Acquire one of its permits with dsync_acquire(), or use a lease name that is not a semaphore.")));
+}
+
+/*
  * SharedTryAcquire
  *		Grant the lease shared to the holder if no exclusive holder has it,
  *		without waiting for any other transaction.  A holder that has it
@@ -250,6 +263,7 @@ SharedTryAcquire(const DsyncCatalog *catalog, text *lease, const LeaseGrant *gra
 	DsyncStore	leases;
 	DsyncStore	permits;
 	bool		granted = false;
+	bool		wrote = false;
 
 	DsyncStoreOpenCatalog(&leases, catalog, DSYNC_TABLE_LEASE, true);
 	DsyncStoreOpenCatalog(&permits, catalog, DSYNC_TABLE_PERMIT, true);
@@ -292,7 +306,7 @@ SharedTryAcquire(const DsyncCatalog *catalog, text *lease, const LeaseGrant *gra
 			{
 				*token = SharedWriteRow(&permits, lease, grant, &pick);
 				DsyncEphemeralExcludeEnd();
-				granted = true;
+				granted = wrote = true;
 			}
 			else if (pick.row == NULL)
 				DsyncStoreUnclaimKey(&permits, lease, Int32GetDatum(pick.slot));
@@ -303,6 +317,9 @@ SharedTryAcquire(const DsyncCatalog *catalog, text *lease, const LeaseGrant *gra
 	}
 	DsyncStoreClose(&permits);
 	DsyncStoreClose(&leases);
+	/* A semaphore defined meanwhile may not have seen our row (semaphore.c). */
+	if (wrote && DsyncSemaphoreDefinedDirty(catalog, lease))
+		SharedSemaphoreRefused(lease);
 	return granted;
 }
 
@@ -345,10 +362,7 @@ dsync_acquire_shared(PG_FUNCTION_ARGS)
 	DsyncPreventWrite("dsync_acquire_shared()");
 	DsyncCatalogRequire(catalog, DSYNC_TABLE_PERMIT);
 	if (DsyncSemaphorePermitsFor(fcinfo, lease, false) >= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("semaphore \"%s\" cannot be acquired shared", text_to_cstring(lease)),
-				 errhint("Acquire one of its permits with dsync_acquire(), or use a lease name that is not a semaphore.")));
+		SharedSemaphoreRefused(lease);
 
 	args.fcinfo = fcinfo;
 	args.lease = lease;

@@ -372,11 +372,15 @@ StoreNoteHeld(DsyncStore *store, const DsyncRow *row, bool written)
 {
 	TimestampTz expiry = 0;
 
-	/* A plain lease, or a shared holder of one (shared.c). */
+	/*
+	 * A plain lease, or any holder in dsync_permit: a shared holder of a
+	 * lease (shared.c), or a permit, which keeps ephemeral grants out once
+	 * its semaphore is dropped.
+	 */
 	if (row->nulls[Anum_lease_name - 1] || row->nulls[Anum_lease_slot - 1])
 		return;
 	if (store->table == DSYNC_TABLE_LEASE ? DsyncRowSlot(row) != 0 :
-		store->table != DSYNC_TABLE_PERMIT || DsyncRowSlot(row) < DSYNC_SHARED_SLOT)
+		store->table != DSYNC_TABLE_PERMIT)
 		return;
 	if (written && !row->nulls[Anum_lease_holder - 1] &&
 		!row->nulls[Anum_lease_expires_at - 1])
@@ -744,6 +748,19 @@ DsyncStoreKeyInFlight(DsyncStore *store, text *name, Datum second, bool *exists)
 	}
 	StoreDirtyScanEnd(scan, slot);
 	return xid;
+}
+
+/*
+ * DsyncStoreKeyAny
+ *		Whether a key has a row in the latest state, uncommitted changes
+ *		included: committed, or being inserted or deleted right now.
+ */
+bool
+DsyncStoreKeyAny(DsyncStore *store, text *name, Datum second)
+{
+	bool		exists;
+
+	return TransactionIdIsValid(DsyncStoreKeyInFlight(store, name, second, &exists)) || exists;
 }
 
 /*

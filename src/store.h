@@ -94,6 +94,7 @@ typedef enum DsyncClaim
 } DsyncClaim;
 
 extern bool DsyncRowXmaxRunning(const DsyncRow *row);
+extern bool DsyncStoreKeyAny(DsyncStore *store, text *name, Datum second);
 extern bool DsyncStoreKeyTaken(DsyncStore *store, text *name, Datum second,
 							   TimestampTz now, TimestampTz *retry_at);
 extern bool DsyncStoreKeysTaken(DsyncStore *store, text *name, Datum second,

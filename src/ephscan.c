@@ -1,0 +1,203 @@
+/*-------------------------------------------------------------------------
+ *
+ * ephscan.c
+ *		Passes over the whole table of ephemeral leases (ephemeral.c): the
+ *		reaper's, the view's, and the sweeps of leases nobody can hold any
+ *		more.
+ *
+ * Each takes every partition lock, in order (EphemeralLockAll), so it sees
+ * the table as of one instant; none of them is on a path that grants,
+ * renews or releases one lease.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "utils/builtins.h"
+
+#include "dbslot.h"
+#include "events.h"
+#include "settings.h"
+#include "wait.h"
+#include "ephemeral.h"
+#include "ephemeral_int.h"
+
+/*
+ * EphemeralSweep
+ *		Remove entries of a database (InvalidOid: any) that nobody can hold
+ *		any more: expired and unguarded for longer than
+ *		dsync.ephemeral_max_ttl (whose reaper, had the database one, would
+ *		have announced them by then: a dropped or unserved database), or
+ *		all of dbid's if forget.  Takes every partition lock; returns how
+ *		many it removed.  Cannot fail, so that a commit callback may call it.
+ */
+int
+EphemeralSweep(Oid dbid, bool forget)
+{
+	HASH_SEQ_STATUS status;
+	EphemeralEntry *entry;
+	TimestampTz stale = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													-(int64) dsync_ephemeral_max_ttl * 1000);
+	int			removed = 0;
+
+	EphemeralLockAll(LW_EXCLUSIVE);
+	hash_seq_init(&status, ephemeral_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		EphemeralKey key = entry->key;
+
+		if (OidIsValid(dbid) && key.dbid != dbid)
+			continue;
+		if (!forget && (entry->guards > 0 || entry->expires_at > stale))
+			continue;
+		(void) hash_search(ephemeral_hash, &key, HASH_REMOVE, NULL);
+		pg_atomic_fetch_sub_u32(&ephemeral_shared->entries, 1);
+		removed++;
+	}
+	EphemeralUnlockAll();
+	return removed;
+}
+
+/*
+ * DsyncEphemeralForgetDatabase
+ *		DROP EXTENSION dsync committed: this database's ephemeral leases go
+ *		with it.
+ */
+void
+DsyncEphemeralForgetDatabase(Oid dbid)
+{
+	if (ephemeral_shared != NULL && pg_atomic_read_u32(&ephemeral_shared->entries) > 0)
+		(void) EphemeralSweep(dbid, true);
+}
+
+/*
+ * DsyncEphemeralDue
+ *		When an ephemeral lease of this database may next be due (0:
+ *		none), for the reaper.
+ */
+TimestampTz
+DsyncEphemeralDue(void)
+{
+	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+
+	return slot == NULL ? 0 : (TimestampTz) pg_atomic_read_u64(&slot->ephemeral_deadline);
+}
+
+/*
+ * DsyncEphemeralLookSoon
+ *		Make the reaper look at this database's ephemeral leases now: it
+ *		has just started and knows nothing of them.
+ */
+void
+DsyncEphemeralLookSoon(void)
+{
+	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+
+	if (slot != NULL)
+		(void) DsyncTimeLower(&slot->ephemeral_deadline, GetCurrentTimestamp(), NULL);
+}
+
+/*
+ * DsyncEphemeralReap
+ *		The reaper's pass over this database's ephemeral leases: remove and
+ *		announce the expired ones nobody guards, wake their waiters, and
+ *		note in the slot when the next is due.
+ *
+ * Grants lower the slot's value under their partition lock; holding all
+ * of them, the reaper may set it exactly.
+ */
+void
+DsyncEphemeralReap(void)
+{
+	HASH_SEQ_STATUS status;
+	EphemeralEntry *entry;
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz next = 0;
+	bool		woke = false;
+	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+
+	if (slot == NULL || ephemeral_shared == NULL)
+		return;
+	DsyncEventPrepareNow();
+	EphemeralLockAll(LW_EXCLUSIVE);
+	hash_seq_init(&status, ephemeral_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		if (entry->key.dbid != MyDatabaseId)
+			continue;
+		if (entry->guards > 0)
+		{
+			/* Its guard's end says when it is due, if it has expired by then. */
+			if (entry->expires_at > now && (next == 0 || entry->expires_at < next))
+				next = entry->expires_at;
+			continue;
+		}
+		if (entry->expires_at <= now)
+		{
+			DsyncEvent	event = EphemeralEvent(DSYNC_EVENT_EXPIRED, entry);
+			EphemeralKey key = entry->key;
+
+			DsyncEventPublishNow(&event, 1, 0);
+			(void) hash_search(ephemeral_hash, &key, HASH_REMOVE, NULL);
+			pg_atomic_fetch_sub_u32(&ephemeral_shared->entries, 1);
+			woke = true;
+		}
+		else if (next == 0 || entry->expires_at < next)
+			next = entry->expires_at;
+	}
+	pg_atomic_write_u64(&slot->ephemeral_deadline, (uint64) next);
+	EphemeralUnlockAll();
+	if (woke)
+		DsyncWakeDatabaseNow();
+}
+
+/*
+ * DsyncEphemeralRows
+ *		Copies of this database's live ephemeral leases (of lease, and of
+ *		holder, where given), for dsync_leases.
+ */
+List *
+DsyncEphemeralRows(text *lease, text *holder)
+{
+	List	   *rows = NIL;
+	HASH_SEQ_STATUS status;
+	EphemeralEntry *entry;
+	TimestampTz now = GetCurrentTimestamp();
+	EphemeralKey key;
+
+	if (ephemeral_shared == NULL || pg_atomic_read_u32(&ephemeral_shared->entries) == 0)
+		return NIL;
+	if (lease != NULL)
+		(void) EphemeralKeyFor(lease, &key);
+	EphemeralLockAll(LW_SHARED);
+	hash_seq_init(&status, ephemeral_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		DsyncEphemeralRow *row;
+
+		if (entry->key.dbid != MyDatabaseId || entry->expires_at <= now)
+			continue;
+		if (lease != NULL && strcmp(entry->key.name, key.name) != 0)
+			continue;
+		if (holder != NULL && !EphemeralHolderNameIs(entry, holder))
+			continue;
+		row = palloc0(sizeof(DsyncEphemeralRow));
+		row->lease = cstring_to_text(entry->key.name);
+		row->holder = cstring_to_text(entry->holder);
+		row->fencing = entry->fencing;
+		row->acquired_at = entry->acquired_at;
+		row->renewed_at = entry->renewed_at;
+		row->expires_at = entry->expires_at;
+		row->ttl = entry->ttl;
+		row->owner = entry->owner;
+		if (entry->info_len > 0)
+		{
+			row->info = palloc(entry->info_len);
+			memcpy(row->info, entry->info, entry->info_len);
+		}
+		rows = lappend(rows, row);
+	}
+	EphemeralUnlockAll();
+	return rows;
+}
