@@ -32,6 +32,10 @@
 #   BENCH_CLIENTS          pgbench clients (default 4)
 #   BENCH_LISTENERS        listening sessions of part 4 (default 4)
 #   BENCH_PARTS            which parts to run, e.g. 12 (default 1234)
+#   BENCH_IR_EXTRA         more variants for part 1 only (default
+#                          "ephemeral fence": an ephemeral lease's cycle, and
+#                          one dsync_fence call with the mark's own token on
+#                          one of 100 resources; "" for none)
 #   BENCH_KEEP             1: keep the directory
 #
 set -euo pipefail
@@ -41,9 +45,12 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 bench_settings N1=300 N2=1300 WAL_CYCLES=2000 CLIENTS=4 LISTENERS=4 PARTS=1234
 bench_throughput_settings 10 3
 VARIANTS=(dsync table)
+read -r -a IR_EXTRA <<<"${BENCH_IR_EXTRA-ephemeral fence}"
 NAMES=100000
 
-bench_server_start cost "$THROUGHPUT_CONF"
+# Ephemeral grants wait out dsync.ephemeral_max_ttl after every start.
+bench_server_start cost "$THROUGHPUT_CONF
+dsync.ephemeral_max_ttl = 10"
 
 q postgres "CREATE DATABASE bench"
 q bench "CREATE EXTENSION dsync"
@@ -59,8 +66,19 @@ echo "  settings: $THROUGHPUT_CONF" | head -1
 # prepared does), names spread over the prefilled ones.
 cycle_sql() {
 	echo "SELECT pg_backend_pid();"
+	if [ "$1" = fence ]; then
+		# The mark's own token (the holder writing again), on marks made by
+		# fence_prepare, so that every call updates one.
+		echo "SELECT token AS t FROM dsync_fences WHERE resource = 'fence-1' \\gset"
+		echo "PREPARE f(text) AS SELECT dsync_fence('fence-' || \$1, :t);"
+		awk -v n="$2" 'BEGIN { for (i = 1; i <= n; i++) printf "EXECUTE f(%c%d%c);\n", 39, i % 100 + 1, 39 }'
+		return
+	fi
 	if [ "$1" = dsync ]; then
 		echo "PREPARE a(text) AS SELECT dsync_acquire(\$1, 'c1', '30 seconds');"
+		echo "PREPARE r(text) AS SELECT dsync_release(\$1, 'c1');"
+	elif [ "$1" = ephemeral ]; then
+		echo "PREPARE a(text) AS SELECT dsync_acquire(\$1, 'c1', '10 seconds', '0', NULL, false);"
 		echo "PREPARE r(text) AS SELECT dsync_release(\$1, 'c1');"
 	else
 		echo "PREPARE a(text) AS INSERT INTO lease VALUES (\$1, 'c1', clock_timestamp() + interval '30 seconds')" \
@@ -121,7 +139,16 @@ if bench_part 1 "Instructions per cycle (callgrind, one backend, prepared statem
 		sleep 0.2
 	done
 	warm_locations
-	for v in "${VARIANTS[@]}"; do
+	for v in "${VARIANTS[@]}" "${IR_EXTRA[@]}"; do
+		case $v in
+			ephemeral)
+				# Until the grace after the start is over, nothing is granted.
+				q bench "SELECT dsync_release('warm', 'c1') FROM
+				         (SELECT dsync_acquire('warm', 'c1', '1 s', '120 s', NULL, false)) a" >/dev/null ;;
+			fence)
+				q bench "SELECT count(dsync_fence('fence-' || i, t.token)) FROM generate_series(1, 100) i,
+				         (SELECT dsync_acquire('fence-token', 'c1', '1 day') AS token) t" >/dev/null ;;
+		esac
 		a=$(callgrind_ir "$v" "$N1")
 		b=$(callgrind_ir "$v" "$N2")
 		IR[$v]=$(awk -v a="$a" -v b="$b" -v n1="$N1" -v n2="$N2" 'BEGIN { printf "%.0f", (b - a) / (n2 - n1) }')
