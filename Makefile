@@ -34,6 +34,7 @@ OBJS = \
 	src/member.o \
 	src/ephemeral.o \
 	src/fence.o \
+	src/fenceddl.o \
 	src/eventlog.o \
 	src/session.o \
 	src/multi.o \

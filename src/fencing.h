@@ -30,5 +30,6 @@ extern int64 DsyncNextFencingToken(const DsyncCatalog *catalog);
 extern void DsyncFencingFill(const DsyncCatalog *catalog);
 extern bool DsyncFencingTryNext(const DsyncCatalog *catalog, int64 *token);
 extern int64 DsyncSequenceNextAtClock(Oid seqoid);
+extern bool DsyncFencingIssued(const DsyncCatalog *catalog, int64 token);
 
 #endif							/* DSYNC_FENCING_H */
