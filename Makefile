@@ -39,6 +39,7 @@ OBJS = \
 	src/ephowner.o \
 	src/ephguard.o \
 	src/fence.o \
+	src/fenceddl.o \
 	src/eventlog.o \
 	src/session.o \
 	src/multi.o \

@@ -57,3 +57,59 @@ GRANT SELECT ON @extschema@.dsync_semaphores TO PUBLIC;
  */
 CREATE SEQUENCE @extschema@.dsync_ephemeral_seq AS bigint MINVALUE 0 NO CYCLE;
 REVOKE ALL ON SEQUENCE @extschema@.dsync_ephemeral_seq FROM PUBLIC;
+
+-- A table's fence mark belongs to the table ---------------------------------
+
+/*
+ * A table's mark ("table:" and its name) was keyed by the name alone, so a
+ * mark outlived its table and the next table of that name inherited it:
+ * a role could make a table, push its mark up and drop it, and another
+ * role's later table of the same name refused every write.  relid ties the
+ * mark to the table: a mark made for another table is replaced (fence.c),
+ * and a dropped table's mark goes with it (fenceddl.c).  The name stays the
+ * key, for pg_dump: a restored table has a new OID, and the trigger below
+ * ties each restored mark to the table of its name.  Marks of other
+ * resources have no relid.
+ */
+ALTER TABLE @extschema@.dsync_fence ADD COLUMN relid oid;
+
+-- Marks made by 1.4: the table of that name now, if there is one.
+UPDATE @extschema@.dsync_fence
+   SET relid = pg_catalog.to_regclass(pg_catalog.substr(resource, 7))
+ WHERE resource LIKE 'table:%';
+DELETE FROM @extschema@.dsync_fence
+ WHERE resource LIKE 'table:%' AND relid IS NULL;
+
+/*
+ * Rows inserted with SQL are a restore's (dsync writes its tables below
+ * the executor, and nobody else may): a table's mark is tied to the table
+ * that has its name in the restored database, and dropped if none has.
+ * ENABLE ALWAYS: restores that set session_replication_role = replica run
+ * it too.  Every name is qualified.
+ */
+CREATE FUNCTION @extschema@.dsync_fence_restored()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF NEW.resource LIKE 'table:%' THEN
+		NEW.relid := pg_catalog.to_regclass(pg_catalog.substr(NEW.resource, 7));
+		IF NEW.relid IS NULL THEN
+			RETURN NULL;
+		END IF;
+	ELSE
+		NEW.relid := NULL;
+	END IF;
+	RETURN NEW;
+END
+$$;
+
+REVOKE ALL ON FUNCTION @extschema@.dsync_fence_restored() FROM PUBLIC;
+
+COMMENT ON FUNCTION @extschema@.dsync_fence_restored() IS
+'trigger of dsync_fence: ties a restored table mark to the table of its name';
+
+CREATE TRIGGER dsync_fence_restored BEFORE INSERT ON @extschema@.dsync_fence
+	FOR EACH ROW EXECUTE FUNCTION @extschema@.dsync_fence_restored();
+ALTER TABLE @extschema@.dsync_fence ENABLE ALWAYS TRIGGER dsync_fence_restored;

@@ -151,7 +151,9 @@ DsyncCatalogCheckShape(DsyncTable table, Oid relid)
 {
 	Relation	rel = table_open(relid, AccessShareLock);
 	List	   *indexes = RelationGetIndexList(rel);
-	bool		ok = RelationGetDescr(rel)->natts == dsync_tables[table].natts &&
+	int			natts = RelationGetDescr(rel)->natts;
+	bool		ok = (natts == dsync_tables[table].natts ||
+					  (table == DSYNC_TABLE_FENCE && natts == Natts_fence_1_4)) &&
 		list_length(indexes) == dsync_tables[table].nindexes &&
 		OidIsValid(DsyncPrimaryKeyIndex(rel));
 
@@ -225,6 +227,9 @@ DsyncCatalogFill(Oid extension)
 		if (OidIsValid(relid))
 			DsyncCatalogCheckShape(i, relid);
 		dsync_catalog.rels[i] = relid;
+		/* A 1.4 dsync_fence, until ALTER EXTENSION UPDATE adds relid. */
+		if (i == DSYNC_TABLE_FENCE && OidIsValid(relid))
+			dsync_catalog.fence_relid = get_attnum(relid, "relid") == Anum_fence_relid;
 	}
 	dsync_catalog.fencing_seq = DsyncCatalogRequired("dsync_fencing_seq", namespace,
 													 extension, RELKIND_SEQUENCE);
@@ -244,7 +249,7 @@ DsyncCatalogFill(Oid extension)
 	 */
 	dsync_catalog_valid = OidIsValid(dsync_catalog.rels[DSYNC_TABLE_PERMIT]) &&
 		OidIsValid(dsync_catalog.rels[DSYNC_TABLE_MEMBER]) &&
-		OidIsValid(dsync_catalog.rels[DSYNC_TABLE_FENCE]) &&
+		OidIsValid(dsync_catalog.rels[DSYNC_TABLE_FENCE]) && dsync_catalog.fence_relid &&
 		OidIsValid(dsync_catalog.signal_seq) && OidIsValid(dsync_catalog.event_seq) &&
 		OidIsValid(dsync_catalog.event_log) && OidIsValid(dsync_catalog.ephemeral_seq);
 
@@ -316,6 +321,31 @@ DsyncCatalogFromExtension(void)
 	if (dsync_catalog_valid)
 		return &dsync_catalog;
 	return DsyncCatalogFill(get_extension_oid("dsync", false));
+}
+
+/*
+ * DsyncCatalogTry
+ *		The extension's objects for hooks that run inside other statements
+ *		(a DROP, a DETACH): NULL, rather than an error, if the extension is
+ *		not installed here or the objects they need are gone already (DROP
+ *		SCHEMA ... CASCADE takes the extension's tables with the user's).
+ */
+const DsyncCatalog *
+DsyncCatalogTry(void)
+{
+	Oid			extension = get_extension_oid("dsync", true);
+	Oid			namespace;
+
+	if (!OidIsValid(extension))
+		return NULL;
+	if (dsync_catalog_valid && dsync_catalog.extension == extension)
+		return &dsync_catalog;
+	namespace = DsyncCatalogExtensionSchema(extension);
+	if (!OidIsValid(DsyncCatalogMember("dsync_lease", namespace, extension, RELKIND_RELATION)) ||
+		!OidIsValid(DsyncCatalogMember("dsync_fence", namespace, extension, RELKIND_RELATION)) ||
+		!OidIsValid(DsyncCatalogMember("dsync_fencing_seq", namespace, extension, RELKIND_SEQUENCE)))
+		return NULL;
+	return DsyncCatalogFill(extension);
 }
 
 /*

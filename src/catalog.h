@@ -59,7 +59,9 @@
 #define Anum_fence_token		2
 #define Anum_fence_fenced_at	3
 #define Anum_fence_owner		4
-#define Natts_fence				4
+#define Anum_fence_relid		5	/* 1.5: the table a "table:" mark is of */
+#define Natts_fence				5
+#define Natts_fence_1_4			4
 
 /* The widest dsync table; a DsyncRow can hold a row of any of them. */
 #define DSYNC_MAX_ATTS			Natts_lease
@@ -86,10 +88,12 @@ typedef struct DsyncCatalog
 	Oid			event_seq;		/* 1.2 */
 	Oid			event_log;		/* 1.4 */
 	Oid			ephemeral_seq;	/* 1.5 */
+	bool		fence_relid;	/* 1.5: dsync_fence has its relid column */
 } DsyncCatalog;
 
 extern const DsyncCatalog *DsyncCatalogGet(FunctionCallInfo fcinfo);
 extern const DsyncCatalog *DsyncCatalogFromExtension(void);
+extern const DsyncCatalog *DsyncCatalogTry(void);
 extern void DsyncCatalogRequire(const DsyncCatalog *catalog, DsyncTable table);
 extern void DsyncCatalogReportDropped(void);
 extern const char *DsyncTableName(DsyncTable table);

@@ -31,6 +31,7 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "common/hashfn.h"
 #include "catalog/namespace.h"
 #include "catalog/partition.h"
 #include "catalog/pg_class.h"
@@ -50,6 +51,8 @@
 #include "compat.h"
 #include "args.h"
 #include "catalog.h"
+#include "fence.h"
+#include "fencing.h"
 #include "store.h"
 
 PG_FUNCTION_INFO_V1(dsync_fence);
@@ -84,35 +87,127 @@ FenceStale(const char *resource, int64 token, int64 mark)
 			 errhint("The lease this token came with was lost; acquire it again before writing.")));
 }
 
+/* Lock class of a resource's turnstile (see FenceTurnstile). */
+#define DSYNC_FENCE_LOCK_CLASS	0x6481
+
 /*
- * FenceApply
+ * FenceTurnstile
+ *		Queue for a resource's turnstile: a heavyweight lock on the
+ *		resource's name, held until this transaction ends.  Writers with
+ *		the mark's own token take it in ShareLock, writers that raise the
+ *		mark (or make it) in ExclusiveLock.
+ *
+ * Row locks alone let a newer token wait for ever: new share lockers of a
+ * row join its lockers without looking at who waits for it, so a steady
+ * stream of writers of the old token keeps a raiser out.  The lock manager
+ * queues instead: a ShareLock request that conflicts with a waiting
+ * ExclusiveLock waits behind it, so once a newer token waits, writers of
+ * the older one that come later wait for it, and are then refused.  A
+ * writer that holds the turnstile already (a second row, the same
+ * transaction) gets it again at once, without queueing behind anyone.
+ * The name is hashed to 64 bits with the table's OID as seed; two
+ * resources sharing a turnstile would only wait for each other.
+ */
+static void
+FenceTurnstile(const DsyncCatalog *catalog, text *resource, LOCKMODE mode)
+{
+	LOCKTAG		tag;
+	uint64		hash;
+
+	hash = hash_bytes_extended((const unsigned char *) VARDATA_ANY(resource),
+							   VARSIZE_ANY_EXHDR(resource),
+							   catalog->rels[DSYNC_TABLE_FENCE]);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
+						 DSYNC_FENCE_LOCK_CLASS);
+	(void) LockAcquire(&tag, mode, false, false);
+}
+
+/*
+ * FenceForeign
+ *		Whether a table's mark row was made for another table: one that had
+ *		the same name before (dropped, or renamed since).  Such a mark is
+ *		no guard of this table's data, and taking it over would let whoever
+ *		made that table set this one's mark: it is replaced.
+ */
+static bool
+FenceForeign(const DsyncCatalog *catalog, const DsyncRow *row, Oid relid)
+{
+	if (!OidIsValid(relid) || !catalog->fence_relid)
+		return false;
+	return row->nulls[Anum_fence_relid - 1] ||
+		DatumGetObjectId(row->values[Anum_fence_relid - 1]) != relid;
+}
+
+/*
+ * DsyncFenceApply
  *		Check token against the resource's mark and raise the mark to it,
- *		holding the mark's row until this transaction ends.  Returns the
- *		previous mark, or -1 if the resource had none.
+ *		holding the mark until this transaction ends.  Returns the previous
+ *		mark, or -1 if the resource had none.
  *
  * A writer with the mark's own token (the current holder, writing again)
- * takes a share lock, so that writers of one holder never wait for one
+ * shares the mark, so that writers of one holder never wait for one
  * another, nor deadlock through the rows a fenced table's trigger has
- * locked already; raising the mark takes an exclusive lock, which waits
- * for every writer of the resource.  A token below the committed mark is
- * refused at once: marks never go down.
+ * locked already; raising the mark takes it alone, which waits for every
+ * writer of the resource and keeps later writers of the older token
+ * behind it (FenceTurnstile).  A token below the committed mark is refused
+ * at once: marks never go down.
  *
  * check_owner: a direct call must come from a role with the privileges of
  * the mark's owner; a table's mark is for whoever may write the table
- * (checked by the caller).  new_owner owns a mark made now.
+ * (checked by the caller).  new_owner owns a mark made now.  relid: the
+ * table whose mark this is, or InvalidOid for any other resource.
+ * at_least: a token below the mark is no error; the mark stays (for
+ * carrying a mark over, fence_ddl.c).
  */
-static int64
-FenceApply(const DsyncCatalog *catalog, text *resource, int64 token,
-		   bool check_owner, Oid new_owner)
+int64
+DsyncFenceApply(const DsyncCatalog *catalog, text *resource, int64 token,
+				bool check_owner, Oid new_owner, Oid relid, bool at_least)
 {
 	DsyncStore	store;
 	DsyncRow   *row;
 	int64		mark;
+	LOCKMODE	held = NoLock;
 
 	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_FENCE, true);
 	for (;;)
 	{
+		LOCKMODE	need;
+		bool		foreign = false;
+
 		row = FenceFind(&store, resource);
+		if (row != NULL && check_owner && !DsyncRowOwnerIsCaller(row, Anum_fence_owner))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("permission denied for fence \"%s\"", text_to_cstring(resource)),
+					 errdetail("Only roles with the privileges of role \"%s\", which set it first, may move it.",
+							   GetUserNameFromId(DatumGetObjectId(row->values[Anum_fence_owner - 1]),
+												 true) ?: "?")));
+		if (row != NULL)
+		{
+			foreign = FenceForeign(catalog, row, relid);
+			mark = DatumGetInt64(row->values[Anum_fence_token - 1]);
+			if (!foreign && token < mark)
+			{
+				if (at_least)
+					break;
+				FenceStale(text_to_cstring(resource), token, mark);
+			}
+			need = (foreign || token > mark) ? ExclusiveLock : ShareLock;
+		}
+		else
+			need = ExclusiveLock;
+
+		/*
+		 * Queue first, then look again: what was read may have changed
+		 * while this writer waited.
+		 */
+		if (need > held)
+		{
+			FenceTurnstile(catalog, resource, need);
+			held = need;
+			continue;
+		}
+
 		if (row == NULL)
 		{
 			/* Concurrent first fencers are serialised by the key's claim. */
@@ -124,29 +219,39 @@ FenceApply(const DsyncCatalog *catalog, text *resource, int64 token,
 			DsyncRowSet(row, Anum_fence_fenced_at,
 						TimestampTzGetDatum(GetCurrentTimestamp()));
 			DsyncRowSet(row, Anum_fence_owner, ObjectIdGetDatum(new_owner));
+			if (OidIsValid(relid))
+				DsyncRowSet(row, Anum_fence_relid, ObjectIdGetDatum(relid));
 			DsyncStoreInsert(&store, row);
 			DsyncStoreUnclaimKey(&store, resource, (Datum) 0);
 			DsyncStoreClose(&store);
 			return -1;
 		}
-		if (check_owner && !DsyncRowOwnerIsCaller(row, Anum_fence_owner))
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("permission denied for fence \"%s\"", text_to_cstring(resource)),
-					 errdetail("Only roles with the privileges of role \"%s\", which set it first, may move it.",
-							   GetUserNameFromId(DatumGetObjectId(row->values[Anum_fence_owner - 1]),
-												 true) ?: "?")));
-		mark = DatumGetInt64(row->values[Anum_fence_token - 1]);
-		if (token < mark)
-			FenceStale(text_to_cstring(resource), token, mark);
 		/* Waits for writers of the resource that conflict; then look again. */
-		if (DsyncStoreLock(&store, row, token == mark ? LockTupleShare : LockTupleNoKeyExclusive,
+		if (DsyncStoreLock(&store, row, need == ShareLock ? LockTupleShare : LockTupleNoKeyExclusive,
 						   LockWaitBlock) != TM_Ok)
 			continue;
+		if (FenceForeign(catalog, row, relid) != foreign)
+			continue;
 		mark = DatumGetInt64(row->values[Anum_fence_token - 1]);
+		if (foreign)
+		{
+			/* Another table's mark: this table's starts now. */
+			DsyncRowSet(row, Anum_fence_token, Int64GetDatum(token));
+			DsyncRowSet(row, Anum_fence_fenced_at, TimestampTzGetDatum(GetCurrentTimestamp()));
+			DsyncRowSet(row, Anum_fence_owner, ObjectIdGetDatum(new_owner));
+			DsyncRowSet(row, Anum_fence_relid, ObjectIdGetDatum(relid));
+			DsyncStoreUpdate(&store, row);
+			mark = -1;
+			break;
+		}
 		if (token < mark)
+		{
+			if (at_least)
+				break;
 			FenceStale(text_to_cstring(resource), token, mark);
-		/* A share lock was taken only for token == mark, which marks never go below. */
+		}
+		if (token > mark && need == ShareLock)
+			continue;			/* cannot be: marks never go down */
 		if (token > mark)
 		{
 			DsyncRowSet(row, Anum_fence_token, Int64GetDatum(token));
@@ -162,22 +267,31 @@ FenceApply(const DsyncCatalog *catalog, text *resource, int64 token,
 /*
  * FenceCheckToken
  *		A token, from an argument or a column (named in the messages by
- *		the caller): positive, as dsync's tokens are.
+ *		the caller): positive, as dsync's tokens are, and one this database
+ *		has issued.  A greater one would set a mark that no lease granted
+ *		for a long while could pass: anybody allowed to fence a resource
+ *		could keep its rightful holders out with it.
  */
 static int64
-FenceCheckToken(int64 token, const char *what)
+FenceCheckToken(const DsyncCatalog *catalog, int64 token, const char *what)
 {
 	if (token <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must be positive", what),
 				 errdetail("The value is " INT64_FORMAT ".", token)));
+	if (!DsyncFencingIssued(catalog, token))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s is greater than every fencing token this database has issued", what),
+				 errdetail("The value is " INT64_FORMAT ".", token),
+				 errhint("Pass a token dsync_acquire() returned in this database.")));
 	return token;
 }
 
 /*
  * FenceRelOwner
- *		The owner of a relation the caller has locked (FenceTableRoot), so
+ *		The owner of a relation the caller has locked (DsyncFenceTableRoot), so
  *		that it cannot be dropped meanwhile; reported as missing all the
  *		same if it is not there.
  */
@@ -201,12 +315,12 @@ FenceRelOwner(Oid relid)
 #define FENCE_TABLE_PREFIX	"table:"
 
 /*
- * FenceTableRoot
+ * DsyncFenceTableRoot
  *		The table whose mark guards rel: rel itself, or for a partition its
  *		partitioned root, so that every partition's writers share one mark.
  */
-static Oid
-FenceTableRoot(Oid relid)
+Oid
+DsyncFenceTableRoot(Oid relid)
 {
 	if (get_rel_relispartition(relid))
 	{
@@ -225,25 +339,70 @@ FenceTableRoot(Oid relid)
 }
 
 /*
- * FenceTableResource
- *		The resource name of a fenced table: "table:" and its root's
- *		schema-qualified name, as a user would write it.  A rename starts a
- *		new mark (documented).
+ * DsyncFenceResourceOf
+ *		The resource name of a table's own mark: "table:" and its
+ *		schema-qualified name, as a user would write it.  NULL if that is
+ *		too long to be a name, when missing_ok; else an error.
  */
-static text *
-FenceTableResource(Oid relid)
+text *
+DsyncFenceResourceOf(Oid relid, bool missing_ok)
 {
-	Oid			root = FenceTableRoot(relid);
 	char	   *name = psprintf(FENCE_TABLE_PREFIX "%s",
-								quote_qualified_identifier(get_namespace_name(get_rel_namespace(root)),
-														   get_rel_name(root)));
+								quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
+														   get_rel_name(relid)));
 
 	if (strlen(name) > DSYNC_NAME_MAX_BYTES)
+	{
+		if (missing_ok)
+			return NULL;
 		ereport(ERROR,
 				(errcode(ERRCODE_NAME_TOO_LONG),
 				 errmsg("fence resource \"%s\" of table \"%s\" is longer than %d bytes",
 						name, get_rel_name(relid), DSYNC_NAME_MAX_BYTES)));
+	}
 	return cstring_to_text(name);
+}
+
+/*
+ * DsyncFenceTableResource
+ *		The resource name of a fenced table: its root's (DsyncFenceResourceOf).
+ *		A rename starts a new mark (documented).
+ */
+text *
+DsyncFenceTableResource(Oid relid)
+{
+	return DsyncFenceResourceOf(DsyncFenceTableRoot(relid), false);
+}
+
+/*
+ * DsyncFenceCarry
+ *		Raise table to's own mark to at least table from's: for a partition
+ *		detached from the partitioned table from, whose mark guarded its
+ *		writers until now, so that a token from's mark refuses is refused
+ *		by the detached table too.  Writers raising from's mark are waited
+ *		for, and new ones kept out until this transaction ends (the
+ *		turnstile, shared), so the mark carried is the latest one.  The
+ *		caller has locked both tables.
+ */
+void
+DsyncFenceCarry(const DsyncCatalog *catalog, Oid from, Oid to)
+{
+	text	   *from_resource = DsyncFenceResourceOf(from, true);
+	DsyncStore	store;
+	DsyncRow   *row;
+	int64		mark;
+
+	if (from_resource == NULL)
+		return;
+	FenceTurnstile(catalog, from_resource, ShareLock);
+	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_FENCE, false);
+	row = FenceFind(&store, from_resource);
+	DsyncStoreClose(&store);
+	if (row == NULL || FenceForeign(catalog, row, from))
+		return;
+	mark = DatumGetInt64(row->values[Anum_fence_token - 1]);
+	(void) DsyncFenceApply(catalog, DsyncFenceResourceOf(to, false), mark, false,
+						   FenceRelOwner(to), to, true);
 }
 
 /*
@@ -278,12 +437,12 @@ FenceTableOfResource(text *resource)
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied for fence \"%s\"", name),
 				 errdetail("Moving a table's mark takes INSERT or UPDATE privilege on the table or one of its columns.")));
-	if (FenceTableRoot(relid) != relid)
+	if (DsyncFenceTableRoot(relid) != relid)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("fence resource \"%s\" names a partition", name),
 				 errhint("A partitioned table's writes share its root's mark: fence \"" FENCE_TABLE_PREFIX "%s\".",
-						 get_rel_name(FenceTableRoot(relid)))));
+						 get_rel_name(DsyncFenceTableRoot(relid)))));
 	return relid;
 }
 
@@ -303,21 +462,23 @@ dsync_fence(PG_FUNCTION_ARGS)
 	int64		token;
 	int64		previous;
 	Oid			table;
+	const DsyncCatalog *catalog;
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("argument \"token\" must not be null"),
 				 errhint("Pass the fencing token dsync_acquire() returned.")));
-	token = FenceCheckToken(PG_GETARG_INT64(1), "argument \"token\"");
-
 	DsyncPreventWrite("dsync_fence()");
+	catalog = DsyncCatalogGet(fcinfo);
+	token = FenceCheckToken(catalog, PG_GETARG_INT64(1), "argument \"token\"");
 	table = FenceTableOfResource(resource);
 	/* However the table was spelled, its mark is the trigger's. */
 	if (OidIsValid(table))
-		resource = FenceTableResource(table);
-	previous = FenceApply(DsyncCatalogGet(fcinfo), resource, token, !OidIsValid(table),
-						  OidIsValid(table) ? FenceRelOwner(table) : GetUserId());
+		resource = DsyncFenceTableResource(table);
+	previous = DsyncFenceApply(catalog, resource, token, !OidIsValid(table),
+							   OidIsValid(table) ? FenceRelOwner(table) : GetUserId(),
+							   table, false);
 	if (previous < 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(previous);
@@ -329,7 +490,7 @@ dsync_fence(PG_FUNCTION_ARGS)
  *		the trigger's argument.
  */
 static int64
-FenceTriggerToken(TriggerData *trigdata, HeapTuple tuple)
+FenceTriggerToken(const DsyncCatalog *catalog, TriggerData *trigdata, HeapTuple tuple)
 {
 	Relation	rel = trigdata->tg_relation;
 	Trigger    *trigger = trigdata->tg_trigger;
@@ -368,7 +529,7 @@ FenceTriggerToken(TriggerData *trigdata, HeapTuple tuple)
 						column, RelationGetRelationName(rel)),
 				 errdetail("Rows of a fenced table carry the fencing token of the lease they are written under."),
 				 errhint("Set it to the token dsync_acquire() returned.")));
-	return FenceCheckToken(type == INT8OID ? DatumGetInt64(value) : DatumGetInt32(value),
+	return FenceCheckToken(catalog, type == INT8OID ? DatumGetInt64(value) : DatumGetInt32(value),
 						   psprintf("token column \"%s\"", column));
 }
 
@@ -387,6 +548,8 @@ dsync_fenced(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 	HeapTuple	tuple;
+	const DsyncCatalog *catalog;
+	Oid			root;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
@@ -406,9 +569,10 @@ dsync_fenced(PG_FUNCTION_ARGS)
 		trigdata->tg_newtuple : trigdata->tg_trigtuple;
 
 	DsyncPreventWrite("dsync_fenced()");
-	(void) FenceApply(DsyncCatalogGet(fcinfo),
-					  FenceTableResource(RelationGetRelid(trigdata->tg_relation)),
-					  FenceTriggerToken(trigdata, tuple),
-					  false, FenceRelOwner(FenceTableRoot(RelationGetRelid(trigdata->tg_relation))));
+	catalog = DsyncCatalogGet(fcinfo);
+	root = DsyncFenceTableRoot(RelationGetRelid(trigdata->tg_relation));
+	(void) DsyncFenceApply(catalog, DsyncFenceTableResource(root),
+						   FenceTriggerToken(catalog, trigdata, tuple),
+						   false, FenceRelOwner(root), root, false);
 	return PointerGetDatum(tuple);
 }

@@ -468,6 +468,91 @@ FencingNext(const DsyncCatalog *catalog, bool take)
 }
 
 /*
+ * FencingSequenceHighest
+ *		The greatest token the sequence has reserved so far: the last block
+ *		it handed out ends there, and every token issued (in this server's
+ *		lifetime or before a restart, a crash or a promotion) came from it
+ *		or an earlier block.  0 if it has reserved none.  Read as the
+ *		sequence's owner, as FencingSetval writes it: the caller has no
+ *		rights on it.
+ */
+static int64
+FencingSequenceHighest(Oid seqoid)
+{
+	HeapTuple	tuple = FencingSysCache(RELOID, seqoid);
+	Oid			owner;
+	Oid			saved_userid;
+	int			saved_secctx;
+	Datum		last = (Datum) 0;
+	bool		isnull = true;
+	int64		size = FencingSequenceIncrement(seqoid);
+
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+
+	GetUserIdAndSecContext(&saved_userid, &saved_secctx);
+	SetUserIdAndSecContext(owner, saved_secctx | SECURITY_LOCAL_USERID_CHANGE);
+	PG_TRY();
+	{
+		LOCAL_FCINFO(fcinfo, 1);
+
+		InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
+		fcinfo->args[0].value = ObjectIdGetDatum(seqoid);
+		fcinfo->args[0].isnull = false;
+		last = pg_sequence_last_value(fcinfo);
+		isnull = fcinfo->isnull;
+	}
+	PG_FINALLY();
+	{
+		SetUserIdAndSecContext(saved_userid, saved_secctx);
+	}
+	PG_END_TRY();
+
+	if (isnull)
+		return 0;
+	if (DatumGetInt64(last) > PG_INT64_MAX - (size - 1))
+		return PG_INT64_MAX;
+	return DatumGetInt64(last) + (size - 1);
+}
+
+/*
+ * DsyncFencingIssued
+ *		Whether token is one this database may have issued: no greater than
+ *		the greatest token handed out so far.  Fencing refuses any other
+ *		(fence.c), so that nobody can push a mark beyond every token a
+ *		lease will be granted with for a long while.
+ *
+ * The database's block in shared memory knows exactly: every token below
+ * its next one was handed out from it or an earlier block, and none above.
+ * That is a spinlock and no I/O, the usual case.  Without a block (after a
+ * restart or a crash, on a promoted standby, or with the slot given to
+ * another database) the sequence's page answers: the end of its last block,
+ * which may be a little above the greatest token issued (the rest of a
+ * block left unused), never below it, as the next block starts above it.
+ */
+bool
+DsyncFencingIssued(const DsyncCatalog *catalog, int64 token)
+{
+	DsyncFencingBlock *block;
+	bool		known = false;
+	int64		next = 0;
+
+	SpinLockAcquire(&dsync_shared->fencing_lock);
+	block = FencingFindSlot(catalog->fencing_seq);
+	if (block != NULL && block->limit > 0)
+	{
+		known = true;
+		next = block->next;
+	}
+	SpinLockRelease(&dsync_shared->fencing_lock);
+	if (known && token < next)
+		return true;
+	if (known)
+		return false;
+	return token <= FencingSequenceHighest(catalog->fencing_seq);
+}
+
+/*
  * DsyncNextFencingToken
  *		A new token (FencingNext).
  */

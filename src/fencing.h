@@ -32,5 +32,6 @@ extern bool DsyncFencingTryNext(const DsyncCatalog *catalog, int64 *token);
 extern int64 DsyncSequenceNextAtClock(Oid seqoid);
 extern void DsyncSequenceSetDurably(Oid seqoid, int64 value);
 extern int64 DsyncSequenceLastValue(Oid seqoid);
+extern bool DsyncFencingIssued(const DsyncCatalog *catalog, int64 token);
 
 #endif							/* DSYNC_FENCING_H */

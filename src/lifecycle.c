@@ -27,6 +27,7 @@
 
 #include "access/xact.h"
 #include "catalog/objectaccess.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_database.h"
 #include "catalog/pg_extension.h"
 #include "commands/dbcommands.h"
@@ -46,6 +47,7 @@
 #include "role.h"
 #include "compat.h"
 #include "extdrop.h"
+#include "fence.h"
 
 /* How long a utility statement waits for a worker to leave its database. */
 #define DSYNC_HOLD_WAIT_MS		10000
@@ -280,6 +282,9 @@ DsyncProcessUtility(PlannedStmt *pstmt, const char *queryString,
 {
 	Node	   *parsetree = pstmt->utilityStmt;
 	Oid			held = DsyncLifecycleHeldDatabase(parsetree);
+	Oid			detached_root = InvalidOid;
+	Oid			detached = InvalidOid;
+	bool		detaching;
 
 	/* Roles that own dsync state: PostgreSQL's dependency rules (role.c). */
 	if (IsA(parsetree, DropRoleStmt) || IsA(parsetree, DropOwnedStmt) ||
@@ -287,6 +292,8 @@ DsyncProcessUtility(PlannedStmt *pstmt, const char *queryString,
 		DsyncRoleUtility(parsetree);
 	DsyncListenUtility(parsetree);
 	DsyncExtensionDropLock(parsetree);
+	/* A detached partition's mark starts at its root's (fenceddl.c). */
+	detaching = DsyncFenceBeforeDetach(parsetree, &detached_root, &detached);
 
 	PG_TRY();
 	{
@@ -305,6 +312,9 @@ DsyncProcessUtility(PlannedStmt *pstmt, const char *queryString,
 			DsyncLifecycleRelease(held);
 	}
 	PG_END_TRY();
+
+	if (detaching)
+		DsyncFenceAfterDetach(detached_root, detached);
 
 	/* Any CREATE EXTENSION may have brought dsync along (CASCADE). */
 	if (IsA(parsetree, CreateExtensionStmt) &&
@@ -346,6 +356,9 @@ DsyncObjectAccess(ObjectAccessType access, Oid classId, Oid objectId,
 		/* Whoever waits in a dsync call here must stop, not hang on. */
 		DsyncWakeDatabaseAtEnd();
 	}
+	/* A fenced table's mark goes with it (fenceddl.c). */
+	if (access == OAT_DROP && classId == RelationRelationId && subId == 0)
+		DsyncFenceDropped(objectId);
 }
 
 /*
