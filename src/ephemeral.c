@@ -263,19 +263,26 @@ EphemeralFind(const EphemeralKey *key, uint32 hash)
 }
 
 /*
- * EphemeralLockAll
- *		Take every partition lock, in order (for a pass over the table).
+ * EphemeralScanBegin
+ *		Take every partition lock, in order, and start a pass over the
+ *		table.  With if_any, a table with no entries (or none at all) is
+ *		not worth the locks: returns false having taken nothing.
  */
-void
-EphemeralLockAll(LWLockMode mode)
+bool
+EphemeralScanBegin(LWLockMode mode, HASH_SEQ_STATUS *status, bool if_any)
 {
+	if (if_any && (ephemeral_shared == NULL ||
+				   pg_atomic_read_u32(&ephemeral_shared->entries) == 0))
+		return false;
 	for (int i = 0; i < EPHEMERAL_PARTITIONS; i++)
 		LWLockAcquire(&ephemeral_shared->locks[i].lock, mode);
+	hash_seq_init(status, ephemeral_hash);
+	return true;
 }
 
 /*
  * EphemeralUnlockAll
- *		Let go of what EphemeralLockAll took.
+ *		Let go of what EphemeralScanBegin took.
  */
 void
 EphemeralUnlockAll(void)
@@ -1129,12 +1136,19 @@ DsyncEphemeralExclude(const DsyncCatalog *for_grant, text *lease, TimestampTz *r
 	excluding = NULL;
 	if (ephemeral_shared == NULL)
 		return true;
+
+	/*
+	 * One clock reading serves the holdback and the look below: read before
+	 * the lock, it can only make a holder look live for longer, which keeps
+	 * the durable grant out (the safe side).
+	 */
+	now = GetCurrentTimestamp();
 	if (for_grant != NULL)
 	{
 		/* An ephemeral holder from before the start may still hold it. */
 		if (DsyncEphemeralHoldback(for_grant,
 								   (TimestampTz) pg_atomic_read_u64(&ephemeral_shared->open_at),
-								   GetCurrentTimestamp(), retry_at))
+								   now, retry_at))
 			return false;
 		/* A grant draws its token under the lock: fetch a block before. */
 		DsyncFencingFill(for_grant);
@@ -1143,7 +1157,6 @@ DsyncEphemeralExclude(const DsyncCatalog *for_grant, text *lease, TimestampTz *r
 	LWLockAcquire(EphemeralLock(hash), LW_SHARED);
 	entry = pg_atomic_read_u32(&ephemeral_shared->entries) == 0 ? NULL :
 		EphemeralFind(&key, hash);
-	now = GetCurrentTimestamp();
 	if (entry != NULL && EphemeralIsHeld(entry, now))
 	{
 		*retry_at = entry->expires_at > now ? entry->expires_at : 0;

@@ -67,10 +67,8 @@ DsyncEphemeralRoleCount(Oid roleid, int64 *here, int64 *elsewhere)
 	TimestampTz now = GetCurrentTimestamp();
 
 	*here = *elsewhere = 0;
-	if (ephemeral_shared == NULL || pg_atomic_read_u32(&ephemeral_shared->entries) == 0)
+	if (!EphemeralScanBegin(LW_SHARED, &status, true))
 		return;
-	EphemeralLockAll(LW_SHARED);
-	hash_seq_init(&status, ephemeral_hash);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
 		if (entry->owner != roleid || entry->expires_at <= now)
@@ -94,10 +92,8 @@ DsyncEphemeralRoleReassign(Oid roleid, Oid newrole)
 	HASH_SEQ_STATUS status;
 	EphemeralEntry *entry;
 
-	if (ephemeral_shared == NULL || pg_atomic_read_u32(&ephemeral_shared->entries) == 0)
+	if (!EphemeralScanBegin(LW_EXCLUSIVE, &status, true))
 		return;
-	EphemeralLockAll(LW_EXCLUSIVE);
-	hash_seq_init(&status, ephemeral_hash);
 	while ((entry = hash_seq_search(&status)) != NULL)
 		if (entry->key.dbid == MyDatabaseId && entry->owner == roleid)
 			entry->owner = newrole;
@@ -119,11 +115,9 @@ DsyncEphemeralRoleDrop(Oid roleid)
 	ListCell   *lc;
 	TimestampTz now = GetCurrentTimestamp();
 
-	if (ephemeral_shared == NULL || pg_atomic_read_u32(&ephemeral_shared->entries) == 0)
-		return;
 	/* The names first: the release of each waits, with no lock held. */
-	EphemeralLockAll(LW_SHARED);
-	hash_seq_init(&status, ephemeral_hash);
+	if (!EphemeralScanBegin(LW_SHARED, &status, true))
+		return;
 	while ((entry = hash_seq_search(&status)) != NULL)
 		if (entry->key.dbid == MyDatabaseId && entry->owner == roleid &&
 			entry->expires_at > now)

@@ -5,7 +5,7 @@
  *		reaper's, the view's, and the sweeps of leases nobody can hold any
  *		more.
  *
- * Each takes every partition lock, in order (EphemeralLockAll), so it sees
+ * Each takes every partition lock, in order (EphemeralScanBegin), so it sees
  * the table as of one instant; none of them is on a path that grants,
  * renews or releases one lease.
  *
@@ -41,8 +41,7 @@ EphemeralSweep(Oid dbid, bool forget)
 													-(int64) dsync_ephemeral_max_ttl * 1000);
 	int			removed = 0;
 
-	EphemeralLockAll(LW_EXCLUSIVE);
-	hash_seq_init(&status, ephemeral_hash);
+	(void) EphemeralScanBegin(LW_EXCLUSIVE, &status, false);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
 		EphemeralKey key = entry->key;
@@ -120,8 +119,7 @@ DsyncEphemeralReap(void)
 	if (slot == NULL || ephemeral_shared == NULL)
 		return;
 	DsyncEventPrepareNow();
-	EphemeralLockAll(LW_EXCLUSIVE);
-	hash_seq_init(&status, ephemeral_hash);
+	(void) EphemeralScanBegin(LW_EXCLUSIVE, &status, false);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
 		if (entry->key.dbid != MyDatabaseId)
@@ -166,12 +164,10 @@ DsyncEphemeralRows(text *lease, text *holder)
 	TimestampTz now = GetCurrentTimestamp();
 	EphemeralKey key;
 
-	if (ephemeral_shared == NULL || pg_atomic_read_u32(&ephemeral_shared->entries) == 0)
+	if (!EphemeralScanBegin(LW_SHARED, &status, true))
 		return NIL;
 	if (lease != NULL)
 		(void) EphemeralKeyFor(lease, &key);
-	EphemeralLockAll(LW_SHARED);
-	hash_seq_init(&status, ephemeral_hash);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
 		DsyncEphemeralRow *row;

@@ -219,33 +219,61 @@ FencingSequenceIncrement(Oid seqoid)
 #define DSYNC_FENCING_LOCK_CLASS	0x6480
 
 /*
- * FencingSetval
- *		Move the sequence up to value, as its owner: the caller has no
- *		rights on it (the SQL function is the gate), and setval checks.
+ * FencingAsOwner
+ *		setval(seqoid, value) when set, else pg_sequence_last_value(seqoid)
+ *		(NULL, *isnull, if the sequence was never used), called as the
+ *		sequence's owner: callers have no rights on dsync's sequences (the
+ *		SQL functions are the gate), and both functions check them.
  */
-static void
-FencingSetval(Oid seqoid, int64 value)
+static Datum
+FencingAsOwner(Oid seqoid, bool set, int64 value, bool *isnull)
 {
 	HeapTuple	tuple = FencingSysCache(RELOID, seqoid);
 	Oid			owner;
 	Oid			saved_userid;
 	int			saved_secctx;
+	Datum		result = (Datum) 0;
 
 	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	ReleaseSysCache(tuple);
 
+	*isnull = false;
 	GetUserIdAndSecContext(&saved_userid, &saved_secctx);
 	SetUserIdAndSecContext(owner, saved_secctx | SECURITY_LOCAL_USERID_CHANGE);
 	PG_TRY();
 	{
-		(void) DirectFunctionCall3(setval3_oid, ObjectIdGetDatum(seqoid),
-								   Int64GetDatum(value), BoolGetDatum(true));
+		if (set)
+			result = DirectFunctionCall3(setval3_oid, ObjectIdGetDatum(seqoid),
+										 Int64GetDatum(value), BoolGetDatum(true));
+		else
+		{
+			LOCAL_FCINFO(fcinfo, 1);
+
+			InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
+			fcinfo->args[0].value = ObjectIdGetDatum(seqoid);
+			fcinfo->args[0].isnull = false;
+			result = pg_sequence_last_value(fcinfo);
+			*isnull = fcinfo->isnull;
+		}
 	}
 	PG_FINALLY();
 	{
 		SetUserIdAndSecContext(saved_userid, saved_secctx);
 	}
 	PG_END_TRY();
+	return result;
+}
+
+/*
+ * FencingSetval
+ *		Move the sequence up to value.
+ */
+static void
+FencingSetval(Oid seqoid, int64 value)
+{
+	bool		isnull;
+
+	(void) FencingAsOwner(seqoid, true, value, &isnull);
 }
 
 /*
@@ -300,33 +328,9 @@ DsyncSequenceSetDurably(Oid seqoid, int64 value)
 int64
 DsyncSequenceLastValue(Oid seqoid)
 {
-	HeapTuple	tuple = FencingSysCache(RELOID, seqoid);
-	Oid			owner;
-	Oid			saved_userid;
-	int			saved_secctx;
-	Datum		value = (Datum) 0;
-	bool		isnull = true;
+	bool		isnull;
+	Datum		value = FencingAsOwner(seqoid, false, 0, &isnull);
 
-	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
-	ReleaseSysCache(tuple);
-
-	GetUserIdAndSecContext(&saved_userid, &saved_secctx);
-	SetUserIdAndSecContext(owner, saved_secctx | SECURITY_LOCAL_USERID_CHANGE);
-	PG_TRY();
-	{
-		LOCAL_FCINFO(fcinfo, 1);
-
-		InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
-		fcinfo->args[0].value = ObjectIdGetDatum(seqoid);
-		fcinfo->args[0].isnull = false;
-		value = pg_sequence_last_value(fcinfo);
-		isnull = fcinfo->isnull;
-	}
-	PG_FINALLY();
-	{
-		SetUserIdAndSecContext(saved_userid, saved_secctx);
-	}
-	PG_END_TRY();
 	return isnull ? 0 : DatumGetInt64(value);
 }
 
@@ -479,40 +483,15 @@ FencingNext(const DsyncCatalog *catalog, bool take)
 static int64
 FencingSequenceHighest(Oid seqoid)
 {
-	HeapTuple	tuple = FencingSysCache(RELOID, seqoid);
-	Oid			owner;
-	Oid			saved_userid;
-	int			saved_secctx;
-	Datum		last = (Datum) 0;
-	bool		isnull = true;
+	int64		last = DsyncSequenceLastValue(seqoid);
 	int64		size = FencingSequenceIncrement(seqoid);
 
-	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
-	ReleaseSysCache(tuple);
-
-	GetUserIdAndSecContext(&saved_userid, &saved_secctx);
-	SetUserIdAndSecContext(owner, saved_secctx | SECURITY_LOCAL_USERID_CHANGE);
-	PG_TRY();
-	{
-		LOCAL_FCINFO(fcinfo, 1);
-
-		InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
-		fcinfo->args[0].value = ObjectIdGetDatum(seqoid);
-		fcinfo->args[0].isnull = false;
-		last = pg_sequence_last_value(fcinfo);
-		isnull = fcinfo->isnull;
-	}
-	PG_FINALLY();
-	{
-		SetUserIdAndSecContext(saved_userid, saved_secctx);
-	}
-	PG_END_TRY();
-
-	if (isnull)
+	/* The sequence starts at 1: 0 means it has reserved nothing yet. */
+	if (last == 0)
 		return 0;
-	if (DatumGetInt64(last) > PG_INT64_MAX - (size - 1))
+	if (last > PG_INT64_MAX - (size - 1))
 		return PG_INT64_MAX;
-	return DatumGetInt64(last) + (size - 1);
+	return last + (size - 1);
 }
 
 /*

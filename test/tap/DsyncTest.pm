@@ -13,15 +13,20 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-our @EXPORT = qw(dsync_node stop_at_end wait_for q1 reaper_pid);
+use IPC::Run;
+
+our @EXPORT = qw(dsync_node stop_at_end wait_for q1 reaper_pid psql_client send_wait);
 
 my @nodes;
+my @clients;
 
 # Stop what the test started, whatever happened; a node that died is
 # stopped with fail_ok, or Cluster.pm's own teardown would BAIL_OUT and
 # stop the remaining test files too.
 END
 {
+	local $?;
+	eval { $_->{h}->kill_kill } for @clients;
 	for my $n (grep { defined } @nodes)
 	{
 		$n->stop('immediate', fail_ok => 1)
@@ -84,6 +89,37 @@ sub reaper_pid
 	wait_for($node, "SELECT count(*) = 1 FROM ($sql) r")
 	  or die 'the reaper of database postgres did not start';
 	return $node->safe_psql('postgres', $sql);
+}
+
+# A psql client of $node as $role (in database postgres, or $db), fed
+# statements one at a time with send_wait; killed at the end if still up.
+sub psql_client
+{
+	my ($node, $role, $db) = @_;
+	my $c = { in => '', out => '', err => '' };
+	$c->{h} = IPC::Run::start(
+		[
+			'psql', '-X', '-q', '-A', '-t', '-h', $node->host, '-p', $node->port,
+			'-U', $role, '-d', $db // 'postgres'
+		],
+		'<', \$c->{in}, '>', \$c->{out}, '2>', \$c->{err});
+	push @clients, $c;
+	return $c;
+}
+
+# Send a statement to a psql_client and wait (up to $timeout seconds,
+# default 60) until its output so far matches $re: true if it did.
+sub send_wait
+{
+	my ($c, $sql, $re, $timeout) = @_;
+	$c->{in} .= "$sql\n";
+	my $deadline = time + ($timeout // 60);
+	while ($c->{out} !~ $re && time < $deadline)
+	{
+		$c->{h}->pump_nb;
+		usleep(5_000);
+	}
+	return $c->{out} =~ $re;
 }
 
 # A psql session that LISTENs.  psql prints notifications after the result

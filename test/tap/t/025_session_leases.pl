@@ -23,6 +23,8 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
+use lib '.';
+use DsyncTest qw(psql_client send_wait);
 
 my $timeout = 60;
 
@@ -34,35 +36,11 @@ $node->append_conf('postgresql.conf',
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION dsync; CREATE ROLE app LOGIN');
 
-my @clients;
-END { local $?; eval { $_->{h}->kill_kill } for @clients; }
 
 sub q1 { return $node->safe_psql('postgres', $_[0]); }
 
-# A psql client as role app, fed statements one at a time.
-sub client
-{
-	my $c = { in => '', out => '', err => '' };
-	$c->{h} = IPC::Run::start([ 'psql', '-X', '-q', '-A', '-t', '-h', $node->host, '-p', $node->port,
-			'-U', 'app', '-d', 'postgres' ],
-		'<', \$c->{in}, '>', \$c->{out}, '2>', \$c->{err});
-	push @clients, $c;
-	return $c;
-}
-
-# Send a statement and wait for a line of output matching $re.
-sub send_wait
-{
-	my ($c, $sql, $re) = @_;
-	$c->{in} .= "$sql\n";
-	my $deadline = time + $timeout;
-	while ($c->{out} !~ $re && time < $deadline)
-	{
-		$c->{h}->pump_nb;
-		usleep(5_000);
-	}
-	return $c->{out} =~ $re;
-}
+# A psql client as role app (DsyncTest's psql_client).
+sub client { return psql_client($node, 'app'); }
 
 # The client program's pid (psql), to kill it as a crash would.
 sub client_pid { return $_[0]->{h}{KIDS}[0]{PID}; }

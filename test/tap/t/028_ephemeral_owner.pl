@@ -31,33 +31,9 @@ $node->safe_psql('postgres', q{
 });
 $node->safe_psql('other', 'CREATE EXTENSION dsync');
 
-my @clients;
-END { local $?; eval { $_->{h}->kill_kill } for @clients; }
 
-# A psql client as role app, fed statements one at a time.
-sub client
-{
-	my $c = { in => '', out => '', err => '' };
-	$c->{h} = IPC::Run::start([ 'psql', '-X', '-q', '-A', '-t', '-h', $node->host, '-p', $node->port,
-			'-U', 'app', '-d', 'postgres' ],
-		'<', \$c->{in}, '>', \$c->{out}, '2>', \$c->{err});
-	push @clients, $c;
-	return $c;
-}
-
-# Send a statement and wait for a line of output matching $re.
-sub send_wait
-{
-	my ($c, $sql, $re) = @_;
-	$c->{in} .= "$sql\n";
-	my $deadline = time + $timeout;
-	while ($c->{out} !~ $re && time < $deadline)
-	{
-		$c->{h}->pump_nb;
-		usleep(5_000);
-	}
-	return $c->{out} =~ $re;
-}
+# A psql client as role app (DsyncTest's psql_client).
+sub client { return psql_client($node, 'app'); }
 
 # A client quits normally; returns once its backend is gone.
 sub quit
