@@ -198,14 +198,16 @@ DsyncFenceApply(const DsyncCatalog *catalog, text *resource, int64 token,
 			need = ExclusiveLock;
 
 		/*
-		 * Queue first, then look again: what was read may have changed
-		 * while this writer waited.
+		 * Queue first.  What was read may have changed while this writer
+		 * waited: with no row, look again; a row's lock below reports a
+		 * change (TM_Updated, TM_Deleted) and reloads it.
 		 */
 		if (need > held)
 		{
 			FenceTurnstile(catalog, resource, need);
 			held = need;
-			continue;
+			if (row == NULL)
+				continue;
 		}
 
 		if (row == NULL)

@@ -832,6 +832,8 @@ main(int argc, char **argv)
 	if (argc > 1 && (strcmp(argv[1], "rw") == 0 || strcmp(argv[1], "rw-cheat") == 0))
 		return rw_main(argc > 2 ? atoi(argv[2]) : 12, argc > 3 ? atoi(argv[3]) : 20,
 					   strcmp(argv[1], "rw-cheat") == 0);
+	if (argc > 1 && strcmp(argv[1], "fence-stream") == 0)
+		return fence_stream_main(argc > 2 ? atoi(argv[2]) : 8, argc > 3 ? atoi(argv[3]) : 8);
 	if (argc > 1 && strcmp(argv[1], "semaphore") == 0)
 	{
 		int			permits = argc > 4 ? atoi(argv[4]) : 3;

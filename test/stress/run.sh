@@ -10,7 +10,9 @@
 # names with dsync_acquire_all (never a partial set), 12 clients with kills
 # taking two names shared or exclusively (an exclusive holder never
 # overlapping another holder; and the proof that the check catches
-# "exclusive" rounds taken shared), and the fairness runs once more
+# "exclusive" rounds taken shared), 8 writers streaming a fenced table's
+# current token while a newer one arrives (it must get in while they still
+# stream, and no stale write commit after it), and the fairness runs once more
 # beside a CPU hog on every core, where a backend is often descheduled
 # between its statement starting and its joining the queue.  With
 # STRESS_HOG=1 every run has the hog beside it.  Every run is made; the exit
@@ -35,7 +37,7 @@ start_hogs() {
 }
 trap 'stop_hogs; rm -rf "$bin"' EXIT
 cc -O2 -Wall -Wextra -Werror -I"$(pg_config --includedir)" "$here/lease_stress.c" \
-	"$here/common.c" "$here/multi.c" "$here/rw.c" \
+	"$here/common.c" "$here/multi.c" "$here/rw.c" "$here/fence.c" \
 	-L"$(pg_config --libdir)" -lpq -o "$bin/lease_stress"
 if [ "${STRESS_HOG:-0}" = 1 ]; then start_hogs; fi
 status=0
@@ -51,6 +53,7 @@ fi
 "$bin/lease_stress" semaphore "${SEM_CLIENTS:-16}" "${SEM_SECONDS:-20}" "${SEM_PERMITS:-3}" || status=1
 "$bin/lease_stress" multi "${MULTI_CLIENTS:-12}" "${MULTI_SECONDS:-20}" || status=1
 "$bin/lease_stress" rw "${RW_CLIENTS:-12}" "${RW_SECONDS:-20}" || status=1
+"$bin/lease_stress" fence-stream "${FENCE_WRITERS:-8}" "${FENCE_GENERATIONS:-8}" || status=1
 if "$bin/lease_stress" rw-cheat "${RW_CLIENTS:-12}" 8; then
 	echo "FAILED the read-write check did not catch exclusive rounds taken shared"
 	status=1

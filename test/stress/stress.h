@@ -47,5 +47,6 @@ extern PGconn *run_with_kills(int clients, int seconds, void (*client) (int, tim
 
 extern int	multi_main(int clients, int seconds);
 extern int	rw_main(int clients, int seconds, bool cheat);
+extern int	fence_stream_main(int writers, int generations);
 
 #endif							/* DSYNC_STRESS_H */
