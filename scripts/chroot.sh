@@ -3,11 +3,16 @@
 # its server headers, pgTAP and what the test suites need, for testing
 # dsync on majors this bookworm host does not carry (17: trixie, 18: sid).
 # Installing them on the host would pull a newer libc, so they live apart.
+# No Debian suite reachable here packages 16: its chroot is bookworm with
+# PostgreSQL 16 built from source (scripts/pg16-build.sh) where Debian
+# would put it, /usr/lib/postgresql/16, so that pg_virtualenv and the
+# suites find it as they find a packaged major.
 #
 #   scripts/chroot.sh 17      # prints /var/cache/dsync/chroot-17
 #
 # The chroot is cached outside the clone (DSYNC_CHROOT_CACHE, default
-# /var/cache/dsync) and rebuilt only when the package list below changes.
+# /var/cache/dsync) and rebuilt only when the package list below (or, for
+# 16, the source tarball) changes.
 # It is made in a scratch directory and renamed when complete, so an
 # interrupted run never leaves a half-made chroot behind.  Run as root.
 set -euo pipefail
@@ -16,21 +21,33 @@ major=${1:?usage: scripts/chroot.sh MAJOR}
 cache=${DSYNC_CHROOT_CACHE:-/var/cache/dsync}
 mirror=${DSYNC_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
+here=$(cd "$(dirname "$0")" && pwd)
+common="postgresql-common,libtap-parser-sourcehandler-pgtap-perl,libipc-run-perl"
+common+=",make,gcc,clang,pgbouncer,util-linux,procps,ca-certificates"
 case "$major" in
-	17) suite=trixie ;;
-	18) suite=sid ;;
+	16)
+		suite=bookworm
+		# What the source build needs; bookworm's Python is the host's, so
+		# the Python client is not run again here.
+		packages="$common,bison,flex,libssl-dev,zlib1g-dev,pkg-config,perl"
+		tarball=$(bash "$here/pg16-build.sh" --find)
+		# The source and how it is built.
+		source_sum=$(cat "$tarball" "$here/pg16-build.sh" | sha256sum | cut -d' ' -f1)
+		;;
+	17 | 18)
+		[ "$major" = 17 ] && suite=trixie || suite=sid
+		packages="postgresql-$major,postgresql-server-dev-$major,postgresql-$major-pgtap"
+		packages+=",libpq-dev,$common"
+		# The Python client's tests, on this suite's Python and psycopg.
+		packages+=",python3-psycopg,python3-psycopg-pool,python3-pytest,python3-pytest-timeout"
+		packages+=",python3-asyncpg,python3-sqlalchemy,python3-psycopg2"
+		source_sum=
+		;;
 	*) echo "scripts/chroot.sh: no Debian suite known for PostgreSQL $major" >&2; exit 2 ;;
 esac
 
-packages="postgresql-$major,postgresql-server-dev-$major,postgresql-$major-pgtap"
-packages+=",postgresql-common,libtap-parser-sourcehandler-pgtap-perl,libipc-run-perl"
-packages+=",libpq-dev,make,gcc,clang,pgbouncer,util-linux,procps,ca-certificates"
-# The Python client's tests, on this suite's Python and psycopg.
-packages+=",python3-psycopg,python3-psycopg-pool,python3-pytest,python3-pytest-timeout"
-packages+=",python3-asyncpg,python3-sqlalchemy,python3-psycopg2"
-
 dir="$cache/chroot-$major"
-stamp="$suite $packages"
+stamp="$suite $packages${source_sum:+ $source_sum}"
 if [ -f "$dir/.dsync-stamp" ] && [ "$(cat "$dir/.dsync-stamp")" = "$stamp" ]; then
 	echo "$dir"
 	exit 0
@@ -52,6 +69,12 @@ if ! debootstrap --variant=minbase --include="$packages" "$suite" "$scratch" "$m
 	>"$cache/debootstrap-$major.log" 2>&1; then
 	echo "debootstrap failed; the last lines of $cache/debootstrap-$major.log:" >&2
 	tail -20 "$cache/debootstrap-$major.log" >&2
+	exit 1
+fi
+if [ "$major" = 16 ] && ! bash "$here/pg16-build.sh" "$scratch" "$tarball" \
+	>"$cache/pg16-build.log" 2>&1; then
+	echo "building PostgreSQL 16 failed; the last lines of $cache/pg16-build.log:" >&2
+	tail -20 "$cache/pg16-build.log" >&2
 	exit 1
 fi
 # Debian's postgresql-common would make and start a cluster on install in

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages dsync needs to build, run, test and benchmark.
-# Idempotent; run as root on Debian 12 (bookworm).  PostgreSQL 17 and 18
+# Idempotent; run as root on Debian 12 (bookworm).  PostgreSQL 16, 17 and 18
 # are tested in chroots (scripts/chroot.sh), not installed here.
 set -euo pipefail
 

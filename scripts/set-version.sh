@@ -6,6 +6,8 @@
 #   clients/python/dsync/_version.py     __version__ = "X.Y.Z"
 #   clients/node/package.json            "version"
 #   clients/node/package-lock.json       "version" of the root package (twice)
+# The command-line tool reads VERSION when it is built (cli/Makefile), and
+# CHANGELOG.md's newest entry must be written by hand.
 # The version is X.Y.Z, where X.Y is dsync.control's default_version (the
 # extension's SQL version) and Z a patch level; any other is refused.
 # test/version.sh checks that everything agrees.

@@ -1,38 +1,149 @@
 #!/usr/bin/env bash
 # Runs every dsync test on every PostgreSQL major we test, on a Debian
 # bookworm machine, as root:
-#   15 on this machine; 17 (Debian trixie) and 18 (Debian sid) each in a
-#   chroot made once by scripts/chroot.sh and cached outside the clone;
-#   in each, test/suites.sh (builds with gcc and clang, warnings as errors,
-#   then pg_regress, isolation, pgTAP, stress and Perl TAP; in the chroots
-#   also the Python client on their newer Python and psycopg);
-#   then on 15 the client libraries (test/clients.sh: Python and Node,
-#   directly and through PgBouncer, and their packaging), the Debian package test
-#   (test/package.sh) and the HA test under Patroni (test/ha/run.sh, with
-#   a synchronous standby on three nodes and with asynchronous replication
-#   on two).
+#   15 on this machine; 16 (built from source), 17 (Debian trixie) and 18
+#   (Debian sid) each in a chroot made once by scripts/chroot.sh and cached
+#   outside the clone; in each, test/suites.sh (builds with gcc and clang,
+#   warnings as errors, then pg_regress, isolation, pgTAP, stress and Perl
+#   TAP; in the 17 and 18 chroots also the Python client on their newer
+#   Python and psycopg); then on 15 the client libraries (test/clients.sh:
+#   Python and Node, directly and through PgBouncer, and their packaging),
+#   the Debian package test (test/package.sh) and the HA test under Patroni
+#   (test/ha/run.sh, with a synchronous standby on three nodes and with
+#   asynchronous replication on two).
+# The majors run side by side, DSYNC_LANES at a time (default 2, one per
+# core here): 15 and its client, package and HA tests on the machine, the
+# others each in its chroot, taken in order as lanes come free.  Each
+# part's output is printed whole when it ends.
 # DSYNC_PG_MAJORS limits the run, e.g. DSYNC_PG_MAJORS=15 for a quick local
-# run (the package, client and HA tests run when 15 is in the list).  Prints a line per
-# major and one "N passed, N failed" line at the end, counting suites (the
-# package test is one); exits non-zero on any failure.
+# run (the package, client and HA tests run when 15 is in the list).  Prints
+# a line per part with its time and one "N passed, N failed" line at the
+# end, counting suites (the package test is one); exits non-zero on any
+# failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$(pwd)
-majors=${DSYNC_PG_MAJORS:-15 17 18}
+majors=${DSYNC_PG_MAJORS:-15 16 17 18}
+lanes=${DSYNC_LANES:-2}
+run_started=$(date +%s)
 
 bash scripts/install-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 
+log=$(mktemp -d /tmp/dsync-run.XXXXXX)
+trap 'rm -rf "$log"' EXIT
+
+# What the chroots test is the tree as it is now: 15 builds in it while
+# they run.
+tar -C "$top" --exclude=./.git -cf "$log/tree.tar" .
+
+# The chroots are made (or found in the cache) in the background from the
+# start; a lane that takes a major waits for its chroot.
+for major in $majors; do
+	if [ "$major" != 15 ]; then
+		(
+			bash scripts/chroot.sh "$major" >"$log/chroot-$major.out" 2>&1
+			echo $? >"$log/chroot-$major.rc"
+		) &
+	fi
+done
+
+# part ORDER WHAT [one] -- COMMAND...: runs one part with its output in a
+# file of its own, prints that whole when it ends, and records the result
+# for the summary ("one": the part counts as one suite, else its last
+# "N passed, N failed" line counts).
+part() {
+	local order=$1 what=$2 one=
+	shift 2
+	if [ "$1" = one ]; then
+		one=one
+		shift
+	fi
+	shift # --
+	local out="$log/part-$order.log" started status
+	started=$(date +%s)
+	echo "---- $what: started"
+	"$@" >"$out" 2>&1
+	status=$?
+	printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$order" "$what" "$out" "$status" \
+		"$(($(date +%s) - started))" "$one" >>"$log/results"
+	{
+		flock 9
+		echo "==== $what"
+		cat "$out"
+	} 9>"$log/print.lock"
+}
+
+# One major inside its chroot: the tree is copied in, /proc and /dev/shm
+# are mounted for the run and unmounted after, whatever happens.  (Not with
+# a RETURN trap: it outlives the function and, under set -u, would end the
+# lane at the next function's return, $root being gone.)
+run_in_chroot() {
+	local major=$1 root=$2 status=1
+	rm -rf "$root/build/dsync"
+	mkdir -p "$root/build/dsync" "$root/dev/shm"
+	if tar -C "$root/build/dsync" -xf "$log/tree.tar" &&
+		{ mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"; } &&
+		{ mountpoint -q "$root/dev/shm" || mount --bind /dev/shm "$root/dev/shm"; }; then
+		chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 \
+			PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+			bash /build/dsync/test/suites.sh "$major"
+		status=$?
+	fi
+	umount "$root/dev/shm" 2>/dev/null
+	umount "$root/proc" 2>/dev/null
+	return $status
+}
+
+# A major in its chroot, once the chroot is there.
+chroot_major() {
+	local major=$1
+	while [ ! -f "$log/chroot-$major.rc" ]; do sleep 2; done
+	if [ "$(cat "$log/chroot-$major.rc")" != 0 ]; then
+		cat "$log/chroot-$major.out"
+		return 1
+	fi
+	run_in_chroot "$major" "$(tail -1 "$log/chroot-$major.out")"
+}
+
+# 15 on the machine, then what needs its installed build.
+host_15() {
+	part 15.0 "PostgreSQL 15" -- bash test/suites.sh 15
+	part 15.1 "client libraries (15)" -- bash test/clients.sh
+	part 15.2 "Debian package (15)" one -- bash test/package.sh
+	# The package test removed the build's install: install it again.
+	make -s PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config install >/dev/null ||
+		echo "make install failed: the HA runs below will fail"
+	part 15.3 "HA, sync (15)" one -- bash test/ha/run.sh sync 3
+	part 15.4 "HA, async (15)" one -- bash test/ha/run.sh async 2
+}
+
+# The lanes take majors from the queue, in order.
+printf '%s\n' $majors >"$log/queue"
+lane() {
+	local major
+	while :; do
+		major=$(flock "$log/queue.lock" bash -c 'head -1 "$1"; sed -i 1d "$1"' _ "$log/queue")
+		[ -n "$major" ] || return 0
+		if [ "$major" = 15 ]; then
+			host_15
+		else
+			part "$major" "PostgreSQL $major" -- chroot_major "$major"
+		fi
+	done
+}
+for _ in $(seq "$lanes"); do
+	lane &
+done
+# The lanes, not the chroot makers (they have all ended once a lane
+# waited for its chroot, or were not needed).
+wait
+echo
+
+# The summary, in the order of the parts.
 passed=0
 failed=0
-summary=()
-log=$(mktemp -d /tmp/dsync-run.XXXXXX)
-
-# Adds a finished run's counts to the totals and to the per-major summary:
-# its suites (its last "N passed, N failed" line), or with "one", the run
-# counted as a single suite.
-tally() {
-	local what=$1 out=$2 status=$3 started=$4 one=${5:-}
-	local counts p f secs
+echo "==== summary (lanes: $lanes)"
+while IFS=$'\t' read -r order what out status secs one; do
 	if [ -n "$one" ]; then
 		counts="$((status == 0)) passed, $((status != 0)) failed"
 	else
@@ -47,78 +158,23 @@ tally() {
 	elif [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then
 		f=1
 	fi
-	secs=$(($(date +%s) - started))
 	passed=$((passed + p))
 	failed=$((failed + f))
-	summary+=("$(printf '%-26s %2d passed, %d failed  (%dm%02ds)' "$what:" "$p" "$f" $((secs / 60)) $((secs % 60)))")
-}
-
-# The chroots are made (or found in the cache) in the background while 15
-# runs on the machine itself.
-declare -A chroot_job
+	# The server a major's suites ran on (test/suites.sh's first line).
+	server=$(sed -n 's/^== PostgreSQL \([0-9][0-9.]*\).*/\1/p' "$out" | head -1)
+	printf '%-26s %2d passed, %d failed  (%dm%02ds)%s\n' "$what:" "$p" "$f" \
+		$((secs / 60)) $((secs % 60)) "${server:+  server $server}"
+done < <(sort -t$'\t' -k1,1n "$log/results")
+# A major whose lane died without a result counts as failed.
 for major in $majors; do
-	if [ "$major" != 15 ]; then
-		bash scripts/chroot.sh "$major" >"$log/chroot-$major.out" 2>&1 &
-		chroot_job[$major]=$!
+	key=$major
+	[ "$major" = 15 ] && key=15.0
+	if ! cut -f1 "$log/results" 2>/dev/null | grep -qx "$key"; then
+		printf '%-26s did not run\n' "PostgreSQL $major:"
+		failed=$((failed + 1))
 	fi
 done
-
-# One major inside its chroot: the tree is copied in, /proc and /dev/shm
-# are mounted for the run and unmounted after, whatever happens.
-run_in_chroot() {
-	local major=$1 root=$2
-	trap 'umount "$root/dev/shm" 2>/dev/null; umount "$root/proc" 2>/dev/null' RETURN
-	rm -rf "$root/build/dsync"
-	mkdir -p "$root/build/dsync"
-	tar -C "$top" --exclude=./.git -cf - . | tar -C "$root/build/dsync" -xf -
-	mountpoint -q "$root/proc" || mount -t proc proc "$root/proc" || return 1
-	mkdir -p "$root/dev/shm"
-	mountpoint -q "$root/dev/shm" || mount --bind /dev/shm "$root/dev/shm" || return 1
-	chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 \
-		PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-		bash /build/dsync/test/suites.sh "$major"
-}
-
-for major in $majors; do
-	started=$(date +%s)
-	out="$log/pg$major.log"
-	echo "==== PostgreSQL $major"
-	if [ "$major" = 15 ]; then
-		bash test/suites.sh 15 2>&1 | tee "$out"
-	elif wait "${chroot_job[$major]}"; then
-		run_in_chroot "$major" "$(tail -1 "$log/chroot-$major.out")" 2>&1 | tee "$out"
-	else
-		cat "$log/chroot-$major.out" | tee "$out"
-		false
-	fi
-	tally "PostgreSQL $major" "$out" "${PIPESTATUS[0]}" "$started"
-	if [ "$major" = 15 ]; then
-		started=$(date +%s)
-		out="$log/clients.log"
-		echo "==== client libraries (PostgreSQL 15)"
-		bash test/clients.sh 2>&1 | tee "$out"
-		tally "client libraries (15)" "$out" "${PIPESTATUS[0]}" "$started"
-		started=$(date +%s)
-		out="$log/package.log"
-		echo "==== Debian package (PostgreSQL 15)"
-		bash test/package.sh 2>&1 | tee "$out"
-		tally "Debian package (15)" "$out" "${PIPESTATUS[0]}" "$started" one
-		# The package test removed the build's install: install it again.
-		make -s PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config install >/dev/null ||
-			echo "make install failed: the HA runs below will fail"
-		for ha in "sync 3" "async 2"; do
-			started=$(date +%s)
-			out="$log/ha.log"
-			echo "==== HA with Patroni: ${ha% *} replication, ${ha#* } nodes (PostgreSQL 15)"
-			bash test/ha/run.sh $ha 2>&1 | tee "$out"
-			tally "HA, ${ha% *} (15)" "$out" "${PIPESTATUS[0]}" "$started" one
-		done
-	fi
-done
-rm -rf "$log"
-
-echo
-echo "==== summary"
-printf '%s\n' "${summary[@]}"
+secs=$(($(date +%s) - run_started))
+printf 'whole run: %dm%02ds\n' $((secs / 60)) $((secs % 60))
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

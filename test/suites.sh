@@ -98,9 +98,12 @@ drop_leftover_cluster() {
 drop_leftover_cluster
 
 # pg_virtualenv makes a throwaway cluster (owned by postgres) and points
-# libpq at it; the server settings are the ones the tests rely on.
+# libpq at it; the server settings are the ones the tests rely on.  Each
+# major has a port of its own (5400 + major): test/run_all.sh runs majors
+# side by side, in chroots that share this machine's network, and two
+# clusters made at once could otherwise both pick the first free port.
 virtualenv() {
-	pg_virtualenv -v "$major" -o "shared_preload_libraries=dsync" \
+	PGPORT=$((5400 + major)) pg_virtualenv -v "$major" -o "shared_preload_libraries=dsync" \
 		-o "max_prepared_transactions=10" -o "log_min_messages=warning" \
 		-o "dsync.ephemeral_max_ttl=2" "$@"
 }

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Checks that dsync has one version: VERSION (X.Y.Z) has dsync.control's
 # default_version as its X.Y, and META.json (both "version" fields), the top
-# entry of debian/changelog, clients/python/dsync/_version.py,
+# entries of debian/changelog and CHANGELOG.md, clients/python/dsync/_version.py,
 # clients/node/package.json and clients/node/package-lock.json (the root
-# package) all say VERSION.  Then it builds what users install and reads
+# package) and the command-line tool (dsync --version) all say VERSION;
+# and that LICENSE, META.json, debian/copyright and both clients name the
+# PostgreSQL License.  Then it builds what users install and reads
 # the version back: the Python wheel (pip wheel, offline), imported as
 # installed (its metadata and dsync.__version__), and the tarball of npm
 # pack (its name and its package.json).  Each disagreement is one FAILED
@@ -63,6 +65,13 @@ else
 	agree debian/changelog "the top entry's version" \
 		"$(sed -n '1s/^dsync (\([^)]*\)).*/\1/p' debian/changelog)"
 fi
+# CHANGELOG.md's newest entry is this version's ("## X.Y.Z (date)").
+newest=$(sed -n 's/^## \([0-9][0-9.]*\) .*/\1/p' CHANGELOG.md 2>/dev/null | head -1)
+if [ "$newest" = "$version" ]; then
+	ok "CHANGELOG.md: the newest entry is $version"
+else
+	fail "CHANGELOG.md: the newest entry is '$newest', VERSION says $version (write its entry)"
+fi
 if [ "$(wc -l <clients/python/dsync/_version.py 2>/dev/null || echo 0)" -eq 1 ]; then
 	agree clients/python/dsync/_version.py __version__ \
 		"$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' clients/python/dsync/_version.py)"
@@ -77,6 +86,41 @@ agree clients/node/package-lock.json 'packages."".version' \
 work=$(mktemp -d /tmp/dsync-version.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
+# The command-line tool, built from this tree as make builds it.
+if make -s -C cli clean >/dev/null 2>&1 && make -s -C cli >"$work/cli.log" 2>&1; then
+	agree cli/dsync "dsync --version" "$(cli/dsync --version | sed -n 's/^dsync //p')"
+else
+	sed 's/^/   /' "$work/cli.log"
+	fail "cli: make -C cli failed"
+fi
+
+# One license: the PostgreSQL License, "The dsync authors", everywhere.
+if grep -q '^PostgreSQL License$' LICENSE 2>/dev/null &&
+	grep -q 'Copyright (c) [0-9]*, The dsync authors' LICENSE; then
+	ok "LICENSE: the PostgreSQL License, copyright The dsync authors"
+else
+	fail "LICENSE: missing, or not the PostgreSQL License of The dsync authors"
+fi
+if cmp -s LICENSE clients/node/LICENSE; then
+	ok "clients/node/LICENSE is LICENSE (npm pack ships it)"
+else
+	fail "clients/node/LICENSE differs from LICENSE (cp LICENSE clients/node/LICENSE)"
+fi
+[ "$(json META.json license)" = postgresql ] && ok 'META.json: "license" is postgresql' ||
+	fail "META.json: \"license\" is '$(json META.json license)', not postgresql"
+[ "$(json clients/node/package.json license)" = PostgreSQL ] &&
+	ok 'clients/node/package.json: "license" is PostgreSQL' ||
+	fail "clients/node/package.json: \"license\" is '$(json clients/node/package.json license)', not PostgreSQL"
+grep -q '^license = { text = "PostgreSQL" }$' clients/python/pyproject.toml &&
+	ok "clients/python/pyproject.toml: license PostgreSQL" ||
+	fail "clients/python/pyproject.toml: the license is not PostgreSQL"
+if [ "$(grep -c '^License: PostgreSQL$' debian/copyright)" -eq 2 ] &&
+	grep -q '^Copyright: .*The dsync authors$' debian/copyright; then
+	ok "debian/copyright: PostgreSQL, The dsync authors"
+else
+	fail "debian/copyright: not the PostgreSQL License of The dsync authors"
+fi
+
 # The Python package as pip builds it (from the tree, no index), unpacked
 # the way pip installs a pure wheel, and imported from outside the tree.
 if "$py" -m pip wheel --quiet --no-deps --no-index --no-cache-dir -w "$work/wheel" \
@@ -88,6 +132,12 @@ if "$py" -m pip wheel --quiet --no-deps --no-index --no-cache-dir -w "$work/whee
 		fail "clients/python: pip builds '$wheel', not dsync-$version-py3-none-any.whl"
 	fi
 	"$py" -m zipfile -e "$work/wheel/$wheel" "$work/site" || true
+	if cmp -s "$work/site/dsync-$version.dist-info/LICENSE" LICENSE ||
+		cmp -s "$work/site/dsync-$version.dist-info/licenses/LICENSE" LICENSE; then
+		ok "clients/python: the wheel ships LICENSE"
+	else
+		fail "clients/python: the wheel has no LICENSE in dsync-$version.dist-info"
+	fi
 	agree "clients/python (installed)" "the distribution's version (importlib.metadata)" \
 		"$(cd "$work" && PYTHONPATH="$work/site" "$py" -c \
 			'import importlib.metadata; print(importlib.metadata.version("dsync"))' 2>&1 | tail -1)"
@@ -120,6 +170,11 @@ if (cd clients/node && npm pack --silent --pack-destination "$work" >"$work/npm.
 	fi
 	tar -xzOf "$work/$tarball" package/package.json >"$work/packed.json"
 	agree "clients/node (npm pack)" "package/package.json's version" "$(json "$work/packed.json" version)"
+	if tar -xzOf "$work/$tarball" package/LICENSE 2>/dev/null | cmp -s - LICENSE; then
+		ok "clients/node (npm pack): package/LICENSE is LICENSE"
+	else
+		fail "clients/node (npm pack): the tarball has no package/LICENSE, or another one"
+	fi
 else
 	sed 's/^/   /' "$work/npm.log"
 	fail "clients/node: npm pack failed"
