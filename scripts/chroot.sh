@@ -30,9 +30,9 @@ case "$major" in
 		# What the source build needs; bookworm's Python is the host's, so
 		# the Python client is not run again here.
 		packages="$common,bison,flex,libssl-dev,zlib1g-dev,pkg-config,perl"
-		tarball=$(bash "$here/pg16-build.sh" --find)
-		# The source and how it is built.
-		source_sum=$(cat "$tarball" "$here/pg16-build.sh" | sha256sum | cut -d' ' -f1)
+		# How it is built, and from what: the script holds the source's
+		# checksum, so a cached chroot needs no source at hand.
+		source_sum=$(sha256sum "$here/pg16-build.sh" | cut -d' ' -f1)
 		;;
 	17 | 18)
 		[ "$major" = 17 ] && suite=trixie || suite=sid
@@ -51,6 +51,12 @@ stamp="$suite $packages${source_sum:+ $source_sum}"
 if [ -f "$dir/.dsync-stamp" ] && [ "$(cat "$dir/.dsync-stamp")" = "$stamp" ]; then
 	echo "$dir"
 	exit 0
+fi
+
+# 16's source, before anything is made.
+tarball=
+if [ "$major" = 16 ]; then
+	tarball=$(bash "$here/pg16-build.sh" --find) || exit 1
 fi
 
 if ! command -v debootstrap >/dev/null 2>&1; then
