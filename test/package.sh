@@ -28,12 +28,16 @@ finish() {
 	exit
 }
 
-# One version everywhere: the extension, PGXN, the Debian changelog.
+# One version everywhere (VERSION): PGXN, the Debian changelog, the tool;
+# the extension's SQL version is its major.minor.
+version=$(cat VERSION)
 extversion=$(sed -n "s/^default_version = '\(.*\)'/\1/p" dsync.control)
-check "META.json gives the extension's version ($extversion)" \
-	grep -q "\"version\": \"$extversion.0\"" META.json
-check "debian/changelog gives the extension's version ($extversion)" \
-	grep -q "^dsync ($extversion.0)" debian/changelog
+check "META.json gives VERSION ($version)" \
+	grep -q "\"version\": \"$version\"" META.json
+check "debian/changelog gives VERSION ($version)" \
+	grep -q "^dsync ($version)" debian/changelog
+check "dsync.control's default_version ($extversion) is VERSION's major.minor" \
+	test "$extversion" = "${version%.*}"
 
 work=$(mktemp -d /tmp/dsync-package.XXXXXX)
 installed=()
@@ -95,9 +99,9 @@ else
 fi
 
 check "dsync is on PATH as /usr/bin/dsync" test "$(command -v dsync)" = /usr/bin/dsync
-version=$(dsync --version 2>&1)
-echo "   dsync --version: $version"
-check "dsync --version answers with the extension's version" test "$version" = "dsync $extversion"
+said=$(dsync --version 2>&1)
+echo "   dsync --version: $said"
+check "dsync --version answers with VERSION" test "$said" = "dsync $version"
 
 # A clean cluster of each major, dsync preloaded from the package.
 for major in $majors; do
@@ -109,8 +113,8 @@ for major in $majors; do
 			-c "SELECT holder FROM dsync_leases WHERE lease = '"'pkg'"'" &&
 		dsync status pkg' 2>&1)
 	echo "$out" | sed 's/^/   /'
-	check "PostgreSQL $major: CREATE EXTENSION dsync from the package, version 1.5" \
-		bash -c "grep -qx '1.5' <<<'$out'"
+	check "PostgreSQL $major: CREATE EXTENSION dsync from the package, version $extversion" \
+		bash -c "grep -qx '$extversion' <<<'$out'"
 	check "PostgreSQL $major: a lease is granted and shown" \
 		bash -c "grep -qx 't' <<<'$out' && grep -qx 'me' <<<'$out'"
 	check "PostgreSQL $major: the dsync tool from PATH reads it" \
