@@ -587,7 +587,7 @@ ok(wait_true("SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name =
 	'reconnect: no other dsync connection is left');
 
 $cb = "$dir/reconn";
-$p = start_dsync('lock', 'reconn', '--ttl', '3s', '--holder', 'hrc', '--', child($cb, 'exec sleep 6'));
+$p = start_dsync('lock', 'reconn', '--ttl', '9s', '--holder', 'hrc', '--', child($cb, 'exec sleep 6'));
 ($child_pid) = child_pids($cb, $p);
 ok(defined $child_pid, 'reconnect: the command runs');
 ok(wait_listening(1), 'reconnect: the tool is connected and listens');
