@@ -2,49 +2,51 @@
 
 EXTENSION = dsync
 MODULE_big = dsync
+# One folder per layer, lowest first; src/README.md says which may call which.
+DSYNC_LAYERS = base shmem wait storage events leases workers sql
 OBJS = \
-	src/dsync.o \
-	src/shmem.o \
-	src/catalog.o \
-	src/args.o \
-	src/store.o \
-	src/scan.o \
-	src/locate.o \
-	src/listen.o \
-	src/heldmap.o \
-	src/row.o \
-	src/fencing.o \
-	src/lease.o \
-	src/channel.o \
-	src/views.o \
-	src/wait.o \
-	src/events.o \
-	src/dbslot.o \
-	src/queue.o \
-	src/launcher.o \
-	src/lifecycle.o \
-	src/extdrop.o \
-	src/reaper.o \
-	src/expiry.o \
-	src/reap.o \
-	src/semaphore.o \
-	src/permit.o \
-	src/stats.o \
-	src/role.o \
-	src/signal.o \
-	src/member.o \
-	src/ephemeral.o \
-	src/ephemeral_record.o \
-	src/ephscan.o \
-	src/ephowner.o \
-	src/ephguard.o \
-	src/fence.o \
-	src/fenceddl.o \
-	src/eventlog.o \
-	src/session.o \
-	src/multi.o \
-	src/shared.o \
-	src/sqlexec.o
+	src/base/catalog.o \
+	src/base/args.o \
+	src/base/sqlexec.o \
+	src/shmem/shmem.o \
+	src/shmem/dbslot.o \
+	src/shmem/queue.o \
+	src/shmem/stats.o \
+	src/wait/wait.o \
+	src/storage/store.o \
+	src/storage/scan.o \
+	src/storage/row.o \
+	src/storage/locate.o \
+	src/storage/heldmap.o \
+	src/storage/fencing.o \
+	src/events/events.o \
+	src/events/eventlog.o \
+	src/events/listen.o \
+	src/events/channel.o \
+	src/leases/lease.o \
+	src/leases/permit.o \
+	src/leases/semaphore.o \
+	src/leases/session.o \
+	src/leases/shared.o \
+	src/leases/multi.o \
+	src/leases/member.o \
+	src/leases/signal.o \
+	src/leases/ephemeral.o \
+	src/leases/ephemeral_record.o \
+	src/leases/ephguard.o \
+	src/leases/ephowner.o \
+	src/leases/ephscan.o \
+	src/leases/fence.o \
+	src/leases/fenceddl.o \
+	src/workers/launcher.o \
+	src/workers/reaper.o \
+	src/workers/expiry.o \
+	src/workers/reap.o \
+	src/sql/dsync.o \
+	src/sql/lifecycle.o \
+	src/sql/extdrop.o \
+	src/sql/role.o \
+	src/sql/views.o
 
 # The install and upgrade scripts sit at the top, as in contrib.
 DATA = $(sort $(wildcard dsync--*.sql))
@@ -64,6 +66,9 @@ ISOLATION_OPTS = --inputdir=test/isolation --load-extension=dsync
 
 # Warnings are shown, not errors, so that other compilers can build dsync;
 # the tests (test/suites.sh) build with COPT=-Werror, which PGXS appends.
+# Headers are included by name alone ("store.h"), one -I per folder: a folder
+# named storage/ must not become a prefix that could hide a server header.
+PG_CPPFLAGS = $(addprefix -I$(srcdir)/src/,$(DSYNC_LAYERS))
 PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
