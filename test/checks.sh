@@ -1,5 +1,6 @@
 # Counted checks for the test scripts that source this file
-# (test/version.sh, test/package_python.sh, test/package_node.sh): each
+# (test/version.sh, test/layers.sh, test/package_python.sh,
+# test/package_node.sh): each
 # check prints "ok" or "FAILED" and a line; finish prints the
 # "N passed, N failed" line test/clients.sh counts by.
 
@@ -21,4 +22,10 @@ check() {
 	local what=$1
 	shift
 	if "$@"; then ok "$what"; else fail "$what"; fi
+}
+
+# finish: the closing count, and the exit status of the script.
+finish() {
+	echo "$passed passed, $failed failed"
+	[ "$failed" -eq 0 ]
 }

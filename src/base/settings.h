@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * settings.h
- *		dsync's settings (GUCs), defined in dsync.c.
+ *		dsync's settings (GUCs), defined in settings.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -23,5 +23,7 @@ extern int	dsync_worker_idle_timeout;
 extern int	dsync_ephemeral_max_leases;
 extern int	dsync_ephemeral_max_ttl;
 extern int	dsync_event_retention;
+
+extern void DsyncDefineSettings(void);
 
 #endif							/* DSYNC_SETTINGS_H */

@@ -48,7 +48,6 @@
 #include "settings.h"
 #include "store.h"
 #include "events.h"
-#include "workers.h"
 
 /* An event of the current transaction, with the nesting level it belongs to. */
 typedef struct DsyncPendingEvent

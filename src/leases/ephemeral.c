@@ -132,17 +132,6 @@ DsyncEphemeralShmemRequest(void)
 }
 
 /*
- * EphemeralHashOf
- *		The hash of a name's bytes in a database: the table's (through
- *		EphemeralKeyHash) and the held map's.
- */
-static inline uint32
-EphemeralHashOf(const char *name, int len, Oid dbid)
-{
-	return hash_combine(hash_bytes((const unsigned char *) name, len), murmurhash32(dbid));
-}
-
-/*
  * EphemeralKeyHash
  *		dynahash's hash of a key: of the name's bytes and the database,
  *		not of the whole zero-padded buffer (keys still compare whole).
@@ -152,7 +141,7 @@ EphemeralKeyHash(const void *key, Size keysize)
 {
 	const EphemeralKey *k = key;
 
-	return EphemeralHashOf(k->name, strlen(k->name), k->dbid);
+	return DsyncNameHashOf(k->name, strlen(k->name), k->dbid);
 }
 
 /*
@@ -236,20 +225,6 @@ EphemeralKeyFor(text *lease, EphemeralKey *key)
 	key->dbid = MyDatabaseId;
 	memcpy(key->name, VARDATA_ANY(lease), Min(len, DSYNC_NAME_MAX_BYTES));
 	return get_hash_value(ephemeral_hash, key);
-}
-
-/*
- * DsyncEphemeralNameHash
- *		The hash of a name of this database, as the table and the held map
- *		(heldmap.c) know it; for callers that have no key at hand (the
- *		held map's, on every durable write).
- */
-uint32
-DsyncEphemeralNameHash(text *lease)
-{
-	return EphemeralHashOf(VARDATA_ANY(lease),
-						   Min(VARSIZE_ANY_EXHDR(lease), DSYNC_NAME_MAX_BYTES),
-						   MyDatabaseId);
 }
 
 /*

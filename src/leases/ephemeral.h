@@ -60,7 +60,6 @@ extern int32 DsyncEphemeralForceRelease(text *lease, text *holder, bool cancel_w
 extern bool DsyncEphemeralExclude(const DsyncCatalog *for_grant, text *lease,
 								  TimestampTz *retry_at);
 extern void DsyncEphemeralExcludeEnd(void);
-extern uint32 DsyncEphemeralNameHash(text *lease);
 
 extern void DsyncEphemeralSessionMove(text *lease, text *holder, int64 token);
 extern void DsyncEphemeralRoleCount(Oid roleid, int64 *here, int64 *elsewhere);

@@ -59,8 +59,7 @@
 
 #include "stats.h"
 #include "dbslot.h"
-#include "events.h"
-#include "workers.h"
+#include "queue.h"
 
 /* Backend-local cache of this database's slot. */
 static DsyncDbSlot *my_slot = NULL;
@@ -212,6 +211,23 @@ DsyncDbSlotFind(Oid dbid)
 	if (dbid == MyDatabaseId)
 		my_slot = slot;
 	return slot;
+}
+
+/*
+ * DsyncLauncherWake
+ *		Set the launcher's latch, if it runs.
+ *
+ * It lives with the slots, not the launcher, because setting a slot's flags
+ * and then this latch is how any layer asks for a worker without calling up
+ * into workers/.
+ */
+void
+DsyncLauncherWake(void)
+{
+	int			procno = dsync_workers->launcher_pgprocno;
+
+	if (procno >= 0)
+		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
 }
 
 /*

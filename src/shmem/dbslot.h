@@ -140,6 +140,7 @@ extern void DsyncDbSlotWant(DsyncDbSlot *slot);
 extern void DsyncDbSlotSenderBegin(DsyncDbSlot *slot, int pid);
 extern void DsyncDbSlotSenderEnd(DsyncDbSlot *slot, int pid);
 extern const char *DsyncDbStateName(DsyncDbState state);
+extern void DsyncLauncherWake(void);
 
 extern PGDLLIMPORT DsyncWorkerShared *dsync_workers;
 

@@ -22,7 +22,7 @@
 
 #include "args.h"
 #include "dbslot.h"
-#include "events.h"
+#include "queue.h"
 
 /* An event as stored in a queue; name and holder bytes follow. */
 typedef struct DsyncQueueEntry

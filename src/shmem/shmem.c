@@ -8,7 +8,10 @@
  * on, and the queue of waiters that decides who goes next (wait.c).  Space
  * is requested from shmem_request_hook (asking from _PG_init is an error
  * since PostgreSQL 15) and attached from shmem_startup_hook under
- * AddinShmemInitLock, as pg_stat_statements does.
+ * AddinShmemInitLock, as pg_stat_statements does.  The hooks themselves are
+ * installed at the top (sql/dsync.c), which also asks the higher layers
+ * (the location cache, listeners, ephemeral leases) for their share, so
+ * that this file calls nothing above it.
  *
  *-------------------------------------------------------------------------
  */
@@ -22,20 +25,14 @@
 #include "storage/proc.h"
 #include "storage/shmem.h"
 
-#include "wait.h"
 #include "stats.h"
 #include "dbslot.h"
+#include "queue.h"
 #include "shmem.h"
-#include "locate.h"
 #include "settings.h"
-#include "events.h"
-#include "ephemeral.h"
 
 DsyncShared *dsync_shared = NULL;
 DsyncWorkerShared *dsync_workers = NULL;
-
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /*
  * DsyncShmemSlots
@@ -124,36 +121,29 @@ DsyncWorkerShmemInit(void)
 }
 
 /*
- * DsyncShmemRequest
- *		Reserve dsync's shared memory and its lock before the segment is
- *		sized.
+ * DsyncCoreShmemRequest
+ *		Reserve the two segments and dsync's named lock tranche: its main
+ *		lock, the worker lock, then one lock per database slot's queue.
+ *		The shared-memory request hook (sql/dsync.c) calls this first.
  */
-static void
-DsyncShmemRequest(void)
+void
+DsyncCoreShmemRequest(void)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
 	RequestAddinShmemSpace(DsyncShmemSize());
 	RequestAddinShmemSpace(DsyncWorkerShmemSize());
-	RequestAddinShmemSpace(DsyncLocateShmemSize());
-	RequestAddinShmemSpace(DsyncListenShmemSize());
 	RequestNamedLWLockTranche("dsync", 2 + dsync_max_databases);
-	DsyncEphemeralShmemRequest();
 }
 
 /*
- * DsyncShmemStartup
- *		Create (in the postmaster) or attach to dsync's shared state.
+ * DsyncCoreShmemAttach
+ *		Create (in the postmaster) or attach to the two segments.  The
+ *		caller holds AddinShmemInitLock.
  */
-static void
-DsyncShmemStartup(void)
+void
+DsyncCoreShmemAttach(void)
 {
 	bool		found;
 
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	dsync_shared = ShmemInitStruct("dsync", DsyncShmemSize(), &found);
 	if (!found)
 	{
@@ -176,21 +166,4 @@ DsyncShmemStartup(void)
 	dsync_workers = ShmemInitStruct("dsync workers", DsyncWorkerShmemSize(), &found);
 	if (!found)
 		DsyncWorkerShmemInit();
-	DsyncLocateShmemInit();
-	DsyncListenShmemInit();
-	DsyncEphemeralShmemInit();
-	LWLockRelease(AddinShmemInitLock);
-}
-
-/*
- * DsyncShmemInit
- *		Install the shared memory hooks; called once from _PG_init.
- */
-void
-DsyncShmemInit(void)
-{
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = DsyncShmemRequest;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = DsyncShmemStartup;
 }

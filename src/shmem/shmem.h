@@ -3,6 +3,9 @@
  * shmem.h
  *		dsync's shared memory: waiter slots, fencing blocks (shmem.c).
  *
+ * The types stored in the segments are declared here, with their layout;
+ * wait/ and storage/ use them.
+ *
  *-------------------------------------------------------------------------
  */
 #ifndef DSYNC_SHMEM_H
@@ -13,8 +16,52 @@
 #include "port/atomics.h"
 #include "storage/lwlock.h"
 #include "storage/spin.h"
-#include "wait.h"
-#include "fencing.h"
+#include "args.h"
+
+/*
+ * Wake-up channels: lease names hash onto them, so two names may share one;
+ * wakers broadcast and sleepers re-check.  A sleeper never sleeps longer
+ * than DSYNC_WAIT_CAP_MS at a time.
+ */
+#define DSYNC_WAKE_CHANNELS		1024
+#define DSYNC_WAIT_CAP_MS		5000
+
+/* Queues per channel whose first waiters a wake-up finds (else: wake all). */
+#define DSYNC_WAKE_MAX_KEYS		16
+
+/* A backend blocked in a dsync wait (one slot per PGPROC). */
+typedef struct DsyncWaiterSlot
+{
+	bool		in_use;
+	bool		evicted;		/* dsync_force_release ended this wait */
+	int			pid;
+	Oid			dbid;
+	Oid			roleid;			/* signals queue per role; InvalidOid for leases */
+	Oid			userid;			/* the role that waits */
+	uint64		key;			/* DsyncWaitKey of the name */
+	uint64		ticket;			/* queue position: lower goes first */
+	TimestampTz since;
+	pg_atomic_uint64 sleep_until;	/* when a sleeping waiter wakes by itself */
+	char		kind[16];
+	char		name[DSYNC_NAME_MAX_BYTES + 1];
+	char		holder[DSYNC_NAME_MAX_BYTES + 1];
+} DsyncWaiterSlot;
+
+/*
+ * A block of fencing tokens reserved from one database's sequence and
+ * handed out in order from shared memory (fencing.c).
+ */
+#define DSYNC_FENCING_SLOTS		64
+
+typedef struct DsyncFencingBlock
+{
+	Oid			dbid;
+	Oid			seqrelid;
+	uint64		generation;		/* bumped whenever the slot changes hands */
+	int64		next;			/* next token to hand out */
+	int64		limit;			/* first token past the block */
+} DsyncFencingBlock;
+
 
 typedef struct DsyncShared
 {
@@ -32,6 +79,7 @@ typedef struct DsyncShared
 } DsyncShared;
 
 extern PGDLLIMPORT DsyncShared *dsync_shared;
-extern void DsyncShmemInit(void);
+extern void DsyncCoreShmemRequest(void);
+extern void DsyncCoreShmemAttach(void);
 
 #endif							/* DSYNC_SHMEM_H */

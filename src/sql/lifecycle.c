@@ -44,6 +44,7 @@
 #include "settings.h"
 #include "events.h"
 #include "workers.h"
+#include "lifecycle.h"
 #include "role.h"
 #include "compat.h"
 #include "extdrop.h"

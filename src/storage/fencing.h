@@ -10,21 +10,7 @@
 
 #include "postgres.h"
 #include "catalog.h"
-
-/*
- * A block of fencing tokens reserved from one database's sequence and
- * handed out in order from shared memory (fencing.c).
- */
-#define DSYNC_FENCING_SLOTS		64
-
-typedef struct DsyncFencingBlock
-{
-	Oid			dbid;
-	Oid			seqrelid;
-	uint64		generation;		/* bumped whenever the slot changes hands */
-	int64		next;			/* next token to hand out */
-	int64		limit;			/* first token past the block */
-} DsyncFencingBlock;
+#include "shmem.h"
 
 extern int64 DsyncNextFencingToken(const DsyncCatalog *catalog);
 extern void DsyncFencingFill(const DsyncCatalog *catalog);

@@ -61,7 +61,6 @@
 
 #include "catalog.h"
 #include "dbslot.h"
-#include "ephemeral.h"
 #include "store.h"
 #include "heldmap.h"
 
@@ -111,7 +110,7 @@ DsyncHeldMapShmemInit(void)
 
 /*
  * HeldMapBucket
- *		The bucket of a name's hash (DsyncEphemeralNameHash).
+ *		The bucket of a name's hash (DsyncNameHash).
  */
 static inline uint32
 HeldMapBucket(uint32 hash)
@@ -186,7 +185,7 @@ DsyncHeldMapNote(text *name, TimestampTz expiry)
 
 	if (heldmap == NULL)
 		return;
-	bucket = HeldMapBucket(DsyncEphemeralNameHash(name));
+	bucket = HeldMapBucket(DsyncNameHash(name));
 	if (expiry != 0)
 		HeldMapRaise(bucket, expiry);
 	if (!pin_callback_registered)
@@ -271,7 +270,7 @@ HeldMapFillTable(const DsyncCatalog *catalog, DsyncTable table, TimestampTz now)
 				HeldMapRaise(i, DatumGetTimestampTz(value));
 			continue;
 		}
-		HeldMapRaise(HeldMapBucket(DsyncEphemeralNameHash(name)), DatumGetTimestampTz(value));
+		HeldMapRaise(HeldMapBucket(DsyncNameHash(name)), DatumGetTimestampTz(value));
 	}
 	table_endscan(scan);
 	DsyncStoreClose(&store);

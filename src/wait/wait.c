@@ -78,7 +78,6 @@
 #include "utils/tuplestore.h"
 
 #include "wait.h"
-#include "ephemeral.h"
 #include "stats.h"
 #include "dbslot.h"
 #include "shmem.h"
@@ -86,6 +85,9 @@
 #include "libpq_compat.h"
 
 PG_FUNCTION_INFO_V1(dsync_waiter_rows);
+
+/* Set by _PG_init: what else forgets a database whose extension went. */
+DsyncDatabaseGoneHook dsync_database_gone_hook = NULL;
 
 #define WAKE_WORDS (DSYNC_WAKE_CHANNELS / 64)
 
@@ -455,7 +457,8 @@ DsyncWaitReleaseCallback(ResourceReleasePhase phase, bool isCommit,
 	}
 	if (wake_database_at_commit && isCommit)
 	{
-		DsyncEphemeralForgetDatabase(MyDatabaseId);
+		if (dsync_database_gone_hook)
+			dsync_database_gone_hook(MyDatabaseId);
 		DsyncWakeDatabase(MyDatabaseId);
 	}
 	if (wake_pending)

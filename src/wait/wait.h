@@ -10,37 +10,18 @@
 
 #include "postgres.h"
 #include "args.h"
+#include "shmem.h"
 #include "port/atomics.h"
 #include "utils/timestamp.h"
 
 /*
- * Wake-up channels: lease names hash onto them, so two names may share one;
- * wakers broadcast and sleepers re-check.  A sleeper never sleeps longer
- * than DSYNC_WAIT_CAP_MS at a time.
+ * Called when DROP EXTENSION commits, before the database's waiters are
+ * woken: the layers above (ephemeral leases) forget the database.  A hook,
+ * set once by _PG_init, so that waiting calls nothing above it; the order
+ * (forget, then wake) is why it is not a second release callback.
  */
-#define DSYNC_WAKE_CHANNELS		1024
-#define DSYNC_WAIT_CAP_MS		5000
-
-/* Queues per channel whose first waiters a wake-up finds (else: wake all). */
-#define DSYNC_WAKE_MAX_KEYS		16
-
-/* A backend blocked in a dsync wait (one slot per PGPROC). */
-typedef struct DsyncWaiterSlot
-{
-	bool		in_use;
-	bool		evicted;		/* dsync_force_release ended this wait */
-	int			pid;
-	Oid			dbid;
-	Oid			roleid;			/* signals queue per role; InvalidOid for leases */
-	Oid			userid;			/* the role that waits */
-	uint64		key;			/* DsyncWaitKey of the name */
-	uint64		ticket;			/* queue position: lower goes first */
-	TimestampTz since;
-	pg_atomic_uint64 sleep_until;	/* when a sleeping waiter wakes by itself */
-	char		kind[16];
-	char		name[DSYNC_NAME_MAX_BYTES + 1];
-	char		holder[DSYNC_NAME_MAX_BYTES + 1];
-} DsyncWaiterSlot;
+typedef void (*DsyncDatabaseGoneHook) (Oid dbid);
+extern PGDLLIMPORT DsyncDatabaseGoneHook dsync_database_gone_hook;
 
 extern uint64 DsyncWaitKey(text *name);
 extern uint64 DsyncWaitKeySignal(text *name);

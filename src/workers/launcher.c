@@ -96,19 +96,6 @@ DsyncLauncherRegister(void)
 }
 
 /*
- * DsyncLauncherWake
- *		Set the launcher's latch, if it runs.
- */
-void
-DsyncLauncherWake(void)
-{
-	int			procno = dsync_workers->launcher_pgprocno;
-
-	if (procno >= 0)
-		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
-}
-
-/*
  * DsyncLauncherScanDatabases
  *		Forget the slots of databases that no longer exist and give every
  *		other connectable, non-template database a slot to be probed,

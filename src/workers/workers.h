@@ -1,9 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * workers.h
- *		Entry points of the background workers and the hooks that tell
- *		them about CREATE/DROP EXTENSION and DROP DATABASE
- *		(launcher.c, reaper.c, lifecycle.c).
+ *		Entry points of the background workers (launcher.c, reaper.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -15,11 +13,7 @@
 
 /* launcher.c */
 extern void DsyncLauncherRegister(void);
-extern void DsyncLauncherWake(void);
 extern PGDLLEXPORT void dsync_launcher_main(Datum arg);
-
-/* lifecycle.c */
-extern void DsyncLifecycleInit(void);
 
 /* reaper.c */
 extern PGDLLEXPORT void dsync_reaper_main(Datum arg);
