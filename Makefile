@@ -5,6 +5,7 @@ MODULE_big = dsync
 # One folder per layer, lowest first; src/README.md says which may call which.
 DSYNC_LAYERS = base shmem wait storage events leases workers sql
 OBJS = \
+	src/base/settings.o \
 	src/base/catalog.o \
 	src/base/args.o \
 	src/base/sqlexec.o \
@@ -13,7 +14,9 @@ OBJS = \
 	src/shmem/queue.o \
 	src/shmem/stats.o \
 	src/wait/wait.o \
+	src/wait/waitqueue.o \
 	src/storage/store.o \
+	src/storage/storekey.o \
 	src/storage/scan.o \
 	src/storage/row.o \
 	src/storage/locate.o \
@@ -24,6 +27,7 @@ OBJS = \
 	src/events/listen.o \
 	src/events/channel.o \
 	src/leases/lease.o \
+	src/leases/leasehold.o \
 	src/leases/permit.o \
 	src/leases/semaphore.o \
 	src/leases/session.o \
@@ -32,6 +36,8 @@ OBJS = \
 	src/leases/member.o \
 	src/leases/signal.o \
 	src/leases/ephemeral.o \
+	src/leases/ephgrant.o \
+	src/leases/ephrelease.o \
 	src/leases/ephemeral_record.o \
 	src/leases/ephguard.o \
 	src/leases/ephowner.o \

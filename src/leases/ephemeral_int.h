@@ -20,6 +20,7 @@
 
 #include "catalog.h"
 #include "events.h"
+#include "ephemeral.h"
 
 #define EPHEMERAL_PARTITIONS	16
 #define EPHEMERAL_INFO_MAX		1024	/* bytes of jsonb an ephemeral lease keeps */
@@ -78,6 +79,14 @@ extern void EphemeralWaitGuards(const EphemeralKey *key, uint32 hash, EphemeralE
 extern DsyncEvent EphemeralEvent(DsyncEventKind kind, const EphemeralEntry *entry);
 extern bool EphemeralScanBegin(LWLockMode mode, HASH_SEQ_STATUS *status, bool if_any);
 extern void EphemeralUnlockAll(void);
+extern bool EphemeralHolderIs(const EphemeralEntry *entry, text *holder);
+extern void EphemeralRemove(EphemeralEntry *entry, uint32 hash);
+extern void EphemeralRequire(void);
+extern bool EphemeralIsHeld(const EphemeralEntry *entry, TimestampTz now);
+extern void EphemeralSetInfo(EphemeralEntry *entry, const LeaseGrant *grant);
+extern DsyncEphemeralFound EphemeralLookHeld(text *lease, text *holder, LWLockMode mode,
+											 EphemeralKey *key, uint32 *hash,
+											 EphemeralEntry **entry);
 
 /* ephscan.c */
 extern int	EphemeralSweep(Oid dbid, bool forget);

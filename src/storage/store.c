@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * store.c
- *		Direct access to the extension's tables: opening them, locking and
- *		changing rows, and claiming a new key.
+ *		Direct access to the extension's tables: opening them, and locking
+ *		and changing rows (claiming a new key is storekey.c's).
  *
  * The dsync functions read and write their tables below the executor, for
  * three reasons:
@@ -65,13 +65,8 @@
 #include "dbslot.h"
 #include "heldmap.h"
 #include "store.h"
+#include "store_int.h"
 #include "compat.h"
-
-/*
- * Lock class for the per-key insert lock (the fourth field of an advisory
- * lock tag; PostgreSQL's own advisory locks use 1 and 2).
- */
-#define DSYNC_INSERT_LOCK_CLASS 0x6473
 
 /*
  * DsyncStoreOpen
@@ -331,7 +326,7 @@ DsyncStoreWakeAtEnd(DsyncStore *store, text *name)
  * DsyncStoreLockedByReaper
  *		Whether xid is this database's reaper clearing expired leases.
  */
-static bool
+bool
 DsyncStoreLockedByReaper(TransactionId xid)
 {
 	DsyncDbSlot *slot;
@@ -639,270 +634,4 @@ DsyncStoreDelete(DsyncStore *store, DsyncRow *row)
 	simple_heap_delete(store->rel, &row->tid);
 	DsyncXactChanged();
 	CommandCounterIncrement();
-}
-
-/*
- * DsyncStoreKeyTag
- *		The insert lock's tag for one key of a table.
- */
-static void
-DsyncStoreKeyTag(DsyncStore *store, text *name, Datum second, LOCKTAG *tag)
-{
-	uint64		seed = 0;
-	uint64		hash;
-
-	if (store->table == DSYNC_TABLE_LEASE || store->table == DSYNC_TABLE_PERMIT)
-		seed = (uint64) DatumGetInt32(second);
-	else if (store->table == DSYNC_TABLE_MEMBER)
-	{
-		text	   *member = DatumGetTextPP(second);
-
-		seed = hash_bytes_extended((const unsigned char *) VARDATA_ANY(member),
-								   VARSIZE_ANY_EXHDR(member), 0);
-	}
-	hash = hash_bytes_extended((const unsigned char *) VARDATA_ANY(name),
-							   VARSIZE_ANY_EXHDR(name), seed);
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
-						 DSYNC_INSERT_LOCK_CLASS + store->table);
-}
-
-/*
- * StoreDirtyScanBegin
- *		Start an index scan for one key with a dirty snapshot, which also
- *		returns versions other transactions are inserting or changing now
- *		(dirty->xmin, dirty->xmax tell which).  The caller ends it with
- *		StoreDirtyScanEnd.
- */
-static IndexScanDesc StoreDirtyScanBeginRange(DsyncStore *store, text *name, Datum second,
-											  bool from_second, Snapshot dirty,
-											  TupleTableSlot **slot);
-
-static IndexScanDesc
-StoreDirtyScanBegin(DsyncStore *store, text *name, Datum second, Snapshot dirty,
-					TupleTableSlot **slot)
-{
-	return StoreDirtyScanBeginRange(store, name, second, false, dirty, slot);
-}
-
-/*
- * StoreDirtyScanBeginRange
- *		StoreDirtyScanBegin; from_second: every key from second on (a
- *		range of permit slots) rather than second alone.
- */
-static IndexScanDesc
-StoreDirtyScanBeginRange(DsyncStore *store, text *name, Datum second, bool from_second,
-						 Snapshot dirty, TupleTableSlot **slot)
-{
-	IndexScanDesc scan;
-	ScanKeyData keys[2];
-	int			nkeys = (store->table == DSYNC_TABLE_SEMAPHORE ||
-						 store->table == DSYNC_TABLE_FENCE) ? 1 : 2;
-
-	InitDirtySnapshot(*dirty);
-	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
-	if (nkeys == 2 && from_second)
-		ScanKeyInit(&keys[1], 2, BTGreaterEqualStrategyNumber, F_INT4GE, second);
-	else if (nkeys == 2)
-		ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber,
-					store->table == DSYNC_TABLE_MEMBER ? F_TEXTEQ : F_INT4EQ, second);
-	scan = DsyncIndexBeginscan(store->rel, DsyncStoreIndex(store), dirty, nkeys, 0);
-	index_rescan(scan, keys, nkeys, NULL, 0);
-	*slot = table_slot_create(store->rel, NULL);
-	return scan;
-}
-
-/*
- * StoreDirtyScanEnd
- *		End what StoreDirtyScanBegin started.
- */
-static void
-StoreDirtyScanEnd(IndexScanDesc scan, TupleTableSlot *slot)
-{
-	ExecDropSingleTupleTableSlot(slot);
-	index_endscan(scan);
-}
-
-/*
- * DsyncStoreKeyInFlight
- *		After a latest-state scan found no row for a key: the transaction
- *		inserting a row with that key right now, if another one is, else
- *		InvalidTransactionId; *exists is set if a row is there after all
- *		(committed since that scan, or our own).
- */
-static TransactionId
-DsyncStoreKeyInFlight(DsyncStore *store, text *name, Datum second, bool *exists)
-{
-	SnapshotData dirty;
-	TupleTableSlot *slot;
-	IndexScanDesc scan = StoreDirtyScanBegin(store, name, second, &dirty, &slot);
-	TransactionId xid = InvalidTransactionId;
-
-	*exists = false;
-	while (index_getnext_slot(scan, ForwardScanDirection, slot))
-	{
-		if (TransactionIdIsValid(dirty.xmin))
-			xid = dirty.xmin;	/* inserted by a transaction still running */
-		else
-			*exists = true;
-		break;
-	}
-	StoreDirtyScanEnd(scan, slot);
-	return xid;
-}
-
-/*
- * DsyncStoreKeyAny
- *		Whether a key has a row in the latest state, uncommitted changes
- *		included: committed, or being inserted or deleted right now.
- */
-bool
-DsyncStoreKeyAny(DsyncStore *store, text *name, Datum second)
-{
-	bool		exists;
-
-	return TransactionIdIsValid(DsyncStoreKeyInFlight(store, name, second, &exists)) || exists;
-}
-
-/*
- * DsyncStoreKeyTaken
- *		Whether a key's row is held live, or being changed or locked by a
- *		transaction still running (whose outcome may make it held), as far
- *		as the latest state shows, uncommitted changes included.  For an
- *		ephemeral grant, which cannot wait for that outcome and must not
- *		overlap a durable holder.  *retry_at: a live holder's expiry.
- */
-bool
-DsyncStoreKeyTaken(DsyncStore *store, text *name, Datum second, TimestampTz now,
-				   TimestampTz *retry_at)
-{
-	return DsyncStoreKeysTaken(store, name, second, false, now, retry_at);
-}
-
-/*
- * DsyncStoreKeysTaken
- *		DsyncStoreKeyTaken; from_second: whether any key of the name from
- *		second on is (the shared holders of a lease, from their first slot).
- */
-bool
-DsyncStoreKeysTaken(DsyncStore *store, text *name, Datum second, bool from_second,
-					TimestampTz now, TimestampTz *retry_at)
-{
-	SnapshotData dirty;
-	TupleTableSlot *slot;
-	IndexScanDesc scan = StoreDirtyScanBeginRange(store, name, second, from_second,
-												  &dirty, &slot);
-	bool		taken = false;
-
-	while (!taken && index_getnext_slot(scan, ForwardScanDirection, slot))
-	{
-		bool		should_free;
-		HeapTuple	tuple;
-		DsyncRow	row;
-
-		if (TransactionIdIsValid(dirty.xmin) || TransactionIdIsValid(dirty.xmax))
-		{
-			taken = true;		/* inserted or changed by a running transaction */
-			break;
-		}
-		tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
-		DsyncStoreLoadRow(store, tuple, &row);
-		if (should_free)
-			heap_freetuple(tuple);
-		if (DsyncRowIsLive(&row, now))
-		{
-			*retry_at = DsyncRowExpiry(&row);
-			taken = true;
-		}
-		else if (TransactionIdIsCurrentTransactionId(row.xmin))
-			taken = true;		/* our own change, which a rollback would undo */
-		else
-			taken = DsyncRowXmaxRunning(&row);	/* a guard keeps even an expired lease */
-	}
-	StoreDirtyScanEnd(scan, slot);
-	return taken;
-}
-
-/*
- * DsyncStoreClaimKey
- *		Make sure this transaction alone may insert a row with a key that a
- *		latest-state scan has just found absent.
- *
- * Two transactions inserting one key would meet in the unique index,
- * where the second waits until the first commits: that would break
- * "wait = 0 never blocks".  So the key's insert lock is taken (waiting
- * only if wait), and a dirty-snapshot probe tells whether another
- * transaction has inserted the key and not yet committed: then the key is
- * BUSY (or, if wait, we wait for that transaction and look again).  The
- * reaper's short transactions are always waited for.  On DSYNC_CLAIM_OK
- * the caller inserts, then calls DsyncStoreUnclaimKey at once: the lock is
- * needed only for the probe and the insert, so a statement can insert any
- * number of keys without filling the lock table.  It shows in pg_locks as
- * an advisory lock with objsubid 25715 and up.
- */
-DsyncClaim
-DsyncStoreClaimKey(DsyncStore *store, text *name, Datum second, bool wait)
-{
-	return DsyncStoreClaimKeyMode(store, name, second, wait, ExclusiveLock);
-}
-
-/*
- * DsyncStoreClaimKeyMode
- *		DsyncStoreClaimKey with the insert lock in a given mode: a shared
- *		grant of a lease whose plain row is missing holds it in ShareLock
- *		while it writes its own row, so shared grants do not keep each
- *		other out but an insert of the plain row (ExclusiveLock) waits for
- *		none of them and sees their rows (shared.c).
- */
-DsyncClaim
-DsyncStoreClaimKeyMode(DsyncStore *store, text *name, Datum second, bool wait,
-					   LOCKMODE mode)
-{
-	LOCKTAG		tag;
-
-	DsyncStoreKeyTag(store, name, second, &tag);
-	for (;;)
-	{
-		TransactionId xid;
-		bool		exists;
-
-		if (LockAcquire(&tag, mode, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
-			return DSYNC_CLAIM_BUSY;
-		xid = DsyncStoreKeyInFlight(store, name, second, &exists);
-		if (!TransactionIdIsValid(xid))
-		{
-			if (!exists)
-				return DSYNC_CLAIM_OK;
-			LockRelease(&tag, mode, false);
-			return DSYNC_CLAIM_EXISTS;
-		}
-		LockRelease(&tag, mode, false);
-		if (!wait && !DsyncStoreLockedByReaper(xid))
-			return DSYNC_CLAIM_BUSY;
-		XactLockTableWait(xid, NULL, NULL, XLTW_None);
-	}
-}
-
-/*
- * DsyncStoreUnclaimKey
- *		Let go of a key's insert lock once the row is in.
- */
-void
-DsyncStoreUnclaimKey(DsyncStore *store, text *name, Datum second)
-{
-	DsyncStoreUnclaimKeyMode(store, name, second, ExclusiveLock);
-}
-
-/*
- * DsyncStoreUnclaimKeyMode
- *		DsyncStoreUnclaimKey for a claim made in a given mode.
- */
-void
-DsyncStoreUnclaimKeyMode(DsyncStore *store, text *name, Datum second, LOCKMODE mode)
-{
-	LOCKTAG		tag;
-
-	DsyncStoreKeyTag(store, name, second, &tag);
-	LockRelease(&tag, mode, false);
-	if (store->table == DSYNC_TABLE_LEASE || store->table == DSYNC_TABLE_PERMIT)
-		DsyncWakeAtEnd(DsyncWaitKey(name));
 }

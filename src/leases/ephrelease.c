@@ -1,0 +1,335 @@
+/*-------------------------------------------------------------------------
+ *
+ * ephrelease.c
+ *		Letting go of an ephemeral lease: release, guards
+ *		(dsync_assert_held), leader, and force_release.
+ *
+ * A guard counts itself in the entry until its transaction ends (the
+ * transaction callback here drops the count); a release or forced release
+ * by another transaction waits for it on the heavyweight lock the guard
+ * holds (ephguard.c), so that the deadlock detector sees the wait.  The
+ * table itself is ephemeral.c's; see its header.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/heapam.h"
+#include "access/xact.h"
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/condition_variable.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+
+#include "args.h"
+#include "catalog.h"
+#include "compat.h"
+#include "dbslot.h"
+#include "events.h"
+#include "fencing.h"
+#include "heldmap.h"
+#include "settings.h"
+#include "stats.h"
+#include "store.h"
+#include "wait.h"
+#include "ephemeral.h"
+#include "ephemeral_int.h"
+
+/* A guard of this backend's transaction, dropped when it ends. */
+typedef struct EphemeralGuardNote
+{
+	EphemeralKey key;
+	uint32		hash;
+	uint64		generation;		/* of the grant guarded */
+	uint64		wait_key;		/* DsyncWaitKey of the name */
+} EphemeralGuardNote;
+
+static List *my_guards = NIL;	/* in TopMemoryContext */
+static bool guard_callback_registered = false;
+
+/*
+ * EphemeralMyGuards
+ *		How many guards of this backend's transaction an entry counts.
+ */
+static int
+EphemeralMyGuards(const EphemeralEntry *entry)
+{
+	ListCell   *lc;
+	int			mine = 0;
+
+	foreach(lc, my_guards)
+	{
+		EphemeralGuardNote *note = lfirst(lc);
+
+		if (note->generation == entry->generation &&
+			memcmp(&note->key, &entry->key, sizeof(EphemeralKey)) == 0)
+			mine++;
+	}
+	return mine;
+}
+
+/*
+ * EphemeralWaitGuards
+ *		With the partition lock held exclusively on entry, wait until no
+ *		other transaction guards the entry; the lock is held again on
+ *		return, and *entry looked up again (NULL if it is gone).  The wait
+ *		is on the guards' heavyweight lock (ephguard.c), which the deadlock
+ *		detector sees; should guards still be counted once it is granted
+ *		(they never should), a short sleep keeps this from spinning.
+ */
+void
+EphemeralWaitGuards(const EphemeralKey *key, uint32 hash, EphemeralEntry **entry)
+{
+	LWLock	   *lock = EphemeralLock(hash);
+	uint64		waited = 0;
+
+	while (*entry != NULL && (*entry)->guards > EphemeralMyGuards(*entry))
+	{
+		uint64		generation = (*entry)->generation;
+
+		LWLockRelease(lock);
+		if (generation != waited)
+			EphemeralGuardWait(generation);
+		else
+		{
+			ConditionVariablePrepareToSleep(&ephemeral_shared->guards_done);
+			ConditionVariableTimedSleep(&ephemeral_shared->guards_done, 10,
+										PG_WAIT_EXTENSION);
+			ConditionVariableCancelSleep();
+		}
+		waited = generation;
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		*entry = EphemeralFind(key, hash);
+	}
+}
+
+/*
+ * EphemeralLetGo
+ *		Release an entry (partition lock held exclusively): announce it,
+ *		remove it, wake its waiters.
+ */
+void
+EphemeralLetGo(EphemeralEntry *entry, uint32 hash)
+{
+	DsyncEvent	event = EphemeralEvent(DSYNC_EVENT_RELEASED, entry);
+
+	DsyncEventPublishNow(&event, 1, 0);
+	EphemeralRemove(entry, hash);
+}
+
+/*
+ * EphemeralReleaseIf
+ *		Release holder's ephemeral lease if it holds it, and if only_token
+ *		is not 0, only the grant with that token and only if it is this
+ *		backend's session lease still (another backend may have taken it
+ *		over, see DsyncEphemeralSessionMove).  NONE if the name has none.
+ *		Waits for the guards of other transactions, as a row lock would.
+ */
+static DsyncEphemeralFound
+EphemeralReleaseIf(text *lease, text *holder, int64 only_token, int64 *token)
+{
+	EphemeralKey key;
+	uint32		hash;
+	EphemeralEntry *entry;
+	DsyncEphemeralFound found;
+
+	found = EphemeralLookHeld(lease, holder, LW_EXCLUSIVE, &key, &hash, &entry);
+	if (found == DSYNC_EPHEMERAL_NONE)
+		return found;
+	if (found == DSYNC_EPHEMERAL_DONE)
+	{
+		EphemeralWaitGuards(&key, hash, &entry);
+		/* It may have expired or changed hands while we waited. */
+		if (entry == NULL || entry->expires_at <= GetCurrentTimestamp() ||
+			!EphemeralHolderIs(entry, holder) ||
+			(only_token != 0 && (entry->fencing != only_token ||
+								 entry->session_pid != MyProcPid)))
+			found = DSYNC_EPHEMERAL_NOT_HELD;
+		else
+		{
+			*token = entry->fencing;
+			EphemeralLetGo(entry, hash);
+		}
+	}
+	LWLockRelease(EphemeralLock(hash));
+	if (found == DSYNC_EPHEMERAL_DONE)
+		DsyncWakeNow(DsyncWaitKey(lease));
+	return found;
+}
+
+/*
+ * DsyncEphemeralRelease
+ *		dsync_release of an ephemeral lease: NONE if the name has none.
+ */
+DsyncEphemeralFound
+DsyncEphemeralRelease(text *lease, text *holder, int64 *token)
+{
+	return EphemeralReleaseIf(lease, holder, 0, token);
+}
+
+/*
+ * DsyncEphemeralReleaseGrant
+ *		Release the ephemeral grant holder got with token, if it still
+ *		holds it (a session lease whose backend ends); true if released.
+ */
+bool
+DsyncEphemeralReleaseGrant(text *lease, text *holder, int64 token)
+{
+	int64		released;
+
+	return EphemeralReleaseIf(lease, holder, token, &released) == DSYNC_EPHEMERAL_DONE;
+}
+
+/*
+ * EphemeralGuardXactCallback
+ *		At the end of the top-level transaction, drop its guards and wake
+ *		whoever waits for them; a guarded lease that expired meanwhile is
+ *		due for the reaper now.
+ */
+static void
+EphemeralGuardXactCallback(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+
+	if (my_guards == NIL ||
+		(event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT &&
+		 event != XACT_EVENT_PARALLEL_COMMIT && event != XACT_EVENT_PARALLEL_ABORT))
+		return;
+	foreach(lc, my_guards)
+	{
+		EphemeralGuardNote *note = lfirst(lc);
+		LWLock	   *lock = EphemeralLock(note->hash);
+		EphemeralEntry *entry;
+
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		entry = EphemeralFind(&note->key, note->hash);
+		if (entry != NULL && entry->generation == note->generation && entry->guards > 0)
+		{
+			entry->guards--;
+			if (entry->guards == 0)
+			{
+				/* Unguarded: the reaper must know when it is due (now, if expired). */
+				DsyncEvent	due = EphemeralEvent(DSYNC_EVENT_DEADLINE, entry);
+
+				due.expires_at = Max(entry->expires_at, GetCurrentTimestamp());
+				DsyncEventPublishNow(&due, 1, 0);
+			}
+		}
+		LWLockRelease(lock);
+		DsyncWakeNow(note->wait_key);
+	}
+	list_free_deep(my_guards);
+	my_guards = NIL;
+	ConditionVariableBroadcast(&ephemeral_shared->guards_done);
+}
+
+/*
+ * DsyncEphemeralGuard
+ *		dsync_assert_held of an ephemeral lease: NONE if the name has none.
+ */
+DsyncEphemeralFound
+DsyncEphemeralGuard(text *lease, text *holder, int64 *token)
+{
+	EphemeralKey key;
+	uint32		hash;
+	EphemeralEntry *entry;
+	DsyncEphemeralFound found;
+	EphemeralGuardNote *note;
+	MemoryContext oldcontext;
+
+	for (;;)
+	{
+		uint64		generation;
+
+		found = EphemeralLookHeld(lease, holder, LW_EXCLUSIVE, &key, &hash, &entry);
+		if (found != DSYNC_EPHEMERAL_DONE || EphemeralGuardLock(entry->generation, false))
+			break;
+		/* A release is queued for the guards: wait behind it, then look again. */
+		generation = entry->generation;
+		LWLockRelease(EphemeralLock(hash));
+		(void) EphemeralGuardLock(generation, true);
+	}
+	if (found == DSYNC_EPHEMERAL_NONE)
+		return found;
+	if (found == DSYNC_EPHEMERAL_DONE)
+	{
+		/* A guard is not kept across PREPARE TRANSACTION. */
+		DsyncXactChanged();
+		if (!guard_callback_registered)
+		{
+			RegisterXactCallback(EphemeralGuardXactCallback, NULL);
+			guard_callback_registered = true;
+		}
+		oldcontext = MemoryContextSwitchTo(TopMemoryContext);
+		note = palloc(sizeof(EphemeralGuardNote));
+		note->key = key;
+		note->hash = hash;
+		note->generation = entry->generation;
+		note->wait_key = DsyncWaitKey(lease);
+		my_guards = lappend(my_guards, note);
+		MemoryContextSwitchTo(oldcontext);
+		entry->guards++;
+		*token = entry->fencing;
+	}
+	LWLockRelease(EphemeralLock(hash));
+	return found;
+}
+
+/*
+ * DsyncEphemeralLeader
+ *		The holder of a live ephemeral lease: NONE if the name has none.
+ */
+DsyncEphemeralFound
+DsyncEphemeralLeader(text *lease, text **holder)
+{
+	EphemeralKey key;
+	uint32		hash;
+	EphemeralEntry *entry;
+	DsyncEphemeralFound found;
+
+	found = EphemeralLookHeld(lease, NULL, LW_SHARED, &key, &hash, &entry);
+	if (found == DSYNC_EPHEMERAL_NONE)
+		return found;
+	*holder = entry->expires_at > GetCurrentTimestamp() ? cstring_to_text(entry->holder) : NULL;
+	LWLockRelease(EphemeralLock(hash));
+	return found;
+}
+
+/*
+ * DsyncEphemeralForceRelease
+ *		dsync_force_release of an ephemeral lease (of holder, if given);
+ *		returns 1 if it released one.
+ */
+int32
+DsyncEphemeralForceRelease(text *lease, text *holder, bool cancel_waits)
+{
+	EphemeralKey key;
+	uint32		hash;
+	EphemeralEntry *entry;
+	Oid			owner;
+
+	if (EphemeralLookHeld(lease, NULL, LW_EXCLUSIVE, &key, &hash, &entry) ==
+		DSYNC_EPHEMERAL_NONE)
+		return 0;
+	EphemeralWaitGuards(&key, hash, &entry);
+	if (entry == NULL || entry->expires_at <= GetCurrentTimestamp() ||
+		(holder != NULL && !EphemeralHolderNameIs(entry, holder)))
+	{
+		LWLockRelease(EphemeralLock(hash));
+		return 0;
+	}
+	owner = entry->owner;
+	EphemeralLetGo(entry, hash);
+	LWLockRelease(EphemeralLock(hash));
+	if (cancel_waits)
+		DsyncWaitEvict(DsyncWaitKey(lease), owner);
+	DsyncWakeNow(DsyncWaitKey(lease));
+	return 1;
+}
