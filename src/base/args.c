@@ -22,32 +22,64 @@
 #include "settings.h"
 
 /*
+ * DsyncArgNameCheck
+ *		A name must be non-empty and at most DSYNC_NAME_MAX_BYTES bytes.
+ *		element: the name is one element of the array argument argname,
+ *		which the messages then say.
+ */
+void
+DsyncArgNameCheck(text *name, const char *argname, bool element)
+{
+	int			len = VARSIZE_ANY_EXHDR(name);
+
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 element ?
+				 errmsg("argument \"%s\" must not contain empty names", argname) :
+				 errmsg("argument \"%s\" must not be empty", argname)));
+	if (len > DSYNC_NAME_MAX_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 element ?
+				 errmsg("argument \"%s\" has a name that is too long", argname) :
+				 errmsg("argument \"%s\" is too long", argname),
+				 element ?
+				 errdetail("A name is %d bytes long; names are at most %d bytes.",
+						   len, DSYNC_NAME_MAX_BYTES) :
+				 errdetail("The value is %d bytes long; names are at most %d bytes.",
+						   len, DSYNC_NAME_MAX_BYTES)));
+}
+
+/*
  * DsyncArgNameOrNull
  *		A name argument that may be NULL (returned as NULL); when given it
- *		must be non-empty and at most DSYNC_NAME_MAX_BYTES bytes.
+ *		must pass DsyncArgNameCheck.
  */
 text *
 DsyncArgNameOrNull(FunctionCallInfo fcinfo, int argno, const char *argname)
 {
 	text	   *name;
-	int			len;
 
 	if (PG_ARGISNULL(argno))
 		return NULL;
-
 	name = PG_GETARG_TEXT_PP(argno);
-	len = VARSIZE_ANY_EXHDR(name);
-	if (len == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"%s\" must not be empty", argname)));
-	if (len > DSYNC_NAME_MAX_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-				 errmsg("argument \"%s\" is too long", argname),
-				 errdetail("The value is %d bytes long; names are at most %d bytes.",
-						   len, DSYNC_NAME_MAX_BYTES)));
+	DsyncArgNameCheck(name, argname, false);
 	return name;
+}
+
+/*
+ * DsyncArgNotNull
+ *		Refuse a NULL argument, naming it; so that every function words
+ *		the error the same way.
+ */
+void
+DsyncArgNotNull(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"%s\" must not be null", argname)));
 }
 
 /*
@@ -57,10 +89,7 @@ DsyncArgNameOrNull(FunctionCallInfo fcinfo, int argno, const char *argname)
 text *
 DsyncArgName(FunctionCallInfo fcinfo, int argno, const char *argname)
 {
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("argument \"%s\" must not be null", argname)));
+	DsyncArgNotNull(fcinfo, argno, argname);
 	return DsyncArgNameOrNull(fcinfo, argno, argname);
 }
 
@@ -105,9 +134,7 @@ DsyncArgTtl(FunctionCallInfo fcinfo, int argno, const char *argname,
 	if (PG_ARGISNULL(argno))
 	{
 		if (!null_ok)
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("argument \"%s\" must not be null", argname)));
+			DsyncArgNotNull(fcinfo, argno, argname);
 		if (ttl_out)
 			*ttl_out = NULL;
 		return 0;

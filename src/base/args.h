@@ -13,7 +13,8 @@
 #include "utils/timestamp.h"
 #include "dsync_limits.h"
 
-
+extern void DsyncArgNameCheck(text *name, const char *argname, bool element);
+extern void DsyncArgNotNull(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern text *DsyncArgName(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern text *DsyncArgNameOrNull(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern bool DsyncIntervalUsec(const Interval *iv, int64 *result);

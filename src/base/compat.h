@@ -62,22 +62,17 @@
 #endif
 
 /*
- * Whether a role owns a database: one function per object kind before 16,
- * one for all kinds from 16 on.
+ * Whether a role owns a database or an extension: one function per object
+ * kind before 16, one for all kinds from 16 on.
  */
 #if PG_VERSION_NUM >= 160000
 #define DsyncDatabaseOwnercheck(dbid, roleid) \
 	object_ownercheck(DatabaseRelationId, (dbid), (roleid))
-#else
-#define DsyncDatabaseOwnercheck(dbid, roleid) \
-	pg_database_ownercheck((dbid), (roleid))
-#endif
-
-/* Whether a role owns an extension (as above). */
-#if PG_VERSION_NUM >= 160000
 #define DsyncExtensionOwnercheck(extid, roleid) \
 	object_ownercheck(ExtensionRelationId, (extid), (roleid))
 #else
+#define DsyncDatabaseOwnercheck(dbid, roleid) \
+	pg_database_ownercheck((dbid), (roleid))
 #define DsyncExtensionOwnercheck(extid, roleid) \
 	pg_extension_ownercheck((extid), (roleid))
 #endif

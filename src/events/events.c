@@ -48,6 +48,7 @@
 #include "settings.h"
 #include "store.h"
 #include "events.h"
+#include "xactcb.h"
 
 /* An event of the current transaction, with the nesting level it belongs to. */
 typedef struct DsyncPendingEvent
@@ -71,11 +72,8 @@ static void DsyncEventSubXactCallback(SubXactEvent event, SubTransactionId mySub
 static void
 DsyncEventRegisterCallbacks(void)
 {
-	if (callbacks_registered)
-		return;
-	RegisterXactCallback(DsyncEventXactCallback, NULL);
-	RegisterSubXactCallback(DsyncEventSubXactCallback, NULL);
-	callbacks_registered = true;
+	DsyncXactCallbacksOnce(&callbacks_registered, DsyncEventXactCallback,
+						   DsyncEventSubXactCallback);
 }
 
 /*

@@ -84,9 +84,16 @@ extern void EphemeralRemove(EphemeralEntry *entry, uint32 hash);
 extern void EphemeralRequire(void);
 extern bool EphemeralIsHeld(const EphemeralEntry *entry, TimestampTz now);
 extern void EphemeralSetInfo(EphemeralEntry *entry, const LeaseGrant *grant);
+/* A name's entry as EphemeralLookHeld found it, and its key's hash. */
+typedef struct EphemeralLook
+{
+	EphemeralKey key;
+	uint32		hash;
+	EphemeralEntry *entry;
+} EphemeralLook;
+
 extern DsyncEphemeralFound EphemeralLookHeld(text *lease, text *holder, LWLockMode mode,
-											 EphemeralKey *key, uint32 *hash,
-											 EphemeralEntry **entry);
+											 EphemeralLook *look);
 
 /* ephscan.c */
 extern int	EphemeralSweep(Oid dbid, bool forget);

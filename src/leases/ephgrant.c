@@ -418,32 +418,31 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
  *		Find a name's entry under its partition lock (held on return, in
  *		mode, when the result is not NONE): NONE if the name has no held
  *		ephemeral lease, NOT_HELD if holder does not hold it, else DONE
- *		with *entry set.
+ *		with look->entry set.
  */
 DsyncEphemeralFound
-EphemeralLookHeld(text *lease, text *holder, LWLockMode mode, EphemeralKey *key,
-				  uint32 *hash, EphemeralEntry **entry)
+EphemeralLookHeld(text *lease, text *holder, LWLockMode mode, EphemeralLook *look)
 {
 	TimestampTz now;
 
-	*entry = NULL;
+	look->entry = NULL;
 	if (ephemeral_shared == NULL || pg_atomic_read_u32(&ephemeral_shared->entries) == 0)
 		return DSYNC_EPHEMERAL_NONE;
 	/* What may claim a database slot (catalogs, locks) comes before the LWLock. */
 	if (mode == LW_EXCLUSIVE)
 		DsyncEventPrepareNow();
-	*hash = EphemeralKeyFor(lease, key);
-	LWLockAcquire(EphemeralLock(*hash), mode);
-	*entry = EphemeralFind(key, *hash);
+	look->hash = EphemeralKeyFor(lease, &look->key);
+	LWLockAcquire(EphemeralLock(look->hash), mode);
+	look->entry = EphemeralFind(&look->key, look->hash);
 	now = GetCurrentTimestamp();
-	if (*entry == NULL || !EphemeralIsHeld(*entry, now))
+	if (look->entry == NULL || !EphemeralIsHeld(look->entry, now))
 	{
-		LWLockRelease(EphemeralLock(*hash));
+		LWLockRelease(EphemeralLock(look->hash));
 		return DSYNC_EPHEMERAL_NONE;
 	}
 	if (holder == NULL)
 		return DSYNC_EPHEMERAL_DONE;
-	if ((*entry)->expires_at <= now || !EphemeralHolderIs(*entry, holder))
+	if (look->entry->expires_at <= now || !EphemeralHolderIs(look->entry, holder))
 		return DSYNC_EPHEMERAL_NOT_HELD;
 	return DSYNC_EPHEMERAL_DONE;
 }
@@ -456,47 +455,45 @@ DsyncEphemeralFound
 DsyncEphemeralRenew(const DsyncCatalog *catalog, text *lease, text *holder, Interval *ttl,
 					int64 ttl_usec, TimestampTz *expiry)
 {
-	EphemeralKey key;
-	uint32		hash;
-	EphemeralEntry *entry;
+	EphemeralLook look;
 	DsyncEphemeralFound found;
 	TimestampTz now;
 	TimestampTz previous;
 	int64		usec = ttl_usec;
 	DsyncEvent	event;
 
-	found = EphemeralLookHeld(lease, holder, LW_EXCLUSIVE, &key, &hash, &entry);
+	found = EphemeralLookHeld(lease, holder, LW_EXCLUSIVE, &look);
 	if (found == DSYNC_EPHEMERAL_NONE)
 		return found;
 	if (found == DSYNC_EPHEMERAL_NOT_HELD)
 	{
-		LWLockRelease(EphemeralLock(hash));
+		LWLockRelease(EphemeralLock(look.hash));
 		return found;
 	}
 	if (ttl == NULL)
 	{
-		(void) DsyncIntervalUsec(&entry->ttl, &usec);
+		(void) DsyncIntervalUsec(&look.entry->ttl, &usec);
 		usec = DsyncCapTtl(usec);
 	}
 	else if (ttl_usec > (int64) dsync_ephemeral_max_ttl * USECS_PER_SEC)
 	{
-		LWLockRelease(EphemeralLock(hash));
+		LWLockRelease(EphemeralLock(look.hash));
 		EphemeralTtlTooLong();
 	}
 	now = GetCurrentTimestamp();
 	if (DsyncEphemeralRecordDue(catalog, now))
 	{
 		/* The durable record must cover the new expiry first. */
-		LWLockRelease(EphemeralLock(hash));
+		LWLockRelease(EphemeralLock(look.hash));
 		DsyncEphemeralRecord(catalog);
 		return DsyncEphemeralRenew(catalog, lease, holder, ttl, ttl_usec, expiry);
 	}
-	previous = entry->expires_at;
-	entry->renewed_at = now;
-	entry->expires_at = DsyncExpiry(now, usec, "ttl");
-	*expiry = entry->expires_at;
-	event = EphemeralEvent(DSYNC_EVENT_DEADLINE, entry);
-	DsyncEventPublishNow(&event, entry->expires_at < previous ? 1 : 0, 1);
-	LWLockRelease(EphemeralLock(hash));
+	previous = look.entry->expires_at;
+	look.entry->renewed_at = now;
+	look.entry->expires_at = DsyncExpiry(now, usec, "ttl");
+	*expiry = look.entry->expires_at;
+	event = EphemeralEvent(DSYNC_EVENT_DEADLINE, look.entry);
+	DsyncEventPublishNow(&event, look.entry->expires_at < previous ? 1 : 0, 1);
+	LWLockRelease(EphemeralLock(look.hash));
 	return DSYNC_EPHEMERAL_DONE;
 }

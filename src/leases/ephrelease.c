@@ -135,30 +135,28 @@ EphemeralLetGo(EphemeralEntry *entry, uint32 hash)
 static DsyncEphemeralFound
 EphemeralReleaseIf(text *lease, text *holder, int64 only_token, int64 *token)
 {
-	EphemeralKey key;
-	uint32		hash;
-	EphemeralEntry *entry;
+	EphemeralLook look;
 	DsyncEphemeralFound found;
 
-	found = EphemeralLookHeld(lease, holder, LW_EXCLUSIVE, &key, &hash, &entry);
+	found = EphemeralLookHeld(lease, holder, LW_EXCLUSIVE, &look);
 	if (found == DSYNC_EPHEMERAL_NONE)
 		return found;
 	if (found == DSYNC_EPHEMERAL_DONE)
 	{
-		EphemeralWaitGuards(&key, hash, &entry);
+		EphemeralWaitGuards(&look.key, look.hash, &look.entry);
 		/* It may have expired or changed hands while we waited. */
-		if (entry == NULL || entry->expires_at <= GetCurrentTimestamp() ||
-			!EphemeralHolderIs(entry, holder) ||
-			(only_token != 0 && (entry->fencing != only_token ||
-								 entry->session_pid != MyProcPid)))
+		if (look.entry == NULL || look.entry->expires_at <= GetCurrentTimestamp() ||
+			!EphemeralHolderIs(look.entry, holder) ||
+			(only_token != 0 && (look.entry->fencing != only_token ||
+								 look.entry->session_pid != MyProcPid)))
 			found = DSYNC_EPHEMERAL_NOT_HELD;
 		else
 		{
-			*token = entry->fencing;
-			EphemeralLetGo(entry, hash);
+			*token = look.entry->fencing;
+			EphemeralLetGo(look.entry, look.hash);
 		}
 	}
-	LWLockRelease(EphemeralLock(hash));
+	LWLockRelease(EphemeralLock(look.hash));
 	if (found == DSYNC_EPHEMERAL_DONE)
 		DsyncWakeNow(DsyncWaitKey(lease));
 	return found;
@@ -237,9 +235,7 @@ EphemeralGuardXactCallback(XactEvent event, void *arg)
 DsyncEphemeralFound
 DsyncEphemeralGuard(text *lease, text *holder, int64 *token)
 {
-	EphemeralKey key;
-	uint32		hash;
-	EphemeralEntry *entry;
+	EphemeralLook look;
 	DsyncEphemeralFound found;
 	EphemeralGuardNote *note;
 	MemoryContext oldcontext;
@@ -248,12 +244,12 @@ DsyncEphemeralGuard(text *lease, text *holder, int64 *token)
 	{
 		uint64		generation;
 
-		found = EphemeralLookHeld(lease, holder, LW_EXCLUSIVE, &key, &hash, &entry);
-		if (found != DSYNC_EPHEMERAL_DONE || EphemeralGuardLock(entry->generation, false))
+		found = EphemeralLookHeld(lease, holder, LW_EXCLUSIVE, &look);
+		if (found != DSYNC_EPHEMERAL_DONE || EphemeralGuardLock(look.entry->generation, false))
 			break;
 		/* A release is queued for the guards: wait behind it, then look again. */
-		generation = entry->generation;
-		LWLockRelease(EphemeralLock(hash));
+		generation = look.entry->generation;
+		LWLockRelease(EphemeralLock(look.hash));
 		(void) EphemeralGuardLock(generation, true);
 	}
 	if (found == DSYNC_EPHEMERAL_NONE)
@@ -269,16 +265,16 @@ DsyncEphemeralGuard(text *lease, text *holder, int64 *token)
 		}
 		oldcontext = MemoryContextSwitchTo(TopMemoryContext);
 		note = palloc(sizeof(EphemeralGuardNote));
-		note->key = key;
-		note->hash = hash;
-		note->generation = entry->generation;
+		note->key = look.key;
+		note->hash = look.hash;
+		note->generation = look.entry->generation;
 		note->wait_key = DsyncWaitKey(lease);
 		my_guards = lappend(my_guards, note);
 		MemoryContextSwitchTo(oldcontext);
-		entry->guards++;
-		*token = entry->fencing;
+		look.entry->guards++;
+		*token = look.entry->fencing;
 	}
-	LWLockRelease(EphemeralLock(hash));
+	LWLockRelease(EphemeralLock(look.hash));
 	return found;
 }
 
@@ -289,16 +285,14 @@ DsyncEphemeralGuard(text *lease, text *holder, int64 *token)
 DsyncEphemeralFound
 DsyncEphemeralLeader(text *lease, text **holder)
 {
-	EphemeralKey key;
-	uint32		hash;
-	EphemeralEntry *entry;
+	EphemeralLook look;
 	DsyncEphemeralFound found;
 
-	found = EphemeralLookHeld(lease, NULL, LW_SHARED, &key, &hash, &entry);
+	found = EphemeralLookHeld(lease, NULL, LW_SHARED, &look);
 	if (found == DSYNC_EPHEMERAL_NONE)
 		return found;
-	*holder = entry->expires_at > GetCurrentTimestamp() ? cstring_to_text(entry->holder) : NULL;
-	LWLockRelease(EphemeralLock(hash));
+	*holder = look.entry->expires_at > GetCurrentTimestamp() ? cstring_to_text(look.entry->holder) : NULL;
+	LWLockRelease(EphemeralLock(look.hash));
 	return found;
 }
 
@@ -310,24 +304,22 @@ DsyncEphemeralLeader(text *lease, text **holder)
 int32
 DsyncEphemeralForceRelease(text *lease, text *holder, bool cancel_waits)
 {
-	EphemeralKey key;
-	uint32		hash;
-	EphemeralEntry *entry;
+	EphemeralLook look;
 	Oid			owner;
 
-	if (EphemeralLookHeld(lease, NULL, LW_EXCLUSIVE, &key, &hash, &entry) ==
+	if (EphemeralLookHeld(lease, NULL, LW_EXCLUSIVE, &look) ==
 		DSYNC_EPHEMERAL_NONE)
 		return 0;
-	EphemeralWaitGuards(&key, hash, &entry);
-	if (entry == NULL || entry->expires_at <= GetCurrentTimestamp() ||
-		(holder != NULL && !EphemeralHolderNameIs(entry, holder)))
+	EphemeralWaitGuards(&look.key, look.hash, &look.entry);
+	if (look.entry == NULL || look.entry->expires_at <= GetCurrentTimestamp() ||
+		(holder != NULL && !EphemeralHolderNameIs(look.entry, holder)))
 	{
-		LWLockRelease(EphemeralLock(hash));
+		LWLockRelease(EphemeralLock(look.hash));
 		return 0;
 	}
-	owner = entry->owner;
-	EphemeralLetGo(entry, hash);
-	LWLockRelease(EphemeralLock(hash));
+	owner = look.entry->owner;
+	EphemeralLetGo(look.entry, look.hash);
+	LWLockRelease(EphemeralLock(look.hash));
 	if (cancel_waits)
 		DsyncWaitEvict(DsyncWaitKey(lease), owner);
 	DsyncWakeNow(DsyncWaitKey(lease));

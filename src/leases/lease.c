@@ -664,18 +664,12 @@ dsync_acquire(PG_FUNCTION_ARGS)
 	args.durable = true;
 	if (PG_NARGS() > 5)
 	{
-		if (PG_ARGISNULL(5))
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("argument \"durable\" must not be null")));
+		DsyncArgNotNull(fcinfo, 5, "durable");
 		args.durable = PG_GETARG_BOOL(5);
 	}
 	if (PG_NARGS() > 6)
 	{
-		if (PG_ARGISNULL(6))
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("argument \"session\" must not be null")));
+		DsyncArgNotNull(fcinfo, 6, "session");
 		session = PG_GETARG_BOOL(6);
 	}
 

@@ -524,10 +524,7 @@ dsync_force_release_waits(PG_FUNCTION_ARGS)
 	text	   *holder = DsyncArgNameOrNull(fcinfo, 1, "holder");
 	bool		cancel_waits;
 
-	if (PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("argument \"cancel_waits\" must not be null")));
+	DsyncArgNotNull(fcinfo, 2, "cancel_waits");
 	cancel_waits = PG_GETARG_BOOL(2);
 	PG_RETURN_INT32(LeaseForceRelease(fcinfo, lease, holder, cancel_waits));
 }

@@ -124,10 +124,7 @@ MultiNames(FunctionCallInfo fcinfo, int *nelems, int **order, int *n)
 	text	  **sorted;
 	int			count;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("argument \"leases\" must not be null")));
+	DsyncArgNotNull(fcinfo, 0, "leases");
 	array = PG_GETARG_ARRAYTYPE_P(0);
 	if (ARR_NDIM(array) > 1)
 		ereport(ERROR,
@@ -146,24 +143,12 @@ MultiNames(FunctionCallInfo fcinfo, int *nelems, int **order, int *n)
 	given = palloc(sizeof(text *) * count);
 	for (int i = 0; i < count; i++)
 	{
-		int			len;
-
 		if (nulls[i])
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("argument \"leases\" must not contain nulls")));
 		given[i] = DatumGetTextPP(elems[i]);
-		len = VARSIZE_ANY_EXHDR(given[i]);
-		if (len == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("argument \"leases\" must not contain empty names")));
-		if (len > DSYNC_NAME_MAX_BYTES)
-			ereport(ERROR,
-					(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-					 errmsg("argument \"leases\" has a name that is too long"),
-					 errdetail("A name is %d bytes long; names are at most %d bytes.",
-							   len, DSYNC_NAME_MAX_BYTES)));
+		DsyncArgNameCheck(given[i], "leases", true);
 	}
 
 	sorted = palloc(sizeof(text *) * count);

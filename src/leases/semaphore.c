@@ -314,10 +314,7 @@ dsync_semaphore_create(PG_FUNCTION_ARGS)
 	DsyncStore	store;
 	DsyncRow   *row;
 
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("argument \"permits\" must not be null")));
+	DsyncArgNotNull(fcinfo, 1, "permits");
 	permits = PG_GETARG_INT32(1);
 	if (permits < 1 || permits > DSYNC_MAX_PERMITS)
 		ereport(ERROR,

@@ -354,10 +354,7 @@ dsync_acquire_shared(PG_FUNCTION_ARGS)
 	bool		granted;
 
 	DsyncLeaseGrantArgs(fcinfo, &grant, &wait_forever, &wait_usec);
-	if (PG_ARGISNULL(5))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("argument \"session\" must not be null")));
+	DsyncArgNotNull(fcinfo, 5, "session");
 
 	DsyncPreventWrite("dsync_acquire_shared()");
 	DsyncCatalogRequire(catalog, DSYNC_TABLE_PERMIT);

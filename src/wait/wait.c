@@ -79,6 +79,7 @@
 
 #include "wait.h"
 #include "wait_int.h"
+#include "xactcb.h"
 #include "stats.h"
 #include "dbslot.h"
 #include "shmem.h"
@@ -167,12 +168,9 @@ DsyncWaitKeySignal(text *name)
 static void
 DsyncWaitRegisterCallbacks(void)
 {
-	if (callbacks_registered)
-		return;
-	RegisterXactCallback(DsyncWaitXactCallback, NULL);
-	RegisterSubXactCallback(DsyncWaitSubXactCallback, NULL);
-	RegisterResourceReleaseCallback(DsyncWaitReleaseCallback, NULL);
-	callbacks_registered = true;
+	if (DsyncXactCallbacksOnce(&callbacks_registered, DsyncWaitXactCallback,
+							   DsyncWaitSubXactCallback))
+		RegisterResourceReleaseCallback(DsyncWaitReleaseCallback, NULL);
 }
 
 /*
