@@ -108,13 +108,16 @@ chroot_major() {
 # 15 on the machine, then what needs its installed build.
 host_15() {
 	part 15.0 "PostgreSQL 15" -- bash test/suites.sh 15
-	part 15.1 "client libraries (15)" -- bash test/clients.sh
-	part 15.2 "Debian package (15)" one -- bash test/package.sh
+	# On the objects the suites just built, in this lane (no other build).
+	part 15.1 "layering (src/README.md)" -- bash test/layers.sh
+	part 15.2 "layering check fails" -- bash test/layers.sh --self-test
+	part 15.3 "client libraries (15)" -- bash test/clients.sh
+	part 15.4 "Debian package (15)" one -- bash test/package.sh
 	# The package test removed the build's install: install it again.
 	make -s PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config install >/dev/null ||
 		echo "make install failed: the HA runs below will fail"
-	part 15.3 "HA, sync (15)" one -- bash test/ha/run.sh sync 3
-	part 15.4 "HA, async (15)" one -- bash test/ha/run.sh async 2
+	part 15.5 "HA, sync (15)" one -- bash test/ha/run.sh sync 3
+	part 15.6 "HA, async (15)" one -- bash test/ha/run.sh async 2
 }
 
 # The lanes take majors from the queue, in order.

@@ -20,14 +20,9 @@
 
 /*
  * Wake-up channels: lease names hash onto them, so two names may share one;
- * wakers broadcast and sleepers re-check.  A sleeper never sleeps longer
- * than DSYNC_WAIT_CAP_MS at a time.
+ * wakers broadcast and sleepers re-check (wait/wait.c).
  */
 #define DSYNC_WAKE_CHANNELS		1024
-#define DSYNC_WAIT_CAP_MS		5000
-
-/* Queues per channel whose first waiters a wake-up finds (else: wake all). */
-#define DSYNC_WAKE_MAX_KEYS		16
 
 /* A backend blocked in a dsync wait (one slot per PGPROC). */
 typedef struct DsyncWaiterSlot

@@ -14,6 +14,12 @@
 #include "port/atomics.h"
 #include "utils/timestamp.h"
 
+/* A sleeper never sleeps longer than this at a time. */
+#define DSYNC_WAIT_CAP_MS		5000
+
+/* Queues per channel whose first waiters a wake-up finds (else: wake all). */
+#define DSYNC_WAKE_MAX_KEYS		16
+
 /*
  * Called when DROP EXTENSION commits, before the database's waiters are
  * woken: the layers above (ephemeral leases) forget the database.  A hook,
