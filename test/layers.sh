@@ -12,7 +12,8 @@
 # elsewhere, so a call from a lower folder into a higher one is a symbol an
 # object of the lower folder needs and one of the higher folder defines.
 # nm cannot see macros, static inline functions and types; #include lines
-# can, so those are checked too.  Also: no C file or header sits in src/
+# can, so those are checked too, and so is where each header's extern
+# declarations are defined.  Also: no C file or header sits in src/
 # itself or in a folder the table does not name, the Makefile builds every
 # C file, and no file is over 800 lines.  Cycles inside one folder are
 # allowed; tsort prints them for information.
@@ -152,6 +153,31 @@ includes_up() {
 	[ "$n" -eq 0 ]
 }
 
+# A header declares only what its own folder defines: a function declared
+# in a lower folder's header but defined higher up would hide a call up
+# from the #include check.
+declarations_home() {
+	local defs sym o h hf n=0
+	declare -A owner=()
+	defs=$(defined_symbols)
+	while read -r sym o; do
+		owner[$sym]=$o
+	done <<<"$defs"
+	for h in src/*/*.h; do
+		hf=${h#src/}
+		hf=${hf%%/*}
+		while read -r sym; do
+			o=${owner[$sym]:-}
+			[ -n "$o" ] || continue
+			if [ "${o%%/*}" != "$hf" ]; then
+				echo "  $h declares $sym, defined in src/$o"
+				n=$((n + 1))
+			fi
+		done < <(sed -n 's/^extern[^(]*[ *]\([A-Za-z_][A-Za-z0-9_]*\)(.*/\1/p; s/^extern[^(;]*[ *]\([A-Za-z_][A-Za-z0-9_]*\)\(\[[^]]*\]\)*;.*/\1/p' "$h")
+	done
+	[ "$n" -eq 0 ]
+}
+
 # No file over MAX_LINES lines.
 file_sizes() {
 	local bad
@@ -206,6 +232,7 @@ check "every C file and header is in a folder of the layer table" folders_known
 check "the Makefile builds every C file under src/" makefile_objects
 check "no call goes from a lower layer to a higher one (nm)" calls_up rank
 check "no #include goes from a lower layer to a higher one" includes_up
+check "every header declares only what its own folder defines" declarations_home
 check "no file under src/ is over $MAX_LINES lines" file_sizes
 cycles=$(print_cycles)
 if [ -n "$cycles" ]; then
