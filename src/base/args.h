@@ -16,7 +16,8 @@
 extern void DsyncArgNameCheck(text *name, const char *argname, bool element);
 extern void DsyncArgNotNull(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern text *DsyncArgName(FunctionCallInfo fcinfo, int argno, const char *argname);
-extern text *DsyncArgNameOrNull(FunctionCallInfo fcinfo, int argno, const char *argname);
+extern text *DsyncArgNameOrNull(FunctionCallInfo fcinfo, int argno,
+								const char *argname);
 extern bool DsyncIntervalUsec(const Interval *iv, int64 *result);
 extern int64 DsyncArgTtl(FunctionCallInfo fcinfo, int argno, const char *argname,
 						 bool null_ok, Interval **ttl_out);

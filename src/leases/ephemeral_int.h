@@ -75,7 +75,8 @@ extern uint32 EphemeralKeyFor(text *lease, EphemeralKey *key);
 extern EphemeralEntry *EphemeralFind(const EphemeralKey *key, uint32 hash);
 extern bool EphemeralHolderNameIs(const EphemeralEntry *entry, text *holder);
 extern void EphemeralLetGo(EphemeralEntry *entry, uint32 hash);
-extern void EphemeralWaitGuards(const EphemeralKey *key, uint32 hash, EphemeralEntry **entry);
+extern void EphemeralWaitGuards(const EphemeralKey *key, uint32 hash,
+								EphemeralEntry **entry);
 extern DsyncEvent EphemeralEvent(DsyncEventKind kind, const EphemeralEntry *entry);
 extern bool EphemeralScanBegin(LWLockMode mode, HASH_SEQ_STATUS *status, bool if_any);
 extern void EphemeralUnlockAll(void);

@@ -21,8 +21,10 @@ typedef struct LeaseStores
 	bool		has_permits;	/* dsync_permit exists (1.2) */
 } LeaseStores;
 
-extern void LeaseStoresOpen(LeaseStores *stores, FunctionCallInfo fcinfo, bool for_write);
-extern void LeaseStoresOpenCatalog(LeaseStores *stores, const DsyncCatalog *catalog, bool for_write);
+extern void LeaseStoresOpen(LeaseStores *stores, FunctionCallInfo fcinfo,
+							bool for_write);
+extern void LeaseStoresOpenCatalog(LeaseStores *stores, const DsyncCatalog *catalog,
+								   bool for_write);
 extern void LeaseStoresClose(LeaseStores *stores);
 extern bool LeaseMayHavePermits(LeaseStores *stores);
 extern bool LeaseHeldByCaller(DsyncRow *row, text *holder);
