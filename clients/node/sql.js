@@ -61,7 +61,7 @@ const types = {
 const CHANNEL_MAX = 63;
 
 // The channel dsync notifies for a name, as dsync_channel() computes it
-// (src/channel.c), so the keeper can LISTEN without asking the server:
+// (src/events/channel.c), so the keeper can LISTEN without asking the server:
 // "dsync:" and the name when that fits, else "dsync#" and 56 hex digits
 // of the SHA-256 of the name's UTF-8 bytes.
 function channelOf(name) {

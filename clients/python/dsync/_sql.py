@@ -60,7 +60,7 @@ _CHANNEL_MAX = 63
 
 def channel_of(name: str) -> str:
     """The channel dsync notifies for name, as dsync_channel() computes it
-    (src/channel.c): "dsync:" and the name when that fits a channel name,
+    (src/events/channel.c): "dsync:" and the name when that fits a channel name,
     else "dsync#" and 56 hex digits of the name's SHA-256.  Names are
     encoded as UTF-8, the server encoding the keeper checks for."""
     raw = name.encode("utf-8")

@@ -1,4 +1,4 @@
-# The held map (src/heldmap.c): ephemeral grants skip dsync_lease for names
+# The held map (src/storage/heldmap.c): ephemeral grants skip dsync_lease for names
 # no durable lease can hold, and never skip it for one that may.
 #
 # An ephemeral grant must not overlap a durable lease of the same name.  It

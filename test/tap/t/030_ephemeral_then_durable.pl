@@ -6,7 +6,7 @@
 # grants wait out dsync.ephemeral_max_ttl after a start; durable grants of
 # a name nobody holds durably must too, in a database whose ephemeral
 # leases were in use (the record in dsync_ephemeral_seq,
-# src/ephemeral_record.c).  With dsync.ephemeral_max_ttl = 6 this proves:
+# src/leases/ephemeral_record.c).  With dsync.ephemeral_max_ttl = 6 this proves:
 #   1. after pg_ctl restart -m fast, a durable acquire (wait 0) of a name
 #      held ephemerally before returns NULL while that lease may be live,
 #      and a blocking one is granted, but never before the old lease's
