@@ -31,7 +31,7 @@ const CYCLES = Number(process.env.BENCH_CYCLES || 2000);
 const CPU_SECONDS = Number(process.env.BENCH_CPU_SECONDS || 30);
 const BLOCK = 200;
 
-const { config } = require('../../clients/node/test/dsn');
+const { config, query } = require('../../clients/node/test/dsn');
 const direct = config(process.env.DSYNC_DSN);
 const admin = config(process.env.DSYNC_ADMIN_DSN);
 
@@ -76,15 +76,7 @@ function cpuMs(pid) {
   return (Number(fields[11]) + Number(fields[12])) * TICK_MS;     // fields 14 and 15 of stat(5)
 }
 
-async function adminRows(text, values) {
-  const c = new pg.Client(admin);
-  await c.connect();
-  try {
-    return (await c.query(text, values)).rows;
-  } finally {
-    await c.end();
-  }
-}
+const adminRows = (text, values) => query(admin, text, values);
 
 // The server CPU of 1,000 leases held by one client with this ttl.
 async function cpuOfHeld(ttl) {

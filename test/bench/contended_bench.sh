@@ -32,13 +32,12 @@ bench_throughput_settings 10 1
 
 VARIANTS=(dsync ephemeral advisory)
 CLIENTS=${BENCH_CLIENTS:-16}
+CLIENT_COUNTS=("$CLIENTS")
 COMMIT_MODES=(off on)
 TARGET=0.6
 
-bench_server_start contended "$THROUGHPUT_CONF
+bench_pgbench_start contended "$THROUGHPUT_CONF
 dsync.ephemeral_max_ttl = 10"
-RUN_LOG=$WORKDIR/pgbench.log
-KEEP_NOTE="pgbench output: $RUN_LOG"
 
 # run_variant VARIANT COMMIT SECONDS: pgbench's tps for one variant.
 run_variant() {
@@ -55,9 +54,7 @@ run_variant() {
 	wait_idle bench
 }
 
-bench_header "dsync contended-lease benchmark"
-echo "  settings: shared_buffers=256MB, fsync on, $CLIENTS clients on one name, pgbench -M $PROTOCOL -j 2,"
-echo "            ${SECONDS_PER_RUN}s per run, ${WARMUP}s warm-up per variant, $ROUNDS round(s), median reported"
+bench_throughput_header "dsync contended-lease benchmark" "$CLIENTS clients on one name, "
 
 q postgres "CREATE DATABASE bench"
 q bench "CREATE EXTENSION dsync"
@@ -72,18 +69,13 @@ if [ "$WARMUP" -gt 0 ]; then
 	done
 fi
 
+# measure VARIANT CLIENTS COMMIT: one run, its tps added to RESULTS.
+measure() {
+	RESULTS[$1,$3]="${RESULTS[$1,$3]:-} $(run_variant "$1" "$3" "$SECONDS_PER_RUN")"
+}
+
 declare -A RESULTS=()
-rotation=0
-for _ in $(seq 1 "$ROUNDS"); do
-	for commit in "${COMMIT_MODES[@]}"; do
-		mapfile -t order < <(rotated "$rotation" "${VARIANTS[@]}")
-		rotation=$((rotation + 1))
-		for v in "${order[@]}"; do
-			q bench "CHECKPOINT"
-			RESULTS[$v,$commit]="${RESULTS[$v,$commit]:-} $(run_variant "$v" "$commit" "$SECONDS_PER_RUN")"
-		done
-	done
-done
+bench_matrix : measure
 
 echo
 echo "Cycles per second, $CLIENTS clients on one name, blocking waits"

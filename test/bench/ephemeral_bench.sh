@@ -36,9 +36,9 @@
 # reaches (an ephemeral grant may look the name up there, to make sure no
 # durable lease holds it); BENCH_PREFILL=0 measures from an empty table.
 # An ephemeral run starts 30 s (the durable ttl) after the last durable run
-# (or the prefill) ended, so that the held map (src/heldmap.c) has let go of
-# those names; one more run at the end measures ephemeral cycles right after
-# durable ones, the map closed.
+# (or the prefill) ended, so that the held map (src/storage/heldmap.c) has
+# let go of those names; one more run at the end measures ephemeral cycles
+# right after durable ones, the map closed.
 #
 # Settings (environment):
 #   BENCH_SECONDS    seconds per measured pgbench run (default 10)
@@ -70,15 +70,10 @@ TARGET_ADVISORY=0.8
 # The throwaway server (test/bench/server.sh)
 # ---------------------------------------------------------------------------
 
-bench_server_start ephemeral "$THROUGHPUT_CONF
+bench_pgbench_start ephemeral "$THROUGHPUT_CONF
 dsync.ephemeral_max_ttl = $EPHEMERAL_MAX_TTL"
-RUN_LOG=$WORKDIR/pgbench.log
-KEEP_NOTE="pgbench output: $RUN_LOG"
 
-
-bench_header "dsync ephemeral lease benchmark"
-echo "  settings: shared_buffers=256MB, fsync on, dsync.ephemeral_max_ttl=${EPHEMERAL_MAX_TTL}s, pgbench -M $PROTOCOL -j 2,"
-echo "            ${SECONDS_PER_RUN}s per run, ${WARMUP}s warm-up per variant, $ROUNDS round(s), median reported"
+bench_throughput_header "dsync ephemeral lease benchmark" "dsync.ephemeral_max_ttl=${EPHEMERAL_MAX_TTL}s, "
 
 # The extension now, right after the server has loaded the library, so
 # that its SQL script and the loaded library match even if someone
@@ -100,14 +95,14 @@ echo "  ephemeral grants open: waited $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BE
 # pgbench counts one run of a script file as one "transaction"; with
 # autocommit, each of its two statements is a transaction of its own on
 # the server.  Check that, so that cycles/s = pgbench tps is not a guess.
-# The held map (src/heldmap.c) lets an ephemeral grant skip dsync_lease
-# for a name no durable lease may hold; a durable grant closes the name's
-# bucket until the expiry it wrote, released or not.  Right after durable
-# cycles on these same names (ttl 30 s; the prefill too), nearly every
-# bucket is closed and ephemeral grants look at the table as before.  So an
-# ephemeral run starts once DURABLE_TTL has passed since the last durable
-# one: the steady state of a database whose ephemeral names were not also
-# held durably within a ttl.  The closed case is measured apart, below.
+# The held map (src/storage/heldmap.c) lets an ephemeral grant skip
+# dsync_lease for a name no durable lease may hold; a durable grant closes
+# the name's bucket until the expiry it wrote, released or not.  Right after
+# durable cycles on these same names (ttl 30 s; the prefill too), nearly
+# every bucket is closed and ephemeral grants look at the table as before.
+# So an ephemeral run starts once DURABLE_TTL has passed since the last
+# durable one: the steady state of a database whose ephemeral names were not
+# also held durably within a ttl.  The closed case is measured apart, below.
 DURABLE_TTL=30
 durable_end=
 cycle_before() {

@@ -37,13 +37,9 @@ CLIENT_COUNTS=(4 16)
 COMMIT_MODES=(off on)
 NAMES=100000
 
-bench_server_start eventlog "$THROUGHPUT_CONF"
-RUN_LOG=$WORKDIR/pgbench.log
-KEEP_NOTE="pgbench output: $RUN_LOG"
+bench_pgbench_start eventlog "$THROUGHPUT_CONF"
 
-bench_header "dsync event log benchmark"
-echo "  settings: shared_buffers=256MB, fsync on, pgbench -M $PROTOCOL -j 2,"
-echo "            ${SECONDS_PER_RUN}s per run, $ROUNDS round(s), median reported"
+bench_throughput_header --no-warmup "dsync event log benchmark"
 
 q postgres "CREATE DATABASE bench"
 q bench "CREATE EXTENSION dsync"
@@ -64,28 +60,22 @@ bench_before_cleanup() {
 	[ -n "$LISTENER_PID" ] && kill "$LISTENER_PID" 2>/dev/null || true
 }
 
+# measure_run VARIANT CLIENTS COMMIT: one run, its tps added to RESULTS.
+measure_run() {
+	local tps
+	tps=$(cycle_run bench cycle_dsync.sql "$2" "$3" "$SECONDS_PER_RUN")
+	RESULTS[$1,$2,$3]="${RESULTS[$1,$2,$3]:-} $tps"
+}
+
 # measure PART: the rounds of both variants; prints the table.
 measure() {
-	local part=$1 rotation=0 commit clients v tps l n
+	local part=$1 commit clients v l n
 	local -A RESULTS=()
 	for v in "${VARIANTS[@]}"; do
 		set_variant "$v"
 		[ "$WARMUP" -gt 0 ] && cycle_run bench cycle_dsync.sql 16 off "$WARMUP" >/dev/null
 	done
-	for _ in $(seq 1 "$ROUNDS"); do
-		for commit in "${COMMIT_MODES[@]}"; do
-			for clients in "${CLIENT_COUNTS[@]}"; do
-				mapfile -t order < <(rotated "$rotation" "${VARIANTS[@]}")
-				rotation=$((rotation + 1))
-				for v in "${order[@]}"; do
-					set_variant "$v"
-					q bench "CHECKPOINT"
-					tps=$(cycle_run bench cycle_dsync.sql "$clients" "$commit" "$SECONDS_PER_RUN")
-					RESULTS[$v,$clients,$commit]="${RESULTS[$v,$clients,$commit]:-} $tps"
-				done
-			done
-		done
-	done
+	bench_matrix set_variant measure_run
 	echo
 	echo "$part"
 	printf '%8s %12s %10s %10s %10s   %s\n' clients sync_commit log nolog log/nolog "each round (log | nolog)"

@@ -284,6 +284,56 @@ fmt_s() {
 	awk -v m="$1" 'BEGIN { if (m == "NA" || m == "") print "NA"; else printf "%.2f", m / 1000 }'
 }
 
+# events_run VARIANT CLIENTS COMMIT ROUND: one run of part 2 (none: nobody
+# listening; listen: the listeners; off: dsync.events = off), right after
+# bench_matrix's checkpoint; its figures go to TPS, DRAIN, DROPS, ... and
+# one line is printed.
+events_run() {
+	local v=$1 clients=$2 round=$4 lout rpid mark c0 c1 c2 tps cycles la lr d drops
+	lout=$WORKDIR/listen-$round-$clients.out
+	[ "$v" = listen ] && start_listener "$lout"
+	[ "$v" = off ] && set_events off
+	rpid=$(reaper_pid bench)
+	mark=$(log_mark)
+	c0=$(cpu_ms "$rpid")
+	read -r tps cycles <<<"$(bench "$clients" "$SECONDS_PER_RUN")"
+	c1=$(cpu_ms "$rpid")
+	[ "$v" = off ] && set_events on
+	if [ "$v" = listen ]; then
+		stop_listener
+		la=$(val "$lout" listen_acquired)
+		lr=$(val "$lout" listen_released)
+		LDELIV[$clients]="${LDELIV[$clients]:-} $((${la:-0} + ${lr:-0}))"
+		# Expected: two events per cycle, on names 1..NAMES
+		# drawn uniformly, LISTENERS x LISTEN_CHANNELS of them
+		# listened to.
+		LEXP[$clients]="${LEXP[$clients]:-} $(awk -v c="$cycles" -v l=$((LISTENERS * LISTEN_CHANNELS)) \
+			-v n="$NAMES" 'BEGIN { printf "%.0f", 2 * c * l / n }')"
+		LLAG[$clients]="${LLAG[$clients]:-} $(val "$lout" listen_lag_median_ms)"
+		LLAGMAX[$clients]="${LLAGMAX[$clients]:-} $(val "$lout" listen_lag_max_ms)"
+		LCPU[$clients]="${LCPU[$clients]:-} $(val "$lout" listen_backend_cpu_ms)"
+	fi
+	d=$(barrier)
+	wait_idle bench
+	c2=$(cpu_ms "$rpid")
+	drops=$(dropped_since "$mark")
+	TPS[$v,$clients]="${TPS[$v,$clients]:-} $tps"
+	DRAIN[$v,$clients]="${DRAIN[$v,$clients]:-} ${d:-NA}"
+	DROPS[$v,$clients]="${DROPS[$v,$clients]:-} $drops"
+	DROPPCT[$v,$clients]="${DROPPCT[$v,$clients]:-} $(awk -v d="$drops" -v c="$cycles" 'BEGIN { printf "%.2f", 100 * d / (2 * c) }')"
+	if [ "$c0" != NA ] && [ "$c2" != NA ]; then
+		RCPU[$v,$clients]="${RCPU[$v,$clients]:-} $((c2 - c0))"
+	fi
+	printf '  round %s, %2s clients, %-6s: %8.0f cycles/s, events dropped %s of %s, reaper CPU %s ms (+%s ms after), drain %s ms\n' \
+		"$round" "$clients" "$v" "$tps" "$drops" "$((2 * cycles))" \
+		"$([ "$c1" != NA ] && echo $((c1 - c0)) || echo NA)" \
+		"$([ "$c2" != NA ] && [ "$c1" != NA ] && echo $((c2 - c1)) || echo NA)" "${d:-NA}"
+	if [ "$v" = listen ]; then
+		show "$lout" | grep -v '^ready' | sed 's/^/      /'
+		echo "      expected about $(echo "${LEXP[$clients]}" | awk '{ print $NF }') events on the listened names ($((2 * cycles)) x $((LISTENERS * LISTEN_CHANNELS)) / $NAMES)"
+	fi
+}
+
 if bench_part 2 "Acquire+release throughput with and without LISTENers"; then
 	echo
 	# One released row per name (server.sh: transactions of 1000 acquires,
@@ -305,61 +355,11 @@ if bench_part 2 "Acquire+release throughput with and without LISTENers"; then
 		wait_idle bench
 	fi
 
-	VARIANTS2=(none listen)
-	[ "$EVENTS_OFF" = 1 ] && VARIANTS2+=(off)
+	VARIANTS=(none listen)
+	[ "$EVENTS_OFF" = 1 ] && VARIANTS+=(off)
+	COMMIT_MODES=(off)
 	declare -A TPS=() DRAIN=() RCPU=() LDELIV=() LEXP=() LLAG=() LLAGMAX=() LCPU=() DROPS=() DROPPCT=()
-	rotation=0
-	for round in $(seq 1 "$ROUNDS"); do
-		for clients in "${CLIENT_COUNTS[@]}"; do
-			mapfile -t order < <(rotated "$rotation" "${VARIANTS2[@]}")
-			rotation=$((rotation + 1))
-			for v in "${order[@]}"; do
-				q bench "CHECKPOINT"
-				lout=$WORKDIR/listen-$round-$clients.out
-				[ "$v" = listen ] && start_listener "$lout"
-				[ "$v" = off ] && set_events off
-				rpid=$(reaper_pid bench)
-				mark=$(log_mark)
-				c0=$(cpu_ms "$rpid")
-				read -r tps cycles <<<"$(bench "$clients" "$SECONDS_PER_RUN")"
-				c1=$(cpu_ms "$rpid")
-				[ "$v" = off ] && set_events on
-				if [ "$v" = listen ]; then
-					stop_listener
-					la=$(val "$lout" listen_acquired)
-					lr=$(val "$lout" listen_released)
-					LDELIV[$clients]="${LDELIV[$clients]:-} $((${la:-0} + ${lr:-0}))"
-					# Expected: two events per cycle, on names 1..NAMES
-					# drawn uniformly, LISTENERS x LISTEN_CHANNELS of them
-					# listened to.
-					LEXP[$clients]="${LEXP[$clients]:-} $(awk -v c="$cycles" -v l=$((LISTENERS * LISTEN_CHANNELS)) \
-						-v n="$NAMES" 'BEGIN { printf "%.0f", 2 * c * l / n }')"
-					LLAG[$clients]="${LLAG[$clients]:-} $(val "$lout" listen_lag_median_ms)"
-					LLAGMAX[$clients]="${LLAGMAX[$clients]:-} $(val "$lout" listen_lag_max_ms)"
-					LCPU[$clients]="${LCPU[$clients]:-} $(val "$lout" listen_backend_cpu_ms)"
-				fi
-				d=$(barrier)
-				wait_idle bench
-				c2=$(cpu_ms "$rpid")
-				drops=$(dropped_since "$mark")
-				TPS[$v,$clients]="${TPS[$v,$clients]:-} $tps"
-				DRAIN[$v,$clients]="${DRAIN[$v,$clients]:-} ${d:-NA}"
-				DROPS[$v,$clients]="${DROPS[$v,$clients]:-} $drops"
-				DROPPCT[$v,$clients]="${DROPPCT[$v,$clients]:-} $(awk -v d="$drops" -v c="$cycles" 'BEGIN { printf "%.2f", 100 * d / (2 * c) }')"
-				if [ "$c0" != NA ] && [ "$c2" != NA ]; then
-					RCPU[$v,$clients]="${RCPU[$v,$clients]:-} $((c2 - c0))"
-				fi
-				printf '  round %s, %2s clients, %-6s: %8.0f cycles/s, events dropped %s of %s, reaper CPU %s ms (+%s ms after), drain %s ms\n' \
-					"$round" "$clients" "$v" "$tps" "$drops" "$((2 * cycles))" \
-					"$([ "$c1" != NA ] && echo $((c1 - c0)) || echo NA)" \
-					"$([ "$c2" != NA ] && [ "$c1" != NA ] && echo $((c2 - c1)) || echo NA)" "${d:-NA}"
-				if [ "$v" = listen ]; then
-					show "$lout" | grep -v '^ready' | sed 's/^/      /'
-					echo "      expected about $(echo "${LEXP[$clients]}" | awk '{ print $NF }') events on the listened names ($((2 * cycles)) x $((LISTENERS * LISTEN_CHANNELS)) / $NAMES)"
-				fi
-			done
-		done
-	done
+	bench_matrix : events_run
 
 	echo
 	echo "cycle_dsync.sql, synchronous_commit=off, ${SECONDS_PER_RUN}s per run, medians of $ROUNDS;"
@@ -370,7 +370,7 @@ if bench_part 2 "Acquire+release throughput with and without LISTENers"; then
 	for clients in "${CLIENT_COUNTS[@]}"; do
 		# shellcheck disable=SC2086
 		wo=$(median ${TPS[none,$clients]})
-		for v in "${VARIANTS2[@]}"; do
+		for v in "${VARIANTS[@]}"; do
 			# shellcheck disable=SC2086
 			{
 				m=$(median ${TPS[$v,$clients]})

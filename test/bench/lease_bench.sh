@@ -72,13 +72,9 @@ NAMES=100000
 # The throwaway server (test/bench/server.sh)
 # ---------------------------------------------------------------------------
 
-bench_server_start bench "$THROUGHPUT_CONF"
-RUN_LOG=$WORKDIR/pgbench.log
-KEEP_NOTE="pgbench output: $RUN_LOG"
+bench_pgbench_start bench "$THROUGHPUT_CONF"
 
-bench_header "dsync lease benchmark"
-echo "  settings: shared_buffers=256MB, fsync on, pgbench -M $PROTOCOL -j 2,"
-echo "            ${SECONDS_PER_RUN}s per run, ${WARMUP}s warm-up per variant, $ROUNDS round(s), median reported"
+bench_throughput_header "dsync lease benchmark"
 
 # ---------------------------------------------------------------------------
 # Part 1: acquire+release cycles

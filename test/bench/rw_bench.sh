@@ -34,13 +34,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 bench_throughput_settings 10 2
 
 NAMES=100000
-bench_server_start rw "$THROUGHPUT_CONF"
-RUN_LOG=$WORKDIR/pgbench.log
-KEEP_NOTE="pgbench output: $RUN_LOG"
+bench_pgbench_start rw "$THROUGHPUT_CONF"
 
-bench_header "dsync read-write lock benchmark"
-echo "  settings: shared_buffers=256MB, fsync on, pgbench -M $PROTOCOL -j 2,"
-echo "            ${SECONDS_PER_RUN}s per run, $ROUNDS round(s), median reported"
+bench_throughput_header --no-warmup "dsync read-write lock benchmark"
 
 q postgres "CREATE DATABASE bench"
 q bench "CREATE EXTENSION dsync"
@@ -70,19 +66,17 @@ done
 echo
 echo "## 2. One name, 16 clients, synchronous_commit off"
 VARIANTS=(oneshared oneexcl oneadvshared)
+CLIENT_COUNTS=(16)
+COMMIT_MODES=(off)
 declare -A ONE=()
-rotation=0
 for v in "${VARIANTS[@]}"; do
 	[ "$WARMUP" -gt 0 ] && cycle_run bench "cycle_$v.sql" 16 off "$WARMUP" >/dev/null
 done
-for _ in $(seq 1 "$ROUNDS"); do
-	mapfile -t order < <(rotated "$rotation" "${VARIANTS[@]}")
-	rotation=$((rotation + 1))
-	for v in "${order[@]}"; do
-		q bench "CHECKPOINT"
-		ONE[$v]="${ONE[$v]:-} $(cycle_run bench "cycle_$v.sql" 16 off "$SECONDS_PER_RUN")"
-	done
-done
+# one_run VARIANT CLIENTS COMMIT: one run, its tps added to ONE.
+one_run() {
+	ONE[$1]="${ONE[$1]:-} $(cycle_run bench "cycle_$1.sql" "$2" "$3" "$SECONDS_PER_RUN")"
+}
+bench_matrix : one_run
 printf '| variant | cycles/s | each round |\n| --- | ---: | --- |\n'
 for v in "${VARIANTS[@]}"; do
 	# shellcheck disable=SC2086

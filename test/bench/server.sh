@@ -11,9 +11,12 @@
 # optional KEEP_NOTE) to keep the directory, and may define
 # bench_before_cleanup to stop its own background work first.
 #
+# bench_pgbench_start does the same and also sets RUN_LOG, where the
+# pgbench runs' output goes.
+#
 # The helpers below (q, val, show, median, wait_idle, reaper_pid,
-# bench_build, bench_driver, bench_header) are what the scripts shared by
-# copy before.
+# bench_build, bench_driver, bench_header, bench_throughput_header,
+# bench_matrix) are what the scripts shared by copy before.
 
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 PG_CONFIG=${PG_CONFIG:-pg_config}
@@ -132,6 +135,15 @@ CONF
 	DSYNC_SO_STAMP=$(stat -c '%y' "$DSYNC_SO")
 	export PGHOST=$WORKDIR PGPORT=$PORT PGUSER=postgres
 	unset PGOPTIONS PGDATABASE PGSERVICE
+}
+
+# bench_pgbench_start TAG 'extra postgresql.conf lines': bench_server_start
+# for a script that runs pgbench; their output goes to RUN_LOG
+# ($WORKDIR/pgbench.log), which a kept directory names.
+bench_pgbench_start() {
+	bench_server_start "$@"
+	RUN_LOG=$WORKDIR/pgbench.log
+	KEEP_NOTE="pgbench output: $RUN_LOG"
 }
 
 # q DB SQL: run SQL, print the unaligned result (one value per line).
@@ -289,6 +301,21 @@ bench_header() {
 	echo "  dsync.so: installed $DSYNC_SO_STAMP"
 }
 
+# bench_throughput_header [--no-warmup] TITLE [SETTINGS]: bench_header and
+# the settings of the pgbench runs (bench_throughput_settings); SETTINGS,
+# e.g. "16 clients on one name, ", stand after "fsync on, ".  --no-warmup
+# leaves the warm-up out.
+bench_throughput_header() {
+	local warmup="${WARMUP}s warm-up per variant, "
+	if [ "$1" = --no-warmup ]; then
+		warmup=
+		shift
+	fi
+	bench_header "$1"
+	echo "  settings: shared_buffers=256MB, fsync on, ${2:-}pgbench -M $PROTOCOL -j 2,"
+	echo "            ${SECONDS_PER_RUN}s per run, $warmup$ROUNDS round(s), median reported"
+}
+
 # cycle_run DB SCRIPT CLIENTS COMMIT SECONDS: run pgbench, print its tps
 # (its whole output goes to RUN_LOG).
 cycle_run() {
@@ -314,6 +341,42 @@ cycle_hook() {
 	fi
 }
 
+# bench_matrix BEFORE RUN: the measured runs of a throughput benchmark, in
+# database bench: ROUNDS rounds of COMMIT_MODES x CLIENT_COUNTS x
+# VARIANTS, the order of the variants rotating from one configuration to
+# the next.  For each run: BEFORE VARIANT CLIENTS COMMIT ROUND (outside
+# the measured time; ":" for nothing), a CHECKPOINT, so that no run pays
+# for one that happens to fall inside it, then RUN VARIANT CLIENTS COMMIT
+# ROUND, which measures and keeps the figures.
+bench_matrix() {
+	local before=$1 run=$2 rotation=0 round commit clients v order
+	for round in $(seq 1 "$ROUNDS"); do
+		for commit in "${COMMIT_MODES[@]}"; do
+			for clients in "${CLIENT_COUNTS[@]}"; do
+				mapfile -t order < <(rotated "$rotation" "${VARIANTS[@]}")
+				rotation=$((rotation + 1))
+				for v in "${order[@]}"; do
+					"$before" "$v" "$clients" "$commit" "$round"
+					q bench "CHECKPOINT"
+					"$run" "$v" "$clients" "$commit" "$round"
+				done
+			done
+		done
+	done
+}
+
+# cycle_matrix_before, cycle_matrix_run VARIANT CLIENTS COMMIT: one run of
+# cycle_matrix, its tps added to RESULTS[VARIANT,CLIENTS,COMMIT].
+cycle_matrix_before() {
+	cycle_hook cycle_before "$1"
+}
+cycle_matrix_run() {
+	local tps
+	tps=$(cycle_run bench "cycle_$1.sql" "$2" "$3" "$SECONDS_PER_RUN")
+	cycle_hook cycle_after "$1"
+	RESULTS[$1,$2,$3]="${RESULTS[$1,$2,$3]:-} $tps"
+}
+
 # cycle_matrix CHECK_SCRIPT: the acquire+release cycle runs that
 # lease_bench.sh and ephemeral_bench.sh share, in database bench.  First a
 # counting check (pgbench runs CHECK_SCRIPT 1000 times; the server's commit
@@ -326,7 +389,7 @@ cycle_hook() {
 # run of a variant (warm-up included), outside the measured time.
 cycle_matrix() {
 	local check_script=$1 commits_before commits_after check_out check_counted
-	local rotation=0 commit clients v tps order
+	local commit clients v
 	wait_idle bench
 	commits_before=$(q bench "SELECT pg_stat_force_next_flush(); SELECT xact_commit FROM pg_stat_database WHERE datname = 'bench'" | tail -n 1)
 	check_out=$("$PGBIN/pgbench" -n -M "$PROTOCOL" -c 1 -t 1000 -f "$HERE/$check_script" bench 2>>"$RUN_LOG")
@@ -354,25 +417,7 @@ cycle_matrix() {
 	fi
 
 	local -A RESULTS=()
-	rotation=0
-	for _ in $(seq 1 "$ROUNDS"); do
-		for commit in "${COMMIT_MODES[@]}"; do
-			for clients in "${CLIENT_COUNTS[@]}"; do
-				# Rotate the order of the variants from one configuration to the next.
-				mapfile -t order < <(rotated "$rotation" "${VARIANTS[@]}")
-				rotation=$((rotation + 1))
-				for v in "${order[@]}"; do
-					# Every run starts right after a checkpoint, so none of them
-					# pays for one that happens to fall inside it.
-					cycle_hook cycle_before "$v"
-					q bench "CHECKPOINT"
-					tps=$(cycle_run bench "cycle_$v.sql" "$clients" "$commit" "$SECONDS_PER_RUN")
-					cycle_hook cycle_after "$v"
-					RESULTS[$v,$clients,$commit]="${RESULTS[$v,$clients,$commit]:-} $tps"
-				done
-			done
-		done
-	done
+	bench_matrix cycle_matrix_before cycle_matrix_run
 
 	echo
 	echo "Acquire+release cycles per second (random names 1..$NAMES, two transactions per cycle)"

@@ -1,7 +1,9 @@
 'use strict';
 // The connection settings clients/with_server.py passes in the environment
-// (libpq keyword strings), as node-postgres client configs: for the tests
-// and the benchmark alike.
+// (libpq keyword strings), as node-postgres client configs, and one-off
+// queries on them: for the tests and the benchmark alike.
+// pg from clients/node's node_modules, as the library uses it.
+const pg = require('pg');
 
 // A libpq keyword string (dbname=, user=, host=, port=) as a pg config.
 function config(dsn) {
@@ -16,4 +18,15 @@ function config(dsn) {
   return cfg;
 }
 
-module.exports = { config };
+// The rows of one statement, on a connection of its own made with cfg.
+async function query(cfg, text, values) {
+  const c = new pg.Client(cfg);
+  await c.connect();
+  try {
+    return (await c.query(text, values)).rows;
+  } finally {
+    await c.end();
+  }
+}
+
+module.exports = { config, query };

@@ -3,7 +3,6 @@
 // (libpq keyword form), unique names, admin statements, roles of their own.
 // node --test runs every file of this directory, this one too: it only
 // defines things.
-const pg = require('pg');
 const { after } = require('node:test');
 
 // A test that timed out may leave a connection open, which would keep its
@@ -12,7 +11,7 @@ const { after } = require('node:test');
 // then).  The timer is unref'd, so a clean run exits at once.
 after(() => { setTimeout(() => process.exit(), 5000).unref(); });
 
-const { config } = require('./dsn');
+const { config, query } = require('./dsn');
 
 const direct = config(process.env.DSYNC_DSN);
 const bouncer = config(process.env.DSYNC_BOUNCER_DSN);
@@ -26,15 +25,7 @@ function uniqueName(prefix) {
   return `${prefix}-${process.pid}-${counter}`;
 }
 
-async function adminQuery(text, values) {
-  const c = new pg.Client(adminApp);
-  await c.connect();
-  try {
-    return (await c.query(text, values)).rows;
-  } finally {
-    await c.end();
-  }
-}
+const adminQuery = (text, values) => query(adminApp, text, values);
 
 /*
  * A login role of its own for a test that counts or limits connections
