@@ -482,14 +482,7 @@ static void
 DsyncEventWarnUnserved(DsyncDbSlot *slot)
 {
 	if (slot == NULL)
-		ereport(WARNING,
-				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				 errmsg("dsync cannot serve database \"%s\": all %d database slots are in use",
-						get_database_name(MyDatabaseId), dsync_max_databases),
-				 errdetail("This transaction's lease changes are committed but not announced, "
-						   "and expired leases here are not cleared until a slot is free."),
-				 errhint("Raise dsync.max_databases and restart the server; the view "
-						 "dsync_databases shows which databases have a slot.")));
+		DsyncDbSlotWarnFull(true);
 	else if (slot->start_warned && slot->pid <= 0)
 		ereport(WARNING,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),

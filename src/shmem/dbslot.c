@@ -52,6 +52,7 @@
 
 #include "access/htup_details.h"
 #include "catalog/pg_database.h"
+#include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
 #include "utils/syscache.h"
@@ -228,6 +229,29 @@ DsyncLauncherWake(void)
 
 	if (procno >= 0)
 		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+}
+
+/*
+ * DsyncDbSlotWarnFull
+ *		Warn the client that this database has no slot, so that its lease
+ *		changes go unannounced and its expiries uncleared, and what to
+ *		change.  in_commit: said of a transaction whose changes are being
+ *		committed now, rather than of the database from now on.
+ */
+void
+DsyncDbSlotWarnFull(bool in_commit)
+{
+	ereport(WARNING,
+			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+			 errmsg("dsync cannot serve database \"%s\": all %d database slots are in use",
+					get_database_name(MyDatabaseId), dsync_max_databases),
+			 in_commit ?
+			 errdetail("This transaction's lease changes are committed but not announced, "
+					   "and expired leases here are not cleared until a slot is free.") :
+			 errdetail("Lease changes here will not be announced, and expired leases "
+					   "will not be cleared, until a slot is free."),
+			 errhint("Raise dsync.max_databases and restart the server; the view "
+					 "dsync_databases shows which databases have a slot.")));
 }
 
 /*

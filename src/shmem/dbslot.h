@@ -141,6 +141,7 @@ extern void DsyncDbSlotSenderBegin(DsyncDbSlot *slot, int pid);
 extern void DsyncDbSlotSenderEnd(DsyncDbSlot *slot, int pid);
 extern const char *DsyncDbStateName(DsyncDbState state);
 extern void DsyncLauncherWake(void);
+extern void DsyncDbSlotWarnFull(bool in_commit);
 
 extern PGDLLIMPORT DsyncWorkerShared *dsync_workers;
 

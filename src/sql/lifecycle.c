@@ -324,14 +324,7 @@ DsyncProcessUtility(PlannedStmt *pstmt, const char *queryString,
 	{
 		DsyncLifecycleNoteAtCommit(&probe_at_commit);
 		if (!DsyncDbSlotAvailable(MyDatabaseId))
-			ereport(WARNING,
-					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-					 errmsg("dsync cannot serve database \"%s\": all %d database slots are in use",
-							get_database_name(MyDatabaseId), dsync_max_databases),
-					 errdetail("Lease changes here will not be announced, and expired leases "
-							   "will not be cleared, until a slot is free."),
-					 errhint("Raise dsync.max_databases and restart the server; the view "
-							 "dsync_databases shows which databases have a slot.")));
+			DsyncDbSlotWarnFull(false);
 	}
 	else if (IsA(parsetree, CreatedbStmt))
 		DsyncLifecycleNoteAtCommit(&rescan_at_commit);
