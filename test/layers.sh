@@ -98,31 +98,35 @@ objects_current() {
 	make -s COPT=-Werror >/dev/null
 }
 
-# "symbol folder/file.o" for every symbol an object defines.
-defined_symbols() {
-	local o
+# owner[symbol]: the object (folder/file.o) that defines it.
+declare -A owner=()
+load_owners() {
+	local o sym file
 	for o in src/*/*.o; do
-		nm --defined-only "$o" | awk -v o="${o#src/}" '$2 ~ /^[TDBRGSVW]$/ {print $3, o}'
+		while read -r sym file; do
+			owner[$sym]=$file
+		done < <(nm --defined-only "$o" | awk -v o="${o#src/}" '$2 ~ /^[TDBRGSVW]$/ {print $3, o}')
 	done
+}
+
+# folder_of PATH: the layer folder of src/FOLDER/FILE or FOLDER/FILE.
+folder_of() {
+	local p=${1#src/}
+	echo "${p%%/*}"
 }
 
 # Calls going up: prints "caller -> callee: symbol" for each, and where in
 # the caller's source the symbol is used.  Fails if there is any.
 calls_up() {
 	local -n ranks=$1
-	local defs o caller callee sym n=0 cf ef
-	defs=$(defined_symbols)
-	declare -A owner=()
-	while read -r sym o; do
-		owner[$sym]=$o
-	done <<<"$defs"
+	local o caller callee sym n=0 cf ef
 	for o in src/*/*.o; do
 		caller=${o#src/}
-		cf=${caller%%/*}
+		cf=$(folder_of "$o")
 		while read -r sym; do
 			callee=${owner[$sym]:-}
 			[ -n "$callee" ] || continue
-			ef=${callee%%/*}
+			ef=$(folder_of "$callee")
 			if [ "${ranks[$ef]}" -gt "${ranks[$cf]}" ]; then
 				echo "  LAYER $caller -> $callee: $sym"
 				grep -n -w -- "$sym" "${o%.o}.c" | head -3 | sed 's/^/      /'
@@ -135,16 +139,13 @@ calls_up() {
 
 # Includes going up: a dsync header of a higher folder.
 includes_up() {
-	local f h target n=0 ff hf
+	local f h target n=0 ff
 	for f in src/*/*.[ch]; do
-		ff=${f#src/}
-		ff=${ff%%/*}
+		ff=$(folder_of "$f")
 		while read -r h; do
 			target=$(ls src/*/"$h" 2>/dev/null | head -1)
 			[ -n "$target" ] || continue
-			hf=${target#src/}
-			hf=${hf%%/*}
-			if [ "${rank[$hf]}" -gt "${rank[$ff]}" ]; then
+			if [ "${rank[$(folder_of "$target")]}" -gt "${rank[$ff]}" ]; then
 				echo "  LAYER $f includes $target"
 				n=$((n + 1))
 			fi
@@ -157,19 +158,12 @@ includes_up() {
 # in a lower folder's header but defined higher up would hide a call up
 # from the #include check.
 declarations_home() {
-	local defs sym o h hf n=0
-	declare -A owner=()
-	defs=$(defined_symbols)
-	while read -r sym o; do
-		owner[$sym]=$o
-	done <<<"$defs"
+	local sym o h hf n=0
 	for h in src/*/*.h; do
-		hf=${h#src/}
-		hf=${hf%%/*}
+		hf=$(folder_of "$h")
 		while read -r sym; do
 			o=${owner[$sym]:-}
-			[ -n "$o" ] || continue
-			if [ "${o%%/*}" != "$hf" ]; then
+			if [ -n "$o" ] && [ "$(folder_of "$o")" != "$hf" ]; then
 				echo "  $h declares $sym, defined in src/$o"
 				n=$((n + 1))
 			fi
@@ -187,12 +181,7 @@ file_sizes() {
 
 # Cycles between files, for information only: tsort names them on stderr.
 print_cycles() {
-	local defs o sym callee
-	declare -A owner=()
-	defs=$(defined_symbols)
-	while read -r sym o; do
-		owner[$sym]=$o
-	done <<<"$defs"
+	local o sym callee
 	for o in src/*/*.o; do
 		nm --undefined-only "$o" | awk '{print $NF}' | while read -r sym; do
 			callee=${owner[$sym]:-}
@@ -212,6 +201,8 @@ if ! objects_current; then
 	finish
 	exit 1
 fi
+
+load_owners
 
 if $self_test; then
 	declare -A swapped=()
