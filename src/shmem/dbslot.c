@@ -5,46 +5,12 @@
  *		the extension, which have a worker now, and what they wait for.
  *
  * One slot per database that has, or may have, the extension
- * (dsync.max_databases of them).  A slot's state says what is known of
- * the database; its pid says whether a worker serves it now.  The
- * launcher (launcher.c) moves slots along this table; workers (reaper.c),
- * committing backends (events.c) and the utility hooks (lifecycle.c)
- * report to it:
- *
- *	state	pid		meaning					leaves when
- *	------	----	----------------------	----------------------------------
- *	FREE	0		unused					a database is found or commits
- *												dsync changes -> PROBE / ACTIVE
- *	PROBE	0		may have the extension	launcher starts a worker -> pid -1
- *	PROBE	-1, >0	a worker looks			worker finds it -> ACTIVE, or
- *												not -> ABSENT (and exits)
- *	ACTIVE	0		has it; no worker now	work is due (a deadline has come,
- *												or events wait: "wanted") and a
- *												worker is free -> pid -1
- *	ACTIVE	-1		worker starting			the worker claims it -> pid > 0;
- *												it fails -> 0, retried after
- *												dsync.restart_delay
- *	ACTIVE	>0		served					the launcher needs the worker for
- *												a database with more urgent work
- *												("yield"), DROP DATABASE and
- *												the like ("held"), or an error
- *												-> 0; DROP EXTENSION -> ABSENT
- *	ABSENT	0		no extension			CREATE EXTENSION commits, or a
- *												backend commits dsync changes
- *												-> ACTIVE; database dropped ->
- *												FREE
- *
- * A slot held by a backend (held_by: DROP DATABASE, ALTER DATABASE ...
- * RENAME or SET TABLESPACE, CREATE DATABASE ... TEMPLATE) gets no worker
- * while the statement runs.  A database with no slot (all in use) is not
- * served: a backend that commits dsync changes there is told so with a
- * WARNING (events.c), and dsync_databases shows which are.
- *
- * Template databases are never served, like the launcher never probes
- * them: a worker connected to one would make CREATE DATABASE from it
- * fail, and a template's leases are only copied, not used.  A worker
- * started for one (after CREATE EXTENSION there) marks it ABSENT and
- * leaves; backends there are warned that nothing is announced.
+ * (dsync.max_databases of them).  A slot's state says what is known of the
+ * database, its pid whether a worker serves it now; the launcher moves
+ * slots from state to state, and workers, committing backends and the
+ * utility hooks report to it.  The table of states and what moves a slot
+ * from one to the next, the flags through which lower layers ask for a
+ * worker, and the lock order: README.md in this folder.
  *
  *-------------------------------------------------------------------------
  */

@@ -3,61 +3,12 @@
  * wait.c
  *		Waiting without polling, and waking waiters after commit.
  *
- * The wait loop.  Every blocking dsync call (acquire of a lease or a
- * semaphore permit, dsync_event_wait) runs the same loop, DsyncWaitFor:
- * try, get in line, sleep, try again.  Each try runs in an internal
- * subtransaction that is rolled back if it fails, so a sleeping waiter
- * holds no row lock, no insert lock and no table lock: holders renew and
- * release freely, and DROP EXTENSION (or anything else that needs a strong
- * table lock) never queues behind a sleeper.
- *
- * Sleeping.  A blocked caller sleeps on its own latch.  Names hash onto
- * DSYNC_WAKE_CHANNELS channels, and every wake-up of a channel first bumps
- * the channel's wake count; a waiter reads the count before its try and
- * does not go to sleep if it has moved since, so no wake-up is lost
- * between a failed try and the sleep.  The first waiter in line also sets
- * its timeout to the instant the current holder's lease expires, so it
- * wakes then without help from anybody else, and nobody sleeps longer
- * than DSYNC_WAIT_CAP_MS in one go (a safety net for a wall clock that
- * jumps and for changes made behind dsync's back).  A sleeping backend
- * also watches its client's socket: a client that goes away (killed,
- * crashed, network closed) ends the wait at once with FATAL, as
- * client_connection_check_interval would, so a dead waiter never reaches
- * the front of the queue and is never granted anything.
- *
- * Order.  Waiters queue in shared memory with a ticket taken when they
- * join the queue.  Only the waiter with the lowest ticket for a name may
- * take it; anybody else who is not in the queue, including a wait = 0
- * caller, is refused while the queue is not empty, as PostgreSQL's lock
- * manager refuses a lock that a queued waiter asked for first.  So waiters
- * are served in the order they joined and nobody starves.  Signals belong
- * to roles, so signal waiters queue per name and role: a waiter is never
- * held up by one of another role that could not take the same signal.
- *
- * Waking.  Every row lock or insert dsync makes on a lease (store.c) notes
- * the lease's channel in backend memory, because whoever meets that lock
- * must look again once it is gone; the channels are woken when the
- * transaction ends, once its outcome is visible and its locks are
- * released (the AFTER_LOCKS phase of releasing the top-level resource
- * owner), never before.  A rolled-back savepoint wakes them once its own
- * locks are gone.  Waking a channel sets the latch of the first waiter in
- * line for each name on it, who passes the turn on when it leaves the
- * queue; it needs no catalog access and cannot fail, which is what code
- * running after commit requires.  A committed DROP EXTENSION wakes every
- * waiter of the database, and their next try reports that the extension
- * is gone.
- *
- * In a queue, each hand-off would wake the next in line twice for nothing:
- * when the new holder leaves the queue and when its grant commits, both
- * times to find the lease taken.  A blocked caller granted a durable plain
- * lease therefore leaves the queue quietly (its transaction's end wakes
- * the next one anyway), and its commit lets the next one sleep on if that
- * one wakes by itself before the new holder's expiry, which it always
- * does when it sleeps the DSYNC_WAIT_CAP_MS cap and the ttl is longer.
- *
- * PREPARE TRANSACTION never runs those callbacks at COMMIT PREPARED, so a
- * transaction that changed or locked anything of dsync's cannot be
- * prepared.
+ * Every blocking dsync call runs the loop here (DsyncWaitFor): try in an
+ * internal subtransaction, get in line, sleep, try again; and every change
+ * of a name wakes its waiters once the transaction's locks are gone.  The
+ * queue and the sleep are in waitqueue.c.  Why it is built so (FIFO order,
+ * no lost wake-up, one wake-up per turn, no PREPARE TRANSACTION), the state
+ * it keeps, its lock and the tests that prove it: README.md in this folder.
  *
  *-------------------------------------------------------------------------
  */
