@@ -69,20 +69,6 @@ DsyncArgNameOrNull(FunctionCallInfo fcinfo, int argno, const char *argname)
 }
 
 /*
- * DsyncArgNotNull
- *		Refuse a NULL argument, naming it; so that every function words
- *		the error the same way.
- */
-void
-DsyncArgNotNull(FunctionCallInfo fcinfo, int argno, const char *argname)
-{
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("argument \"%s\" must not be null", argname)));
-}
-
-/*
  * DsyncArgName
  *		A name argument that must be given.
  */

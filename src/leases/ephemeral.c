@@ -256,41 +256,6 @@ EphemeralUnlockAll(void)
 }
 
 /*
- * EphemeralIsHeld
- *		Whether an entry still keeps others out: live, or guarded.
- */
-bool
-EphemeralIsHeld(const EphemeralEntry *entry, TimestampTz now)
-{
-	return entry->expires_at > now || entry->guards > 0;
-}
-
-/*
- * EphemeralHolderNameIs
- *		Whether the entry's holder is holder.
- */
-bool
-EphemeralHolderNameIs(const EphemeralEntry *entry, text *holder)
-{
-	int			len = VARSIZE_ANY_EXHDR(holder);
-
-	return (int) strlen(entry->holder) == len &&
-		memcmp(entry->holder, VARDATA_ANY(holder), len) == 0;
-}
-
-/*
- * EphemeralHolderIs
- *		Whether the entry's holder is holder and the caller acts for its
- *		owner role.
- */
-bool
-EphemeralHolderIs(const EphemeralEntry *entry, text *holder)
-{
-	return EphemeralHolderNameIs(entry, holder) &&
-		has_privs_of_role(GetUserId(), entry->owner);
-}
-
-/*
  * EphemeralEvent
  *		An event about an entry, for DsyncEventPublishNow.  slot -1 tells
  *		the reaper there is no row to look up.

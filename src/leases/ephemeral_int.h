@@ -11,6 +11,8 @@
 #define DSYNC_EPHEMERAL_INT_H
 
 #include "postgres.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "port/atomics.h"
 #include "storage/condition_variable.h"
 #include "storage/lock.h"
@@ -71,19 +73,53 @@ EphemeralLock(uint32 hash)
 	return &ephemeral_shared->locks[hash % EPHEMERAL_PARTITIONS].lock;
 }
 
+/* Asked of an entry on every grant, renewal and release: inline. */
+
+/*
+ * EphemeralIsHeld
+ *		Whether an entry still keeps others out: live, or guarded.
+ */
+static inline bool
+EphemeralIsHeld(const EphemeralEntry *entry, TimestampTz now)
+{
+	return entry->expires_at > now || entry->guards > 0;
+}
+
+/*
+ * EphemeralHolderNameIs
+ *		Whether the entry's holder is holder.
+ */
+static inline bool
+EphemeralHolderNameIs(const EphemeralEntry *entry, text *holder)
+{
+	int			len = VARSIZE_ANY_EXHDR(holder);
+
+	return (int) strlen(entry->holder) == len &&
+		memcmp(entry->holder, VARDATA_ANY(holder), len) == 0;
+}
+
+/*
+ * EphemeralHolderIs
+ *		Whether the entry's holder is holder and the caller acts for its
+ *		owner role.
+ */
+static inline bool
+EphemeralHolderIs(const EphemeralEntry *entry, text *holder)
+{
+	return EphemeralHolderNameIs(entry, holder) &&
+		has_privs_of_role(GetUserId(), entry->owner);
+}
+
 extern uint32 EphemeralKeyFor(text *lease, EphemeralKey *key);
 extern EphemeralEntry *EphemeralFind(const EphemeralKey *key, uint32 hash);
-extern bool EphemeralHolderNameIs(const EphemeralEntry *entry, text *holder);
 extern void EphemeralLetGo(EphemeralEntry *entry, uint32 hash);
 extern void EphemeralWaitGuards(const EphemeralKey *key, uint32 hash,
 								EphemeralEntry **entry);
 extern DsyncEvent EphemeralEvent(DsyncEventKind kind, const EphemeralEntry *entry);
 extern bool EphemeralScanBegin(LWLockMode mode, HASH_SEQ_STATUS *status, bool if_any);
 extern void EphemeralUnlockAll(void);
-extern bool EphemeralHolderIs(const EphemeralEntry *entry, text *holder);
 extern void EphemeralRemove(EphemeralEntry *entry, uint32 hash);
 extern void EphemeralRequire(void);
-extern bool EphemeralIsHeld(const EphemeralEntry *entry, TimestampTz now);
 extern void EphemeralSetInfo(EphemeralEntry *entry, const LeaseGrant *grant);
 /* A name's entry as EphemeralLookHeld found it, and its key's hash. */
 typedef struct EphemeralLook

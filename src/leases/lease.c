@@ -61,54 +61,6 @@ typedef struct LeaseTryArgs
 } LeaseTryArgs;
 
 /*
- * LeaseStoresOpen
- *		Open dsync_lease and, where installed, dsync_permit.
- */
-void
-LeaseStoresOpen(LeaseStores *stores, FunctionCallInfo fcinfo, bool for_write)
-{
-	LeaseStoresOpenCatalog(stores, DsyncCatalogGet(fcinfo), for_write);
-}
-
-/*
- * LeaseStoresOpenCatalog
- *		LeaseStoresOpen, given where the extension's tables are.
- */
-void
-LeaseStoresOpenCatalog(LeaseStores *stores, const DsyncCatalog *catalog, bool for_write)
-{
-	DsyncStoreOpenCatalog(&stores->lease, catalog, DSYNC_TABLE_LEASE, for_write);
-	stores->has_permits = OidIsValid(catalog->rels[DSYNC_TABLE_PERMIT]);
-	if (stores->has_permits)
-		DsyncStoreOpenCatalog(&stores->permit, catalog, DSYNC_TABLE_PERMIT, for_write);
-}
-
-/*
- * LeaseStoresClose
- *		Close what LeaseStoresOpen opened.
- */
-void
-LeaseStoresClose(LeaseStores *stores)
-{
-	if (stores->has_permits)
-		DsyncStoreClose(&stores->permit);
-	DsyncStoreClose(&stores->lease);
-}
-
-/*
- * LeaseMayHavePermits
- *		Whether dsync_permit may hold a row: it is installed, the database
- *		may use semaphores (DsyncSemaphoresUnused, remembered), and it has
- *		pages.
- */
-bool
-LeaseMayHavePermits(LeaseStores *stores)
-{
-	return stores->has_permits && !DsyncSemaphoresUnused(stores->lease.catalog) &&
-		DsyncStoreBlockCount(stores->permit.rel) > 0;
-}
-
-/*
  * DsyncLeaseFindPlain
  *		The row of a plain lease (slot 0 of dsync_lease), or NULL: from
  *		its cached location, or one index probe.
@@ -117,19 +69,6 @@ DsyncRow *
 DsyncLeaseFindPlain(DsyncStore *store, text *lease)
 {
 	return DsyncScanKeyLatest(store, lease, 0);
-}
-
-/*
- * LeaseHeldByCaller
- *		Whether a locked row is still held live by this holder, as the
- *		clock reads now, and owned by a role the caller acts for.
- */
-bool
-LeaseHeldByCaller(DsyncRow *row, text *holder)
-{
-	return DsyncRowIsLive(row, GetCurrentTimestamp()) &&
-		DsyncRowHolderIs(row, holder) &&
-		DsyncRowOwnerIsCaller(row, Anum_lease_owner);
 }
 
 /*
