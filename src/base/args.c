@@ -22,13 +22,14 @@
 #include "settings.h"
 
 /*
- * DsyncArgNameCheck
+ * ArgNameCheck
  *		A name must be non-empty and at most DSYNC_NAME_MAX_BYTES bytes.
  *		element: the name is one element of the array argument argname,
- *		which the messages then say.
+ *		which the messages then say.  Inline: every call checks one or two
+ *		names this way.
  */
-void
-DsyncArgNameCheck(text *name, const char *argname, bool element)
+static inline void
+ArgNameCheck(text *name, const char *argname, bool element)
 {
 	int			len = VARSIZE_ANY_EXHDR(name);
 
@@ -52,9 +53,20 @@ DsyncArgNameCheck(text *name, const char *argname, bool element)
 }
 
 /*
+ * DsyncArgNameCheck
+ *		ArgNameCheck, for names that are not arguments of their own (the
+ *		elements of an array).
+ */
+void
+DsyncArgNameCheck(text *name, const char *argname, bool element)
+{
+	ArgNameCheck(name, argname, element);
+}
+
+/*
  * DsyncArgNameOrNull
  *		A name argument that may be NULL (returned as NULL); when given it
- *		must pass DsyncArgNameCheck.
+ *		must pass ArgNameCheck.
  */
 text *
 DsyncArgNameOrNull(FunctionCallInfo fcinfo, int argno, const char *argname)
@@ -64,7 +76,7 @@ DsyncArgNameOrNull(FunctionCallInfo fcinfo, int argno, const char *argname)
 	if (PG_ARGISNULL(argno))
 		return NULL;
 	name = PG_GETARG_TEXT_PP(argno);
-	DsyncArgNameCheck(name, argname, false);
+	ArgNameCheck(name, argname, false);
 	return name;
 }
 
