@@ -179,7 +179,8 @@ file_sizes() {
 	[ -z "$bad" ] || { echo "$bad"; return 1; }
 }
 
-# Cycles between files, for information only: tsort names them on stderr.
+# Cycles between files, for information only: tsort names one loop at a
+# time on stderr (a file may be in several; tsort breaks each loop it finds).
 print_cycles() {
 	local o sym callee
 	for o in src/*/*.o; do
@@ -187,8 +188,10 @@ print_cycles() {
 			callee=${owner[$sym]:-}
 			[ -n "$callee" ] && [ "$callee" != "${o#src/}" ] && echo "${o#src/} $callee"
 		done
-	done | sort -u | tsort 2>&1 >/dev/null | grep -v '^tsort: -: input contains a loop:$' |
-		sed 's/^tsort: /  cycle member: /' | sort -u
+	done | sort -u | tsort 2>&1 >/dev/null |
+		awk '/input contains a loop/ {if (c != "") print "  cycle:" c; c = ""; next}
+			{sub(/^tsort: /, ""); c = c " " $0}
+			END {if (c != "") print "  cycle:" c}'
 }
 
 if ! read_table; then
