@@ -6,7 +6,7 @@
  *
  * A guard (dsync_assert_held) of an ephemeral lease counts itself in the
  * lease's entry until its transaction ends, and a release by another
- * transaction waits for that count to drop (ephemeral.c).  A wait on
+ * transaction waits for that count to drop (ephrelease.c).  A wait on
  * anything but a heavyweight lock is invisible to the deadlock detector:
  * a guard's transaction waiting for a row lock held by the releaser's
  * would wait forever.  So a guard also takes a heavyweight lock in share
@@ -32,7 +32,7 @@
 
 #include "ephemeral_int.h"
 
-#define DSYNC_GUARD_LOCK_FIELD4	0x6490	/* after the insert (store.c) and fencing (fencing.c) locks */
+#define DSYNC_GUARD_LOCK_FIELD4	0x6490	/* after the insert (storekey.c) and fencing (fencing.c) locks */
 
 /*
  * EphemeralGuardTag

@@ -5,7 +5,7 @@
  *
  * Shared memory holds what every backend must see at once and cannot wait
  * for a table to tell it: the condition variables blocked acquirers sleep
- * on, and the queue of waiters that decides who goes next (wait.c).  Space
+ * on, and the queue of waiters that decides who goes next (waitqueue.c).  Space
  * is requested from shmem_request_hook (asking from _PG_init is an error
  * since PostgreSQL 15) and attached from shmem_startup_hook under
  * AddinShmemInitLock, as pg_stat_statements does.  The hooks themselves are

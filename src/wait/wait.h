@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * wait.h
- *		Waiting in the server: queues per name, sleeping, waking (wait.c).
+ *		Waiting in the server: queues per name, sleeping, waking (wait.c,
+ *		waitqueue.c).
  *
  *-------------------------------------------------------------------------
  */
