@@ -147,9 +147,9 @@ includes_up() {
 	[ "$n" -eq 0 ]
 }
 
-# A header declares only what its own folder defines: a function declared
-# in a lower folder's header but defined higher up would hide a call up
-# from the #include check.
+# A header declares only what its own folder defines, so that a header
+# belongs to its layer as a C file does: including a lower folder's header
+# must never give access to a higher folder's function.
 declarations_home() {
 	local sym o h hf n=0
 	for h in src/*/*.h; do
