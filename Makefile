@@ -9,6 +9,7 @@ OBJS = \
 	src/base/catalog.o \
 	src/base/args.o \
 	src/base/sqlexec.o \
+	src/base/lazycommit.o \
 	src/shmem/shmem.o \
 	src/shmem/dbslot.o \
 	src/shmem/queue.o \

@@ -26,6 +26,7 @@
 #include "wait.h"
 #include "fencing.h"
 #include "store.h"
+#include "lazycommit.h"
 #include "lease.h"
 #include "lease_int.h"
 #include "events.h"
@@ -333,17 +334,23 @@ DsyncLeaseReleaseGrant(const DsyncCatalog *catalog, text *lease, text *holder, i
 /*
  * dsync_release
  *		SQL: dsync_release(lease, holder) RETURNS boolean
+ *
+ * A transaction that only releases commits without waiting for its WAL
+ * flush: the next grant's flush carries it (lazycommit.c).
  */
 Datum
 dsync_release(PG_FUNCTION_ARGS)
 {
 	text	   *lease,
 			   *holder;
-	int64		token = LeaseHeldCall(fcinfo, "dsync_release()", LockTupleNoKeyExclusive,
-									  true, &lease, &holder);
+	int64		token;
 
+	DsyncLazyCommitBegin();
+	token = LeaseHeldCall(fcinfo, "dsync_release()", LockTupleNoKeyExclusive,
+						  true, &lease, &holder);
 	if (token >= 0)
 		DsyncSessionReleased(token);
+	DsyncLazyCommitEnd();
 	PG_RETURN_BOOL(token >= 0);
 }
 

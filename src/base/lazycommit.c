@@ -1,0 +1,146 @@
+/*-------------------------------------------------------------------------
+ *
+ * lazycommit.c
+ *		Let a transaction whose only writes are releases commit without
+ *		waiting for its WAL flush (or for a synchronous standby).
+ *
+ * A hand-off of a lease is two commits in a row: the holder's release,
+ * then the waiter's grant.  Only the grant must be durable before anybody
+ * relies on it.  A release lost in a crash or a failover leaves the lease
+ * held by its old holder until its ttl passes, which is the state a holder
+ * that dies without releasing leaves too: nobody else can hold the lease
+ * meanwhile.  And the release's commit record is in WAL before the
+ * waiter is woken (post-commit), so the grant's flush, and its wait for a
+ * synchronous standby, carry the release along.  So a release need not
+ * flush, and a turn costs one flush instead of two.
+ *
+ * That holds only if the release is all the transaction wrote: a release
+ * in the same transaction as the caller's own writes, a grant, a renewal
+ * or a fence commits as the session's synchronous_commit says.  The test
+ * is on WAL: the transaction had no xid before its first release (so
+ * nothing before wrote data), and this backend has inserted no WAL since
+ * its last release (XactLastRecEnd has not moved), including anything a
+ * deferred trigger wrote at commit.  WAL written without an xid before
+ * the release (pruning a page, a hint bit's full-page image) is not data
+ * that must survive.
+ *
+ * Commit reads synchronous_commit directly (RecordTransactionCommit,
+ * SyncRepRequested), so the variable is lowered just for the commit, at
+ * pre-commit, and put back by the commit or abort callback.  This is
+ * cheaper on the hot path than a GUC change through set_config_option,
+ * and no SQL can run in between to see it.  A commit that must flush for
+ * other reasons (dropped relations, forceSyncCommit) still does.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/transam.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+
+#include "lazycommit.h"
+#include "xactcb.h"
+
+typedef enum LazyState
+{
+	LAZY_NONE,					/* no release in this transaction yet */
+	LAZY_WRITING,				/* inside the first release */
+	LAZY_OK,					/* only releases have written */
+	LAZY_NO						/* something else wrote: commit as asked */
+} LazyState;
+
+static LazyState lazy_state = LAZY_NONE;
+static XLogRecPtr lazy_end = InvalidXLogRecPtr; /* XactLastRecEnd after the last release */
+static int	lazy_saved = -1;	/* synchronous_commit to put back; -1: none */
+static bool lazy_callbacks = false;
+
+/*
+ * LazyCommitXactCallback
+ *		At pre-commit, lower synchronous_commit if the releases were all
+ *		the transaction wrote; at its end, put it back and start over.
+ */
+static void
+LazyCommitXactCallback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			if (lazy_state == LAZY_OK && XactLastRecEnd == lazy_end &&
+				synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
+			{
+				lazy_saved = synchronous_commit;
+				synchronous_commit = SYNCHRONOUS_COMMIT_OFF;
+			}
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+			if (lazy_saved >= 0)
+				synchronous_commit = lazy_saved;
+			lazy_saved = -1;
+			lazy_state = LAZY_NONE;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * LazyCommitSubXactCallback
+ *		Nothing to do per subtransaction: an aborted one that wrote leaves
+ *		an abort record, which moves XactLastRecEnd and so keeps the commit
+ *		synchronous.  Registered only because DsyncXactCallbacksOnce takes
+ *		both.
+ */
+static void
+LazyCommitSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
+						  SubTransactionId parentSubid, void *arg)
+{
+}
+
+/*
+ * DsyncLazyCommitBegin
+ *		A release is about to write.  Anything written before it by this
+ *		transaction that is not a release keeps the commit synchronous.
+ */
+void
+DsyncLazyCommitBegin(void)
+{
+	(void) DsyncXactCallbacksOnce(&lazy_callbacks, LazyCommitXactCallback,
+								  LazyCommitSubXactCallback);
+	switch (lazy_state)
+	{
+		case LAZY_NONE:
+			lazy_state = TransactionIdIsValid(GetTopTransactionIdIfAny()) ?
+				LAZY_NO : LAZY_WRITING;
+			break;
+		case LAZY_OK:
+			if (XactLastRecEnd != lazy_end)
+				lazy_state = LAZY_NO;
+			else
+				lazy_state = LAZY_WRITING;
+			break;
+		case LAZY_WRITING:
+			/* An earlier release failed part way, in a subtransaction. */
+			lazy_state = LAZY_NO;
+			break;
+		case LAZY_NO:
+			break;
+	}
+}
+
+/*
+ * DsyncLazyCommitEnd
+ *		The release has written (or found nothing to release): remember
+ *		where this backend's WAL ended, to see at commit whether anything
+ *		came after.
+ */
+void
+DsyncLazyCommitEnd(void)
+{
+	if (lazy_state != LAZY_WRITING)
+		return;
+	lazy_end = XactLastRecEnd;
+	lazy_state = LAZY_OK;
+}

@@ -1,0 +1,206 @@
+# A release commits without waiting for its WAL flush, and that loses
+# nothing a user relies on (src/base/lazycommit.c).
+#
+# A hand-off used to cost two flushes in a row: the release, then the next
+# grant.  Now a transaction whose only writes are releases commits
+# asynchronously.  Proven here with the WAL writer stopped (SIGSTOP), so
+# that nothing but a synchronous commit flushes WAL, and crashes made with
+# SIGKILL to every process of the server, so that WAL buffers that were
+# not written are lost:
+#
+#  1. a release alone does not flush; lost in a crash, the lease is held
+#     again by its old holder, with its token, until its ttl (nobody else
+#     can take it);
+#  2. a hand-off: the waiter's grant flushes, and carries the release: after
+#     a crash the waiter holds the lease;
+#  3. a release in the same transaction as another write (a row of the
+#     caller's, a grant), before or after it, commits as synchronous_commit
+#     says: after a crash both are there;
+#  4. with a synchronous standby whose walsender is stalled, a release
+#     returns at once (it used to wait for the standby); after failover
+#     the lease is held by its old holder; a hand-off's grant waits for
+#     the standby and, after failover, the waiter holds the lease.
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/..";
+use DsyncTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+use Time::HiRes qw(usleep);
+
+# Nothing but a synchronous commit may flush WAL while a case runs.
+my @quiet = ('bgwriter_lru_maxpages = 0', 'checkpoint_timeout = 1h',
+	'max_prepared_transactions = 2');
+
+# The pid of a server process by backend_type.
+sub aux_pid
+{
+	my ($node, $type) = @_;
+	return q1($node, "SELECT pid FROM pg_stat_activity WHERE backend_type = '$type'");
+}
+
+# Kill every process of the server at once, as a power cut would end them,
+# and start it again (crash recovery).
+sub crash_restart
+{
+	my ($node) = @_;
+	open my $fh, '<', $node->data_dir . '/postmaster.pid' or die $!;
+	my $pm = <$fh>;
+	chomp $pm;
+	close $fh;
+	my @all = ($pm, grep { /^\d+$/ } split /\s+/, `pgrep -P $pm`);
+	kill 'KILL', @all;
+	$node->kill9;    # forgets the pid; the process is gone already
+	for (1 .. 200)
+	{
+		last unless grep { kill 0, $_ } @all;
+		usleep(50_000);
+	}
+	$node->start;
+	return;
+}
+
+# The WAL flush position before and after $sql, run in one psql session.
+sub flushed_around
+{
+	my ($node, $sql) = @_;
+	my $out = q1($node,
+		"SELECT pg_current_wal_flush_lsn();\n$sql;\nSELECT pg_current_wal_flush_lsn()");
+	my @lines = split /\n/, $out;
+	return ($lines[0], $lines[-1], @lines[ 1 .. $#lines - 1 ]);
+}
+
+my $node = dsync_node('lazy', @quiet);
+$node->safe_psql('postgres', 'CREATE TABLE t (v int)');
+reaper_pid($node);
+
+# 1. A release alone.
+my $token = q1($node, "SELECT dsync_acquire('a', 'A', '1 hour')");
+my $ww = aux_pid($node, 'walwriter');
+like($ww, qr/^\d+$/, 'found the WAL writer');
+is(kill('STOP', $ww), 1, 'WAL writer stopped');
+my ($before, $after, $released) =
+  flushed_around($node, "SELECT dsync_release('a', 'A')");
+is($released, 't', 'release: done');
+is($after, $before, 'a release alone flushes no WAL');
+crash_restart($node);
+is( q1($node, "SELECT holder || ' ' || fencing FROM dsync_leases WHERE lease = 'a'"),
+	"A $token",
+	'a release lost in a crash: the lease is its old holder\'s again, same token');
+is(q1($node, "SELECT dsync_acquire('a', 'B') IS NULL"),
+	't', 'and nobody else can take it');
+
+# 2. A hand-off: the grant's flush carries the release.
+$token = q1($node, "SELECT dsync_acquire('h', 'A', '1 hour')");
+reaper_pid($node);
+my $waiter = psql_client($node, $node->safe_psql('postgres', 'SELECT current_user'));
+$waiter->{in} .= "SELECT 'granted ' || dsync_acquire('h', 'B', '1 hour', '1 minute');\n";
+$waiter->{h}->pump_nb;
+ok( wait_for($node,
+		"SELECT count(*) = 1 FROM dsync_waiters WHERE name = 'h' AND holder = 'B'"),
+	'B waits for h');
+$ww = aux_pid($node, 'walwriter');
+is(kill('STOP', $ww), 1, 'WAL writer stopped');
+# Whether the release flushed cannot be told apart here from B's grant,
+# which flushes at once; case 1 shows that a release alone does not.
+is(q1($node, "SELECT dsync_release('h', 'A')"), 't', 'A releases h');
+ok(send_wait($waiter, '', qr/granted (\d+)/), 'B got h');
+my ($btoken) = $waiter->{out} =~ /granted (\d+)/;
+cmp_ok($btoken, '>', $token, "B's token is above A's");
+crash_restart($node);
+is(q1($node, "SELECT holder || ' ' || fencing FROM dsync_leases WHERE lease = 'h'"),
+	"B $btoken", 'after a crash B holds h: its grant carried the release');
+
+# 3. A release with another write in its transaction.
+q1($node,
+	"SELECT dsync_acquire('r1', 'A', '1 hour'), dsync_acquire('r2', 'A', '1 hour'), "
+	  . "dsync_acquire('r3', 'A', '1 hour')");
+$ww = aux_pid($node, 'walwriter');
+is(kill('STOP', $ww), 1, 'WAL writer stopped');
+($before, $after) = flushed_around($node,
+	"BEGIN; INSERT INTO t VALUES (1); SELECT dsync_release('r1', 'A'); COMMIT");
+isnt($after, $before, 'a row then a release: the commit flushed');
+($before, $after) = flushed_around($node,
+	"BEGIN; SELECT dsync_release('r2', 'A'); INSERT INTO t VALUES (2); COMMIT");
+isnt($after, $before, 'a release then a row: the commit flushed');
+($before, $after) = flushed_around($node,
+	"BEGIN; SELECT dsync_release('r3', 'A'); SELECT dsync_acquire('g', 'A', '1 hour'); COMMIT");
+isnt($after, $before, 'a release then a grant: the commit flushed');
+($before, $after) = flushed_around($node,
+	"BEGIN; SELECT dsync_acquire('g2', 'A', '1 hour'); SELECT dsync_release('g', 'A'); COMMIT");
+isnt($after, $before, 'a grant then a release: the commit flushed');
+crash_restart($node);
+is(q1($node, 'SELECT string_agg(v::text, \',\' ORDER BY v) FROM t'),
+	'1,2', 'after a crash both rows are there');
+is( q1($node,
+		"SELECT string_agg(lease, ',' ORDER BY lease) FROM dsync_leases WHERE holder = 'A'"),
+	'a,g2', 'and the releases and grants of those transactions held (a: from case 1)');
+
+# The setting itself is never seen lowered.
+is(q1($node, "BEGIN; SELECT dsync_release('g2', 'A'); SHOW synchronous_commit; COMMIT; SHOW synchronous_commit"),
+	"t\non\non", 'synchronous_commit reads as the session set it, during and after');
+$node->stop;
+
+# 4. A synchronous standby.
+my $primary = dsync_node('lazy_primary', @quiet);
+$primary->backup('bkp');
+my $standby = PostgreSQL::Test::Cluster->new('lazy_standby');
+$standby->init_from_backup($primary, 'bkp', has_streaming => 1);
+$standby->start;
+stop_at_end($standby);
+my $appname = $standby->name;
+$primary->append_conf('postgresql.conf', "synchronous_standby_names = '$appname'\n");
+$primary->reload;
+$primary->poll_query_until('postgres',
+	"SELECT sync_state = 'sync' FROM pg_stat_replication WHERE application_name = '$appname'")
+  or die 'standby did not become synchronous';
+reaper_pid($primary);
+
+$token = q1($primary, "SELECT dsync_acquire('x', 'A', '1 hour')");
+my $htoken = q1($primary, "SELECT dsync_acquire('y', 'A', '1 hour')");
+$primary->wait_for_catchup($standby);
+$waiter = psql_client($primary, $primary->safe_psql('postgres', 'SELECT current_user'));
+$waiter->{in} .= "SELECT 'granted ' || dsync_acquire('y', 'B', '1 hour', '1 minute');\n";
+$waiter->{h}->pump_nb;
+ok( wait_for($primary,
+		"SELECT count(*) = 1 FROM dsync_waiters WHERE name = 'y' AND holder = 'B'"),
+	'B waits for y');
+my $walsender = q1($primary,
+	"SELECT pid FROM pg_stat_replication WHERE application_name = '$appname'");
+is(kill('STOP', $walsender), 1, 'walsender stalled');
+my ($rx) = IPC::Run::run(
+	[ 'psql', '-XAtq', '-d', $primary->connstr('postgres'),
+	  '-c', "SELECT dsync_release('x', 'A')" ],
+	'>', \my $rout, '2>', \my $rerr, IPC::Run::timeout(30));
+is($rout, "t\n", 'with the standby stalled, a release returns at once');
+IPC::Run::run(
+	[ 'psql', '-XAtq', '-d', $primary->connstr('postgres'),
+	  '-c', "SELECT dsync_release('y', 'A')" ],
+	'>', \$rout, '2>', \$rerr, IPC::Run::timeout(30));
+is($rout, "t\n", 'and so does the release B waits for');
+ok( wait_for($primary,
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep' "
+		  . "AND query LIKE '%dsync_acquire%'"),
+	"B's grant waits for the standby");
+kill('CONT', $walsender);
+ok(send_wait($waiter, '', qr/granted (\d+)/), 'B got y once the standby confirmed');
+($btoken) = $waiter->{out} =~ /granted (\d+)/;
+$walsender = q1($primary,
+	"SELECT pid FROM pg_stat_replication WHERE application_name = '$appname'");
+is(kill('STOP', $walsender), 1, 'walsender stalled again');
+is(q1($primary, "SELECT dsync_release('y', 'B')"), 't',
+	'B releases y, which the standby will not hear of');
+$primary->stop('immediate');
+$standby->promote;
+is(q1($standby, "SELECT holder || ' ' || fencing FROM dsync_leases WHERE lease = 'y'"),
+	"B $btoken", 'after failover B holds y: its grant carried the release');
+like(q1($standby, "SELECT holder FROM dsync_leases WHERE lease = 'x'"),
+	qr/^(A)?$/, 'x is free or its old holder\'s after failover, nobody else\'s');
+is(q1($standby, "SELECT dsync_acquire('y', 'C') IS NULL"),
+	't', 'nobody else takes y before its ttl');
+
+done_testing();
