@@ -347,7 +347,9 @@ ReaperResume(void)
  *		holds up every other NOTIFY in the cluster.  Events logged but not
  *		sent (NOTIFY failed, or a crash came between) are logged again
  *		harmlessly when sent later, and a watcher that missed them catches
- *		up from the log.  If it fails, nothing is sent.
+ *		up from the log.  The log's flush also carries the changes whose
+ *		events these are, releases included, which commit without waiting
+ *		for their own flush.  If it fails, nothing is sent.
  */
 static void
 ReaperLogUnsent(void)
@@ -356,6 +358,17 @@ ReaperLogUnsent(void)
 	if (dsync_event_retention > 0)
 		(void) set_config_option("synchronous_commit", "on", PGC_SUSET, PGC_S_OVERRIDE,
 								 GUC_ACTION_LOCAL, true, 0, false);
+	else
+	{
+		/*
+		 * No log to flush, but a release commits without waiting for its
+		 * flush (lazycommit.c): its event must not be heard before the
+		 * release is on disk.  Numbering usually flushes far enough (it
+		 * moves the sequence up to the clock), but only usually; this
+		 * flush of everything inserted so far makes sure.
+		 */
+		XLogFlush(GetXLogInsertRecPtr());
+	}
 	DsyncEventLogAppend(reaper_unsent);
 }
 

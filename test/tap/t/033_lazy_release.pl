@@ -19,7 +19,9 @@
 #  4. with a synchronous standby whose walsender is stalled, a release
 #     returns at once (it used to wait for the standby); after failover
 #     the lease is held by its old holder; a hand-off's grant waits for
-#     the standby and, after failover, the waiter holds the lease.
+#     the standby and, after failover, the waiter holds the lease;
+#  5. (run before 4) a release's `released` event is heard only once the
+#     release is on disk, with and without the event log.
 use strict;
 use warnings;
 
@@ -143,6 +145,29 @@ is( q1($node,
 # The setting itself is never seen lowered.
 is(q1($node, "BEGIN; SELECT dsync_release('g2', 'A'); SHOW synchronous_commit; COMMIT; SHOW synchronous_commit"),
 	"t\non\non", 'synchronous_commit reads as the session set it, during and after');
+
+# 5. A release's event is heard only once the release is on disk, with the
+# event log running (its commit flushes) and without it (the worker
+# flushes before it notifies).
+for my $retention ('5min', '0')
+{
+	$node->safe_psql('postgres', "ALTER SYSTEM SET dsync.event_retention = '$retention'");
+	$node->reload;
+	reaper_pid($node);
+	my $listener = Listener->new($node);
+	my $channel = $listener->listen('n');
+	q1($node, "SELECT dsync_acquire('n', 'A', '1 hour')");
+	$listener->take($channel, 1);
+	$ww = aux_pid($node, 'walwriter');
+	is(kill('STOP', $ww), 1, "retention $retention: WAL writer stopped");
+	is(q1($node, "SELECT dsync_release('n', 'A')"), 't', "retention $retention: n released");
+	my @heard = $listener->take($channel, 1);
+	is($heard[0]{json}{event}, 'released', "retention $retention: the release was heard");
+	$listener->quit;
+	crash_restart($node);
+	is(q1($node, "SELECT count(*) FROM dsync_leases WHERE lease = 'n'"),
+		'0', "retention $retention: after a crash, the release heard is still there");
+}
 $node->stop;
 
 # 4. A synchronous standby.
