@@ -21,7 +21,8 @@
 #      table     the hand-written lease table: INSERT ... ON CONFLICT DO UPDATE
 #                ... WHERE; DELETE (cycle_table.sql)
 #      advisory  pg_try_advisory_lock(key); pg_advisory_unlock(key)
-#    with 4 and 16 clients (pgbench -j 2), synchronous_commit off and on.
+#    with 4 and 16 clients (pgbench -j 2; BENCH_CLIENT_COUNTS="2 4 8 16"
+#    for others), synchronous_commit off and on.
 #    Each variant is one pgbench script file (cycle_*.sql) holding both
 #    statements; pgbench counts one run of a script file as one
 #    "transaction", so its tps is cycles/s.  The script checks this at the
@@ -64,7 +65,7 @@ bench_throughput_settings 15 1
 
 VARIANTS=(dsync table advisory)
 [ "$FLOOR" = 1 ] && VARIANTS+=(floor)
-CLIENT_COUNTS=(4 16)
+read -r -a CLIENT_COUNTS <<<"${BENCH_CLIENT_COUNTS:-4 16}"
 COMMIT_MODES=(off on)
 NAMES=100000
 
