@@ -44,14 +44,11 @@ EphemeralSweep(Oid dbid, bool forget)
 	(void) EphemeralScanBegin(LW_EXCLUSIVE, &status, false);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		EphemeralKey key = entry->key;
-
-		if (OidIsValid(dbid) && key.dbid != dbid)
+		if (OidIsValid(dbid) && entry->key.dbid != dbid)
 			continue;
 		if (!forget && (entry->guards > 0 || entry->expires_at > stale))
 			continue;
-		(void) hash_search(ephemeral_hash, &key, HASH_REMOVE, NULL);
-		pg_atomic_fetch_sub_u32(&ephemeral_shared->entries, 1);
+		EphemeralRemove(entry);
 		removed++;
 	}
 	EphemeralUnlockAll();
@@ -134,11 +131,9 @@ DsyncEphemeralReap(void)
 		if (entry->expires_at <= now)
 		{
 			DsyncEvent	event = EphemeralEvent(DSYNC_EVENT_EXPIRED, entry);
-			EphemeralKey key = entry->key;
 
 			DsyncEventPublishNow(&event, 1, 0);
-			(void) hash_search(ephemeral_hash, &key, HASH_REMOVE, NULL);
-			pg_atomic_fetch_sub_u32(&ephemeral_shared->entries, 1);
+			EphemeralRemove(entry);
 			woke = true;
 		}
 		else if (next == 0 || entry->expires_at < next)
@@ -174,13 +169,13 @@ DsyncEphemeralRows(text *lease, text *holder)
 
 		if (entry->key.dbid != MyDatabaseId || entry->expires_at <= now)
 			continue;
-		if (lease != NULL && strcmp(entry->key.name, key.name) != 0)
+		if (lease != NULL && EphemeralKeyMatch(&entry->key, &key, sizeof(key)) != 0)
 			continue;
 		if (holder != NULL && !EphemeralHolderNameIs(entry, holder))
 			continue;
 		row = palloc0(sizeof(DsyncEphemeralRow));
-		row->lease = cstring_to_text(entry->key.name);
-		row->holder = cstring_to_text(entry->holder);
+		row->lease = EphemeralNameText(entry);
+		row->holder = EphemeralHolderText(entry);
 		row->fencing = entry->fencing;
 		row->acquired_at = entry->acquired_at;
 		row->renewed_at = entry->renewed_at;
@@ -190,7 +185,8 @@ DsyncEphemeralRows(text *lease, text *holder)
 		if (entry->info_len > 0)
 		{
 			row->info = palloc(entry->info_len);
-			memcpy(row->info, entry->info, entry->info_len);
+			EphemeralChainRead(entry->key.chunk, entry->key.len + entry->holder_len,
+							   (char *) row->info, entry->info_len);
 		}
 		rows = lappend(rows, row);
 	}
