@@ -35,13 +35,15 @@ SELECT dsync_release(name, holder) AS released FROM long;
 SELECT count(*) AS left_over FROM dsync_leases l, long g WHERE l.lease = g.name;
 
 -- Two names with the same 32-bit hash (hashtext is the same hash_bytes
--- the table's key hash starts from: one pair among 300,000 names is
+-- the table's key hash starts from: one pair among 400,000 names of the
+-- same length (so that only their bytes tell them apart) is
 -- all but certain) are two leases, each with its own holder.
 CREATE TEMP TABLE twin AS
 SELECT min(n) AS a, max(n) AS b
-  FROM (SELECT 'twin-' || i AS n FROM generate_series(1, 300000) i) s
+  FROM (SELECT 'twin-' || i AS n FROM generate_series(100000, 499999) i) s
  GROUP BY hashtext(n COLLATE "C") HAVING count(*) = 2 LIMIT 1;
-SELECT count(*) AS pair_found, bool_and(a <> b AND hashtext(a COLLATE "C") = hashtext(b COLLATE "C")) AS same_hash FROM twin;
+SELECT count(*) AS pair_found, bool_and(a <> b AND octet_length(a) = octet_length(b) AND
+									  hashtext(a COLLATE "C") = hashtext(b COLLATE "C")) AS same_hash FROM twin;
 SELECT dsync_acquire(a, 'ha', '2 seconds', '0', '{"who": "a"}', false) IS NOT NULL AS a_granted FROM twin;
 SELECT dsync_acquire(b, 'hb', '2 seconds', '0', '{"who": "b"}', false) IS NOT NULL AS b_granted FROM twin;
 SELECT dsync_leader(a) AS leader_a, dsync_leader(b) AS leader_b FROM twin;
