@@ -104,7 +104,7 @@ DsyncEphemeralShmemSize(void)
 	if (dsync_ephemeral_max_leases == 0)
 		return 0;
 	return add_size(add_size(add_size(MAXALIGN(sizeof(EphemeralShared)), DsyncHeldMapShmemSize()),
-							 EphemeralPoolShmemSize()),
+							 add_size(EphemeralPoolShmemSize(), EphemeralHeapShmemSize())),
 					hash_estimate_size(EphemeralTableSize(), sizeof(EphemeralEntry)));
 }
 
@@ -156,6 +156,7 @@ DsyncEphemeralShmemInit(void)
 		ConditionVariableInit(&ephemeral_shared->guards_done);
 	}
 	EphemeralPoolShmemInit(found);
+	EphemeralHeapShmemInit(found);
 	DsyncHeldMapShmemInit();
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = sizeof(EphemeralKey);
@@ -305,6 +306,7 @@ EphemeralRemove(EphemeralEntry *entry)
 	EphemeralKey key = entry->key;
 
 	key.name = NULL;
+	EphemeralHeapRemove(entry);
 	(void) hash_search_with_hash_value(ephemeral_hash, &key, key.hash, HASH_REMOVE, NULL);
 	EphemeralChainFree(key.chunk);
 	pg_atomic_fetch_sub_u32(&ephemeral_shared->entries, 1);

@@ -20,9 +20,11 @@
 #include "storage/spin.h"
 #include "utils/hsearch.h"
 #include "utils/jsonb.h"
+#include "lib/pairingheap.h"
 #include "utils/timestamp.h"
 
 #include "catalog.h"
+#include "dbslot.h"
 #include "events.h"
 #include "ephemeral.h"
 
@@ -79,6 +81,8 @@ typedef struct EphemeralEntry
 	int			guards;			/* transactions guarding it now */
 	uint16		holder_len;		/* bytes, after the name's in the chain */
 	uint16		info_len;		/* 0: no info; after the holder's */
+	pairingheap_node expiry;	/* in the heap of its slot and partition (ephheap.c) */
+	pairingheap_node **heap;	/* that heap's root; NULL: in none */
 } EphemeralEntry;
 
 typedef struct EphemeralShared
@@ -93,6 +97,7 @@ typedef struct EphemeralShared
 	uint32		pool_nfree;
 	uint32		pool_size;		/* chunks */
 	EphemeralChunk *pool;
+	pairingheap_node **roots;	/* [slot][partition]: ephheap.c */
 } EphemeralShared;
 
 extern EphemeralShared *ephemeral_shared;
@@ -178,6 +183,15 @@ typedef struct EphemeralLook
 
 extern DsyncEphemeralFound EphemeralLookHeld(text *lease, text *holder, LWLockMode mode,
 											 EphemeralLook *look);
+
+/* ephheap.c */
+extern Size EphemeralHeapShmemSize(void);
+extern void EphemeralHeapShmemInit(bool found);
+extern void EphemeralHeapRemove(EphemeralEntry *entry);
+extern void EphemeralHeapPut(EphemeralEntry *entry, const DsyncDbSlot *slot);
+extern void EphemeralHeapMoved(EphemeralEntry *entry);
+extern int	EphemeralHeapReap(const DsyncDbSlot *slot, int partition, TimestampTz now,
+							  TimestampTz *next);
 
 /* ephscan.c */
 extern int	EphemeralSweep(Oid dbid, bool forget);

@@ -344,6 +344,7 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 				entry->renewed_at = now;
 				entry->expires_at = expiry;
 				entry->ttl = *grant->ttl;
+				EphemeralHeapMoved(entry);
 				*token = entry->fencing;
 				if (entry->expires_at < previous)
 					events[nevents++] = EphemeralEvent(DSYNC_EVENT_DEADLINE, entry);
@@ -439,6 +440,7 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 								   dsync_ephemeral_max_leases),
 						 errhint("Raise dsync.ephemeral_max_leases and restart the server, or use durable leases.")));
 			}
+			entry->heap = NULL;
 			if (!EphemeralPutStrings(entry, key.name, key.len, grant->holder,
 									 EphemeralGrantInfo(grant)))
 			{
@@ -456,6 +458,7 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 			}
 		}
 		EphemeralFillGrant(entry, *token, now, grant);
+		EphemeralHeapPut(entry, slot);
 		events[nevents++] = EphemeralEvent(DSYNC_EVENT_ACQUIRED, entry);
 		DsyncEventPublishNow(events, nevents, renewals);
 		LWLockRelease(lock);
@@ -542,6 +545,7 @@ DsyncEphemeralRenew(const DsyncCatalog *catalog, text *lease, text *holder, Inte
 	previous = look.entry->expires_at;
 	look.entry->renewed_at = now;
 	look.entry->expires_at = DsyncExpiry(now, usec, "ttl");
+	EphemeralHeapMoved(look.entry);
 	*expiry = look.entry->expires_at;
 	event = EphemeralEvent(DSYNC_EVENT_DEADLINE, look.entry);
 	DsyncEventPublishNow(&event, look.entry->expires_at < previous ? 1 : 0, 1);
