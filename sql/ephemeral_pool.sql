@@ -88,3 +88,32 @@ SELECT e.payload->>'event' AS event, e.payload->>'lease' = left(g.name, 253) || 
  WHERE e.payload->>'lease' IN (g.name, left(g.name, 253) || '-x')
  ORDER BY e.seq;
 SELECT count(*) AS left_over FROM dsync_leases WHERE lease LIKE 'L%';
+
+-- The reaper takes expiries in order from its heaps (src/leases/ephheap.c):
+-- 300 leases expiring over a second, in every partition, are each
+-- announced once; a guarded one stays past its expiry, held, until its
+-- guard ends, and is announced then.
+SELECT count(dsync_acquire('stag-' || i, 'h', make_interval(secs => 1 + i / 300.0), '0', NULL, false))
+	AS granted FROM generate_series(1, 300) i;
+SELECT dsync_acquire('stag-guard', 'g', '1 second', '0', NULL, false) IS NOT NULL AS granted;
+BEGIN;
+SELECT dsync_assert_held('stag-guard', 'g') IS NOT NULL AS guarded;
+SELECT pg_sleep(2.2);
+SELECT dsync_acquire('stag-guard', 'other', '1 second', '0', NULL, false) IS NULL AS still_kept;
+SELECT count(*) AS guard_expired_not_announced FROM dsync_events_since((SELECT s FROM pool_start))
+ WHERE payload->>'lease' = 'stag-guard' AND payload->>'event' = 'expired';
+COMMIT;
+DO $$
+BEGIN
+	FOR i IN 1..200 LOOP
+		EXIT WHEN (SELECT count(*) FROM dsync_events_since((SELECT s FROM pool_start))
+				   WHERE payload->>'lease' LIKE 'stag-%' AND payload->>'event' = 'expired') >= 301;
+		PERFORM pg_sleep(0.05);
+	END LOOP;
+END $$;
+SELECT count(*) AS expired_events, count(DISTINCT payload->>'lease') AS names
+  FROM dsync_events_since((SELECT s FROM pool_start))
+ WHERE payload->>'lease' LIKE 'stag-%' AND payload->>'event' = 'expired';
+SELECT count(*) AS left_over FROM dsync_leases WHERE lease LIKE 'stag-%';
+SELECT dsync_acquire('stag-guard', 'other', '1 second', '0', NULL, false) IS NOT NULL AS free_again;
+SELECT dsync_release('stag-guard', 'other');
