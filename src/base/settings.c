@@ -101,7 +101,7 @@ static const DsyncIntSetting dsync_int_settings[] = {
 		&dsync_deadlines_in_memory, 100000, 100, 10000000, PGC_SIGHUP, 0},
 	{"dsync.ephemeral_max_leases",
 		"Most ephemeral leases (durable => false) held at once, in all databases.",
-		"Each takes about 290 bytes of shared memory (its entry, and 150 bytes "
+		"Each takes about 320 bytes of shared memory (its entry, and 160 bytes "
 		"of the pool its name, holder and info are kept in); 0 turns "
 		"ephemeral leases off.",
 		&dsync_ephemeral_max_leases, 100000, 0, 50000000, PGC_POSTMASTER, 0},

@@ -45,6 +45,13 @@
  * durable holder.  Who an entry belongs to besides its holder (session
  * backend, owner role) is ephowner.c's.
  *
+ * An entry keeps only fixed-size fields, about 130 bytes: its name, holder
+ * and info are a chain of chunks of a shared pool (ephpool.c), and its key
+ * carries the name's hash and finds its bytes there to compare, so that
+ * the default of 100,000 leases fits in under 32 MB.  Its expiry is in a
+ * heap per database slot and partition (ephheap.c), from which the reaper
+ * takes what is due without walking the table.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"

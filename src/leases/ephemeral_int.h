@@ -2,8 +2,8 @@
  *
  * ephemeral_int.h
  *		The shared table of ephemeral leases, for the files that work on
- *		it (ephemeral.c, ephscan.c, ephowner.c, ephguard.c); not for
- *		anybody else.
+ *		it (ephemeral.c, ephgrant.c, ephrelease.c, ephscan.c, ephowner.c,
+ *		ephguard.c, ephpool.c, ephheap.c); not for anybody else.
  *
  *-------------------------------------------------------------------------
  */
@@ -118,7 +118,6 @@ extern Size EphemeralPoolShmemSize(void);
 extern void EphemeralPoolShmemInit(bool found);
 extern bool EphemeralChainEquals(uint32 chunk, int offset, const char *bytes, int len);
 extern void EphemeralChainRead(uint32 chunk, int offset, char *out, int len);
-extern char *EphemeralChainCopy(uint32 chunk, int offset, int len);
 extern void EphemeralChainFree(uint32 chunk);
 extern bool EphemeralPutStrings(EphemeralEntry *entry, const char *name, int name_len,
 								text *holder, const Jsonb *info);

@@ -182,20 +182,6 @@ EphemeralChainRead(uint32 chunk, int offset, char *out, int len)
 }
 
 /*
- * EphemeralChainCopy
- *		A palloc'd, zero-terminated copy of len bytes of a chain from offset.
- */
-char *
-EphemeralChainCopy(uint32 chunk, int offset, int len)
-{
-	char	   *out = palloc(len + 1);
-
-	EphemeralChainRead(chunk, offset, out, len);
-	out[len] = '\0';
-	return out;
-}
-
-/*
  * EphemeralChainWrite
  *		Write len bytes into a chain from offset; returns the offset after.
  */
