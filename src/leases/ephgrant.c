@@ -193,9 +193,9 @@ EphemeralPoolFull(void)
 	ereport(ERROR,
 			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 			 errmsg("no room left for the names, holders and info of ephemeral leases"),
-			 errdetail("The pool keeps %u chunks of %d bytes, %d per ephemeral lease of dsync.ephemeral_max_leases (%d) on average.",
+			 errdetail("The pool of %u chunks of %d bytes (2.5 per lease of dsync.ephemeral_max_leases, %d) has too few free.",
 					   ephemeral_shared->pool_size, EPHEMERAL_CHUNK_DATA,
-					   (int) EPHEMERAL_CHUNKS(10) / 10, dsync_ephemeral_max_leases),
+					   dsync_ephemeral_max_leases),
 			 errhint("Raise dsync.ephemeral_max_leases and restart the server, keep names, holders and info shorter, or use durable leases.")));
 }
 
