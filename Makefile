@@ -43,6 +43,8 @@ OBJS = \
 	src/leases/ephguard.o \
 	src/leases/ephowner.o \
 	src/leases/ephscan.o \
+	src/leases/ephpool.o \
+	src/leases/ephheap.o \
 	src/leases/fence.o \
 	src/leases/fenceddl.o \
 	src/workers/launcher.o \

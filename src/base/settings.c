@@ -27,7 +27,7 @@ int			dsync_idle_row_retention = 600;
 int			dsync_deadlines_in_memory = 100000;
 int			dsync_max_workers = 3;
 int			dsync_worker_idle_timeout = 60000;
-int			dsync_ephemeral_max_leases = 1024;
+int			dsync_ephemeral_max_leases = 100000;
 int			dsync_ephemeral_max_ttl = 60;
 int			dsync_event_retention = 300;
 
@@ -101,8 +101,10 @@ static const DsyncIntSetting dsync_int_settings[] = {
 		&dsync_deadlines_in_memory, 100000, 100, 10000000, PGC_SIGHUP, 0},
 	{"dsync.ephemeral_max_leases",
 		"Most ephemeral leases (durable => false) held at once, in all databases.",
-		"Each takes about 1.9 kB of shared memory; 0 turns ephemeral leases off.",
-		&dsync_ephemeral_max_leases, 1024, 0, 1000000, PGC_POSTMASTER, 0},
+		"Each takes about 320 bytes of shared memory (its entry, and 160 bytes "
+		"of the pool its name, holder and info are kept in); 0 turns "
+		"ephemeral leases off.",
+		&dsync_ephemeral_max_leases, 100000, 0, 50000000, PGC_POSTMASTER, 0},
 	{"dsync.ephemeral_max_ttl",
 		"Longest time-to-live an ephemeral lease may be given.",
 		"Ephemeral leases are lost in a restart, crash or failover; for this "

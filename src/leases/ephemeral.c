@@ -45,6 +45,13 @@
  * durable holder.  Who an entry belongs to besides its holder (session
  * backend, owner role) is ephowner.c's.
  *
+ * An entry keeps only fixed-size fields, about 130 bytes: its name, holder
+ * and info are a chain of chunks of a shared pool (ephpool.c), and its key
+ * carries the name's hash and finds its bytes there to compare, so that
+ * the default of 100,000 leases fits in under 32 MB.  Its expiry is in a
+ * heap per database slot and partition (ephheap.c), from which the reaper
+ * takes what is due without walking the table.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -103,7 +110,8 @@ DsyncEphemeralShmemSize(void)
 {
 	if (dsync_ephemeral_max_leases == 0)
 		return 0;
-	return add_size(add_size(MAXALIGN(sizeof(EphemeralShared)), DsyncHeldMapShmemSize()),
+	return add_size(add_size(add_size(MAXALIGN(sizeof(EphemeralShared)), DsyncHeldMapShmemSize()),
+							 add_size(EphemeralPoolShmemSize(), EphemeralHeapShmemSize())),
 					hash_estimate_size(EphemeralTableSize(), sizeof(EphemeralEntry)));
 }
 
@@ -122,15 +130,14 @@ DsyncEphemeralShmemRequest(void)
 
 /*
  * EphemeralKeyHash
- *		dynahash's hash of a key: of the name's bytes and the database,
- *		not of the whole zero-padded buffer (keys still compare whole).
+ *		dynahash's hash of a key: DsyncNameHashOf of the name's bytes and
+ *		the database, which the key carries (EphemeralKeyFor), so that a
+ *		key copied from an entry hashes without reading its chain.
  */
 static uint32
 EphemeralKeyHash(const void *key, Size keysize)
 {
-	const EphemeralKey *k = key;
-
-	return DsyncNameHashOf(k->name, strlen(k->name), k->dbid);
+	return ((const EphemeralKey *) key)->hash;
 }
 
 /*
@@ -155,15 +162,19 @@ DsyncEphemeralShmemInit(void)
 		pg_atomic_init_u64(&ephemeral_shared->generations, 0);
 		ConditionVariableInit(&ephemeral_shared->guards_done);
 	}
+	EphemeralPoolShmemInit(found);
+	EphemeralHeapShmemInit(found);
 	DsyncHeldMapShmemInit();
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = sizeof(EphemeralKey);
 	ctl.entrysize = sizeof(EphemeralEntry);
 	ctl.hash = EphemeralKeyHash;
+	ctl.match = EphemeralKeyMatch;
 	ctl.num_partitions = EPHEMERAL_PARTITIONS;
 	ephemeral_hash = ShmemInitHash("dsync ephemeral leases",
 								   EphemeralTableSize(), EphemeralTableSize(),
-								   &ctl, HASH_ELEM | HASH_FUNCTION | HASH_PARTITION | HASH_FIXED_SIZE);
+								   &ctl, HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
+								   HASH_PARTITION | HASH_FIXED_SIZE);
 }
 
 /*
@@ -203,17 +214,18 @@ EphemeralRequire(void)
 
 /*
  * EphemeralKeyFor
- *		The key of a name in this database, and its hash.
+ *		The key of a name in this database, and its hash.  The key points
+ *		at the name's bytes in lease, which must outlive it.
  */
 uint32
 EphemeralKeyFor(text *lease, EphemeralKey *key)
 {
-	int			len = VARSIZE_ANY_EXHDR(lease);
-
-	memset(key, 0, sizeof(*key));
 	key->dbid = MyDatabaseId;
-	memcpy(key->name, VARDATA_ANY(lease), Min(len, DSYNC_NAME_MAX_BYTES));
-	return get_hash_value(ephemeral_hash, key);
+	key->len = Min(VARSIZE_ANY_EXHDR(lease), DSYNC_NAME_MAX_BYTES);
+	key->name = VARDATA_ANY(lease);
+	key->chunk = EPHEMERAL_NO_CHUNK;
+	key->hash = DsyncNameHashOf(key->name, key->len, key->dbid);
+	return key->hash;
 }
 
 /*
@@ -256,9 +268,18 @@ EphemeralUnlockAll(void)
 }
 
 /*
+ * The name and holder of the last EphemeralEvent: every caller publishes
+ * an event before it makes the next, and a static copy costs no palloc
+ * (EphemeralGuardXactCallback makes one while its transaction aborts).
+ */
+static char event_name[DSYNC_NAME_MAX_BYTES + 1];
+static char event_holder[DSYNC_NAME_MAX_BYTES + 1];
+
+/*
  * EphemeralEvent
- *		An event about an entry, for DsyncEventPublishNow.  slot -1 tells
- *		the reaper there is no row to look up.
+ *		An event about an entry, for DsyncEventPublishNow, which must be
+ *		given it before the next call: its name and holder are this file's
+ *		copies.  slot -1 tells the reaper there is no row to look up.
  */
 DsyncEvent
 EphemeralEvent(DsyncEventKind kind, const EphemeralEntry *entry)
@@ -270,36 +291,32 @@ EphemeralEvent(DsyncEventKind kind, const EphemeralEntry *entry)
 	event.slot = -1;
 	event.fencing = entry->fencing;
 	event.expires_at = kind == DSYNC_EVENT_RELEASED ? GetCurrentTimestamp() : entry->expires_at;
-	event.name = (char *) entry->key.name;
-	event.holder = (char *) entry->holder;
+	EphemeralChainRead(entry->key.chunk, 0, event_name, entry->key.len);
+	event_name[entry->key.len] = '\0';
+	EphemeralChainRead(entry->key.chunk, entry->key.len, event_holder, entry->holder_len);
+	event_holder[entry->holder_len] = '\0';
+	event.name = event_name;
+	event.holder = event_holder;
 	return event;
 }
 
 /*
  * EphemeralRemove
- *		Take an entry out of the table, under its partition lock held
- *		exclusively.
+ *		Take an entry out of the table and give its strings back to the
+ *		pool, under its partition lock held exclusively (every partition
+ *		lock, in a pass over the table: removing the entry a pass is at is
+ *		allowed).
  */
 void
-EphemeralRemove(EphemeralEntry *entry, uint32 hash)
+EphemeralRemove(EphemeralEntry *entry)
 {
 	EphemeralKey key = entry->key;
 
-	(void) hash_search_with_hash_value(ephemeral_hash, &key, hash, HASH_REMOVE, NULL);
+	key.name = NULL;
+	EphemeralHeapRemove(entry);
+	(void) hash_search_with_hash_value(ephemeral_hash, &key, key.hash, HASH_REMOVE, NULL);
+	EphemeralChainFree(key.chunk);
 	pg_atomic_fetch_sub_u32(&ephemeral_shared->entries, 1);
-}
-
-/*
- * EphemeralSetInfo
- *		Keep a grant's info (checked for size by DsyncEphemeralCheckGrant).
- */
-void
-EphemeralSetInfo(EphemeralEntry *entry, const LeaseGrant *grant)
-{
-	Jsonb	   *info = DatumGetJsonbP(grant->info);
-
-	entry->info_len = VARSIZE(info);
-	memcpy(entry->info, info, entry->info_len);
 }
 
 /*

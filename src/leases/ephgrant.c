@@ -174,17 +174,39 @@ EphemeralPlainTaken(DsyncStore *store, text *lease, TimestampTz now, TimestampTz
 }
 
 /*
- * EphemeralFillGrant
- *		Make an entry the holder's, with a new token.
+ * EphemeralGrantInfo
+ *		A grant's info, NULL if none.
+ */
+static inline const Jsonb *
+EphemeralGrantInfo(const LeaseGrant *grant)
+{
+	return grant->info_null ? NULL : DatumGetJsonbP(grant->info);
+}
+
+/*
+ * EphemeralPoolFull
+ *		Refuse a grant whose strings the pool has no room for.
  */
 static void
-EphemeralFillGrant(EphemeralEntry *entry, const LeaseGrant *grant, int64 token,
-				   TimestampTz now)
+EphemeralPoolFull(void)
 {
-	int			len = VARSIZE_ANY_EXHDR(grant->holder);
+	ereport(ERROR,
+			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+			 errmsg("no room left for the names, holders and info of ephemeral leases"),
+			 errdetail("The pool of %u chunks of %d bytes (2.5 per lease of dsync.ephemeral_max_leases, %d) has too few free.",
+					   ephemeral_shared->pool_size, EPHEMERAL_CHUNK_DATA,
+					   dsync_ephemeral_max_leases),
+			 errhint("Raise dsync.ephemeral_max_leases and restart the server, keep names, holders and info shorter, or use durable leases.")));
+}
 
-	memset(entry->holder, 0, sizeof(entry->holder));
-	memcpy(entry->holder, VARDATA_ANY(grant->holder), len);
+/*
+ * EphemeralFillGrant
+ *		Make an entry the holder's, with a new token (its strings are
+ *		EphemeralPutStrings's).
+ */
+static void
+EphemeralFillGrant(EphemeralEntry *entry, int64 token, TimestampTz now, const LeaseGrant *grant)
+{
 	entry->fencing = token;
 	entry->acquired_at = now;
 	entry->renewed_at = now;
@@ -194,9 +216,6 @@ EphemeralFillGrant(EphemeralEntry *entry, const LeaseGrant *grant, int64 token,
 	entry->session_pid = 0;
 	entry->generation = pg_atomic_add_fetch_u64(&ephemeral_shared->generations, 1);
 	entry->guards = 0;
-	entry->info_len = 0;
-	if (!grant->info_null)
-		EphemeralSetInfo(entry, grant);
 }
 
 /*
@@ -311,12 +330,21 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 			{
 				/* Reentrant: extend, keep the token. */
 				TimestampTz previous = entry->expires_at;
+				TimestampTz expiry = DsyncExpiry(now, grant->ttl_usec, "ttl");
 
+				if (!grant->info_null &&
+					!EphemeralPutStrings(entry, key.name, key.len, grant->holder,
+										 EphemeralGrantInfo(grant)))
+				{
+					/* Nothing changed: the old info and expiry stay. */
+					LWLockRelease(lock);
+					EphemeralStoreClose(&store, opened);
+					EphemeralPoolFull();
+				}
 				entry->renewed_at = now;
-				entry->expires_at = DsyncExpiry(now, grant->ttl_usec, "ttl");
+				entry->expires_at = expiry;
 				entry->ttl = *grant->ttl;
-				if (!grant->info_null)
-					EphemeralSetInfo(entry, grant);
+				EphemeralHeapMoved(entry);
 				*token = entry->fencing;
 				if (entry->expires_at < previous)
 					events[nevents++] = EphemeralEvent(DSYNC_EVENT_DEADLINE, entry);
@@ -375,6 +403,15 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 			DsyncEvent	expired = EphemeralEvent(DSYNC_EVENT_EXPIRED, entry);
 
 			DsyncEventPublishNow(&expired, 1, 0);
+			if (!EphemeralPutStrings(entry, key.name, key.len, grant->holder,
+									 EphemeralGrantInfo(grant)))
+			{
+				/* The expired lease is gone: the reaper would remove it next. */
+				EphemeralRemove(entry);
+				LWLockRelease(lock);
+				EphemeralStoreClose(&store, opened);
+				EphemeralPoolFull();
+			}
 		}
 		else
 		{
@@ -403,8 +440,25 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 								   dsync_ephemeral_max_leases),
 						 errhint("Raise dsync.ephemeral_max_leases and restart the server, or use durable leases.")));
 			}
+			entry->heap = NULL;
+			if (!EphemeralPutStrings(entry, key.name, key.len, grant->holder,
+									 EphemeralGrantInfo(grant)))
+			{
+				/* Entered with no chain: the key looked up finds it. */
+				(void) hash_search_with_hash_value(ephemeral_hash, &key, hash, HASH_REMOVE, NULL);
+				pg_atomic_fetch_sub_u32(&ephemeral_shared->entries, 1);
+				LWLockRelease(lock);
+				if (!swept && EphemeralSweep(InvalidOid, false) > 0)
+				{
+					swept = true;
+					continue;
+				}
+				EphemeralStoreClose(&store, opened);
+				EphemeralPoolFull();
+			}
 		}
-		EphemeralFillGrant(entry, grant, *token, now);
+		EphemeralFillGrant(entry, *token, now, grant);
+		EphemeralHeapPut(entry, slot);
 		events[nevents++] = EphemeralEvent(DSYNC_EVENT_ACQUIRED, entry);
 		DsyncEventPublishNow(events, nevents, renewals);
 		LWLockRelease(lock);
@@ -491,6 +545,7 @@ DsyncEphemeralRenew(const DsyncCatalog *catalog, text *lease, text *holder, Inte
 	previous = look.entry->expires_at;
 	look.entry->renewed_at = now;
 	look.entry->expires_at = DsyncExpiry(now, usec, "ttl");
+	EphemeralHeapMoved(look.entry);
 	*expiry = look.entry->expires_at;
 	event = EphemeralEvent(DSYNC_EVENT_DEADLINE, look.entry);
 	DsyncEventPublishNow(&event, look.entry->expires_at < previous ? 1 : 0, 1);

@@ -121,7 +121,7 @@ DsyncEphemeralRoleDrop(Oid roleid)
 	while ((entry = hash_seq_search(&status)) != NULL)
 		if (entry->key.dbid == MyDatabaseId && entry->owner == roleid &&
 			entry->expires_at > now)
-			names = lappend(names, cstring_to_text(entry->key.name));
+			names = lappend(names, EphemeralNameText(entry));
 	EphemeralUnlockAll();
 
 	foreach(lc, names)

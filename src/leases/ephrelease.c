@@ -68,8 +68,9 @@ EphemeralMyGuards(const EphemeralEntry *entry)
 	{
 		EphemeralGuardNote *note = lfirst(lc);
 
+		/* Generations are unique: the same one is the same grant. */
 		if (note->generation == entry->generation &&
-			memcmp(&note->key, &entry->key, sizeof(EphemeralKey)) == 0)
+			note->key.dbid == entry->key.dbid && note->hash == entry->key.hash)
 			mine++;
 	}
 	return mine;
@@ -121,7 +122,7 @@ EphemeralLetGo(EphemeralEntry *entry, uint32 hash)
 	DsyncEvent	event = EphemeralEvent(DSYNC_EVENT_RELEASED, entry);
 
 	DsyncEventPublishNow(&event, 1, 0);
-	EphemeralRemove(entry, hash);
+	EphemeralRemove(entry);
 }
 
 /*
@@ -222,6 +223,7 @@ EphemeralGuardXactCallback(XactEvent event, void *arg)
 		}
 		LWLockRelease(lock);
 		DsyncWakeNow(note->wait_key);
+		pfree((char *) note->key.name);
 	}
 	list_free_deep(my_guards);
 	my_guards = NIL;
@@ -266,6 +268,8 @@ DsyncEphemeralGuard(text *lease, text *holder, int64 *token)
 		oldcontext = MemoryContextSwitchTo(TopMemoryContext);
 		note = palloc(sizeof(EphemeralGuardNote));
 		note->key = look.key;
+		/* The key points at the name: keep a copy for the transaction's end. */
+		note->key.name = pnstrdup(look.key.name, look.key.len);
 		note->hash = look.hash;
 		note->generation = look.entry->generation;
 		note->wait_key = DsyncWaitKey(lease);
@@ -291,7 +295,7 @@ DsyncEphemeralLeader(text *lease, text **holder)
 	found = EphemeralLookHeld(lease, NULL, LW_SHARED, &look);
 	if (found == DSYNC_EPHEMERAL_NONE)
 		return found;
-	*holder = look.entry->expires_at > GetCurrentTimestamp() ? cstring_to_text(look.entry->holder) : NULL;
+	*holder = look.entry->expires_at > GetCurrentTimestamp() ? EphemeralHolderText(look.entry) : NULL;
 	LWLockRelease(EphemeralLock(look.hash));
 	return found;
 }

@@ -44,14 +44,11 @@ EphemeralSweep(Oid dbid, bool forget)
 	(void) EphemeralScanBegin(LW_EXCLUSIVE, &status, false);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		EphemeralKey key = entry->key;
-
-		if (OidIsValid(dbid) && key.dbid != dbid)
+		if (OidIsValid(dbid) && entry->key.dbid != dbid)
 			continue;
 		if (!forget && (entry->guards > 0 || entry->expires_at > stale))
 			continue;
-		(void) hash_search(ephemeral_hash, &key, HASH_REMOVE, NULL);
-		pg_atomic_fetch_sub_u32(&ephemeral_shared->entries, 1);
+		EphemeralRemove(entry);
 		removed++;
 	}
 	EphemeralUnlockAll();
@@ -103,50 +100,35 @@ DsyncEphemeralLookSoon(void)
  *		announce the expired ones nobody guards, wake their waiters, and
  *		note in the slot when the next is due.
  *
- * Grants lower the slot's value under their partition lock; holding all
- * of them, the reaper may set it exactly.
+ * It takes one partition lock at a time and looks only at what its heap
+ * of expiries (ephheap.c) says is due, so a pass costs the expired leases,
+ * not the table, and an ephemeral grant waits for it only in the one
+ * partition it is at.  Grants lower the slot's value under their partition
+ * lock; the pass first clears it (0: none), so that a grant in a partition
+ * it has looked at already lowers it afresh, and then lowers it to the
+ * earliest expiry it saw: nothing due is lost.
  */
 void
 DsyncEphemeralReap(void)
 {
-	HASH_SEQ_STATUS status;
-	EphemeralEntry *entry;
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz next = 0;
-	bool		woke = false;
+	int			removed = 0;
 	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
 
 	if (slot == NULL || ephemeral_shared == NULL)
 		return;
 	DsyncEventPrepareNow();
-	(void) EphemeralScanBegin(LW_EXCLUSIVE, &status, false);
-	while ((entry = hash_seq_search(&status)) != NULL)
+	pg_atomic_write_u64(&slot->ephemeral_deadline, 0);
+	for (int i = 0; i < EPHEMERAL_PARTITIONS; i++)
 	{
-		if (entry->key.dbid != MyDatabaseId)
-			continue;
-		if (entry->guards > 0)
-		{
-			/* Its guard's end says when it is due, if it has expired by then. */
-			if (entry->expires_at > now && (next == 0 || entry->expires_at < next))
-				next = entry->expires_at;
-			continue;
-		}
-		if (entry->expires_at <= now)
-		{
-			DsyncEvent	event = EphemeralEvent(DSYNC_EVENT_EXPIRED, entry);
-			EphemeralKey key = entry->key;
-
-			DsyncEventPublishNow(&event, 1, 0);
-			(void) hash_search(ephemeral_hash, &key, HASH_REMOVE, NULL);
-			pg_atomic_fetch_sub_u32(&ephemeral_shared->entries, 1);
-			woke = true;
-		}
-		else if (next == 0 || entry->expires_at < next)
-			next = entry->expires_at;
+		LWLockAcquire(&ephemeral_shared->locks[i].lock, LW_EXCLUSIVE);
+		removed += EphemeralHeapReap(slot, i, now, &next);
+		LWLockRelease(&ephemeral_shared->locks[i].lock);
 	}
-	pg_atomic_write_u64(&slot->ephemeral_deadline, (uint64) next);
-	EphemeralUnlockAll();
-	if (woke)
+	if (next != 0)
+		(void) DsyncTimeLower(&slot->ephemeral_deadline, next, NULL);
+	if (removed > 0)
 		DsyncWakeDatabaseNow();
 }
 
@@ -174,13 +156,13 @@ DsyncEphemeralRows(text *lease, text *holder)
 
 		if (entry->key.dbid != MyDatabaseId || entry->expires_at <= now)
 			continue;
-		if (lease != NULL && strcmp(entry->key.name, key.name) != 0)
+		if (lease != NULL && EphemeralKeyMatch(&entry->key, &key, sizeof(key)) != 0)
 			continue;
 		if (holder != NULL && !EphemeralHolderNameIs(entry, holder))
 			continue;
 		row = palloc0(sizeof(DsyncEphemeralRow));
-		row->lease = cstring_to_text(entry->key.name);
-		row->holder = cstring_to_text(entry->holder);
+		row->lease = EphemeralNameText(entry);
+		row->holder = EphemeralHolderText(entry);
 		row->fencing = entry->fencing;
 		row->acquired_at = entry->acquired_at;
 		row->renewed_at = entry->renewed_at;
@@ -190,7 +172,8 @@ DsyncEphemeralRows(text *lease, text *holder)
 		if (entry->info_len > 0)
 		{
 			row->info = palloc(entry->info_len);
-			memcpy(row->info, entry->info, entry->info_len);
+			EphemeralChainRead(entry->key.chunk, entry->key.len + entry->holder_len,
+							   (char *) row->info, entry->info_len);
 		}
 		rows = lappend(rows, row);
 	}

@@ -36,21 +36,37 @@
 #                          "ephemeral fence": an ephemeral lease's cycle, and
 #                          one dsync_fence call with the mark's own token on
 #                          one of 100 resources; "" for none)
+#   BENCH_IR_HELD          counts of ephemeral leases held (by another
+#                          holder, ttl 100 s, in one statement) while the
+#                          ephemeral variant's instructions are counted,
+#                          one figure per count, e.g. "0 1000 1000000"
+#                          (default "0"; above 0 the server has
+#                          dsync.ephemeral_max_ttl = 100 s, and the first
+#                          ephemeral grant waits that long after each start)
 #   BENCH_KEEP             1: keep the directory
 #
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/server.sh"
-bench_settings N1=300 N2=1300 WAL_CYCLES=2000 CLIENTS=4 LISTENERS=4 PARTS=1234
+bench_settings N1=300 N2=1300 WAL_CYCLES=2000 CLIENTS=4 LISTENERS=4 PARTS=1234 IR_HELD=0
 bench_throughput_settings 10 3
 VARIANTS=(dsync table)
 read -r -a IR_EXTRA <<<"${BENCH_IR_EXTRA-ephemeral fence}"
 NAMES=100000
 
 # Ephemeral grants wait out dsync.ephemeral_max_ttl after every start.
+EPHEMERAL_CONF="dsync.ephemeral_max_ttl = 10"
+held_max=0
+for n in $IR_HELD; do
+	if [ "$n" -gt "$held_max" ]; then held_max=$n; fi
+done
+if [ "$held_max" -gt 0 ]; then
+	EPHEMERAL_CONF="dsync.ephemeral_max_ttl = 100
+dsync.ephemeral_max_leases = $((held_max + 100000))"
+fi
 bench_server_start cost "$THROUGHPUT_CONF
-dsync.ephemeral_max_ttl = 10"
+$EPHEMERAL_CONF"
 
 q postgres "CREATE DATABASE bench"
 q bench "CREATE EXTENSION dsync"
@@ -151,7 +167,18 @@ if bench_part 1 "Instructions per cycle (callgrind, one backend, prepared statem
 			ephemeral)
 				# Until the grace after the start is over, nothing is granted.
 				q bench "SELECT dsync_release('warm', 'c1') FROM
-				         (SELECT dsync_acquire('warm', 'c1', '1 s', '120 s', NULL, false)) a" >/dev/null ;;
+				         (SELECT dsync_acquire('warm', 'c1', '1 s', '300 s', NULL, false)) a" >/dev/null
+				for held in $IR_HELD; do
+					[ "$held" -gt 0 ] || continue
+					q bench "SELECT count(dsync_acquire('held-' || i, 'h', '100 s', '0', NULL, false))
+					         FROM generate_series(1, $held) i" >/dev/null
+					a=$(callgrind_ir "$v" "$N1")
+					b=$(callgrind_ir "$v" "$N2")
+					printf '  %-6s %10s instructions per cycle  (%s and %s in all), %s ephemeral leases held\n' "$v" \
+						"$(awk -v a="$a" -v b="$b" -v n1="$N1" -v n2="$N2" 'BEGIN { printf "%.0f", (b - a) / (n2 - n1) }')" \
+						"$a" "$b" "$(q bench "SELECT count(*) FROM dsync_leases WHERE lease LIKE 'held-%'")"
+					q bench "SELECT count(dsync_release('held-' || i, 'h')) FROM generate_series(1, $held) i" >/dev/null
+				done ;;
 			fence)
 				q bench "SELECT count(dsync_fence('fence-' || i, t.token)) FROM generate_series(1, 100) i,
 				         (SELECT dsync_acquire('fence-token', 'c1', '1 day') AS token) t" >/dev/null ;;
