@@ -41,9 +41,13 @@ static int	idle_s = 10;
 static int	rounds = 5;
 static int	ttl_ms = 500;
 static int	lead_s = 20;
+static int	extra = 0;
+static int	same = 0;
 static const char *mode = "distinct";
 
 static PGconn **conns;
+static int64_t server_run_ns;	/* summed by server_ticks, from schedstat */
+static long server_wakes;		/* summed by server_ticks: voluntary switches */
 static PGconn *mon;
 
 /* Print how to call this driver and exit. */
@@ -51,7 +55,7 @@ static void
 usage(void)
 {
 	fprintf(stderr, "usage: scale_work waiters|listeners|mass [-k N] [-m one|distinct] "
-			"[-n handoffs] [-i idle_s] [-r rounds] [-t ttl_ms] [-l lead_s] DB\n");
+			"[-n handoffs] [-i idle_s] [-r rounds] [-t ttl_ms] [-l lead_s] [-x idle_sessions] [-s 1] DB\n");
 	exit(2);
 }
 
@@ -170,6 +174,21 @@ server_ticks(int pm, int *nproc)
 			continue;
 		ticks += (long) (ut + st);
 		(*nproc)++;
+		{
+			ProcSample	ps;
+
+			if (proc_read(pid, &ps))
+				server_wakes += ps.vcsw;
+		}
+		snprintf(path, sizeof(path), "/proc/%d/schedstat", pid);
+		if ((f = fopen(path, "r")) != NULL)
+		{
+			unsigned long long ns;
+
+			if (fscanf(f, "%llu", &ns) == 1)
+				server_run_ns += (int64_t) ns;
+			fclose(f);
+		}
 	}
 	closedir(d);
 	return ticks;
@@ -189,14 +208,36 @@ measure_idle(const char *label)
 	double		hz = (double) sysconf(_SC_CLK_TCK),
 				cps;
 
+	int64_t		ns1,
+				ns2;
+	long		w1,
+				w2;
+
+	server_run_ns = 0;
+	server_wakes = 0;
 	t1 = server_ticks(pm, &n1);
+	ns1 = server_run_ns;
+	w1 = server_wakes;
 	s1 = mono_us();
 	sleep_us((int64_t) idle_s * 1000000);
+	server_run_ns = 0;
+	server_wakes = 0;
 	t2 = server_ticks(pm, &n2);
+	ns2 = server_run_ns;
+	w2 = server_wakes;
 	s2 = mono_us();
 	cps = (t2 - t1) / hz / ((s2 - s1) / 1e6);
-	printf("  %s: server CPU %.4f s/s over %.1f s (%ld ticks of 1/%.0f s, %d processes)\n",
-		   label, cps, (s2 - s1) / 1e6, t2 - t1, hz, n2);
+
+	/*
+	 * utime + stime are sampled at the clock tick and miss short runs;
+	 * schedstat's run time (ns) counts them (processes that came or went
+	 * in between aside).
+	 */
+	printf("  %s: server CPU %.4f s/s over %.1f s by utime+stime (%ld ticks of 1/%.0f s), "
+		   "%.2f ms/s by schedstat run time; %.0f wake-ups/s (voluntary context switches); "
+		   "%d processes\n",
+		   label, cps, (s2 - s1) / 1e6, t2 - t1, hz,
+		   (ns2 - ns1) / 1e6 / ((s2 - s1) / 1e6), (w2 - w1) / ((s2 - s1) / 1e6), n2);
 	printf("@ idle_cpu %.4f\n", cps);
 }
 
@@ -211,7 +252,8 @@ report(const char *key, const char *label, Samples *s)
 
 /*
  * Waiters on k distinct names: "h" (session mon) holds w-1..w-k, waiter i
- * blocks on w-i.  A hand-off: mon releases w-i, waiter i gets it; then it
+ * blocks on w-i.  A hand-off: mon releases w-i (with -s 1 always w-1, to
+ * the one waiter recently run), waiter i gets it; then it
  * is put back as it was (waiter releases, mon takes it again, waiter
  * blocks again) so that k waiters sleep before every release.
  */
@@ -239,7 +281,7 @@ waiters_distinct(const char *db)
 		measure_idle("idle");
 	for (int h = 0; h < handoffs; h++)
 	{
-		int			i = h % k;
+		int			i = same ? 0 : h % k;
 		char		name[32];
 		PGresult   *r;
 		int64_t		released,
@@ -256,7 +298,8 @@ waiters_distinct(const char *db)
 		send_acquire(conns[i], name, "waiter");
 		wait_waiters(k);
 	}
-	snprintf(label, sizeof(label), "%d waiters, distinct names", k);
+	snprintf(label, sizeof(label), "%d waiters, distinct names%s", k,
+			 same ? ", always to w-1" : "");
 	report("handoff", label, &s);
 }
 
@@ -559,7 +602,7 @@ main(int argc, char **argv)
 	const BenchOption opts[] = {
 		{'k', OPT_INT, &k}, {'n', OPT_INT, &handoffs}, {'i', OPT_INT, &idle_s},
 		{'r', OPT_INT, &rounds}, {'t', OPT_INT, &ttl_ms}, {'l', OPT_INT, &lead_s},
-		{'m', OPT_STRING, &mode}, {0, OPT_INT, NULL}
+		{'m', OPT_STRING, &mode}, {'x', OPT_INT, &extra}, {'s', OPT_INT, &same}, {0, OPT_INT, NULL}
 	};
 	const char *what;
 	int			i;
@@ -572,6 +615,11 @@ main(int argc, char **argv)
 		usage();
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	mon = connect_db(argv[i], "scale monitor", "-c synchronous_commit=off");
+	/* -x: idle sessions besides, to tell many backends from many waiters. */
+	for (int x = 0; x < extra; x++)
+		connect_db(argv[i], "scale idle", NULL);
+	if (extra > 0)
+		printf("(%d idle sessions besides)\n", extra);
 	if (strcmp(what, "waiters") == 0 && strcmp(mode, "one") == 0)
 		waiters_one(argv[i]);
 	else if (strcmp(what, "waiters") == 0)

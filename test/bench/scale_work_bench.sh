@@ -12,11 +12,12 @@
 # dropped afterwards.  It prints, never asserts:
 #
 # 5. Held durable leases: BENCH_HELD (1000 100000 1000000) live leases
-#    held-1.. (ttl 1 hour, taken in transactions of 10,000), and for each
-#    count, after VACUUM ANALYZE and a warm-up of 3 s, BENCH_HELD_ROUNDS
-#    (3) runs, each after a CHECKPOINT, of pgbench on cycle_dsync.sql
-#    (acquire+release of a random one of 100,000 other names, whose rows
-#    exist, released, from the start) with BENCH_CLIENTS (2) clients for
+#    held-1.. (ttl 1 hour, taken in transactions of 10,000), each count in
+#    a database of its own, filled first; then BENCH_HELD_ROUNDS (3)
+#    rounds, the counts in rotating order, each run after a CHECKPOINT, of
+#    pgbench on cycle_dsync.sql (acquire+release of a random one of
+#    100,000 other names, whose rows exist, released, from the start; a
+#    warm-up of 3 s each) with BENCH_CLIENTS (2) clients for
 #    BENCH_SECONDS (10): cycles/s and mean latency (medians), and the
 #    ratio to the first count.
 # 6. Sleeping waiters: (a) BENCH_WAITERS (1000) connections each blocked in
@@ -28,8 +29,13 @@
 #    hand-offs, each from the release (clock_timestamp() in the releasing
 #    statement, committed with synchronous_commit off) to the waiter's
 #    return (clock_timestamp() in its statement): p50/p99, and the same
-#    with 1 waiter.  In (b) the holder releases with 199 others queued,
-#    and queues again behind them.
+#    with 1 waiter.  In (a) the hand-offs go to waiters in turn, each
+#    asleep since it queued, and then, as a control, all to the same
+#    waiter (re-queued after each, so it ran a moment before).  In (b) the
+#    holder releases with 199 others queued, and queues again behind them.
+#    The CPU is also read from /proc/<pid>/schedstat (run time in ns: the
+#    tick-sampled utime + stime miss short runs) and the wake-ups are
+#    counted (voluntary context switches of every server process).
 # 7. Listeners: BENCH_LISTENERS (500) connections LISTEN on dsync_channel
 #    of (a) one lease, (b) each its own of 500 leases; BENCH_LISTEN_ROUNDS
 #    (5) times the leases are taken (in one statement) with a 500 ms ttl
@@ -74,47 +80,57 @@ newdb() {
 }
 
 if bench_part 5 "cycles with many durable leases held"; then
-	newdb held
-	# The cycle's names exist (released) before the first run, as in a
-	# system that has run for a while: else the first runs pay for
-	# inserting them and later ones look faster.
-	prefill_released held 100000
-	held=0
-	first=
-	echo "pgbench -M prepared -c $CLIENTS -j 2 -T $RUN_SECONDS, cycle_dsync.sql (names 1..100000, prefilled),"
-	echo "3 s warm-up, median of $HELD_ROUNDS runs"
-	printf '%10s %10s %12s %8s   %s\n' held cycles/s "latency ms" ratio "(to the first; each run; live held-* leases; time to take the new ones; table size)"
+	# One database per count, all filled first, so that the runs of the
+	# counts can alternate: load from elsewhere on the machine then hits
+	# them alike.  The cycle's names exist (released) before the first
+	# run, as in a system that has run for a while: else the first runs
+	# pay for inserting them.
+	echo "filling (one database per count; transactions of 10,000):"
 	for n in $HELD; do
+		newdb "held_$n"
 		t0=$(date +%s%N)
-		q held "DO \$\$ BEGIN
-		          FOR b IN $held / 10000 .. ($n - 1) / 10000 LOOP
+		q "held_$n" "DO \$\$ BEGIN
+		          FOR b IN 0 .. ($n - 1) / 10000 LOOP
 		            PERFORM dsync_acquire('held-' || i, 'h', '1 hour')
-		               FROM generate_series(greatest(b * 10000 + 1, $held + 1), least(b * 10000 + 10000, $n)) i;
+		               FROM generate_series(b * 10000 + 1, least(b * 10000 + 10000, $n)) i;
 		            COMMIT;
 		          END LOOP;
 		        END \$\$" >/dev/null
-		took=$((($(date +%s%N) - t0) / 1000000))
-		added=$((n - held))
-		held=$n
-		live=$(q held "SELECT count(*) FROM dsync_leases WHERE lease LIKE 'held-%'")
-		q held "VACUUM ANALYZE dsync_lease" >/dev/null
-		"$PGBIN/pgbench" -n -M prepared -c "$CLIENTS" -j 2 -T 3 -f "$HERE/cycle_dsync.sql" held >/dev/null 2>&1
-		runs=() lats=()
-		for _ in $(seq "$HELD_ROUNDS"); do
-			q held "CHECKPOINT" >/dev/null
-			out=$("$PGBIN/pgbench" -n -M prepared -c "$CLIENTS" -j 2 -T "$RUN_SECONDS" -f "$HERE/cycle_dsync.sql" held 2>&1)
-			runs+=("$(pgbench_tps "cycle_dsync.sql with $n held" "$out")")
-			lats+=("$(sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p' <<<"$out")")
-		done
-		tps=$(median "${runs[@]}")
-		lat=$(median "${lats[@]}")
-		first=${first:-$tps}
-		printf '%10s %10.0f %12s %8.2f   (%s; %s live; %d taken in %d ms; %s)\n' \
-			"$n" "$tps" "$lat" "$(awk -v a="$tps" -v b="$first" 'BEGIN { print a / b }')" \
-			"$(printf '%.0f ' "${runs[@]}")" "$live" "$added" "$took" \
-			"$(q held "SELECT pg_size_pretty(pg_total_relation_size('dsync_lease'))")"
+		echo "  $n leases held in $((($(date +%s%N) - t0) / 1000000)) ms;" \
+			"$(q "held_$n" "SELECT count(*) FROM dsync_leases WHERE lease LIKE 'held-%'") live;" \
+			"table $(q "held_$n" "SELECT pg_size_pretty(pg_total_relation_size('dsync_lease'))")"
+		prefill_released "held_$n" 100000
+		q "held_$n" "VACUUM ANALYZE dsync_lease" >/dev/null
+		"$PGBIN/pgbench" -n -M prepared -c "$CLIENTS" -j 2 -T 3 -f "$HERE/cycle_dsync.sql" "held_$n" >/dev/null 2>&1
 	done
-	q postgres "DROP DATABASE held" >/dev/null
+	echo "pgbench -M prepared -c $CLIENTS -j 2 -T $RUN_SECONDS, cycle_dsync.sql (names 1..100000, prefilled),"
+	echo "3 s warm-up each, $HELD_ROUNDS rounds, the counts' order rotating, each run after a CHECKPOINT"
+	declare -A runs=() lats=()
+	read -ra counts <<<"$HELD"
+	for round in $(seq "$HELD_ROUNDS"); do
+		while read -r n; do
+			q "held_$n" "CHECKPOINT" >/dev/null
+			out=$("$PGBIN/pgbench" -n -M prepared -c "$CLIENTS" -j 2 -T "$RUN_SECONDS" \
+				-f "$HERE/cycle_dsync.sql" "held_$n" 2>&1)
+			runs[$n]="${runs[$n]:-} $(pgbench_tps "cycle_dsync.sql with $n held" "$out")"
+			lats[$n]="${lats[$n]:-} $(sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p' <<<"$out")"
+		done < <(rotated "$round" "${counts[@]}")
+	done
+	printf '%10s %10s %12s %8s   %s\n' held cycles/s "latency ms" ratio "(medians; ratio to the first count; each run)"
+	first=
+	for n in $HELD; do
+		# shellcheck disable=SC2086
+		tps=$(median ${runs[$n]})
+		# shellcheck disable=SC2086
+		lat=$(median ${lats[$n]})
+		first=${first:-$tps}
+		printf '%10s %10.0f %12s %8.2f   (%s)\n' "$n" "$tps" "$lat" \
+			"$(awk -v a="$tps" -v b="$first" 'BEGIN { print a / b }')" \
+			"$(printf '%.0f ' ${runs[$n]})"
+	done
+	for n in $HELD; do
+		q postgres "DROP DATABASE held_$n" >/dev/null
+	done
 fi
 
 if bench_part 6 "sleeping waiters: idle CPU and hand-off"; then
@@ -122,6 +138,8 @@ if bench_part 6 "sleeping waiters: idle CPU and hand-off"; then
 	echo "(a) distinct names"
 	bench_driver scale_work waiters -m distinct -k 1 -i "$IDLE" -n "$HANDOFFS" waiters | grep -v '^@'
 	bench_driver scale_work waiters -m distinct -k "$WAITERS" -i "$IDLE" -n "$HANDOFFS" waiters | grep -v '^@'
+	echo "the same, every hand-off to w-1 (a waiter that ran a moment ago):"
+	bench_driver scale_work waiters -m distinct -k "$WAITERS" -i 0 -n "$HANDOFFS" -s 1 waiters | grep 'waiters, '
 	echo "(b) one name"
 	bench_driver scale_work waiters -m one -k 1 -i 0 -n "$HANDOFFS" waiters | grep -v '^@'
 	bench_driver scale_work waiters -m one -k "$ONE_WAITERS" -i "$IDLE" -n "$HANDOFFS" waiters | grep -v '^@'
