@@ -11,7 +11,8 @@
  *   scale_work listeners -k K -m one|distinct -r ROUNDS -t TTL_MS DB
  *       K connections LISTENing (all on one lease's channel, or each on its
  *       own lease's); ROUNDS times the leases are taken with a short ttl
- *       and expire; expiry-to-notification for every listener and event.
+ *       and expire; expiry-to-notification for every listener and event,
+ *       and the worker's share (expires_at to the event log's sent_at).
  *   scale_work mass -k N -l LEAD_S DB
  *       N durable leases expiring within one second, LEAD_S seconds after
  *       they are taken; when the expiries are counted, when the events are
@@ -410,7 +411,10 @@ listeners(const char *db)
 	char		nbuf[16],
 				ttl[32],
 				label[80];
-	Samples		s = {0};
+	Samples		s = {0},
+				sent = {0};
+	PGresult   *r0res;
+	const char *r0;
 
 	if (pfd == NULL)
 		die("out of memory");
@@ -426,6 +430,8 @@ listeners(const char *db)
 		free(ch[0]);
 		free(ch);
 	}
+	r0 = PQgetvalue(r0res = run(mon, "SELECT coalesce(max(seq), 0) FROM dsync_events_since(0)",
+								NULL, NULL, NULL, NULL), 0, 0);
 	snprintf(nbuf, sizeof(nbuf), "%d", names);
 	snprintf(ttl, sizeof(ttl), "%d ms", ttl_ms);
 	for (int r = 0; r < rounds; r++)
@@ -476,6 +482,25 @@ listeners(const char *db)
 	print_dist_header();
 	print_dist(label, &s);
 	emit_dist("notify", &s);
+
+	/*
+	 * The part that is the worker's: from expires_at to the event's
+	 * sent_at in the event log, the start (now()) of the worker's
+	 * transaction that logs it; the rest is the worker's NOTIFY commit and
+	 * PostgreSQL delivering the notification to every listener.
+	 */
+	{
+		PGresult   *r = run(mon, "SELECT extract(epoch FROM sent_at - "
+							"(payload->>'expires_at')::timestamptz) * 1000 "
+							"FROM dsync_events_since($1::int8) WHERE payload->>'event' = 'expired'",
+							r0, NULL, NULL, NULL);
+
+		for (int i = 0; i < PQntuples(r); i++)
+			push(&sent, atof(PQgetvalue(r, i, 0)));
+		PQclear(r);
+		print_dist("  of which expires_at to sent_at (worker; event log)", &sent);
+	}
+	PQclear(r0res);
 	free(pfd);
 }
 

@@ -42,7 +42,9 @@
 #    and expire; each listener times its `expired` notification against
 #    the payload's expires_at (client and server share the machine's
 #    clock): p50/p99 over every listener and event, and the same with 1
-#    listener.
+#    listener; and, per event, the worker's share: from expires_at to the
+#    sent_at of the event in the event log (dsync_events_since), the start
+#    of the worker's transaction that sends it.
 # 8. Mass expiry: BENCH_MASS (100000) durable leases whose expiries are
 #    spread over one second, 20 s after they are taken (transactions of
 #    10,000); from the last expiry, the time until dsync_stats counts them
