@@ -52,7 +52,9 @@
 #    events; the `acquired` ones were sent before the first expiry), and
 #    until dsync_leases lists none of them.
 #
-# BENCH_PARTS (default "5 6 7 8") selects the parts.
+# BENCH_PARTS (default "5 6 7 8") selects the parts; BENCH_EXTRA_CONF,
+# lines added to the server's postgresql.conf (e.g.
+# "dsync.reap_batch_size = 1000").
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -70,7 +72,8 @@ bench_server_start scale-work "max_connections = 1100
 synchronous_commit = off
 shared_buffers = 256MB
 max_wal_size = 8GB
-checkpoint_timeout = 30min"
+checkpoint_timeout = 30min
+${BENCH_EXTRA_CONF:-}"
 
 bench_build scale_work
 bench_header "dsync: cost as the work grows"
