@@ -47,6 +47,7 @@ static int	same = 0;
 static const char *mode = "distinct";
 
 static PGconn **conns;
+static int	nconns;
 static int64_t server_run_ns;	/* summed by server_ticks, from schedstat */
 static long server_wakes;		/* summed by server_ticks: voluntary switches */
 static PGconn *mon;
@@ -69,6 +70,7 @@ open_conns(const char *db, int n, const char *app)
 		die("out of memory");
 	for (int i = 0; i < n; i++)
 		conns[i] = connect_db(db, app, "-c synchronous_commit=off");
+	nconns = n;
 }
 
 /* Start a blocking acquire of name by holder on c (result read later). */
@@ -621,6 +623,7 @@ mass(void)
 		   gone ? (gone - last) / 1e6 : -1, v[3]);
 }
 
+/* Run what the first argument names on the database the last one names. */
 int
 main(int argc, char **argv)
 {
@@ -657,11 +660,20 @@ main(int argc, char **argv)
 		usage();
 
 	/*
-	 * A backend blocked in dsync_acquire does not notice its client going
-	 * away; end the waiters and release the names, for the next run.
+	 * End the waits that are left (a blocked backend notices its client
+	 * going away, but with a FATAL in the log), read each session's answer
+	 * and close it; then release the names, for the next run.
 	 */
-	PQclear(run(mon, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-				"WHERE application_name = 'scale waiter'", NULL, NULL, NULL, NULL));
+	PQclear(run(mon, "SELECT count(pg_cancel_backend(pid)) FROM dsync_waiters",
+				NULL, NULL, NULL, NULL));
+	for (int c = 0; c < nconns; c++)
+	{
+		PGresult   *r;
+
+		while ((r = PQgetResult(conns[c])) != NULL)
+			PQclear(r);
+		PQfinish(conns[c]);
+	}
 	wait_waiters(0);
 	PQclear(run(mon, "SELECT count(dsync_force_release(lease)) FROM dsync_leases "
 				"WHERE lease = 'one' OR lease LIKE 'w-%'", NULL, NULL, NULL, NULL));

@@ -44,13 +44,14 @@
 #    clock): p50/p99 over every listener and event, and the same with 1
 #    listener; and, per event, the worker's share: from expires_at to the
 #    sent_at of the event in the event log (dsync_events_since), the start
-#    of the worker's transaction that sends it.
+#    of the worker's transaction that logs it just before sending it.
 # 8. Mass expiry: BENCH_MASS (100000) durable leases whose expiries are
 #    spread over one second, 20 s after they are taken (transactions of
 #    10,000); from the last expiry, the time until dsync_stats counts them
 #    all as expiries, until events_sent has grown by as many (the `expired`
 #    events; the `acquired` ones were sent before the first expiry), and
-#    until dsync_leases lists none of them.
+#    until dsync_leases lists none of them.  The driver LISTENs on one
+#    channel meanwhile: events are sent only while someone listens.
 #
 # BENCH_PARTS (default "5 6 7 8") selects the parts; BENCH_EXTRA_CONF,
 # lines added to the server's postgresql.conf (e.g.
@@ -167,8 +168,7 @@ if bench_part 8 "mass expiry"; then
 	q postgres "DROP DATABASE mass" >/dev/null
 fi
 
-# (The driver ends its waiters with pg_terminate_backend, and DROP
-# DATABASE ends the reaper: those FATALs are expected.)
+# (DROP DATABASE ends the database's reaper: that FATAL is expected.)
 errors=$(grep -E 'PANIC|FATAL|TRAP|terminated by signal' "$SERVER_LOG" |
 	grep -v 'due to administrator command' || true)
 if [ -n "$errors" ]; then
