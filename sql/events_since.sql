@@ -50,3 +50,26 @@ SELECT regress_err($$SELECT * FROM dsync_events_since(NULL)$$);
 SELECT regress_err($$DELETE FROM dsync_event_log$$);
 SELECT regress_err($$INSERT INTO dsync_event_log VALUES (1, 'x', 'x', '{}', now())$$);
 SELECT regress_err($$UPDATE dsync_event_log SET payload = '{}'$$);
+
+-- Leases that expire together are announced in one NOTIFY transaction, not
+-- one per reap batch (dsync.reap_batch_size, 100): each NOTIFY wakes every
+-- backend listening in the database.  These 300 are committed already
+-- expired, so the reaper finds them all due at once; sent_at is the start
+-- of the transaction that logs one send.
+BEGIN;
+SELECT count(dsync_acquire('es_wave_' || i, 'h1', '1 second')) AS wave
+FROM generate_series(1, 300) i;
+SELECT pg_sleep(1.2);
+COMMIT;
+DO $$
+BEGIN
+	FOR i IN 1..400 LOOP
+		EXIT WHEN (SELECT count(*) FROM dsync_events_since((SELECT s FROM es_start))
+				   WHERE payload->>'event' = 'expired'
+				     AND payload->>'lease' LIKE 'es\_wave\_%') >= 300;
+		PERFORM pg_sleep(0.05);
+	END LOOP;
+END $$;
+SELECT count(*) AS expired, count(DISTINCT sent_at) AS sends
+FROM dsync_events_since((SELECT s FROM es_start))
+WHERE payload->>'event' = 'expired' AND payload->>'lease' LIKE 'es\_wave\_%';

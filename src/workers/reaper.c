@@ -93,6 +93,17 @@
  */
 #define DSYNC_EVENT_BATCH_MS	2
 
+/*
+ * The most events a pass over due deadlines gathers before it sends: the
+ * pass reaps in batches of dsync.reap_batch_size, one transaction each, and
+ * sends once at its end, since every NOTIFY transaction wakes every
+ * backend listening in the database (async.c), and on a busy machine those
+ * wake-ups held up the next batch: 500 leases expiring together with 500
+ * listeners were announced over up to 95 ms, one batch of 100 at a time.
+ * A pass longer than this still sends as it goes.
+ */
+#define DSYNC_SEND_BATCH_EVENTS	10000
+
 /* The longest the reaper sleeps in one go (a safety net for clock jumps). */
 #define DSYNC_REAPER_SLEEP_CAP_MS	60000
 
@@ -678,7 +689,8 @@ dsync_reaper_main(Datum arg)
 			recheck = false;
 			/* What it cleared is in the queue now, in commit order. */
 			drained += ReaperDrainQueue();
-			ReaperSendUnsent();
+			if (!more || list_length(reaper_unsent) >= DSYNC_SEND_BATCH_EVENTS)
+				ReaperSendUnsent();
 			MemoryContextReset(reaper_loop_cxt);
 		} while (more);
 

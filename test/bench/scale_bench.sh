@@ -31,6 +31,15 @@
 #    lease, then a live one; the three are killed with SIGKILL; the holder
 #    releases; the time from the release to the live waiter holding the
 #    lease (server clock).
+#
+# Parts 5 to 8, cost as the work grows (held leases, sleeping waiters,
+# listeners, mass expiry), need a server with room for 1,000 connections
+# and a libpq driver: scale_work_bench.sh runs them on a server of its own
+# and describes them.
+#
+# BENCH_PARTS (default "1 2 3 4 5 6 7 8") selects the parts, e.g.
+# BENCH_PARTS="5 6" runs those two alone.  PGBIN names the server's
+# binaries (default /usr/lib/postgresql/15/bin).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 top=$(pwd)
@@ -38,6 +47,12 @@ PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 NAMES=${BENCH_NAMES:-1000000}
 SECONDS_EACH=${BENCH_SECONDS:-5}
 ROUNDS=${BENCH_ROUNDS:-20}
+PARTS=${BENCH_PARTS:-1 2 3 4 5 6 7 8}
+export PGBIN
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+if ! part 1 && ! part 2 && ! part 3 && ! part 4; then
+	BENCH_PARTS="$PARTS" exec bash "$top/test/bench/scale_work_bench.sh"
+fi
 . "$top/test/bench/server.sh"
 bench_server_start scale "dsync.idle_row_retention = -1
 synchronous_commit = off
@@ -71,6 +86,7 @@ peak_memory() {
 
 psql_ -c "CREATE EXTENSION dsync"
 
+if part 1; then
 echo "== 1. the view with $NAMES released names"
 t0=$(ms)
 psql_ -c "INSERT INTO dsync_lease (name, slot, renewed_at)
@@ -90,7 +106,9 @@ echo "peak backend memory, lookup by name: $(peak_memory "SELECT expires_at FROM
 echo "peak backend memory, scan of the whole view: $(peak_memory "SELECT count(*) FROM dsync_leases") kB"
 echo "peak backend memory, scan returning every live row and info: $(peak_memory "SELECT * FROM dsync_leases") kB"
 psql_ -c "TRUNCATE dsync_lease" >/dev/null
+fi
 
+if part 2; then
 echo
 echo "== 2. a semaphore of 65,535 permits"
 t0=$(ms)
@@ -119,7 +137,9 @@ t0=$(ms)
 got=$(psql_ -c "SELECT count(dsync_acquire('big', 'f' || i, '1 hour')) FROM generate_series(1, 65535) i")
 echo "filling all 65,535 permits in one statement: $got granted in $(( $(ms) - t0 )) ms"
 echo "one more holder: $(psql_ -c "SELECT coalesce(dsync_acquire('big', 'late', '1 hour')::text, 'refused')")"
+fi
 
+if part 3; then
 echo
 echo "== 3. 50,000 new names in one statement (max_locks_per_transaction = $(psql_ -c 'SHOW max_locks_per_transaction'))"
 t0=$(ms)
@@ -128,7 +148,9 @@ echo "acquired $got in $(( $(ms) - t0 )) ms"
 t0=$(ms)
 got=$(psql_ -c "SELECT count(*) FILTER (WHERE dsync_release('many-' || i, 'w')) FROM generate_series(1, 50000) i")
 echo "released $got in $(( $(ms) - t0 )) ms"
+fi
 
+if part 4; then
 echo
 echo "== 4. dead waiters: release to the live waiter behind 3 killed ones, $ROUNDS rounds"
 : >"$WORKDIR/handoffs"
@@ -163,3 +185,12 @@ done
 sort -n "$WORKDIR/handoffs" | awk '{ v[NR] = $1 } END {
 	printf "hand-off: median %.3f ms, max %.3f ms (%d rounds; every round granted to the live waiter: %s)\n",
 		v[int((NR + 1) / 2)], v[NR], NR, (NR == '"$ROUNDS"') ? "yes" : "no" }'
+fi
+
+# Parts 5 to 8 on a server of their own, once this one is stopped.
+if part 5 || part 6 || part 7 || part 8; then
+	bench_server_cleanup
+	trap - EXIT
+	echo
+	BENCH_PARTS="$PARTS" bash "$top/test/bench/scale_work_bench.sh"
+fi
