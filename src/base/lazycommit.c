@@ -22,7 +22,10 @@
  * its last release (XactLastRecEnd has not moved), including anything a
  * deferred trigger wrote at commit.  WAL written without an xid before
  * the release (pruning a page, a hint bit's full-page image) is not data
- * that must survive.
+ * that must survive.  Such WAL written after the release cannot be told
+ * from the caller's own writes, so it keeps the commit synchronous: rare
+ * (a new connection's first catalog reads may prune a catalog page) and
+ * on the safe side.
  *
  * Commit reads synchronous_commit directly (RecordTransactionCommit,
  * SyncRepRequested), so the variable is lowered just for the commit, at

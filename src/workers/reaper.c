@@ -39,6 +39,7 @@
 #include "access/relation.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "catalog/pg_database.h"
 #include "commands/async.h"
 #include "commands/dbcommands.h"
@@ -348,6 +349,26 @@ ReaperResume(void)
 }
 
 /*
+ * ReaperInsertEnd
+ *		Where the WAL inserted so far ends.  GetXLogInsertRecPtr says where
+ *		the next record would start: at the start of a page, past the
+ *		page's header, which nothing has written yet, and asking
+ *		XLogFlush for that is an error ("xlog flush request ... is not
+ *		satisfied").  The page's start is where the WAL ends then.
+ */
+static XLogRecPtr
+ReaperInsertEnd(void)
+{
+	XLogRecPtr	lsn = GetXLogInsertRecPtr();
+
+	if (XLogSegmentOffset(lsn, wal_segment_size) == SizeOfXLogLongPHD)
+		lsn -= SizeOfXLogLongPHD;
+	else if (lsn % XLOG_BLCKSZ == SizeOfXLogShortPHD)
+		lsn -= SizeOfXLogShortPHD;
+	return lsn;
+}
+
+/*
  * ReaperLogUnsent
  *		Give the kept events their numbers and write them to the event log
  *		(eventlog.c), in a transaction of their own (ReaperTransaction) that
@@ -378,7 +399,7 @@ ReaperLogUnsent(void)
 		 * moves the sequence up to the clock), but only usually; this
 		 * flush of everything inserted so far makes sure.
 		 */
-		XLogFlush(GetXLogInsertRecPtr());
+		XLogFlush(ReaperInsertEnd());
 	}
 	DsyncEventLogAppend(reaper_unsent);
 }
