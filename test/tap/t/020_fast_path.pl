@@ -128,7 +128,14 @@ sub records
 	my ($sql) = @_;
 	my $start = q1($node, 'SELECT pg_current_wal_insert_lsn()');
 	q1($node, "SET ROLE app; $sql");
-	# Committed, so flushed (pg_walinspect reads no further than that).
+	# pg_walinspect reads no further than the flush.  A release commits
+	# without waiting for it (lazycommit.c): the WAL writer flushes it soon.
+	# (At a page's start the insert position is past the page header, up
+	# to 40 bytes beyond what can ever be flushed.)
+	my $insert = q1($node, 'SELECT pg_current_wal_insert_lsn()');
+	$node->poll_query_until('postgres',
+		"SELECT '$insert'::pg_lsn - pg_current_wal_flush_lsn() <= 40")
+	  or die 'WAL not flushed';
 	my $end = q1($node, 'SELECT pg_current_wal_flush_lsn()');
 	return q1($node, "SELECT string_agg(record_type, ' ' ORDER BY start_lsn)
 		FROM pg_get_wal_records_info('$start', '$end')
