@@ -50,6 +50,40 @@ function gapEvent(seq) {
   return { kind: 'gap', name: '', holder: null, fencing: null, expiresAt: null, seq, channel: null, raw: {} };
 }
 
+/*
+ * What the state given to the caller already shows.  dsync's worker logs
+ * and sends an event after the commit that made it, so a watch can read a
+ * state that shows a grant whose "acquired" event comes after it.  Tokens
+ * of a name only grow, so an event with a token no higher than the
+ * state's is older than the state: skipped, unless it ends a hold the
+ * state showed.
+ */
+class StateCover {
+  constructor() {
+    this.top = new Map();       // name -> highest token the state showed
+    this.held = new Set();      // JSON [name, holder, token] the state showed
+  }
+
+  saw(rows) {
+    this.top = new Map();
+    this.held = new Set();
+    for (const r of rows) {
+      const token = BigInt(r.fencing);
+      const top = this.top.get(r.lease);
+      if (top === undefined || token > top) this.top.set(r.lease, token);
+      this.held.add(JSON.stringify([r.lease, r.holder, String(token)]));
+    }
+  }
+
+  covers(ev) {
+    const top = this.top.get(ev.name);
+    if (top === undefined || ev.fencing === null || ev.fencing > top) return false;
+    if (ev.kind === 'acquired') return true;
+    return (ev.kind === 'released' || ev.kind === 'expired')
+      && !this.held.has(JSON.stringify([ev.name, ev.holder, String(ev.fencing)]));
+  }
+}
+
 // The settings a watch connects with: a Client's, or its own options'.
 function settingsOf(opts) {
   if (opts.client) return opts.client._settings;
@@ -59,8 +93,8 @@ function settingsOf(opts) {
 /*
  * The events of the given names as an async iterator: first the current
  * state (kind "state", one per live holder), then each notification dsync
- * sent (from dsync's sender only: a NOTIFY from another session is
- * skipped).  Ends after `timeout` seconds without an event (default:
+ * sent that the state does not already show (from dsync's sender only: a
+ * NOTIFY from another session is skipped).  Ends after `timeout` seconds without an event (default:
  * never).  With `after` (the last seq an earlier watch yielded) it resumes
  * instead: the events sent since are replayed from the server's event log,
  * each once, and if some are gone (older than dsync.event_retention) an
@@ -80,6 +114,7 @@ async function* watch(names, opts = {}) {
   if (last !== null && last < 0n) throw new RangeError('after must be a non-negative seq');
   let started = last !== null;    // a position to resume from is known
   let lostAt = null;              // when the last connection was lost
+  const cover = new StateCover();
   for (;;) {
     const client = new pg.Client(settings.clientConfig('watch'));
     const queue = [];
@@ -126,16 +161,18 @@ async function* watch(names, opts = {}) {
         ? (await client.query({ text: sql.LEASE_STATE, values: [names], types: sql.types })).rows : [];
       started = true;
       lostAt = null;
+      if (state.length) cover.saw(state);
       if (gap) yield gap;
       for (const r of state) {
         yield { kind: 'state', name: r.lease, holder: r.holder, fencing: r.fencing, expiresAt: r.expires_at, seq: null, channel: null, raw: {} };
       }
       // A notification that repeats a replayed event is skipped by its seq.
       const fresh = (ev) => {
-        if (ev.seq === null || last === null) return true;
-        if (ev.seq <= last) return false;
-        last = ev.seq;
-        return true;
+        if (ev.seq !== null && last !== null) {
+          if (ev.seq <= last) return false;
+          last = ev.seq;
+        }
+        return !cover.covers(ev);
       };
       for (const r of missed) {
         const ev = sql.parsePayload(r.channel, r.payload);

@@ -138,6 +138,37 @@ test('payload tokens are BigInt and foreign NOTIFYs are skipped', { timeout: 200
   assert.ok(seen[0].expiresAt instanceof Date);
 });
 
+test('watch skips an event its state already shows', { timeout: 20000 }, async () => {
+  // dsync's worker sends an event after the commit that made it: with the
+  // worker stopped, a watch started after a grant shows it in its state,
+  // and the late "acquired" event is not given again.
+  const name = uniqueName('late');
+  const pid = (await adminQuery('SELECT sender_pid FROM dsync_stats'))[0].sender_pid;
+  assert.ok(pid, 'no event sender in dsync_stats');
+  // Someone listens in the database, so the grant's event is to be sent.
+  const other = new pg.Client(direct);
+  await other.connect();
+  const ch = (await other.query('SELECT dsync_channel($1) AS ch', [`${name}-other`])).rows[0].ch;
+  await other.query(`LISTEN "${ch}"`);
+  const lock = new Lock(name, { config: direct, ttl: 30, holder: 'h-late' });
+  const it = watch([name], { config: direct, timeout: 5 })[Symbol.asyncIterator]();
+  let first;
+  process.kill(pid, 'SIGSTOP');
+  try {
+    assert.ok(await lock.acquire({ blocking: false }));
+    first = (await it.next()).value;
+  } finally {
+    process.kill(pid, 'SIGCONT');
+  }
+  assert.deepStrictEqual([first.kind, first.holder, first.fencing], ['state', 'h-late', lock.token]);
+  await lock.release();
+  const ev = (await it.next()).value;
+  assert.deepStrictEqual([ev.kind, ev.holder, ev.fencing], ['released', 'h-late', first.fencing]);
+  await it.return();
+  await other.end();
+  await lock.close();
+});
+
 test('watch resumes after a seq from the event log, each event once', { timeout: 30000 }, async () => {
   const name = uniqueName('resume');
   await withLock(name, async () => {}, { config: direct, ttl: 30, holder: 'r1' });

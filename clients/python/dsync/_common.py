@@ -176,15 +176,38 @@ class Resume:
             raise ValueError("after must be a non-negative int (a seq), or None")
         self.last = after
         self.started = after is not None   # a position to resume from is known
+        self.top: dict = {}                # name -> highest token the state showed
+        self.held: set = set()             # (name, holder, token) the state showed
+
+    def saw_state(self, rows: Sequence[Sequence[Any]]) -> None:
+        """Notes the state rows (SQL_LEASE_STATE) given to the caller.
+
+        dsync's worker logs and sends an event after the commit that made
+        it, so a watch can read a state that already shows a grant whose
+        "acquired" event comes after it.  Tokens of a name only grow, so an
+        event with a token no higher than the state's is older than the
+        state: skipped, unless it ends a hold the state showed."""
+        self.top, self.held = {}, set()
+        for name, holder, token, *_ in rows:
+            self.top[name] = max(int(token), self.top.get(name, 0))
+            self.held.add((name, holder, int(token)))
+
+    def _before_state(self, ev: LeaseEvent) -> bool:
+        top = self.top.get(ev.name)
+        if top is None or ev.fencing is None or ev.fencing > top:
+            return False
+        if ev.kind == "acquired":
+            return True
+        return ev.kind in ("released", "expired") and \
+            (ev.name, ev.holder, ev.fencing) not in self.held
 
     def fresh(self, ev: LeaseEvent) -> bool:
         """Whether ev is new to the caller; notes its seq if so."""
-        if ev.seq is None or self.last is None:
-            return True
-        if ev.seq <= self.last:
-            return False
-        self.last = ev.seq
-        return True
+        if ev.seq is not None and self.last is not None:
+            if ev.seq <= self.last:
+                return False
+            self.last = ev.seq
+        return not self._before_state(ev)
 
     def catch_up(self, rows: Optional[list]) -> tuple:
         """From SQL_CATCH_UP's rows: the "gap" event if events after the

@@ -146,6 +146,8 @@ async def awatch(names: Sequence[str], *, conninfo: str, timeout: Optional[Secon
             notes.resume()
             # Everything is read before anything is yielded (see watch).
             resume.started = True
+            if state:
+                resume.saw_state(state)
             if gap is not None:
                 yield gap
             for row in state:

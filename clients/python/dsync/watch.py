@@ -67,7 +67,8 @@ def watch(names: Sequence[str], *, conninfo: str, timeout: Optional[Seconds] = N
     a LeaseEvent(kind="gap") says so, followed by the current state.
     `after`: resume from this seq (the last one seen by an earlier watch)
     instead of starting with the current state.  Notifications that dsync
-    did not send (another role's NOTIFY on the channel) are skipped.  Ends
+    did not send (another role's NOTIFY on the channel), and events the
+    starting state already shows, are skipped.  Ends
     after `timeout` seconds without an event (None: never).
     """
     names = [c.name_arg(n, "name") for n in names]
@@ -115,6 +116,8 @@ def watch(names: Sequence[str], *, conninfo: str, timeout: Optional[Seconds] = N
             if not resume.started or gap is not None or resume.last is None:
                 state = conn.execute(sql.LEASE_STATE, (names,)).fetchall()
             resume.started = True
+            if state:
+                resume.saw_state(state)
             if gap is not None:
                 yield gap
             for row in state:

@@ -184,6 +184,37 @@ def test_awatch(server, name):
     run(main())
 
 
+def test_awatch_skips_an_event_its_state_already_shows(server, admin, name):
+    """As the sync watch: with the worker stopped, awatch starts after a
+    grant, shows it in its state, and skips the late "acquired" event."""
+    import os
+    import signal
+    import psycopg
+
+    async def main():
+        dsn = server.dsn()
+        pid = admin.execute("SELECT sender_pid FROM dsync_stats").fetchone()[0]
+        assert pid, "no event sender in dsync_stats"
+        lock = AsyncLock(name, conninfo=dsn, ttl=30, holder="h-late")
+        it = awatch([name], conninfo=dsn, timeout=5)
+        with psycopg.connect(dsn, autocommit=True) as other:
+            channel = other.execute("SELECT dsync_channel(%s)", (name + "-other",)).fetchone()[0]
+            other.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                assert await lock.acquire()
+                first = await it.__anext__()
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert (first.kind, first.holder, first.fencing) == ("state", "h-late", lock.token)
+            await lock.release()
+            ev = await it.__anext__()
+            assert (ev.kind, ev.holder, ev.fencing) == ("released", "h-late", first.fencing)
+        await it.aclose()
+        await lock.close()
+    run(main())
+
+
 def test_awatch_resumes_after_reconnect(server, admin, name):
     """awatch's connection is killed while the lease changes hands: after
     the reconnect it replays the missed events once each, in order."""

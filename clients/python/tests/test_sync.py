@@ -317,6 +317,32 @@ def test_watch_typed_events_and_state(server, admin, name):
     other.close()
 
 
+def test_watch_skips_an_event_its_state_already_shows(server, admin, name):
+    """The worker logs and sends an event after the commit that made it:
+    with the worker stopped, a watch that starts after a grant shows it
+    in its state, and the late "acquired" event is not given again."""
+    direct = server.dsn()
+    pid = admin.execute("SELECT sender_pid FROM dsync_stats").fetchone()[0]
+    assert pid, "no event sender in dsync_stats"
+    holder = Lock(name, conninfo=direct, ttl=30, holder="h-late")
+    # Someone listens in the database, so the grant's event is to be sent.
+    with psycopg.connect(direct, autocommit=True) as other:
+        channel = other.execute("SELECT dsync_channel(%s)", (name + "-other",)).fetchone()[0]
+        other.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            assert holder.acquire()
+            it = watch([name], conninfo=direct, timeout=5)
+            first = next(it)
+            assert (first.kind, first.holder, first.fencing) == ("state", "h-late", holder.token)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        holder.release()
+        ev = next(it)
+        assert (ev.kind, ev.holder, ev.fencing) == ("released", "h-late", first.fencing)
+    holder.close()
+
+
 def test_watch_refuses_pgbouncer(server, name):
     with pytest.raises(ListenUnavailable):
         next(watch([name], conninfo=server.dsn(bouncer=True), timeout=1))
