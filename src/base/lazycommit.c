@@ -32,7 +32,18 @@
  * pre-commit, and put back by the commit or abort callback.  This is
  * cheaper on the hot path than a GUC change through set_config_option,
  * and no SQL can run in between to see it.  A commit that must flush for
- * other reasons (dropped relations, forceSyncCommit) still does.
+ * other reasons (dropped relations, forceSyncCommit) still does.  The
+ * callback is registered at load, before any other module's can be, so it
+ * runs after theirs at pre-commit (newest run first) and sees what they
+ * wrote; a module preloaded before dsync that writes at pre-commit is not
+ * seen.
+ *
+ * An ephemeral grant writes no WAL, so it cannot carry a release the way a
+ * durable grant does.  When it relies on a durable holder's release (the
+ * free row version it found), it flushes that version's commit, and waits
+ * for a synchronous standby to have it, before it returns
+ * (DsyncLazyCommitCarry): the position comes from the commit log, which
+ * keeps it for every asynchronous commit (as hint bits need it).
  *
  *-------------------------------------------------------------------------
  */
@@ -41,9 +52,10 @@
 #include "access/transam.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
+#include "replication/syncrep.h"
 
 #include "lazycommit.h"
-#include "xactcb.h"
 
 typedef enum LazyState
 {
@@ -56,7 +68,6 @@ typedef enum LazyState
 static LazyState lazy_state = LAZY_NONE;
 static XLogRecPtr lazy_end = InvalidXLogRecPtr; /* XactLastRecEnd after the last release */
 static int	lazy_saved = -1;	/* synchronous_commit to put back; -1: none */
-static bool lazy_callbacks = false;
 
 /*
  * LazyCommitXactCallback
@@ -90,16 +101,16 @@ LazyCommitXactCallback(XactEvent event, void *arg)
 }
 
 /*
- * LazyCommitSubXactCallback
- *		Nothing to do per subtransaction: an aborted one that wrote leaves
- *		an abort record, which moves XactLastRecEnd and so keeps the commit
- *		synchronous.  Registered only because DsyncXactCallbacksOnce takes
- *		both.
+ * DsyncLazyCommitInit
+ *		Register the commit callback, from _PG_init (see the file header
+ *		for why at load).  An aborted subtransaction that wrote leaves an
+ *		abort record, which moves XactLastRecEnd, so subtransactions need
+ *		no callback of their own.
  */
-static void
-LazyCommitSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
-						  SubTransactionId parentSubid, void *arg)
+void
+DsyncLazyCommitInit(void)
 {
+	RegisterXactCallback(LazyCommitXactCallback, NULL);
 }
 
 /*
@@ -110,8 +121,6 @@ LazyCommitSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 void
 DsyncLazyCommitBegin(void)
 {
-	(void) DsyncXactCallbacksOnce(&lazy_callbacks, LazyCommitXactCallback,
-								  LazyCommitSubXactCallback);
 	switch (lazy_state)
 	{
 		case LAZY_NONE:
@@ -146,4 +155,45 @@ DsyncLazyCommitEnd(void)
 		return;
 	lazy_end = XactLastRecEnd;
 	lazy_state = LAZY_OK;
+}
+
+/*
+ * DsyncLazyCommitCarry
+ *		A grant that wrote no WAL relied on a change committed at lsn
+ *		without a flush (a release): make that change durable, as a
+ *		durable grant's own commit would, before the grant is returned.
+ *		Under synchronous_commit = off the grant is not made durable
+ *		either, so nothing is waited for.
+ */
+void
+DsyncLazyCommitCarry(XLogRecPtr lsn)
+{
+	if (XLogRecPtrIsInvalid(lsn) || synchronous_commit == SYNCHRONOUS_COMMIT_OFF)
+		return;
+	XLogFlush(lsn);
+	/* Returns at once unless a synchronous standby is asked for and behind. */
+	SyncRepWaitForLSN(lsn, false);
+}
+
+/*
+ * DsyncLazyCommitFlushAll
+ *		Flush all the WAL inserted so far, lazily committed releases
+ *		included: for a sender of their events, which must not be heard
+ *		before the releases are on disk.
+ *
+ * GetXLogInsertRecPtr says where the next record would start: at the
+ * start of a page, past the page's header, which nothing has written yet,
+ * and asking XLogFlush for that is an error ("xlog flush request ... is
+ * not satisfied").  The page's start is where the WAL ends then.
+ */
+void
+DsyncLazyCommitFlushAll(void)
+{
+	XLogRecPtr	lsn = GetXLogInsertRecPtr();
+
+	if (XLogSegmentOffset(lsn, wal_segment_size) == SizeOfXLogLongPHD)
+		lsn -= SizeOfXLogLongPHD;
+	else if (lsn % XLOG_BLCKSZ == SizeOfXLogShortPHD)
+		lsn -= SizeOfXLogShortPHD;
+	XLogFlush(lsn);
 }

@@ -9,7 +9,12 @@
 #ifndef DSYNC_LAZYCOMMIT_H
 #define DSYNC_LAZYCOMMIT_H
 
+#include "access/xlogdefs.h"
+
+extern void DsyncLazyCommitInit(void);
 extern void DsyncLazyCommitBegin(void);
 extern void DsyncLazyCommitEnd(void);
+extern void DsyncLazyCommitCarry(XLogRecPtr lsn);
+extern void DsyncLazyCommitFlushAll(void);
 
 #endif							/* DSYNC_LAZYCOMMIT_H */

@@ -577,9 +577,12 @@ DsyncEventPrepareNow(void)
  *		at deadline, and wake it (or the launcher) if that is earlier than
  *		what it sleeps until.
  *
- * Runs under the lease's partition lock, so that the reaper, which sets
- * the value exactly while holding all of them (DsyncEphemeralReap), never
- * overwrites a lower one.  When we lower it, the compare-and-swap is a
+ * Runs under the lease's partition lock.  The reaper's pass
+ * (DsyncEphemeralReap) clears the value, then visits the partitions one
+ * lock at a time and lowers it to the earliest expiry it saw: a deadline
+ * lowered here in a partition it has visited stays, and one in a partition
+ * it has yet to visit is in the heap it will look at, so none is lost.
+ * When we lower it, the compare-and-swap is a
  * full barrier before next_deadline is read; the reaper writes
  * next_deadline, then reads this value again (reaper.c): one of the two
  * sees the other's write.  When it is already lower, whoever lowered it

@@ -34,6 +34,7 @@
 #include "events.h"
 #include "fencing.h"
 #include "heldmap.h"
+#include "lazycommit.h"
 #include "settings.h"
 #include "stats.h"
 #include "store.h"
@@ -169,7 +170,10 @@ EphemeralPlainTaken(DsyncStore *store, text *lease, TimestampTz now, TimestampTz
 	 * longer runs): look again, seeing uncommitted versions too.
 	 */
 	if (row->unlocked)
+	{
+		DsyncStoreNoteFree(store, row);
 		return false;
+	}
 	return DsyncStoreKeyTaken(store, lease, Int32GetDatum(0), now, retry_at);
 }
 
@@ -197,6 +201,22 @@ EphemeralPoolFull(void)
 					   ephemeral_shared->pool_size, EPHEMERAL_CHUNK_DATA,
 					   dsync_ephemeral_max_leases),
 			 errhint("Raise dsync.ephemeral_max_leases and restart the server, keep names, holders and info shorter, or use durable leases.")));
+}
+
+/*
+ * EphemeralSweepToRetry
+ *		A grant found no room: let go of its partition lock and, once per
+ *		grant, sweep out leases nobody reaps (a dropped database's), which
+ *		may hold the room it needs.  True if that freed some: try again.
+ */
+static bool
+EphemeralSweepToRetry(LWLock *lock, bool *swept)
+{
+	LWLockRelease(lock);
+	if (*swept || EphemeralSweep(InvalidOid, false) == 0)
+		return false;
+	*swept = true;
+	return true;
 }
 
 /*
@@ -229,12 +249,29 @@ EphemeralStoreOpen(EphemeralStores *stores, const DsyncCatalog *catalog)
 {
 	DsyncStoreOpenCatalog(&stores->lease, catalog, DSYNC_TABLE_LEASE, false);
 	(void) DsyncStoreIndex(&stores->lease);
+	stores->lease.note_commits = true;
 	stores->has_permits = OidIsValid(catalog->rels[DSYNC_TABLE_PERMIT]);
 	if (stores->has_permits)
 	{
 		DsyncStoreOpenCatalog(&stores->permit, catalog, DSYNC_TABLE_PERMIT, false);
 		(void) DsyncStoreIndex(&stores->permit);
+		stores->permit.note_commits = true;
 	}
+}
+
+/*
+ * EphemeralStoreFreeCommit
+ *		The latest asynchronous commit among the free versions the grant
+ *		relied on (a durable holder's release), InvalidXLogRecPtr if none.
+ */
+static XLogRecPtr
+EphemeralStoreFreeCommit(const EphemeralStores *stores, bool opened)
+{
+	if (!opened)
+		return InvalidXLogRecPtr;
+	if (stores->has_permits)
+		return Max(stores->lease.free_commit_lsn, stores->permit.free_commit_lsn);
+	return stores->lease.free_commit_lsn;
 }
 
 /*
@@ -293,6 +330,7 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 		bool		found;
 		bool		clear;
 		bool		changed = false;
+		XLogRecPtr	carry;
 
 		CHECK_FOR_INTERRUPTS();
 		if (open_at == 0 || now < open_at)
@@ -408,7 +446,8 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 			{
 				/* The expired lease is gone: the reaper would remove it next. */
 				EphemeralRemove(entry);
-				LWLockRelease(lock);
+				if (EphemeralSweepToRetry(lock, &swept))
+					continue;
 				EphemeralStoreClose(&store, opened);
 				EphemeralPoolFull();
 			}
@@ -425,13 +464,8 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 			if (entry == NULL)
 			{
 				pg_atomic_fetch_sub_u32(&ephemeral_shared->entries, 1);
-				LWLockRelease(lock);
-				/* Room held by leases nobody reaps (a dropped database)? */
-				if (!swept && EphemeralSweep(InvalidOid, false) > 0)
-				{
-					swept = true;
+				if (EphemeralSweepToRetry(lock, &swept))
 					continue;
-				}
 				EphemeralStoreClose(&store, opened);
 				ereport(ERROR,
 						(errcode(ERRCODE_OUT_OF_MEMORY),
@@ -447,12 +481,8 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 				/* Entered with no chain: the key looked up finds it. */
 				(void) hash_search_with_hash_value(ephemeral_hash, &key, hash, HASH_REMOVE, NULL);
 				pg_atomic_fetch_sub_u32(&ephemeral_shared->entries, 1);
-				LWLockRelease(lock);
-				if (!swept && EphemeralSweep(InvalidOid, false) > 0)
-				{
-					swept = true;
+				if (EphemeralSweepToRetry(lock, &swept))
 					continue;
-				}
 				EphemeralStoreClose(&store, opened);
 				EphemeralPoolFull();
 			}
@@ -462,7 +492,10 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 		events[nevents++] = EphemeralEvent(DSYNC_EVENT_ACQUIRED, entry);
 		DsyncEventPublishNow(events, nevents, renewals);
 		LWLockRelease(lock);
+		carry = EphemeralStoreFreeCommit(&store, opened);
 		EphemeralStoreClose(&store, opened);
+		/* A durable holder's release, committed lazily, made room for it. */
+		DsyncLazyCommitCarry(carry);
 		return true;
 	}
 }

@@ -181,6 +181,8 @@ EphemeralHeapReap(const DsyncDbSlot *slot, int partition, TimestampTz now, Times
 			break;
 		}
 		(void) pairingheap_remove_first(&heap);
+		/* Kept current: an error below must not leave freed entries in it. */
+		*root = heap.ph_root;
 		entry->heap = NULL;
 		if (entry->key.dbid != MyDatabaseId)
 			continue;			/* the slot's former database's: swept */
@@ -196,7 +198,6 @@ EphemeralHeapReap(const DsyncDbSlot *slot, int partition, TimestampTz now, Times
 		EphemeralRemove(entry);
 		removed++;
 	}
-	*root = heap.ph_root;
 	while (guarded != NULL)
 	{
 		EphemeralEntry *entry = guarded;

@@ -206,10 +206,22 @@ EphemeralChainWrite(uint32 chunk, int offset, const char *bytes, int len)
 }
 
 /*
+ * EphemeralChunksFor
+ *		How many chunks a chain of bytes takes (one at least).
+ */
+static inline uint32
+EphemeralChunksFor(int bytes)
+{
+	return Max(1, (bytes + EPHEMERAL_CHUNK_DATA - 1) / EPHEMERAL_CHUNK_DATA);
+}
+
+/*
  * EphemeralPutStrings
- *		Give an entry a new chain with name, holder and info (NULL: none),
- *		and free its old one; false, with the entry as it was, if the pool
- *		has no room.  The partition lock must be held exclusively.
+ *		Give an entry name, holder and info (NULL: none): in its own chain
+ *		if they fit there (a reentrant grant must not fail for want of
+ *		room it already has), else in a new chain, freeing the old one;
+ *		false, with the entry as it was, if the pool has no room.  The
+ *		partition lock must be held exclusively.
  */
 bool
 EphemeralPutStrings(EphemeralEntry *entry, const char *name, int name_len,
@@ -218,18 +230,26 @@ EphemeralPutStrings(EphemeralEntry *entry, const char *name, int name_len,
 	int			holder_len = VARSIZE_ANY_EXHDR(holder);
 	int			info_len = info == NULL ? 0 : VARSIZE(info);
 	int			total = name_len + holder_len + info_len;
-	uint32		chunk;
+	uint32		chunk = entry->key.chunk;
 	int			at;
 
-	chunk = EphemeralChainTake(Max(1, (total + EPHEMERAL_CHUNK_DATA - 1) / EPHEMERAL_CHUNK_DATA));
-	if (chunk == EPHEMERAL_NO_CHUNK)
-		return false;
+	if (chunk == EPHEMERAL_NO_CHUNK ||
+		EphemeralChunksFor(total) >
+		EphemeralChunksFor(entry->key.len + entry->holder_len + entry->info_len))
+	{
+		chunk = EphemeralChainTake(EphemeralChunksFor(total));
+		if (chunk == EPHEMERAL_NO_CHUNK)
+			return false;
+	}
 	at = EphemeralChainWrite(chunk, 0, name, name_len);
 	at = EphemeralChainWrite(chunk, at, VARDATA_ANY(holder), holder_len);
 	if (info_len > 0)
 		(void) EphemeralChainWrite(chunk, at, (const char *) info, info_len);
-	EphemeralChainFree(entry->key.chunk);
-	entry->key.chunk = chunk;
+	if (chunk != entry->key.chunk)
+	{
+		EphemeralChainFree(entry->key.chunk);
+		entry->key.chunk = chunk;
+	}
 	entry->key.name = NULL;
 	entry->holder_len = holder_len;
 	entry->info_len = info_len;

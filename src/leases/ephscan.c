@@ -5,9 +5,11 @@
  *		reaper's, the view's, and the sweeps of leases nobody can hold any
  *		more.
  *
- * Each takes every partition lock, in order (EphemeralScanBegin), so it sees
- * the table as of one instant; none of them is on a path that grants,
- * renews or releases one lease.
+ * The view and the sweeps take every partition lock, in order
+ * (EphemeralScanBegin), so they see the table as of one instant; the
+ * reaper's pass takes one at a time and looks only at what is due
+ * (ephheap.c).  None of them is on a path that grants, renews or releases
+ * one lease.
  *
  *-------------------------------------------------------------------------
  */

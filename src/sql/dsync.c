@@ -21,6 +21,7 @@
 #include "ephemeral.h"
 #include "workers.h"
 #include "lifecycle.h"
+#include "lazycommit.h"
 
 PG_MODULE_MAGIC;
 
@@ -93,5 +94,6 @@ _PG_init(void)
 	shmem_startup_hook = DsyncShmemStartup;
 	dsync_database_gone_hook = DsyncEphemeralForgetDatabase;
 	DsyncLifecycleInit();
+	DsyncLazyCommitInit();
 	DsyncLauncherRegister();
 }

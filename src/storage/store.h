@@ -11,6 +11,7 @@
 
 #include "postgres.h"
 #include "access/tableam.h"
+#include "access/xlogdefs.h"
 #include "fmgr.h"
 #include "nodes/lockoptions.h"
 #include "storage/itemptr.h"
@@ -40,6 +41,9 @@ typedef struct DsyncStore
 	bool		indexes_open;	/* see DsyncStoreIndex */
 	LOCKMODE	lockmode;
 	bool		tolerant;		/* skip damaged rows with a warning */
+	bool		note_commits;	/* keep free_commit_lsn (DsyncStoreNoteFree) */
+	XLogRecPtr	free_commit_lsn;	/* latest asynchronous commit of a free
+									 * version relied on */
 } DsyncStore;
 
 typedef struct DsyncScan DsyncScan;
@@ -95,6 +99,7 @@ typedef enum DsyncClaim
 
 extern bool DsyncRowXmaxRunning(const DsyncRow *row);
 extern bool DsyncStoreKeyAny(DsyncStore *store, text *name, Datum second);
+extern void DsyncStoreNoteFree(DsyncStore *store, const DsyncRow *row);
 extern bool DsyncStoreKeyTaken(DsyncStore *store, text *name, Datum second,
 							   TimestampTz now, TimestampTz *retry_at);
 extern bool DsyncStoreKeysTaken(DsyncStore *store, text *name, Datum second,

@@ -21,6 +21,7 @@
 #include "access/skey.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "common/hashfn.h"
@@ -192,6 +193,29 @@ DsyncStoreKeyTaken(DsyncStore *store, text *name, Datum second, TimestampTz now,
 }
 
 /*
+ * DsyncStoreNoteFree
+ *		The caller relies on row being free: if the transaction that made
+ *		that version committed asynchronously (a release commits so,
+ *		lazycommit.c), remember its commit's WAL position, so that the
+ *		caller can make it durable before anyone relies on what it grants
+ *		(DsyncLazyCommitCarry).  Only for stores that ask (note_commits):
+ *		a durable grant's own commit flushes past it anyway.
+ */
+void
+DsyncStoreNoteFree(DsyncStore *store, const DsyncRow *row)
+{
+	XLogRecPtr	lsn;
+
+	/* A frozen xmin may be older than the commit log still kept. */
+	if (!store->note_commits || !TransactionIdIsNormal(row->xmin) ||
+		(row->infomask & HEAP_XMIN_FROZEN) == HEAP_XMIN_FROZEN)
+		return;
+	lsn = TransactionIdGetCommitLSN(row->xmin);
+	if (lsn > store->free_commit_lsn)
+		store->free_commit_lsn = lsn;
+}
+
+/*
  * DsyncStoreKeysTaken
  *		DsyncStoreKeyTaken; from_second: whether any key of the name from
  *		second on is (the shared holders of a lease, from their first slot).
@@ -228,8 +252,8 @@ DsyncStoreKeysTaken(DsyncStore *store, text *name, Datum second, bool from_secon
 		}
 		else if (TransactionIdIsCurrentTransactionId(row.xmin))
 			taken = true;		/* our own change, which a rollback would undo */
-		else
-			taken = DsyncRowXmaxRunning(&row);	/* a guard keeps even an expired lease */
+		else if (!(taken = DsyncRowXmaxRunning(&row)))	/* a guard keeps even an expired lease */
+			DsyncStoreNoteFree(store, &row);
 	}
 	StoreDirtyScanEnd(scan, slot);
 	return taken;

@@ -39,7 +39,6 @@
 #include "access/relation.h"
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "access/xlog_internal.h"
 #include "catalog/pg_database.h"
 #include "commands/async.h"
 #include "commands/dbcommands.h"
@@ -64,6 +63,7 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
+#include "lazycommit.h"
 #include "reaper.h"
 #include "settings.h"
 #include "workers.h"
@@ -101,9 +101,11 @@
  * backend listening in the database (async.c), and on a busy machine those
  * wake-ups held up the next batch: 500 leases expiring together with 500
  * listeners were announced over up to 95 ms, one batch of 100 at a time.
- * A pass longer than this still sends as it goes.
+ * A pass longer than this, or than DSYNC_SEND_BATCH_MS, still sends as it
+ * goes: the events of users' own grants and releases wait with the rest.
  */
 #define DSYNC_SEND_BATCH_EVENTS	10000
+#define DSYNC_SEND_BATCH_MS		100
 
 /* The longest the reaper sleeps in one go (a safety net for clock jumps). */
 #define DSYNC_REAPER_SLEEP_CAP_MS	60000
@@ -349,26 +351,6 @@ ReaperResume(void)
 }
 
 /*
- * ReaperInsertEnd
- *		Where the WAL inserted so far ends.  GetXLogInsertRecPtr says where
- *		the next record would start: at the start of a page, past the
- *		page's header, which nothing has written yet, and asking
- *		XLogFlush for that is an error ("xlog flush request ... is not
- *		satisfied").  The page's start is where the WAL ends then.
- */
-static XLogRecPtr
-ReaperInsertEnd(void)
-{
-	XLogRecPtr	lsn = GetXLogInsertRecPtr();
-
-	if (XLogSegmentOffset(lsn, wal_segment_size) == SizeOfXLogLongPHD)
-		lsn -= SizeOfXLogLongPHD;
-	else if (lsn % XLOG_BLCKSZ == SizeOfXLogShortPHD)
-		lsn -= SizeOfXLogShortPHD;
-	return lsn;
-}
-
-/*
  * ReaperLogUnsent
  *		Give the kept events their numbers and write them to the event log
  *		(eventlog.c), in a transaction of their own (ReaperTransaction) that
@@ -390,18 +372,17 @@ ReaperLogUnsent(void)
 	if (dsync_event_retention > 0)
 		(void) set_config_option("synchronous_commit", "on", PGC_SUSET, PGC_S_OVERRIDE,
 								 GUC_ACTION_LOCAL, true, 0, false);
-	else
-	{
-		/*
-		 * No log to flush, but a release commits without waiting for its
-		 * flush (lazycommit.c): its event must not be heard before the
-		 * release is on disk.  Numbering usually flushes far enough (it
-		 * moves the sequence up to the clock), but only usually; this
-		 * flush of everything inserted so far makes sure.
-		 */
-		XLogFlush(ReaperInsertEnd());
-	}
 	DsyncEventLogAppend(reaper_unsent);
+
+	/*
+	 * A release commits without waiting for its flush (lazycommit.c): its
+	 * event must not be heard before the release is on disk.  With no log
+	 * (retention 0), or nothing written to it (a version from before the
+	 * log), this commit flushes nothing of its own, and numbering flushes
+	 * far enough only usually; so flush everything inserted so far.
+	 */
+	if (dsync_event_retention <= 0 || !TransactionIdIsValid(GetTopTransactionIdIfAny()))
+		DsyncLazyCommitFlushAll();
 }
 
 /*
@@ -680,6 +661,7 @@ dsync_reaper_main(Datum arg)
 		bool		more;
 		bool		recheck;
 		int			drained;
+		TimestampTz sent_at;	/* when this pass last sent */
 
 		CHECK_FOR_INTERRUPTS();
 		MemoryContextReset(reaper_loop_cxt);
@@ -693,6 +675,7 @@ dsync_reaper_main(Datum arg)
 		drained = ReaperDrainQueue();
 		if (drained > 0)
 			busy_at = GetCurrentTimestamp();
+		sent_at = GetCurrentTimestamp();
 		do
 		{
 			more = false;
@@ -710,8 +693,13 @@ dsync_reaper_main(Datum arg)
 			recheck = false;
 			/* What it cleared is in the queue now, in commit order. */
 			drained += ReaperDrainQueue();
-			if (!more || list_length(reaper_unsent) >= DSYNC_SEND_BATCH_EVENTS)
+			if (!more || list_length(reaper_unsent) >= DSYNC_SEND_BATCH_EVENTS ||
+				TimestampDifferenceExceeds(sent_at, GetCurrentTimestamp(),
+										   DSYNC_SEND_BATCH_MS))
+			{
 				ReaperSendUnsent();
+				sent_at = GetCurrentTimestamp();
+			}
 			MemoryContextReset(reaper_loop_cxt);
 		} while (more);
 

@@ -21,7 +21,12 @@
 #     the lease is held by its old holder; a hand-off's grant waits for
 #     the standby and, after failover, the waiter holds the lease;
 #  5. (run before 4) a release's `released` event is heard only once the
-#     release is on disk, with and without the event log.
+#     release is on disk, with and without the event log;
+#  6. (run after 5) an ephemeral grant writes no WAL, so it cannot carry a
+#     release the way a durable grant does: when it takes a name a durable
+#     holder released, it flushes that release before it returns, and
+#     after a crash the old holder does not hold the name again (its
+#     reentrant acquire would overlap the ephemeral holder).
 use strict;
 use warnings;
 
@@ -36,7 +41,7 @@ use Time::HiRes qw(usleep);
 
 # Nothing but a synchronous commit may flush WAL while a case runs.
 my @quiet = ('bgwriter_lru_maxpages = 0', 'checkpoint_timeout = 1h',
-	'max_prepared_transactions = 2');
+	'max_prepared_transactions = 2', 'dsync.ephemeral_max_ttl = 2');
 
 # The pid of a server process by backend_type.
 sub aux_pid
@@ -193,6 +198,30 @@ for my $retention ('5min', '0')
 	is(q1($node, "SELECT count(*) FROM dsync_leases WHERE lease = 'n'"),
 		'0', "retention $retention: after a crash, the release heard is still there");
 }
+# 6. An ephemeral grant after a release: from a new session (the row is
+# looked up in the index) and from one that looked at the row before (its
+# location is cached).
+$token = q1($node,
+	"SELECT dsync_acquire('e1', 'A', '1 hour') + dsync_acquire('e2', 'A', '1 hour')");
+my $b = psql_client($node, $node->safe_psql('postgres', 'SELECT current_user'));
+ok( send_wait($b,
+		"SELECT 'refused ' || (dsync_acquire('e2', 'B', '2 s', '10 s', NULL, false) IS NULL);",
+		qr/refused t/),
+	'B looks at e2 while A holds it');
+$ww = aux_pid($node, 'walwriter');
+is(kill('STOP', $ww), 1, 'WAL writer stopped');
+($before, $after, $released) = flushed_around($node,
+	"SELECT dsync_release('e1', 'A') AND dsync_release('e2', 'A')");
+is($released, 't', 'A releases e1 and e2');
+is($after, $before, 'the releases alone flush no WAL');
+like(q1($node, "SELECT dsync_acquire('e1', 'B', '2 s', '10 s', NULL, false)"),
+	qr/^\d+$/, 'B takes e1 as an ephemeral lease, from a new session');
+ok( send_wait($b, "SELECT 'granted ' || dsync_acquire('e2', 'B', '2 s', '10 s', NULL, false);",
+		qr/granted \d+/),
+	'and e2, from the session that looked at it before');
+crash_restart($node);
+is(q1($node, "SELECT count(*) FROM dsync_leases WHERE lease IN ('e1', 'e2')"),
+	'0', 'after a crash A holds neither: the ephemeral grants flushed the releases');
 $node->stop;
 
 # 4. A synchronous standby.

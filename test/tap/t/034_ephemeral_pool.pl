@@ -6,7 +6,8 @@
 #      server that has them off); the 100,001st is "too many".
 #   2. A small pool runs dry: a grant whose strings do not fit fails with
 #      SQLSTATE 53400 and a hint, and so does a reentrant grant that would
-#      need more room for its info (which keeps its old info); releases
+#      need more room for its info (which keeps its old info), while one
+#      whose strings fit in the chunks it has is granted; releases
 #      give the chunks back, and 10 times the pool's chunks go through it
 #      with every grant still working.
 use strict;
@@ -116,6 +117,25 @@ $err = error_of($small,
 like($err, qr/ERROR:\s+53400:/, 'small: a reentrant grant with too much info fails with 53400');
 is(q1($small, "SELECT info FROM dsync_leases WHERE lease = 's'"),
 	'{"a": 1}', 'small: and the lease keeps its info');
+# With the pool run dry, a reentrant grant whose strings fit in the chunks
+# its lease has already is not refused.
+is( q1($small,
+		"DO \$\$ BEGIN FOR i IN 1..20 LOOP BEGIN "
+		  . "PERFORM dsync_acquire('p' || i, 'h', '$max_ttl s', '0', NULL, false); "
+		  . "EXCEPTION WHEN configuration_limit_exceeded THEN EXIT; END; END LOOP; END \$\$; "
+		  . "SELECT count(*) > 0 FROM dsync_leases WHERE lease LIKE 'p%'"),
+	't', 'small: short leases take what is left of the pool');
+like(error_of($small, "SELECT dsync_acquire('q', 'h', '$max_ttl s', '0', NULL, false);"),
+	qr/ERROR:\s+53400:/, 'small: the pool is dry');
+like( q1($small,
+		"SELECT dsync_acquire(long_name(1), '$holder', '$max_ttl s', '0', '{}', false)"),
+	qr/^\d+$/, 'small: a reentrant grant with info that fits in its own chunks is granted');
+is(q1($small, "SELECT info FROM dsync_leases WHERE lease = long_name(1)"),
+	'{}', 'small: with its new info');
+my $short = q1($small, "SELECT count(*) FROM dsync_leases WHERE lease LIKE 'p%'");
+is( q1($small,
+		"SELECT count(*) FILTER (WHERE dsync_release(lease, 'h')) FROM dsync_leases WHERE lease LIKE 'p%'"),
+	$short, "small: the $short short leases released");
 
 # Releases give the chunks back: 10 times the pool goes through it.
 is( q1($small,
