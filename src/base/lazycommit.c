@@ -33,15 +33,14 @@
  * cheaper on the hot path than a GUC change through set_config_option,
  * and no SQL can run in between to see it.  A commit that must flush for
  * other reasons (dropped relations, forceSyncCommit) still does.  The
- * callback is registered at load, before any other module's can be, so it
- * runs after theirs at pre-commit (newest run first) and sees what they
- * wrote; a module preloaded before dsync that writes at pre-commit is not
- * seen.
+ * callback is registered at load, so it runs after those of modules loaded
+ * later (newest run first) and sees what they write at pre-commit; a
+ * module preloaded before dsync that writes at pre-commit is not seen.
  *
  * An ephemeral grant writes no WAL, so it cannot carry a release the way a
  * durable grant does.  When it relies on a durable holder's release (the
  * free row version it found), it flushes that version's commit, and waits
- * for a synchronous standby to have it, before it returns
+ * for a synchronous standby to have it, before the grant is made
  * (DsyncLazyCommitCarry): the position comes from the commit log, which
  * keeps it for every asynchronous commit (as hint bits need it).
  *
@@ -53,6 +52,7 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
+#include "miscadmin.h"
 #include "replication/syncrep.h"
 
 #include "lazycommit.h"
@@ -159,11 +159,13 @@ DsyncLazyCommitEnd(void)
 
 /*
  * DsyncLazyCommitCarry
- *		A grant that wrote no WAL relied on a change committed at lsn
- *		without a flush (a release): make that change durable, as a
- *		durable grant's own commit would, before the grant is returned.
- *		Under synchronous_commit = off the grant is not made durable
- *		either, so nothing is waited for.
+ *		A grant that writes no WAL is about to rely on a change committed
+ *		at lsn without a flush (a release): make that change durable, as a
+ *		durable grant's own commit would, and wait for a synchronous
+ *		standby as that commit would (interrupts held, as the wait
+ *		requires: a cancel ends the wait with PostgreSQL's warning, as it
+ *		does a commit's).  Under synchronous_commit = off the grant is not
+ *		made durable either, so nothing is waited for.
  */
 void
 DsyncLazyCommitCarry(XLogRecPtr lsn)
@@ -171,8 +173,11 @@ DsyncLazyCommitCarry(XLogRecPtr lsn)
 	if (XLogRecPtrIsInvalid(lsn) || synchronous_commit == SYNCHRONOUS_COMMIT_OFF)
 		return;
 	XLogFlush(lsn);
+	HOLD_INTERRUPTS();
 	/* Returns at once unless a synchronous standby is asked for and behind. */
-	SyncRepWaitForLSN(lsn, false);
+	SyncRepWaitForLSN(lsn, true);
+	RESUME_INTERRUPTS();
+	CHECK_FOR_INTERRUPTS();
 }
 
 /*

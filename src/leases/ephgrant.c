@@ -307,6 +307,7 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 	LWLock	   *lock;
 	bool		swept = false;
 	bool		opened = false;
+	XLogRecPtr	carried = InvalidXLogRecPtr;	/* made durable so far */
 	DsyncDbSlot *slot;
 
 	*retry_at = 0;
@@ -428,6 +429,18 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 			EphemeralStoreClose(&store, opened);
 			return false;
 		}
+		/*
+		 * A durable holder's release, committed without a flush, made room:
+		 * make it durable before anyone can see this grant, then look again.
+		 */
+		carry = EphemeralStoreFreeCommit(&store, opened);
+		if (carry > carried)
+		{
+			LWLockRelease(lock);
+			DsyncLazyCommitCarry(carry);
+			carried = carry;
+			continue;
+		}
 		if (!DsyncFencingTryNext(catalog, token))
 		{
 			/* A new block of tokens is fetched without the lock; try again. */
@@ -492,10 +505,7 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 		events[nevents++] = EphemeralEvent(DSYNC_EVENT_ACQUIRED, entry);
 		DsyncEventPublishNow(events, nevents, renewals);
 		LWLockRelease(lock);
-		carry = EphemeralStoreFreeCommit(&store, opened);
 		EphemeralStoreClose(&store, opened);
-		/* A durable holder's release, committed lazily, made room for it. */
-		DsyncLazyCommitCarry(carry);
 		return true;
 	}
 }

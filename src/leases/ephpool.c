@@ -218,8 +218,9 @@ EphemeralChunksFor(int bytes)
 /*
  * EphemeralPutStrings
  *		Give an entry name, holder and info (NULL: none): in its own chain
- *		if they fit there (a reentrant grant must not fail for want of
- *		room it already has), else in a new chain, freeing the old one;
+ *		if they fit in as many chunks as its present strings take (so a
+ *		reentrant grant that needs no more room is never refused), else in
+ *		a new chain, freeing the old one;
  *		false, with the entry as it was, if the pool has no room.  The
  *		partition lock must be held exclusively.
  */

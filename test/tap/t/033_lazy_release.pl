@@ -19,7 +19,8 @@
 #  4. with a synchronous standby whose walsender is stalled, a release
 #     returns at once (it used to wait for the standby); after failover
 #     the lease is held by its old holder; a hand-off's grant waits for
-#     the standby and, after failover, the waiter holds the lease;
+#     the standby and, after failover, the waiter holds the lease; an
+#     ephemeral grant of a released name waits for the standby too;
 #  5. (run before 4) a release's `released` event is heard only once the
 #     release is on disk, with and without the event log;
 #  6. (run after 5) an ephemeral grant writes no WAL, so it cannot carry a
@@ -241,6 +242,12 @@ reaper_pid($primary);
 
 $token = q1($primary, "SELECT dsync_acquire('x', 'A', '1 hour')");
 my $htoken = q1($primary, "SELECT dsync_acquire('y', 'A', '1 hour')");
+q1($primary, "SELECT dsync_acquire('z', 'A', '1 hour')");
+# An ephemeral grant now, so that the durable record of ephemeral use
+# (ephemeral_record.c, which flushes and waits for the standby itself) is
+# fresh when the one below is made.
+like(q1($primary, "SELECT dsync_acquire('w', 'C', '2 s', '10 s', NULL, false)"),
+	qr/^\d+$/, 'an ephemeral grant writes the record of ephemeral use');
 $primary->wait_for_catchup($standby);
 $waiter = psql_client($primary, $primary->safe_psql('postgres', 'SELECT current_user'));
 $waiter->{in} .= "SELECT 'granted ' || dsync_acquire('y', 'B', '1 hour', '1 minute');\n";
@@ -255,10 +262,21 @@ is(release_warm($primary, 'x', 'A'), 't', 'with the standby stalled, a release r
 is(release_warm($primary, 'y', 'A'), 't', 'and so does the release B waits for');
 ok( wait_for($primary,
 		"SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep' "
-		  . "AND query LIKE '%dsync_acquire%'"),
+		  . "AND query LIKE '%dsync_acquire(''y''%'"),
 	"B's grant waits for the standby");
+# An ephemeral grant writes no WAL: it waits for the standby to have the
+# release it relies on before it grants.
+is(release_warm($primary, 'z', 'A'), 't', 'a release of z returns at once too');
+my $eph = psql_client($primary, $primary->safe_psql('postgres', 'SELECT current_user'));
+$eph->{in} .= "SELECT 'ephemeral ' || dsync_acquire('z', 'C', '2 s', '10 s', NULL, false);\n";
+$eph->{h}->pump_nb;
+ok( wait_for($primary,
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep' "
+		  . "AND query LIKE '%dsync_acquire(''z''%'"),
+	"C's ephemeral grant of z waits for the standby");
 kill('CONT', $walsender);
 ok(send_wait($waiter, '', qr/granted (\d+)/), 'B got y once the standby confirmed');
+ok(send_wait($eph, '', qr/ephemeral \d+/), 'C got z once the standby confirmed');
 ($btoken) = $waiter->{out} =~ /granted (\d+)/;
 $walsender = q1($primary,
 	"SELECT pid FROM pg_stat_replication WHERE application_name = '$appname'");
