@@ -19,7 +19,8 @@ set -euo pipefail
 
 major=${1:?usage: scripts/chroot.sh MAJOR}
 cache=${DSYNC_CHROOT_CACHE:-/var/cache/dsync}
-mirror=${DSYNC_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# debootstrap picks its own default mirror; DSYNC_DEBIAN_MIRROR overrides it.
+mirror=${DSYNC_DEBIAN_MIRROR:-}
 
 here=$(cd "$(dirname "$0")" && pwd)
 common="postgresql-common,libtap-parser-sourcehandler-pgtap-perl,libipc-run-perl"
@@ -71,7 +72,7 @@ for m in proc dev/shm; do
 done
 rm -rf "$scratch"
 echo "== making a $suite chroot with PostgreSQL $major in $dir (takes a few minutes)" >&2
-if ! debootstrap --variant=minbase --include="$packages" "$suite" "$scratch" "$mirror" \
+if ! debootstrap --variant=minbase --include="$packages" "$suite" "$scratch" ${mirror:+"$mirror"} \
 	>"$cache/debootstrap-$major.log" 2>&1; then
 	echo "debootstrap failed; the last lines of $cache/debootstrap-$major.log:" >&2
 	tail -20 "$cache/debootstrap-$major.log" >&2

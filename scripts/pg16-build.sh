@@ -49,7 +49,8 @@ chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 PATH=/usr/sbin:/usr/bin:/
 	bash -euo pipefail -c "
 		cd '${src#"$root"}'
 		./configure --prefix=/usr/lib/postgresql/16 --datadir=/usr/share/postgresql/16 \
-			--without-icu --without-readline --with-openssl --enable-tap-tests
+			--without-icu --without-readline --with-openssl --enable-tap-tests \
+			--enable-cassert --enable-debug
 		make -s -j\$(nproc)
 		make -s install
 		make -s -C contrib/pg_walinspect install
