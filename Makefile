@@ -22,6 +22,7 @@ OBJS = \
 	src/storage/row.o \
 	src/storage/locate.o \
 	src/storage/heldmap.o \
+	src/storage/boundmap.o \
 	src/storage/fencing.o \
 	src/events/events.o \
 	src/events/eventlog.o \
@@ -39,6 +40,7 @@ OBJS = \
 	src/leases/ephemeral.o \
 	src/leases/ephgrant.o \
 	src/leases/ephrelease.o \
+	src/leases/ephbound.o \
 	src/leases/ephemeral_record.o \
 	src/leases/ephguard.o \
 	src/leases/ephowner.o \
@@ -47,6 +49,7 @@ OBJS = \
 	src/leases/ephheap.o \
 	src/leases/fence.o \
 	src/leases/fenceddl.o \
+	src/leases/fencebind.o \
 	src/workers/launcher.o \
 	src/workers/reaper.o \
 	src/workers/expiry.o \

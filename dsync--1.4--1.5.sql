@@ -75,35 +75,70 @@ ALTER TABLE @extschema@.dsync_fence ADD COLUMN relid oid;
 
 -- Marks made by 1.4: the table of that name now, if there is one.
 UPDATE @extschema@.dsync_fence
-   SET relid = pg_catalog.to_regclass(pg_catalog.substr(resource, 7))
+   SET relid = (SELECT c.oid FROM pg_catalog.pg_class c
+				 WHERE c.oid = pg_catalog.to_regclass(pg_catalog.substr(resource, 7))
+				   AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p,f}'::"char"[]))
  WHERE resource LIKE 'table:%';
 DELETE FROM @extschema@.dsync_fence
  WHERE resource LIKE 'table:%' AND relid IS NULL;
 
+-- Fences raised by grants -------------------------------------------------
+
+/*
+ * A fence refuses a token only once a newer one has reached it, so a new
+ * holder that reads before it writes could read a value its paused
+ * predecessor then overwrote.  A resource bound to a lease has its mark
+ * raised by every grant of that lease, in the granting transaction, so the
+ * old token is refused from the moment the lease moves
+ * (src/leases/fencebind.c).  The binding is the mark's own row: a resource
+ * is guarded by one lease (the holders of two leases would not exclude one
+ * another, so their tokens could not order its writes).  A resource named
+ * like a lease is bound to it without a binding.  The index answers a
+ * grant's one question: which resources does this lease guard?
+ */
+ALTER TABLE @extschema@.dsync_fence ADD COLUMN lease text COLLATE "C";
+CREATE INDEX dsync_fence_lease ON @extschema@.dsync_fence (lease);
+
+CREATE FUNCTION @extschema@.dsync_fence_bind(
+	resource text,
+	lease text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'dsync_fence_bind'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.dsync_fence_bind(text, text) IS
+'from now on every grant of lease raises the mark of resource to the new token; true if bound now, false if it already was';
+
+CREATE FUNCTION @extschema@.dsync_fence_unbind(
+	resource text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'dsync_fence_unbind'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.dsync_fence_unbind(text) IS
+'undo dsync_fence_bind: grants no longer raise the mark of resource (the mark stays); true if it was bound';
+
+CREATE OR REPLACE VIEW @extschema@.dsync_fences AS
+	SELECT f.resource, f.token, f.fenced_at,
+		   pg_catalog.pg_get_userbyid(f.owner) AS owner,
+		   f.lease
+	FROM @extschema@.dsync_fence f;
+
+COMMENT ON FUNCTION @extschema@.dsync_fenced() IS
+'trigger: BEFORE INSERT OR UPDATE ... FOR EACH ROW EXECUTE FUNCTION dsync_fenced(''token_column'' [, ''lease'']); refuses rows whose token is older than one the table already accepted; with a lease, CREATE TRIGGER binds the table to it';
+
 /*
  * Rows inserted with SQL are a restore's (dsync writes its tables below
  * the executor, and nobody else may): a table's mark is tied to the table
- * that has its name in the restored database, and dropped if none has.
- * ENABLE ALWAYS: restores that set session_replication_role = replica run
- * it too.  Every name is qualified.
+ * that has its name in the restored database, and dropped if there is
+ * none (or it is no table); the names the row binds are noted for grants
+ * in shared memory.  ENABLE ALWAYS: restores that set
+ * session_replication_role = replica run it too.
  */
 CREATE FUNCTION @extschema@.dsync_fence_restored()
 RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	IF NEW.resource LIKE 'table:%' THEN
-		NEW.relid := pg_catalog.to_regclass(pg_catalog.substr(NEW.resource, 7));
-		IF NEW.relid IS NULL THEN
-			RETURN NULL;
-		END IF;
-	ELSE
-		NEW.relid := NULL;
-	END IF;
-	RETURN NEW;
-END
-$$;
+AS 'MODULE_PATHNAME', 'dsync_fence_restored'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 REVOKE ALL ON FUNCTION @extschema@.dsync_fence_restored() FROM PUBLIC;
 

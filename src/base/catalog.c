@@ -55,7 +55,7 @@ static const struct
 	[DSYNC_TABLE_SIGNAL] = {"dsync_signal", Natts_signal, 1, false},
 	[DSYNC_TABLE_MEMBER] = {"dsync_member", Natts_member, 1, false},
 	[DSYNC_TABLE_PERMIT] = {"dsync_permit", Natts_lease, 2, false},
-	[DSYNC_TABLE_FENCE] = {"dsync_fence", Natts_fence, 1, false},
+	[DSYNC_TABLE_FENCE] = {"dsync_fence", Natts_fence, 2, false},
 };
 
 /*
@@ -152,9 +152,10 @@ DsyncCatalogCheckShape(DsyncTable table, Oid relid)
 	Relation	rel = table_open(relid, AccessShareLock);
 	List	   *indexes = RelationGetIndexList(rel);
 	int			natts = RelationGetDescr(rel)->natts;
-	bool		ok = (natts == dsync_tables[table].natts ||
-					  (table == DSYNC_TABLE_FENCE && natts == Natts_fence_1_4)) &&
-		list_length(indexes) == dsync_tables[table].nindexes &&
+	bool		ok = ((natts == dsync_tables[table].natts &&
+					   list_length(indexes) == dsync_tables[table].nindexes) ||
+					  (table == DSYNC_TABLE_FENCE && natts == Natts_fence_1_4 &&
+					   list_length(indexes) == 1)) &&
 		OidIsValid(DsyncPrimaryKeyIndex(rel));
 
 	list_free(indexes);
@@ -227,9 +228,10 @@ DsyncCatalogFill(Oid extension)
 		if (OidIsValid(relid))
 			DsyncCatalogCheckShape(i, relid);
 		dsync_catalog.rels[i] = relid;
-		/* A 1.4 dsync_fence, until ALTER EXTENSION UPDATE adds relid. */
+		/* A 1.4 dsync_fence, until ALTER EXTENSION UPDATE adds relid and lease. */
 		if (i == DSYNC_TABLE_FENCE && OidIsValid(relid))
-			dsync_catalog.fence_relid = get_attnum(relid, "relid") == Anum_fence_relid;
+			dsync_catalog.fence_relid = get_attnum(relid, "relid") == Anum_fence_relid &&
+				get_attnum(relid, "lease") == Anum_fence_lease;
 	}
 	dsync_catalog.fencing_seq = DsyncCatalogRequired("dsync_fencing_seq", namespace,
 													 extension, RELKIND_SEQUENCE);

@@ -60,7 +60,8 @@
 #define Anum_fence_fenced_at	3
 #define Anum_fence_owner		4
 #define Anum_fence_relid		5	/* 1.5: the table a "table:" mark is of */
-#define Natts_fence				5
+#define Anum_fence_lease		6	/* 1.5: the lease whose grants raise it */
+#define Natts_fence				6
 #define Natts_fence_1_4			4
 
 /* The widest dsync table; a DsyncRow can hold a row of any of them. */
@@ -88,7 +89,8 @@ typedef struct DsyncCatalog
 	Oid			event_seq;		/* 1.2 */
 	Oid			event_log;		/* 1.4 */
 	Oid			ephemeral_seq;	/* 1.5 */
-	bool		fence_relid;	/* 1.5: dsync_fence has its relid column */
+	bool		fence_relid;	/* 1.5: dsync_fence has relid, lease and its
+								 * index on lease */
 } DsyncCatalog;
 
 extern const DsyncCatalog *DsyncCatalogGet(FunctionCallInfo fcinfo);

@@ -47,7 +47,7 @@ extern void DsyncEphemeralCheckGrant(FunctionCallInfo fcinfo, text *lease,
 									 const LeaseGrant *grant);
 extern bool DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease,
 									 const LeaseGrant *grant, bool may_take,
-									 int64 *token, TimestampTz *retry_at);
+									 int64 *token, uint64 *fresh, TimestampTz *retry_at);
 extern DsyncEphemeralFound DsyncEphemeralRenew(const DsyncCatalog *catalog, text *lease,
 											   text *holder, Interval *ttl, int64 ttl_usec,
 											   TimestampTz *expiry);
@@ -55,6 +55,7 @@ extern DsyncEphemeralFound DsyncEphemeralRelease(text *lease, text *holder, int6
 extern bool DsyncEphemeralReleaseGrant(text *lease, text *holder, int64 token);
 extern DsyncEphemeralFound DsyncEphemeralGuard(text *lease, text *holder, int64 *token);
 extern DsyncEphemeralFound DsyncEphemeralLeader(text *lease, text **holder);
+extern int64 DsyncEphemeralToken(text *lease);
 extern int32 DsyncEphemeralForceRelease(text *lease, text *holder, bool cancel_waits);
 
 extern bool DsyncEphemeralExclude(const DsyncCatalog *for_grant, text *lease,
@@ -70,6 +71,10 @@ extern void DsyncEphemeralReap(void);
 extern TimestampTz DsyncEphemeralDue(void);
 extern void DsyncEphemeralLookSoon(void);
 extern List *DsyncEphemeralRows(text *lease, text *holder);
+
+/* ephbound.c: a grant of a lease with a bound fence, undone by a rollback */
+extern void DsyncEphemeralUndoAtAbort(text *lease, uint64 generation);
+extern void DsyncEphemeralUndoForget(uint64 generation);
 
 /* ephemeral_record.c: the durable trace of ephemeral leases */
 extern bool DsyncEphemeralRecordDue(const DsyncCatalog *catalog, TimestampTz now);

@@ -295,10 +295,11 @@ EphemeralStoreClose(EphemeralStores *stores, bool opened)
  *		One try of an ephemeral grant: the holder's extension if it has the
  *		lease, else a grant if the name is free in both kinds and may_take.
  *		As LeaseTryAcquire, *retry_at is when to look again by itself.
+ *		*fresh is the new grant's generation (0 for an extension).
  */
 bool
 DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
-						 bool may_take, int64 *token, TimestampTz *retry_at)
+						 bool may_take, int64 *token, uint64 *fresh, TimestampTz *retry_at)
 {
 	const DsyncCatalog *catalog = DsyncCatalogGet(fcinfo);
 	EphemeralStores store;
@@ -311,6 +312,7 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 	DsyncDbSlot *slot;
 
 	*retry_at = 0;
+	*fresh = 0;
 	EphemeralRequire();
 	store.semaphores.opened = false;
 	hash = EphemeralKeyFor(lease, &key);
@@ -501,6 +503,7 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 			}
 		}
 		EphemeralFillGrant(entry, *token, now, grant);
+		*fresh = entry->generation;
 		EphemeralHeapPut(entry, slot);
 		events[nevents++] = EphemeralEvent(DSYNC_EVENT_ACQUIRED, entry);
 		DsyncEventPublishNow(events, nevents, renewals);

@@ -301,6 +301,31 @@ DsyncEphemeralLeader(text *lease, text **holder)
 }
 
 /*
+ * DsyncEphemeralToken
+ *		The token of a name's ephemeral lease, held or not yet removed
+ *		(0 if none): the newest ephemeral grant of the name, for a binding
+ *		that raises a fence to it (fencebind.c).
+ */
+int64
+DsyncEphemeralToken(text *lease)
+{
+	EphemeralKey key;
+	uint32		hash;
+	EphemeralEntry *entry;
+	int64		token = 0;
+
+	if (ephemeral_shared == NULL)
+		return 0;
+	hash = EphemeralKeyFor(lease, &key);
+	LWLockAcquire(EphemeralLock(hash), LW_SHARED);
+	entry = EphemeralFind(&key, hash);
+	if (entry != NULL)
+		token = entry->fencing;
+	LWLockRelease(EphemeralLock(hash));
+	return token;
+}
+
+/*
  * DsyncEphemeralForceRelease
  *		dsync_force_release of an ephemeral lease (of holder, if given);
  *		returns 1 if it released one.

@@ -54,16 +54,18 @@
 #include "fence.h"
 #include "fencing.h"
 #include "store.h"
+#include "boundmap.h"
+#include "wait.h"
 
 PG_FUNCTION_INFO_V1(dsync_fence);
 PG_FUNCTION_INFO_V1(dsync_fenced);
 
 /*
- * FenceFind
+ * DsyncFenceFind
  *		A resource's mark row, as of the latest committed state, or NULL.
  */
-static DsyncRow *
-FenceFind(DsyncStore *store, text *resource)
+DsyncRow *
+DsyncFenceFind(DsyncStore *store, text *resource)
 {
 	DsyncScan  *scan = DsyncScanName(store, resource);
 	DsyncRow   *row = DsyncScanNext(scan);
@@ -73,11 +75,11 @@ FenceFind(DsyncStore *store, text *resource)
 }
 
 /*
- * FenceStale
+ * DsyncFenceStale
  *		Refuse a token older than the resource's mark.
  */
-static void
-FenceStale(const char *resource, int64 token, int64 mark)
+void
+DsyncFenceStale(const char *resource, int64 token, int64 mark)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -87,15 +89,16 @@ FenceStale(const char *resource, int64 token, int64 mark)
 			 errhint("The lease this token came with was lost; acquire it again before writing.")));
 }
 
-/* Lock class of a resource's turnstile (see FenceTurnstile). */
+/* Lock class of a resource's turnstile (see DsyncFenceTurnstile). */
 #define DSYNC_FENCE_LOCK_CLASS	0x6481
 
 /*
- * FenceTurnstile
+ * DsyncFenceTurnstile
  *		Queue for a resource's turnstile: a heavyweight lock on the
  *		resource's name, held until this transaction ends.  Writers with
  *		the mark's own token take it in ShareLock, writers that raise the
- *		mark (or make it) in ExclusiveLock.
+ *		mark (or make it) in ExclusiveLock, and so do grants and binds
+ *		(fencebind.c).  With nowait, false if it is not to be had at once.
  *
  * Row locks alone let a newer token wait for ever: new share lockers of a
  * row join its lockers without looking at who waits for it, so a steady
@@ -108,8 +111,8 @@ FenceStale(const char *resource, int64 token, int64 mark)
  * The name is hashed to 64 bits with the table's OID as seed; two
  * resources sharing a turnstile would only wait for each other.
  */
-static void
-FenceTurnstile(const DsyncCatalog *catalog, text *resource, LOCKMODE mode)
+bool
+DsyncFenceTurnstile(const DsyncCatalog *catalog, text *resource, LOCKMODE mode, bool nowait)
 {
 	LOCKTAG		tag;
 	uint64		hash;
@@ -119,23 +122,96 @@ FenceTurnstile(const DsyncCatalog *catalog, text *resource, LOCKMODE mode)
 							   catalog->rels[DSYNC_TABLE_FENCE]);
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
 						 DSYNC_FENCE_LOCK_CLASS);
-	(void) LockAcquire(&tag, mode, false, false);
+	return LockAcquire(&tag, mode, false, nowait) != LOCKACQUIRE_NOT_AVAIL;
 }
 
 /*
- * FenceForeign
+ * DsyncFenceForeign
  *		Whether a table's mark row was made for another table: one that had
  *		the same name before (dropped, or renamed since).  Such a mark is
  *		no guard of this table's data, and taking it over would let whoever
  *		made that table set this one's mark: it is replaced.
  */
-static bool
-FenceForeign(const DsyncCatalog *catalog, const DsyncRow *row, Oid relid)
+bool
+DsyncFenceForeign(const DsyncCatalog *catalog, const DsyncRow *row, Oid relid)
 {
 	if (!OidIsValid(relid) || !catalog->fence_relid)
 		return false;
 	return row->nulls[Anum_fence_relid - 1] ||
 		DatumGetObjectId(row->values[Anum_fence_relid - 1]) != relid;
+}
+
+/*
+ * FenceStaleGranted
+ *		Refuse a token older than one the lease of the resource's name has
+ *		been granted with, when the resource's first mark is made: that
+ *		grant would have raised the mark had there been one
+ *		(fencebind.c).
+ */
+static void
+FenceStaleGranted(text *resource, int64 token, int64 granted)
+{
+	char	   *name = text_to_cstring(resource);
+
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("stale fencing token for resource \"%s\"", name),
+			 errdetail("Token " INT64_FORMAT " is older than token " INT64_FORMAT
+					   ", which lease \"%s\" has been granted with.", token, granted, name),
+			 errhint("The lease this token came with was lost; acquire it again before writing.")));
+}
+
+/*
+ * FenceWakeAtEnd
+ *		A writer holds a resource's turnstile until its transaction ends,
+ *		and a grant that raises the mark at once (fencebind.c) gives up
+ *		while it does: wake the waiters of the leases bound to the resource
+ *		then, the one named like it and the one its row names.
+ */
+static void
+FenceWakeAtEnd(const DsyncCatalog *catalog, text *resource, const DsyncRow *row)
+{
+	DsyncWakeAtEnd(DsyncWaitKey(resource));
+	if (catalog->fence_relid && row != NULL && !row->nulls[Anum_fence_lease - 1])
+		DsyncWakeAtEnd(DsyncWaitKey(DatumGetTextPP(row->values[Anum_fence_lease - 1])));
+}
+
+/*
+ * FenceMakeMark
+ *		Make a resource's first mark, token, with its key claimed: noted in
+ *		the bound map before it is written (boundmap.c), and raised to the
+ *		newest grant of the lease named like the resource, which is bound
+ *		to it: a token older than that is refused (unless at_least), as it
+ *		would have been had the mark been there when the lease moved.  The
+ *		grants are looked at once the row is written, so that a grant that
+ *		missed the row has been made by then (fencebind.c).
+ */
+static void
+FenceMakeMark(DsyncStore *store, text *resource, int64 token, Oid new_owner, Oid relid,
+			  bool at_least)
+{
+	DsyncRow   *row = DsyncStoreNewRow();
+	int64		granted;
+
+	DsyncBoundMapSet(resource);
+	DsyncRowSet(row, Anum_fence_resource, PointerGetDatum(resource));
+	DsyncRowSet(row, Anum_fence_token, Int64GetDatum(token));
+	DsyncRowSet(row, Anum_fence_fenced_at, TimestampTzGetDatum(GetCurrentTimestamp()));
+	DsyncRowSet(row, Anum_fence_owner, ObjectIdGetDatum(new_owner));
+	if (OidIsValid(relid))
+		DsyncRowSet(row, Anum_fence_relid, ObjectIdGetDatum(relid));
+	DsyncStoreInsert(store, row);
+	DsyncStoreUnclaimKey(store, resource, (Datum) 0);
+	pg_memory_barrier();
+	granted = DsyncFenceLeaseToken(store->catalog, resource);
+	if (granted > token)
+	{
+		if (!at_least)
+			FenceStaleGranted(resource, token, granted);
+		DsyncRowSet(row, Anum_fence_token, Int64GetDatum(granted));
+		DsyncStoreUpdate(store, row);
+	}
+	FenceWakeAtEnd(store->catalog, resource, row);
 }
 
 /*
@@ -149,7 +225,7 @@ FenceForeign(const DsyncCatalog *catalog, const DsyncRow *row, Oid relid)
  * another, nor deadlock through the rows a fenced table's trigger has
  * locked already; raising the mark takes it alone, which waits for every
  * writer of the resource and keeps later writers of the older token
- * behind it (FenceTurnstile).  A token below the committed mark is refused
+ * behind it (DsyncFenceTurnstile).  A token below the committed mark is refused
  * at once: marks never go down.
  *
  * check_owner: a direct call must come from a role with the privileges of
@@ -174,7 +250,7 @@ DsyncFenceApply(const DsyncCatalog *catalog, text *resource, int64 token,
 		LOCKMODE	need;
 		bool		foreign = false;
 
-		row = FenceFind(&store, resource);
+		row = DsyncFenceFind(&store, resource);
 		if (row != NULL && check_owner && !DsyncRowOwnerIsCaller(row, Anum_fence_owner))
 			ereport(ERROR,
 					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -184,13 +260,13 @@ DsyncFenceApply(const DsyncCatalog *catalog, text *resource, int64 token,
 												 true) ?: "?")));
 		if (row != NULL)
 		{
-			foreign = FenceForeign(catalog, row, relid);
+			foreign = DsyncFenceForeign(catalog, row, relid);
 			mark = DatumGetInt64(row->values[Anum_fence_token - 1]);
 			if (!foreign && token < mark)
 			{
 				if (at_least)
 					break;
-				FenceStale(text_to_cstring(resource), token, mark);
+				DsyncFenceStale(text_to_cstring(resource), token, mark);
 			}
 			need = (foreign || token > mark) ? ExclusiveLock : ShareLock;
 		}
@@ -204,7 +280,7 @@ DsyncFenceApply(const DsyncCatalog *catalog, text *resource, int64 token,
 		 */
 		if (need > held)
 		{
-			FenceTurnstile(catalog, resource, need);
+			(void) DsyncFenceTurnstile(catalog, resource, need, false);
 			held = need;
 			if (row == NULL)
 				continue;
@@ -215,16 +291,7 @@ DsyncFenceApply(const DsyncCatalog *catalog, text *resource, int64 token,
 			/* Concurrent first fencers are serialised by the key's claim. */
 			if (DsyncStoreClaimKey(&store, resource, (Datum) 0, true) != DSYNC_CLAIM_OK)
 				continue;
-			row = DsyncStoreNewRow();
-			DsyncRowSet(row, Anum_fence_resource, PointerGetDatum(resource));
-			DsyncRowSet(row, Anum_fence_token, Int64GetDatum(token));
-			DsyncRowSet(row, Anum_fence_fenced_at,
-						TimestampTzGetDatum(GetCurrentTimestamp()));
-			DsyncRowSet(row, Anum_fence_owner, ObjectIdGetDatum(new_owner));
-			if (OidIsValid(relid))
-				DsyncRowSet(row, Anum_fence_relid, ObjectIdGetDatum(relid));
-			DsyncStoreInsert(&store, row);
-			DsyncStoreUnclaimKey(&store, resource, (Datum) 0);
+			FenceMakeMark(&store, resource, token, new_owner, relid, at_least);
 			DsyncStoreClose(&store);
 			return -1;
 		}
@@ -232,16 +299,17 @@ DsyncFenceApply(const DsyncCatalog *catalog, text *resource, int64 token,
 		if (DsyncStoreLock(&store, row, need == ShareLock ? LockTupleShare : LockTupleNoKeyExclusive,
 						   LockWaitBlock) != TM_Ok)
 			continue;
-		if (FenceForeign(catalog, row, relid) != foreign)
+		if (DsyncFenceForeign(catalog, row, relid) != foreign)
 			continue;
 		mark = DatumGetInt64(row->values[Anum_fence_token - 1]);
 		if (foreign)
 		{
-			/* Another table's mark: this table's starts now. */
+			/* Another table's mark, and binding: this table's start now. */
 			DsyncRowSet(row, Anum_fence_token, Int64GetDatum(token));
 			DsyncRowSet(row, Anum_fence_fenced_at, TimestampTzGetDatum(GetCurrentTimestamp()));
 			DsyncRowSet(row, Anum_fence_owner, ObjectIdGetDatum(new_owner));
 			DsyncRowSet(row, Anum_fence_relid, ObjectIdGetDatum(relid));
+			row->nulls[Anum_fence_lease - 1] = true;
 			DsyncStoreUpdate(&store, row);
 			mark = -1;
 			break;
@@ -250,7 +318,7 @@ DsyncFenceApply(const DsyncCatalog *catalog, text *resource, int64 token,
 		{
 			if (at_least)
 				break;
-			FenceStale(text_to_cstring(resource), token, mark);
+			DsyncFenceStale(text_to_cstring(resource), token, mark);
 		}
 		if (token > mark && need == ShareLock)
 			continue;			/* cannot be: marks never go down */
@@ -262,6 +330,7 @@ DsyncFenceApply(const DsyncCatalog *catalog, text *resource, int64 token,
 		}
 		break;
 	}
+	FenceWakeAtEnd(catalog, resource, row);
 	DsyncStoreClose(&store);
 	return mark;
 }
@@ -396,15 +465,55 @@ DsyncFenceCarry(const DsyncCatalog *catalog, Oid from, Oid to)
 
 	if (from_resource == NULL)
 		return;
-	FenceTurnstile(catalog, from_resource, ShareLock);
+	(void) DsyncFenceTurnstile(catalog, from_resource, ShareLock, false);
 	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_FENCE, false);
-	row = FenceFind(&store, from_resource);
+	row = DsyncFenceFind(&store, from_resource);
 	DsyncStoreClose(&store);
-	if (row == NULL || FenceForeign(catalog, row, from))
+	if (row == NULL || DsyncFenceForeign(catalog, row, from))
 		return;
 	mark = DatumGetInt64(row->values[Anum_fence_token - 1]);
 	(void) DsyncFenceApply(catalog, DsyncFenceResourceOf(to, false), mark, false,
 						   FenceRelOwner(to), to, true);
+}
+
+/*
+ * DsyncFenceRelkindOk
+ *		Whether a relation of this kind can have a table's mark: one rows
+ *		are written to (a trigger can fence them) and whose mark is removed
+ *		when it is dropped (fenceddl.c).
+ */
+bool
+DsyncFenceRelkindOk(char relkind)
+{
+	return relkind == RELKIND_RELATION || relkind == RELKIND_PARTITIONED_TABLE ||
+		relkind == RELKIND_FOREIGN_TABLE;
+}
+
+/*
+ * FenceRelkindName
+ *		What a relation that is no table is, for a message.
+ */
+static const char *
+FenceRelkindName(char relkind)
+{
+	switch (relkind)
+	{
+		case RELKIND_VIEW:
+			return "a view";
+		case RELKIND_MATVIEW:
+			return "a materialized view";
+		case RELKIND_SEQUENCE:
+			return "a sequence";
+		case RELKIND_INDEX:
+		case RELKIND_PARTITIONED_INDEX:
+			return "an index";
+		case RELKIND_COMPOSITE_TYPE:
+			return "a composite type";
+		case RELKIND_TOASTVALUE:
+			return "a TOAST table";
+		default:
+			return "not a table";
+	}
 }
 
 /*
@@ -432,6 +541,13 @@ FenceTableOfResource(text *resource)
 				 errmsg("table \"%s\" of fence resource \"%s\" does not exist",
 						name + strlen(FENCE_TABLE_PREFIX), name),
 				 errhint("Resources that begin with \"" FENCE_TABLE_PREFIX "\" are the marks of fenced tables.")));
+	if (!DsyncFenceRelkindOk(get_rel_relkind(relid)))
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("fence resource \"%s\" does not name a table", name),
+				 errdetail("\"%s\" is %s.", name + strlen(FENCE_TABLE_PREFIX),
+						   FenceRelkindName(get_rel_relkind(relid))),
+				 errhint("Resources that begin with \"" FENCE_TABLE_PREFIX "\" are the marks of tables, partitioned tables and foreign tables.")));
 	if (pg_class_aclmask(relid, GetUserId(), ACL_INSERT | ACL_UPDATE, ACLMASK_ANY) == 0 &&
 		pg_attribute_aclcheck_all(relid, GetUserId(), ACL_INSERT | ACL_UPDATE,
 								  ACLMASK_ANY) != ACLCHECK_OK)
@@ -446,6 +562,28 @@ FenceTableOfResource(text *resource)
 				 errhint("A partitioned table's writes share its root's mark: fence \"" FENCE_TABLE_PREFIX "%s\".",
 						 get_rel_name(DsyncFenceTableRoot(relid)))));
 	return relid;
+}
+
+/*
+ * DsyncFenceTableOf
+ *		For a call naming a resource: the table it names, if it is a
+ *		table's resource ("table:" and a table the caller may write), else
+ *		InvalidOid; *resource becomes the table's mark's name however the
+ *		table was spelled, and *owner the role that owns a mark made now
+ *		(the table's owner, else the caller).
+ */
+Oid
+DsyncFenceTableOf(text **resource, Oid *owner)
+{
+	Oid			table = FenceTableOfResource(*resource);
+
+	*owner = GetUserId();
+	if (OidIsValid(table))
+	{
+		*resource = DsyncFenceTableResource(table);
+		*owner = FenceRelOwner(table);
+	}
+	return table;
 }
 
 /*
@@ -464,6 +602,7 @@ dsync_fence(PG_FUNCTION_ARGS)
 	int64		token;
 	int64		previous;
 	Oid			table;
+	Oid			owner;
 	const DsyncCatalog *catalog;
 
 	if (PG_ARGISNULL(1))
@@ -474,12 +613,8 @@ dsync_fence(PG_FUNCTION_ARGS)
 	DsyncPreventWrite("dsync_fence()");
 	catalog = DsyncCatalogGet(fcinfo);
 	token = FenceCheckToken(catalog, PG_GETARG_INT64(1), "argument \"token\"");
-	table = FenceTableOfResource(resource);
-	/* However the table was spelled, its mark is the trigger's. */
-	if (OidIsValid(table))
-		resource = DsyncFenceTableResource(table);
-	previous = DsyncFenceApply(catalog, resource, token, !OidIsValid(table),
-							   OidIsValid(table) ? FenceRelOwner(table) : GetUserId(),
+	table = DsyncFenceTableOf(&resource, &owner);
+	previous = DsyncFenceApply(catalog, resource, token, !OidIsValid(table), owner,
 							   table, false);
 	if (previous < 0)
 		PG_RETURN_NULL();
@@ -503,12 +638,12 @@ FenceTriggerToken(const DsyncCatalog *catalog, TriggerData *trigdata, HeapTuple 
 	Datum		value;
 	bool		isnull;
 
-	if (trigger->tgnargs != 1)
+	if (trigger->tgnargs != 1 && trigger->tgnargs != 2)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("trigger \"%s\" must pass dsync_fenced() exactly one argument, the token column",
+				 errmsg("trigger \"%s\" must pass dsync_fenced() the token column and, optionally, a lease",
 						trigger->tgname),
-				 errhint("Use EXECUTE FUNCTION dsync_fenced('token_column').")));
+				 errhint("Use EXECUTE FUNCTION dsync_fenced('token_column') or dsync_fenced('token_column', 'lease').")));
 	column = trigger->tgargs[0];
 	attnum = SPI_fnumber(desc, column);
 	if (attnum <= 0)
@@ -538,12 +673,14 @@ FenceTriggerToken(const DsyncCatalog *catalog, TriggerData *trigdata, HeapTuple 
 /*
  * dsync_fenced
  *		Trigger: BEFORE INSERT OR UPDATE ... FOR EACH ROW EXECUTE FUNCTION
- *		dsync_fenced('token_column').
+ *		dsync_fenced('token_column' [, 'lease']).
  *
  * Each row written must carry a token no older than the table's mark (its
  * partitioned root's, for a partition); the mark rises to it.  Deletes
  * carry no token and are not fenced: guard them with dsync_assert_held(),
- * or dsync_fence('table:name', token), in the same transaction.
+ * or dsync_fence('table:name', token), in the same transaction.  A lease
+ * given as second argument is bound to the table when the trigger is
+ * created (DsyncFenceAfterCreateTrigger, fenceddl.c); firing ignores it.
  */
 Datum
 dsync_fenced(PG_FUNCTION_ARGS)

@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * fenceddl.c
- *		What DDL does to a fenced table's mark: a dropped table's mark goes
- *		with it, and a detached partition starts at its partitioned table's
- *		mark.
+ *		What DDL does to a fenced table's mark: a dropped table's mark (and
+ *		its binding) goes with it, a detached partition starts at its
+ *		partitioned table's mark, CREATE TRIGGER ... dsync_fenced('column',
+ *		'lease') binds the table to the lease; and what a restore does.
  *
  * A table's mark is a row of dsync_fence keyed by the table's name (so that
  * pg_dump carries it to the restored table of that name) and tied to the
@@ -21,25 +22,39 @@
  * partition is detached, raises the table's own mark to the root's, in
  * the transaction that detaches it (the last one, for CONCURRENTLY).
  *
+ * Rows of dsync_fence that SQL inserts are a restore's (pg_dump dumps the
+ * marks; dsync writes its tables below the executor): the table's
+ * trigger ties a table's mark to the table of its name, drops it if there
+ * is none, and notes the names the row binds for grants (boundmap.c),
+ * since the shared map was filled before the rows existed.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/xlog.h"
 #include "catalog/dependency.h"
 #include "catalog/namespace.h"
 #include "catalog/partition.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_proc.h"
 #include "commands/extension.h"
+#include "commands/trigger.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
+#include "parser/parse_func.h"
 #include "storage/lmgr.h"
+#include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/regproc.h"
 #include "utils/syscache.h"
 
 #include "catalog.h"
+#include "compat.h"
 #include "fence.h"
 #include "store.h"
+#include "boundmap.h"
 
 /*
  * DsyncFenceDropped
@@ -59,7 +74,7 @@ DsyncFenceDropped(Oid relid)
 	DsyncScan  *scan;
 	DsyncRow   *row;
 
-	if ((relkind != RELKIND_RELATION && relkind != RELKIND_PARTITIONED_TABLE) ||
+	if (!DsyncFenceRelkindOk(relkind) ||
 		IsBinaryUpgrade || !IsNormalProcessingMode() || RecoveryInProgress())
 		return;
 	if (OidIsValid(getExtensionOfObject(RelationRelationId, relid)))
@@ -152,4 +167,92 @@ DsyncFenceAfterDetach(Oid root, Oid partition)
 	if (catalog == NULL || !catalog->fence_relid)
 		return;
 	DsyncFenceCarry(catalog, root, partition);
+}
+
+/*
+ * DsyncFenceAfterCreateTrigger
+ *		Utility hook, after CREATE TRIGGER: a trigger that calls this
+ *		database's dsync_fenced with a lease as second argument binds its
+ *		table's mark (its partitioned root's) to the lease, in the same
+ *		transaction, as dsync_fence_bind would.
+ */
+void
+DsyncFenceAfterCreateTrigger(Node *parsetree)
+{
+	CreateTrigStmt *stmt;
+	const DsyncCatalog *catalog;
+	Oid			func;
+	Oid			relid;
+
+	if (!IsA(parsetree, CreateTrigStmt))
+		return;
+	stmt = (CreateTrigStmt *) parsetree;
+	if (list_length(stmt->args) != 2)
+		return;
+	func = LookupFuncName(stmt->funcname, 0, NULL, true);
+	if (!OidIsValid(func) || get_extension_oid("dsync", true) == InvalidOid ||
+		getExtensionOfObject(ProcedureRelationId, func) != get_extension_oid("dsync", true) ||
+		strcmp(get_func_name(func), "dsync_fenced") != 0)
+		return;
+	catalog = DsyncCatalogTry();
+	if (catalog == NULL || !catalog->fence_relid)
+		return;
+	/* The statement locked it; a second lookup finds the same table. */
+	relid = RangeVarGetRelid(stmt->relation, NoLock, false);
+	DsyncFenceBindTable(catalog, relid,
+						cstring_to_text(strVal(lsecond(stmt->args))));
+}
+
+PG_FUNCTION_INFO_V1(dsync_fence_restored);
+
+/*
+ * dsync_fence_restored
+ *		Trigger of dsync_fence, BEFORE INSERT FOR EACH ROW (ENABLE ALWAYS):
+ *		a restored row.  A table's mark is tied to the table that has its
+ *		name now, and skipped if no table has it; a mark of any other
+ *		resource has no table.  Its resource and lease are noted in the
+ *		bound map before the row is written.
+ */
+Datum
+dsync_fence_restored(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	TupleDesc	desc;
+	HeapTuple	tuple;
+	Datum		values[Natts_fence];
+	bool		nulls[Natts_fence];
+	bool		replace[Natts_fence] = {false};
+	text	   *resource;
+	Oid			relid = InvalidOid;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BY_INSERT(trigdata->tg_event) ||
+		!TRIGGER_FIRED_BEFORE(trigdata->tg_event) || !TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("dsync_fence_restored() must be fired BEFORE INSERT FOR EACH ROW")));
+	desc = RelationGetDescr(trigdata->tg_relation);
+	tuple = trigdata->tg_trigtuple;
+	if (desc->natts != Natts_fence)
+		return PointerGetDatum(tuple);
+	heap_deform_tuple(tuple, desc, values, nulls);
+	if (nulls[Anum_fence_resource - 1])
+		return PointerGetDatum(tuple);
+	resource = DatumGetTextPP(values[Anum_fence_resource - 1]);
+	if (strncmp(VARDATA_ANY(resource), "table:", Min(VARSIZE_ANY_EXHDR(resource), 6)) == 0 &&
+		VARSIZE_ANY_EXHDR(resource) > 6)
+	{
+		char	   *name = text_to_cstring(resource) + 6;
+		List	   *names = DsyncQualifiedNameList(name);
+
+		relid = RangeVarGetRelid(makeRangeVarFromNameList(names), AccessShareLock, true);
+		if (!OidIsValid(relid) || !DsyncFenceRelkindOk(get_rel_relkind(relid)))
+			return PointerGetDatum(NULL);
+	}
+	DsyncBoundMapSet(resource);
+	if (!nulls[Anum_fence_lease - 1])
+		DsyncBoundMapSet(DatumGetTextPP(values[Anum_fence_lease - 1]));
+	replace[Anum_fence_relid - 1] = true;
+	values[Anum_fence_relid - 1] = ObjectIdGetDatum(relid);
+	nulls[Anum_fence_relid - 1] = !OidIsValid(relid);
+	return PointerGetDatum(heap_modify_tuple(tuple, desc, values, nulls, replace));
 }

@@ -47,6 +47,7 @@
 #include "lease_int.h"
 #include "events.h"
 #include "ephemeral.h"
+#include "fence.h"
 
 PG_FUNCTION_INFO_V1(dsync_acquire);
 
@@ -500,19 +501,58 @@ LeaseTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 	*retry_at = 0;
 	/* A semaphore's name was refused before (DsyncEphemeralCheckGrant). */
 	if (!args->durable)
+	{
+		uint64		fresh;
+
 		return DsyncEphemeralTryAcquire(args->fcinfo, args->lease, args->grant, may_take,
-										&args->token, retry_at);
+										&args->token, &fresh, retry_at) &&
+			DsyncLeaseRaiseFences(DsyncCatalogGet(args->fcinfo), args->lease,
+								  args->token, fresh);
+	}
 	permits = DsyncSemaphorePermitsFor(args->fcinfo, args->lease, true);
 	if (permits >= 0)
 		return DsyncPermitTryAcquire(args->fcinfo, args->lease, args->grant, permits,
-									 may_take, thorough, &args->token);
+									 may_take, thorough, &args->token) &&
+			DsyncLeaseRaiseFences(DsyncCatalogGet(args->fcinfo), args->lease,
+								  args->token, 0);
 	LeaseStoresOpen(&stores, args->fcinfo, true);
 	granted = LeaseTryAcquire(&stores, args->lease, args->grant, may_take,
 							  &args->token, retry_at);
 	LeaseStoresClose(&stores);
-	if (granted)
-		DsyncWaitGrantExcludes(args->lease, args->grant->ttl_usec);
-	return granted;
+	if (!granted ||
+		!DsyncLeaseRaiseFences(DsyncCatalogGet(args->fcinfo), args->lease, args->token, 0))
+		return false;
+	DsyncWaitGrantExcludes(args->lease, args->grant->ttl_usec);
+	return true;
+}
+
+/*
+ * DsyncLeaseRaiseFences
+ *		After a grant of lease with token, in its transaction: raise the
+ *		fences bound to the lease to the token (fencebind.c).  False if
+ *		that cannot be done without waiting, in a try that may give up:
+ *		the caller must then report no grant, and its try is rolled back.
+ *		fresh: the generation of a new ephemeral grant (0 for any other),
+ *		which a rollback must then undo with the raise (ephbound.c).
+ */
+bool
+DsyncLeaseRaiseFences(const DsyncCatalog *catalog, text *lease, int64 token, uint64 fresh)
+{
+	DsyncRaise	raised;
+
+	if (!DsyncFenceMayBeBound(catalog, lease))
+		return true;
+	/* Noted first: an error in the raise rolls the grant back too. */
+	if (fresh != 0)
+		DsyncEphemeralUndoAtAbort(lease, fresh);
+	raised = DsyncFenceRaiseBound(catalog, lease, token, DsyncWaitInAttempt());
+	if (raised == DSYNC_RAISE_UNBOUND && fresh != 0)
+		DsyncEphemeralUndoForget(fresh);
+	if (raised != DSYNC_RAISE_BUSY)
+		return true;
+	/* The writer's end wakes us (fence.c); our rolled-back try must not. */
+	DsyncWaitAttemptForget(DsyncWaitKey(lease));
+	return false;
 }
 
 /*
@@ -563,13 +603,19 @@ DsyncLeaseGrantArgs(FunctionCallInfo fcinfo, LeaseGrant *grant, bool *wait_forev
  *		respects the queue.
  */
 bool
-DsyncLeaseAcquireWait(text *lease, text *holder, const char *kind, DsyncTryFunc try_fn,
-					  void *arg, bool wait_forever, int64 wait_usec)
+DsyncLeaseAcquireWait(const DsyncCatalog *catalog, text *lease, text *holder, const char *kind,
+					  DsyncTryFunc try_fn, void *arg, bool wait_forever, int64 wait_usec)
 {
 	DsyncWaitSpec spec;
 	TimestampTz retry_at;
+	bool		once = !wait_forever && wait_usec == 0;
 
-	if (!wait_forever && wait_usec == 0)
+	/*
+	 * A grant that must raise a fence may find a writer holding it, and
+	 * then must not be made: it is tried in a subtransaction, as a
+	 * blocked caller's tries are, so that it can be undone.
+	 */
+	if (once && !DsyncFenceMayBeBound(catalog, lease))
 		return try_fn(arg, DsyncWaitMayTake(DsyncWaitKey(lease), InvalidOid), false, &retry_at);
 	spec.key = DsyncWaitKey(lease);
 	spec.roleid = InvalidOid;
@@ -580,6 +626,8 @@ DsyncLeaseAcquireWait(text *lease, text *holder, const char *kind, DsyncTryFunc 
 	spec.deadline = wait_forever ? 0 : DsyncExpiry(GetCurrentTimestamp(), wait_usec, "wait");
 	spec.try_fn = try_fn;
 	spec.arg = arg;
+	if (once)
+		return DsyncWaitTryOnce(&spec, DsyncWaitMayTake(spec.key, InvalidOid));
 	return DsyncWaitFor(&spec);
 }
 
@@ -620,7 +668,7 @@ dsync_acquire(PG_FUNCTION_ARGS)
 	args.lease = lease;
 	args.grant = &grant;
 	args.token = 0;
-	granted = DsyncLeaseAcquireWait(lease, grant.holder,
+	granted = DsyncLeaseAcquireWait(DsyncCatalogGet(fcinfo), lease, grant.holder,
 									(wait_forever || wait_usec > 0) &&
 									DsyncSemaphorePermits(fcinfo, lease) > 1 ? "semaphore" : "lease",
 									LeaseTry, &args, wait_forever, wait_usec);

@@ -332,9 +332,12 @@ SharedTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 {
 	SharedTryArgs *args = arg;
 
+	const DsyncCatalog *catalog = DsyncCatalogGet(args->fcinfo);
+
 	(void) thorough;
-	return SharedTryAcquire(DsyncCatalogGet(args->fcinfo), args->lease, args->grant,
-							may_take, &args->token, retry_at);
+	return SharedTryAcquire(catalog, args->lease, args->grant, may_take, &args->token,
+							retry_at) &&
+		DsyncLeaseRaiseFences(catalog, args->lease, args->token, 0);
 }
 
 /*
@@ -365,7 +368,7 @@ dsync_acquire_shared(PG_FUNCTION_ARGS)
 	args.lease = lease;
 	args.grant = &grant;
 	args.token = 0;
-	granted = DsyncLeaseAcquireWait(lease, grant.holder, "shared", SharedTry, &args,
+	granted = DsyncLeaseAcquireWait(catalog, lease, grant.holder, "shared", SharedTry, &args,
 									wait_forever, wait_usec);
 
 	if (!granted)

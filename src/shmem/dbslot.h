@@ -86,6 +86,9 @@ typedef struct DsyncDbSlot
 	/* Its worker has read dsync_lease into the held map (heldmap.c). */
 	pg_atomic_uint32 held_map_ready;
 
+	/* Its worker has read dsync_fence into the bound map (boundmap.c). */
+	pg_atomic_uint32 bound_map_ready;
+
 	/* Event queue: a list of pool chunks, protected by queue_lock. */
 	LWLock	   *queue_lock;
 	int			queue_first;	/* chunk read next, -1 if empty */

@@ -17,6 +17,7 @@
 #include "settings.h"
 #include "wait.h"
 #include "locate.h"
+#include "boundmap.h"
 #include "events.h"
 #include "ephemeral.h"
 #include "workers.h"
@@ -42,6 +43,7 @@ DsyncShmemRequest(void)
 		prev_shmem_request_hook();
 	DsyncCoreShmemRequest();
 	RequestAddinShmemSpace(DsyncLocateShmemSize());
+	RequestAddinShmemSpace(DsyncBoundMapShmemSize());
 	RequestAddinShmemSpace(DsyncListenShmemSize());
 	DsyncEphemeralShmemRequest();
 }
@@ -59,6 +61,7 @@ DsyncShmemStartup(void)
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	DsyncCoreShmemAttach();
 	DsyncLocateShmemInit();
+	DsyncBoundMapShmemInit();
 	DsyncListenShmemInit();
 	DsyncEphemeralShmemInit();
 	LWLockRelease(AddinShmemInitLock);

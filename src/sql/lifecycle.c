@@ -316,6 +316,8 @@ DsyncProcessUtility(PlannedStmt *pstmt, const char *queryString,
 
 	if (detaching)
 		DsyncFenceAfterDetach(detached_root, detached);
+	/* dsync_fenced('column', 'lease') binds the table to the lease (fenceddl.c). */
+	DsyncFenceAfterCreateTrigger(parsetree);
 
 	/* Any CREATE EXTENSION may have brought dsync along (CASCADE). */
 	if (IsA(parsetree, CreateExtensionStmt) &&

@@ -158,6 +158,8 @@ DsyncRowDamage(DsyncTable table, const DsyncRow *row)
 			if (why == NULL && (row->nulls[Anum_fence_token - 1] ||
 								row->nulls[Anum_fence_owner - 1]))
 				why = "token or owner is null";
+			if (!row->nulls[Anum_fence_lease - 1])
+				CHECK(DsyncRowNameDamage(row, Anum_fence_lease, "lease"));
 			break;
 		case DSYNC_NUM_TABLES:
 			Assert(false);

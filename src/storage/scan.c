@@ -47,7 +47,9 @@ struct DsyncScan
 {
 	DsyncStore *store;
 	MemoryContext cxt;			/* where the scan itself lives */
-	Snapshot	snapshot;		/* the latest committed state, registered */
+	Snapshot	snapshot;		/* the latest committed state, registered,
+								 * or &dirty */
+	SnapshotData dirty;			/* for a scan that sees changes in flight */
 	IndexScanDesc iscan;		/* an index scan, or */
 	TableScanDesc hscan;		/* a whole-table scan */
 	TupleTableSlot *slot;
@@ -83,13 +85,20 @@ DsyncLatestSnapshot(void)
  *		whole table), as of the latest committed state.
  */
 static DsyncScan *
-DsyncScanBegin(DsyncStore *store, Relation index, int nkeys, ScanDirection direction)
+DsyncScanBeginAs(DsyncStore *store, Relation index, int nkeys, ScanDirection direction,
+				 bool uncommitted)
 {
 	DsyncScan  *scan = palloc0(sizeof(DsyncScan));
 
 	scan->store = store;
 	scan->cxt = CurrentMemoryContext;
-	scan->snapshot = RegisterSnapshot(DsyncLatestSnapshot());
+	if (uncommitted)
+	{
+		InitDirtySnapshot(scan->dirty);
+		scan->snapshot = &scan->dirty;
+	}
+	else
+		scan->snapshot = RegisterSnapshot(DsyncLatestSnapshot());
 	scan->direction = direction;
 	if (index == NULL)
 		scan->hscan = table_beginscan(store->rel, SnapshotAny, 0, NULL);
@@ -99,6 +108,16 @@ DsyncScanBegin(DsyncStore *store, Relation index, int nkeys, ScanDirection direc
 		scan->slot = table_slot_create(store->rel, NULL);
 	}
 	return scan;
+}
+
+/*
+ * DsyncScanBegin
+ *		DsyncScanBeginAs, as of the latest committed state.
+ */
+static DsyncScan *
+DsyncScanBegin(DsyncStore *store, Relation index, int nkeys, ScanDirection direction)
+{
+	return DsyncScanBeginAs(store, index, nkeys, direction, false);
 }
 
 /*
@@ -134,6 +153,39 @@ DsyncScan *
 DsyncScanName(DsyncStore *store, text *name)
 {
 	return ScanByName(store, name, ForwardScanDirection);
+}
+
+/*
+ * DsyncScanNameUncommitted
+ *		Every row version whose first key column is name that is committed
+ *		and not deleted, or that a transaction still running is inserting,
+ *		updating or deleting (a dirty snapshot: both versions of a row in
+ *		flight): for a look that must not miss a change being made.
+ */
+DsyncScan *
+DsyncScanNameUncommitted(DsyncStore *store, text *name)
+{
+	DsyncScan  *scan = DsyncScanBeginAs(store, DsyncStoreIndex(store), 1,
+										ForwardScanDirection, true);
+
+	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
+	return DsyncScanRescan(scan, 1);
+}
+
+/*
+ * DsyncScanSecond
+ *		Every row whose second index's first column is key (dsync_fence:
+ *		the marks bound to a lease), as of the latest committed state or,
+ *		uncommitted, as DsyncScanNameUncommitted sees them.
+ */
+DsyncScan *
+DsyncScanSecond(DsyncStore *store, text *key, bool uncommitted)
+{
+	DsyncScan  *scan = DsyncScanBeginAs(store, DsyncStoreSecondIndex(store), 1,
+										ForwardScanDirection, uncommitted);
+
+	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(key));
+	return DsyncScanRescan(scan, 1);
 }
 
 /*
@@ -200,7 +252,7 @@ DsyncScanHolder(DsyncStore *store, text *name, text *holder)
 {
 	DsyncScan  *scan;
 
-	scan = DsyncScanBegin(store, DsyncStoreHolderIndex(store), 2, ForwardScanDirection);
+	scan = DsyncScanBegin(store, DsyncStoreSecondIndex(store), 2, ForwardScanDirection);
 	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
 	ScanKeyInit(&scan->keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(holder));
 	return DsyncScanRescan(scan, 2);
@@ -216,7 +268,7 @@ DsyncScanFree(DsyncStore *store, text *name, int32 from_slot)
 {
 	DsyncScan  *scan;
 
-	scan = DsyncScanBegin(store, DsyncStoreHolderIndex(store), 3, ForwardScanDirection);
+	scan = DsyncScanBegin(store, DsyncStoreSecondIndex(store), 3, ForwardScanDirection);
 	ScanKeyInit(&scan->keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(name));
 	ScanKeyEntryInitialize(&scan->keys[1], SK_ISNULL | SK_SEARCHNULL, 2,
 						   InvalidStrategy, InvalidOid, InvalidOid, InvalidOid, (Datum) 0);
@@ -307,7 +359,8 @@ DsyncScanEnd(DsyncScan *scan)
 		ExecDropSingleTupleTableSlot(scan->slot);
 		index_endscan(scan->iscan);
 	}
-	UnregisterSnapshot(scan->snapshot);
+	if (scan->snapshot != &scan->dirty)
+		UnregisterSnapshot(scan->snapshot);
 	pfree(scan);
 }
 

@@ -103,6 +103,18 @@ DsyncStoreOpenCatalog(DsyncStore *store, const DsyncCatalog *catalog,
 }
 
 /*
+ * DsyncStoreHasSecondIndex
+ *		Whether a table has an index besides its primary key: dsync_permit,
+ *		and dsync_fence from 1.5 on.
+ */
+static bool
+DsyncStoreHasSecondIndex(const DsyncStore *store)
+{
+	return store->table == DSYNC_TABLE_PERMIT ||
+		(store->table == DSYNC_TABLE_FENCE && store->catalog->fence_relid);
+}
+
+/*
  * DsyncStoreOpenIndexes
  *		Open a table's indexes, the first time a caller needs one: a call
  *		that finds its row through the location cache (locate.c) and
@@ -126,12 +138,12 @@ DsyncStoreOpenIndexes(DsyncStore *store)
 
 		if (indexoid == pkey)
 			store->index = index_open(indexoid, store->lockmode);
-		else if (store->table == DSYNC_TABLE_PERMIT)
-			store->holder_index = index_open(indexoid, store->lockmode);
+		else if (DsyncStoreHasSecondIndex(store))
+			store->second_index = index_open(indexoid, store->lockmode);
 	}
 	list_free(indexes);
 	store->indexes_open = true;
-	if (store->index == NULL || (store->table == DSYNC_TABLE_PERMIT && store->holder_index == NULL))
+	if (store->index == NULL || (DsyncStoreHasSecondIndex(store) && store->second_index == NULL))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("dsync table \"%s\" has lost an index", DsyncTableName(store->table)),
@@ -150,15 +162,16 @@ DsyncStoreIndex(DsyncStore *store)
 }
 
 /*
- * DsyncStoreHolderIndex
- *		dsync_permit's (name, holder, slot) index, opened if need be.
+ * DsyncStoreSecondIndex
+ *		A table's other index, opened if need be: dsync_permit's (name,
+ *		holder, slot), dsync_fence's (lease).
  */
 Relation
-DsyncStoreHolderIndex(DsyncStore *store)
+DsyncStoreSecondIndex(DsyncStore *store)
 {
-	Assert(store->table == DSYNC_TABLE_PERMIT);
+	Assert(DsyncStoreHasSecondIndex(store));
 	DsyncStoreOpenIndexes(store);
-	return store->holder_index;
+	return store->second_index;
 }
 
 /*
@@ -189,8 +202,8 @@ DsyncStoreBlockCount(Relation rel)
 void
 DsyncStoreClose(DsyncStore *store)
 {
-	if (store->holder_index)
-		index_close(store->holder_index, NoLock);
+	if (store->second_index)
+		index_close(store->second_index, NoLock);
 	if (store->index)
 		index_close(store->index, NoLock);
 	table_close(store->rel, NoLock);
@@ -206,8 +219,8 @@ void
 DsyncStoreCloseUnlock(DsyncStore *store)
 {
 	Assert(store->lockmode == AccessShareLock);
-	if (store->holder_index)
-		index_close(store->holder_index, store->lockmode);
+	if (store->second_index)
+		index_close(store->second_index, store->lockmode);
 	if (store->index)
 		index_close(store->index, store->lockmode);
 	table_close(store->rel, store->lockmode);
@@ -238,6 +251,9 @@ DsyncStoreLoadRow(DsyncStore *store, HeapTuple tuple, DsyncRow *row)
 
 	Assert(desc->natts <= DSYNC_MAX_ATTS);
 	heap_deform_tuple(tuple, desc, row->values, row->nulls);
+	/* Columns a table from an older version lacks read as NULL. */
+	for (int i = desc->natts; i < DSYNC_MAX_ATTS; i++)
+		row->nulls[i] = true;
 	for (int i = 0; i < desc->natts; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
@@ -477,8 +493,8 @@ static void
 DsyncStoreIndexInsert(DsyncStore *store, HeapTuple tuple, DsyncRow *row, bool update)
 {
 	DsyncStoreIndexInsertOne(store, DsyncStoreIndex(store), tuple, row, update);
-	if (store->table == DSYNC_TABLE_PERMIT)
-		DsyncStoreIndexInsertOne(store, DsyncStoreHolderIndex(store), tuple, row, false);
+	if (DsyncStoreHasSecondIndex(store))
+		DsyncStoreIndexInsertOne(store, DsyncStoreSecondIndex(store), tuple, row, false);
 }
 
 /*

@@ -37,7 +37,8 @@ typedef struct DsyncStore
 	DsyncTable	table;
 	Relation	rel;
 	Relation	index;			/* the primary key, once opened */
-	Relation	holder_index;	/* dsync_permit: (name, holder), once opened */
+	Relation	second_index;	/* dsync_permit's (name, holder, slot) or
+								 * dsync_fence's (lease), once opened */
 	bool		indexes_open;	/* see DsyncStoreIndex */
 	LOCKMODE	lockmode;
 	bool		tolerant;		/* skip damaged rows with a warning */
@@ -55,7 +56,7 @@ extern void DsyncStoreOpenCatalog(DsyncStore *store, const DsyncCatalog *catalog
 extern BlockNumber DsyncStoreBlockCount(Relation rel);
 extern void DsyncStoreClose(DsyncStore *store);
 extern Relation DsyncStoreIndex(DsyncStore *store);
-extern Relation DsyncStoreHolderIndex(DsyncStore *store);
+extern Relation DsyncStoreSecondIndex(DsyncStore *store);
 extern void DsyncStoreCloseUnlock(DsyncStore *store);
 extern DsyncRow *DsyncStoreNewRow(void);
 
@@ -69,6 +70,8 @@ DsyncRowSet(DsyncRow *row, int attnum, Datum value)
 }
 
 extern DsyncScan *DsyncScanName(DsyncStore *store, text *name);
+extern DsyncScan *DsyncScanNameUncommitted(DsyncStore *store, text *name);
+extern DsyncScan *DsyncScanSecond(DsyncStore *store, text *key, bool uncommitted);
 extern DsyncScan *DsyncScanKey(DsyncStore *store, text *name, Datum second);
 extern DsyncRow *DsyncScanKeyLatest(DsyncStore *store, text *name, int32 slot);
 extern DsyncRow *DsyncScanKeyCached(DsyncStore *store, text *name, int32 slot);

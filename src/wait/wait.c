@@ -206,6 +206,36 @@ DsyncWaitGrantExcludes(text *lease, int64 ttl_usec)
 }
 
 /*
+ * DsyncWaitInAttempt
+ *		Whether a try runs in an internal subtransaction now (a blocked
+ *		caller's, or DsyncWaitTryOnce's): what it does is undone if it
+ *		fails, so it may give up rather than wait for another transaction.
+ */
+bool
+DsyncWaitInAttempt(void)
+{
+	return in_internal_attempt;
+}
+
+/*
+ * DsyncWaitAttemptForget
+ *		The try under way will fail for a reason that lasts until another
+ *		transaction ends (a writer holding a fence its grant must raise,
+ *		fencebind.c), which wakes key's waiters then: the locks the try
+ *		took on key must not wake them when it fails, since the first of
+ *		them is most likely the caller itself, which would only try again
+ *		and fail the same way.
+ */
+void
+DsyncWaitAttemptForget(uint64 key)
+{
+	int			channel = key % DSYNC_WAKE_CHANNELS;
+
+	if (in_internal_attempt)
+		attempt_wake[channel / 64] &= ~(UINT64CONST(1) << (channel % 64));
+}
+
+/*
  * DsyncWakeChannel
  *		Wake the first waiter in line for each queue on one channel.
  *

@@ -39,6 +39,8 @@ extern void DsyncWakeDatabaseNow(void);
 extern bool DsyncWaitMayTake(uint64 key, Oid roleid);
 extern void DsyncWaitEvict(uint64 key, Oid owner);
 extern void DsyncWaitGrantExcludes(text *lease, int64 ttl_usec);
+extern bool DsyncWaitInAttempt(void);
+extern void DsyncWaitAttemptForget(uint64 key);
 extern void DsyncXactChanged(void);
 
 /*

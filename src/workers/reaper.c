@@ -71,6 +71,7 @@
 #include "stats.h"
 #include "dbslot.h"
 #include "heldmap.h"
+#include "boundmap.h"
 #include "events.h"
 #include "fencing.h"
 #include "ephemeral.h"
@@ -576,9 +577,10 @@ ReaperClaimSlot(int slotno, Oid dbid)
 
 /*
  * ReaperFillHeldMap
- *		Read dsync_lease into the held map (heldmap.c), once this shared
- *		memory has a worker for the database: until then every ephemeral
- *		grant looks at the table.  After the first pass, so that a big
+ *		Read dsync_lease into the held map (heldmap.c) and dsync_fence into
+ *		the bound map (boundmap.c), once this shared memory has a worker
+ *		for the database: until then every ephemeral grant looks at
+ *		dsync_lease, and every grant at dsync_fence.  After the first pass, so that a big
  *		table delays no expiry; in a transaction of its own.
  */
 static void
@@ -588,7 +590,10 @@ ReaperFillHeldMap(void)
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (OidIsValid(get_extension_oid("dsync", true)))
+	{
 		DsyncHeldMapFill(reaper_slot);
+		DsyncBoundMapFill(reaper_slot);
+	}
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 }

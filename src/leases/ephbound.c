@@ -1,0 +1,205 @@
+/*-------------------------------------------------------------------------
+ *
+ * ephbound.c
+ *		An ephemeral grant of a lease with a bound fence stands or falls
+ *		with its transaction.
+ *
+ * An ephemeral grant takes effect at once and outlives its transaction.
+ * A grant of a lease with a bound fence also raises the fence's mark, in
+ * the granting transaction (fencebind.c), and the two must stand or fall
+ * together: a grant whose raise was rolled back would let the previous
+ * holder's stale writes through while the new holder works.  So such a
+ * grant is noted here with the nesting level of the (sub)transaction that
+ * made it, and let go of if that rolls back: released (with a "released"
+ * event), or, if another transaction guards it meanwhile, given an expiry
+ * of now, which the reaper announces once the guard is gone.  A grant
+ * whose transaction commits is its holder's, as any ephemeral grant, and
+ * its mark is as durable as the commit.
+ *
+ * The callbacks run while a transaction or savepoint aborts: nothing
+ * here reads a catalog or fails.  The failed try of a blocked caller
+ * (an internal subtransaction, wait.c) wakes nobody: the one woken would
+ * be that caller, which is first in line, and it would try again at once
+ * only to fail the same way.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "storage/lwlock.h"
+#include "utils/memutils.h"
+
+#include "events.h"
+#include "wait.h"
+#include "ephemeral.h"
+#include "ephemeral_int.h"
+
+/* A grant to let go of if its (sub)transaction rolls back. */
+typedef struct EphemeralBoundNote
+{
+	EphemeralKey key;			/* key.name is a copy, in TopMemoryContext */
+	uint32		hash;
+	uint64		generation;		/* of the grant */
+	uint64		wait_key;		/* DsyncWaitKey of the name */
+	int			nest_level;		/* of the (sub)transaction that made it */
+} EphemeralBoundNote;
+
+static List *bound_grants = NIL;	/* in TopMemoryContext */
+static bool callbacks_registered = false;
+
+/*
+ * EphemeralBoundUndo
+ *		Let go of a noted grant if the entry is still that grant.
+ */
+static void
+EphemeralBoundUndo(EphemeralBoundNote *note, bool wake)
+{
+	LWLock	   *lock = EphemeralLock(note->hash);
+	EphemeralEntry *entry;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	entry = EphemeralFind(&note->key, note->hash);
+	if (entry != NULL && entry->generation == note->generation)
+	{
+		if (entry->guards == 0)
+			EphemeralLetGo(entry, note->hash);
+		else
+		{
+			DsyncEvent	due;
+
+			entry->expires_at = GetCurrentTimestamp();
+			EphemeralHeapMoved(entry);
+			due = EphemeralEvent(DSYNC_EVENT_DEADLINE, entry);
+			DsyncEventPublishNow(&due, 1, 0);
+		}
+	}
+	LWLockRelease(lock);
+	if (wake)
+		DsyncWakeNow(note->wait_key);
+}
+
+/*
+ * EphemeralBoundForgetAt
+ *		Drop the notes from nest_level on, letting go of their grants first
+ *		if undo.
+ */
+static void
+EphemeralBoundForgetAt(int nest_level, bool undo)
+{
+	ListCell   *lc;
+
+	foreach(lc, bound_grants)
+	{
+		EphemeralBoundNote *note = lfirst(lc);
+
+		if (note->nest_level < nest_level)
+			continue;
+		if (undo)
+			EphemeralBoundUndo(note, !DsyncWaitInAttempt());
+		pfree((char *) note->key.name);
+		pfree(note);
+		bound_grants = foreach_delete_current(bound_grants, lc);
+	}
+}
+
+/*
+ * EphemeralBoundXactCallback
+ *		A commit keeps the grants; a rollback lets go of them.
+ */
+static void
+EphemeralBoundXactCallback(XactEvent event, void *arg)
+{
+	if (bound_grants == NIL)
+		return;
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PREPARE:
+			EphemeralBoundForgetAt(0, false);
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			EphemeralBoundForgetAt(0, true);
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * EphemeralBoundSubXactCallback
+ *		A savepoint released hands its grants to its parent; one rolled
+ *		back lets go of them.
+ */
+static void
+EphemeralBoundSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
+							  SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+	ListCell   *lc;
+
+	if (bound_grants == NIL)
+		return;
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		EphemeralBoundForgetAt(level, true);
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
+		foreach(lc, bound_grants)
+		{
+			EphemeralBoundNote *note = lfirst(lc);
+
+			if (note->nest_level >= level)
+				note->nest_level = level - 1;
+		}
+	}
+}
+
+/*
+ * DsyncEphemeralUndoAtAbort
+ *		Note the grant of lease with this generation, just made by the
+ *		current (sub)transaction, to be let go of if it rolls back.
+ */
+void
+DsyncEphemeralUndoAtAbort(text *lease, uint64 generation)
+{
+	MemoryContext oldcontext = MemoryContextSwitchTo(TopMemoryContext);
+	EphemeralBoundNote *note = palloc(sizeof(EphemeralBoundNote));
+
+	note->hash = EphemeralKeyFor(lease, &note->key);
+	note->key.name = pnstrdup(note->key.name, note->key.len);
+	note->generation = generation;
+	note->wait_key = DsyncWaitKey(lease);
+	note->nest_level = GetCurrentTransactionNestLevel();
+	if (!callbacks_registered)
+	{
+		RegisterXactCallback(EphemeralBoundXactCallback, NULL);
+		RegisterSubXactCallback(EphemeralBoundSubXactCallback, NULL);
+		callbacks_registered = true;
+	}
+	bound_grants = lappend(bound_grants, note);
+	MemoryContextSwitchTo(oldcontext);
+}
+
+/*
+ * DsyncEphemeralUndoForget
+ *		The grant of this generation turned out to have no fence bound: it
+ *		outlives its transaction after all, as ephemeral grants do.
+ */
+void
+DsyncEphemeralUndoForget(uint64 generation)
+{
+	ListCell   *lc;
+
+	foreach(lc, bound_grants)
+	{
+		EphemeralBoundNote *note = lfirst(lc);
+
+		if (note->generation != generation)
+			continue;
+		pfree((char *) note->key.name);
+		pfree(note);
+		bound_grants = foreach_delete_current(bound_grants, lc);
+	}
+}

@@ -1,0 +1,470 @@
+/*-------------------------------------------------------------------------
+ *
+ * fencebind.c
+ *		Fences raised by grants: a resource bound to a lease has its mark
+ *		raised to every new token of that lease in the granting
+ *		transaction, so that an older token is refused from the moment
+ *		the lease moves.
+ *
+ * A mark refuses a token only once a newer one has reached it (fence.c).
+ * A new holder that reads a resource before it writes it could read a
+ * value that its paused predecessor then overwrites: the old write is
+ * accepted, since no newer token has reached the mark yet, and the new
+ * holder's write, built on what it read, loses it.  dsync is the lock
+ * service inside the storage, so the grant itself moves the mark:
+ *
+ *	- dsync_fence_bind(resource, lease) puts the lease in the resource's
+ *	  mark row (made if need be); a resource is bound to one lease.  A
+ *	  resource named like a lease is bound to it with no call.  The
+ *	  trigger dsync_fenced('column', 'lease') binds its table when it is
+ *	  created (fenceddl.c).
+ *	- Every grant of any kind (plain, shared, permit, dsync_acquire_all,
+ *	  ephemeral; DsyncFenceRaiseBound, from lease.c and shared.c) raises
+ *	  the marks bound to its lease to its token, after it has made the
+ *	  grant and in its transaction: it waits for writers of older tokens
+ *	  that hold the mark (the turnstile) and keeps later ones behind it
+ *	  until it commits.  A grant that cannot raise a mark without waiting
+ *	  (a writer holds it) is not made: with wait = 0 the acquire returns
+ *	  NULL, a blocked acquirer waits until the writer's transaction ends
+ *	  (fence.c wakes it then).  So the grant commits with its marks, and a
+ *	  rollback undoes both; an ephemeral grant, which takes effect at once
+ *	  otherwise, is then undone too (ephbound.c), and it is durable when
+ *	  its transaction commits, as a durable grant is.
+ *	- A grant of a lease with no fence pays one bit of shared memory
+ *	  (boundmap.c); a bound grant two index probes and the raise.
+ *
+ * A binding made while a grant of its lease is under way must not miss
+ * that grant: the binder notes the names in the bound map, writes its
+ * row, then reads the lease's newest token (seeing grants in flight too)
+ * and raises the mark to it; a grant writes its own row, then reads the
+ * bit and, if set, looks for marks in flight too.  Whichever comes second
+ * sees the other (boundmap.c).  The first mark of a resource named like a
+ * lease is made the same way (fence.c, FenceMakeMark).
+ *
+ * With several holders at once (a semaphore's permits, shared holders) a
+ * mark can let through only the newest grant's token: a bound grant
+ * refuses the older tokens of the holders still there.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "args.h"
+#include "catalog.h"
+#include "boundmap.h"
+#include "store.h"
+#include "wait.h"
+#include "ephemeral.h"
+#include "fence.h"
+
+PG_FUNCTION_INFO_V1(dsync_fence_bind);
+PG_FUNCTION_INFO_V1(dsync_fence_unbind);
+
+/*
+ * DsyncFenceMayBeBound
+ *		Whether a fence may be bound to lease (see DsyncBoundMapMaybe): if
+ *		not, its grants need not look.
+ */
+bool
+DsyncFenceMayBeBound(const DsyncCatalog *catalog, text *lease)
+{
+	return OidIsValid(catalog->rels[DSYNC_TABLE_FENCE]) && DsyncBoundMapMaybe(lease);
+}
+
+/*
+ * FenceNewestToken
+ *		The greatest token of a name's rows in one table, those in flight
+ *		included (0 if none): released rows keep the token of their last
+ *		grant, and a name's tokens only rise.
+ */
+static int64
+FenceNewestToken(const DsyncCatalog *catalog, DsyncTable table, text *lease)
+{
+	DsyncStore	store;
+	DsyncScan  *scan;
+	DsyncRow   *row;
+	int64		newest = 0;
+
+	if (!OidIsValid(catalog->rels[table]))
+		return 0;
+	DsyncStoreOpenCatalog(&store, catalog, table, false);
+	scan = DsyncScanNameUncommitted(&store, lease);
+	while ((row = DsyncScanNext(scan)) != NULL)
+		if (!row->nulls[Anum_lease_fencing - 1])
+			newest = Max(newest, DatumGetInt64(row->values[Anum_lease_fencing - 1]));
+	DsyncScanEnd(scan);
+	DsyncStoreClose(&store);
+	return newest;
+}
+
+/*
+ * DsyncFenceLeaseToken
+ *		The newest token lease has been granted with, in either kind, by a
+ *		grant committed or still in flight; 0 if none is known.  A token
+ *		older than this one is a former holder's.
+ */
+int64
+DsyncFenceLeaseToken(const DsyncCatalog *catalog, text *lease)
+{
+	int64		newest = FenceNewestToken(catalog, DSYNC_TABLE_LEASE, lease);
+
+	newest = Max(newest, FenceNewestToken(catalog, DSYNC_TABLE_PERMIT, lease));
+	return Max(newest, DsyncEphemeralToken(lease));
+}
+
+/*
+ * FenceRaise
+ *		Raise one resource's mark to at least token, holding it until this
+ *		transaction ends; false if that would mean waiting and nowait.
+ *
+ * A mark at or above the token is left alone, unlocked (a reentrant grant,
+ * or a newer grant already raised it).  Otherwise the turnstile is taken
+ * alone, as a writer raising the mark takes it (fence.c): writers of older
+ * tokens that hold the mark finish first, later ones queue behind and are
+ * then refused.  Whoever makes a mark holds the turnstile while it does,
+ * so once it is ours a mark in flight has been committed or is gone.
+ */
+static bool
+FenceRaise(DsyncStore *store, text *resource, int64 token, bool nowait)
+{
+	bool		queued = false;
+
+	for (;;)
+	{
+		DsyncRow   *row = DsyncFenceFind(store, resource);
+		TM_Result	result;
+
+		if (row != NULL && DatumGetInt64(row->values[Anum_fence_token - 1]) >= token)
+			return true;
+		if (!queued)
+		{
+			if (!DsyncFenceTurnstile(store->catalog, resource, ExclusiveLock, nowait))
+				return false;
+			queued = true;
+			/* Grants of the other lease bound to it may have given up meanwhile. */
+			DsyncWakeAtEnd(DsyncWaitKey(resource));
+			continue;
+		}
+		if (row == NULL)
+			return true;
+		result = DsyncStoreLock(store, row, LockTupleNoKeyExclusive,
+								nowait ? LockWaitSkip : LockWaitBlock);
+		if (result == TM_WouldBlock)
+			return false;
+		if (result != TM_Ok)
+			continue;
+		DsyncRowSet(row, Anum_fence_token, Int64GetDatum(token));
+		DsyncRowSet(row, Anum_fence_fenced_at, TimestampTzGetDatum(GetCurrentTimestamp()));
+		DsyncStoreUpdate(store, row);
+		return true;
+	}
+}
+
+/*
+ * FenceNameCompare
+ *		list_sort order of resource names: bytewise, as their key.
+ */
+static int
+FenceNameCompare(const ListCell *a, const ListCell *b)
+{
+	text	   *ta = lfirst(a);
+	text	   *tb = lfirst(b);
+	int			la = VARSIZE_ANY_EXHDR(ta);
+	int			lb = VARSIZE_ANY_EXHDR(tb);
+	int			cmp = memcmp(VARDATA_ANY(ta), VARDATA_ANY(tb), Min(la, lb));
+
+	return cmp != 0 ? cmp : la - lb;
+}
+
+/*
+ * FenceBoundResources
+ *		The resources bound to lease, as text, each once: the one named like
+ *		it if it has a mark, and those whose mark names it, counting marks
+ *		and bindings in flight.  In name order, so that two grants raise
+ *		them in the same order.
+ */
+static List *
+FenceBoundResources(DsyncStore *store, text *lease)
+{
+	List	   *names = NIL;
+	DsyncScan  *scan;
+	DsyncRow   *row;
+
+	scan = DsyncScanNameUncommitted(store, lease);
+	if (DsyncScanNext(scan) != NULL)
+		names = lappend(names, lease);
+	DsyncScanEnd(scan);
+	if (!store->catalog->fence_relid)
+		return names;
+	scan = DsyncScanSecond(store, lease, true);
+	while ((row = DsyncScanNext(scan)) != NULL)
+	{
+		text	   *resource = DatumGetTextPP(row->values[Anum_fence_resource - 1]);
+		ListCell   *lc;
+		bool		seen = false;
+
+		if (row->nulls[Anum_fence_lease - 1] ||
+			!DsyncTextEquals(DatumGetTextPP(row->values[Anum_fence_lease - 1]), lease))
+			continue;
+		foreach(lc, names)
+			seen = seen || DsyncTextEquals(lfirst(lc), resource);
+		if (!seen)
+			names = lappend(names, resource);
+	}
+	DsyncScanEnd(scan);
+	list_sort(names, FenceNameCompare);
+	return names;
+}
+
+/*
+ * DsyncFenceRaiseBound
+ *		After a grant of lease with token, in the granting transaction:
+ *		raise every mark bound to the lease to the token.  nowait (the
+ *		grant can still be undone: a blocked caller's try, or one made in a
+ *		subtransaction of its own): give up on a mark that a writer holds,
+ *		and say so (DSYNC_RAISE_BUSY); the caller must then not grant.
+ */
+DsyncRaise
+DsyncFenceRaiseBound(const DsyncCatalog *catalog, text *lease, int64 token, bool nowait)
+{
+	DsyncStore	store;
+	List	   *names;
+	ListCell   *lc;
+	DsyncRaise	result = DSYNC_RAISE_DONE;
+
+	if (!DsyncFenceMayBeBound(catalog, lease))
+		return DSYNC_RAISE_UNBOUND;
+	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_FENCE, true);
+	names = FenceBoundResources(&store, lease);
+	if (names == NIL)
+		result = DSYNC_RAISE_UNBOUND;
+	foreach(lc, names)
+	{
+		if (!FenceRaise(&store, lfirst(lc), token, nowait))
+		{
+			result = DSYNC_RAISE_BUSY;
+			break;
+		}
+	}
+	DsyncStoreClose(&store);
+	list_free(names);
+	return result;
+}
+
+/*
+ * FenceBoundTo
+ *		The lease a mark row binds its resource to, or NULL: none, or the
+ *		row is another table's (whose binding is not this table's).
+ */
+static text *
+FenceBoundTo(const DsyncCatalog *catalog, const DsyncRow *row, Oid relid)
+{
+	if (row->nulls[Anum_fence_lease - 1] || DsyncFenceForeign(catalog, row, relid))
+		return NULL;
+	return DatumGetTextPP(row->values[Anum_fence_lease - 1]);
+}
+
+/*
+ * FenceRefuseOwner
+ *		Refuse a role without the privileges of the mark's owner.
+ */
+static void
+FenceRefuseOwner(text *resource, const DsyncRow *row)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied for fence \"%s\"", text_to_cstring(resource)),
+			 errdetail("Only roles with the privileges of role \"%s\", which set it first, may bind it.",
+					   GetUserNameFromId(DatumGetObjectId(row->values[Anum_fence_owner - 1]),
+										 true) ?: "?")));
+}
+
+/*
+ * FenceBindRow
+ *		Bind resource to lease, or unbind it (lease NULL), in its mark row,
+ *		made if there is none (to bind).  Returns whether it changed.
+ *
+ * The turnstile is taken alone first, as for a writer raising the mark:
+ * the row is ours to change, and a grant that finds the binding in flight
+ * gives up (or waits) until we end.  A new binding raises the mark to the
+ * lease's newest token, looked for once the row is written (see the file
+ * header); a grant after our commit raises it further.
+ */
+static bool
+FenceBindRow(const DsyncCatalog *catalog, text *resource, text *lease, bool check_owner,
+			 Oid new_owner, Oid relid)
+{
+	DsyncStore	store;
+	DsyncRow   *row;
+	bool		changed = false;
+
+	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_FENCE, true);
+	(void) DsyncFenceTurnstile(catalog, resource, ExclusiveLock, false);
+	if (lease != NULL)
+	{
+		DsyncBoundMapSet(lease);
+		DsyncBoundMapSet(resource);
+	}
+	for (;;)
+	{
+		text	   *bound;
+		bool		foreign;
+
+		row = DsyncFenceFind(&store, resource);
+		if (row == NULL)
+		{
+			if (lease == NULL)
+				break;
+			if (DsyncStoreClaimKey(&store, resource, (Datum) 0, true) != DSYNC_CLAIM_OK)
+				continue;
+			/* Token 0: no writer has passed yet; the lease's grants raise it. */
+			row = DsyncStoreNewRow();
+			DsyncRowSet(row, Anum_fence_resource, PointerGetDatum(resource));
+			DsyncRowSet(row, Anum_fence_token, Int64GetDatum(0));
+			DsyncRowSet(row, Anum_fence_fenced_at, TimestampTzGetDatum(GetCurrentTimestamp()));
+			DsyncRowSet(row, Anum_fence_owner, ObjectIdGetDatum(new_owner));
+			if (OidIsValid(relid))
+				DsyncRowSet(row, Anum_fence_relid, ObjectIdGetDatum(relid));
+			DsyncRowSet(row, Anum_fence_lease, PointerGetDatum(lease));
+			DsyncStoreInsert(&store, row);
+			DsyncStoreUnclaimKey(&store, resource, (Datum) 0);
+			changed = true;
+			break;
+		}
+		if (check_owner && !DsyncRowOwnerIsCaller(row, Anum_fence_owner))
+			FenceRefuseOwner(resource, row);
+		foreign = DsyncFenceForeign(catalog, row, relid);
+		bound = FenceBoundTo(catalog, row, relid);
+		if (lease != NULL && bound != NULL && !DsyncTextEquals(bound, lease))
+			ereport(ERROR,
+					(errcode(ERRCODE_DUPLICATE_OBJECT),
+					 errmsg("fence \"%s\" is bound to lease \"%s\"",
+							text_to_cstring(resource), text_to_cstring(bound)),
+					 errdetail("A fence is bound to one lease: the holders of two leases do not exclude one another."),
+					 errhint("Unbind it with dsync_fence_unbind() first.")));
+		if (lease != NULL ? bound != NULL : bound == NULL)
+			break;				/* as asked already */
+		if (DsyncStoreLock(&store, row, LockTupleNoKeyExclusive, LockWaitBlock) != TM_Ok)
+			continue;
+		if (foreign)
+		{
+			/* Another table's mark: this table's starts now (as fence.c does). */
+			DsyncRowSet(row, Anum_fence_token, Int64GetDatum(0));
+			DsyncRowSet(row, Anum_fence_owner, ObjectIdGetDatum(new_owner));
+			DsyncRowSet(row, Anum_fence_relid, ObjectIdGetDatum(relid));
+		}
+		if (lease != NULL)
+			DsyncRowSet(row, Anum_fence_lease, PointerGetDatum(lease));
+		else
+			row->nulls[Anum_fence_lease - 1] = true;
+		DsyncStoreUpdate(&store, row);
+		changed = true;
+		break;
+	}
+	if (changed && lease != NULL)
+	{
+		int64		granted;
+
+		/* The row is written: a grant that missed it is seen now. */
+		pg_memory_barrier();
+		granted = DsyncFenceLeaseToken(catalog, lease);
+		if (granted > DatumGetInt64(row->values[Anum_fence_token - 1]))
+		{
+			DsyncRowSet(row, Anum_fence_token, Int64GetDatum(granted));
+			DsyncRowSet(row, Anum_fence_fenced_at, TimestampTzGetDatum(GetCurrentTimestamp()));
+			DsyncStoreUpdate(&store, row);
+		}
+		/* Grants that found the binding in flight gave up: they look again then. */
+		DsyncWakeAtEnd(DsyncWaitKey(lease));
+	}
+	DsyncStoreClose(&store);
+	return changed;
+}
+
+/*
+ * FenceBindArgs
+ *		The resource argument of bind and unbind, checked, and what a mark
+ *		made now needs: a table's resource is the table's (its owner owns
+ *		the mark, and the caller must be allowed to write the table), any
+ *		other one the caller's.  Sets *check_owner for the latter.
+ */
+static text *
+FenceBindArgs(FunctionCallInfo fcinfo, const char *what, const DsyncCatalog **catalog,
+			  Oid *relid, Oid *owner, bool *check_owner)
+{
+	text	   *resource = DsyncArgName(fcinfo, 0, "resource");
+
+	DsyncPreventWrite(what);
+	*catalog = DsyncCatalogGet(fcinfo);
+	if (!(*catalog)->fence_relid)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s needs version 1.5 of extension \"dsync\"", what),
+				 errhint("Run ALTER EXTENSION dsync UPDATE.")));
+	*relid = DsyncFenceTableOf(&resource, owner);
+	*check_owner = !OidIsValid(*relid);
+	return resource;
+}
+
+/*
+ * dsync_fence_bind
+ *		SQL: dsync_fence_bind(resource, lease) RETURNS boolean (1.5)
+ *
+ * True if the resource is bound to the lease now, false if it was already;
+ * an error (42710) if it is bound to another lease.  The mark is made if
+ * the resource has none, and raised to the lease's newest token.
+ */
+Datum
+dsync_fence_bind(PG_FUNCTION_ARGS)
+{
+	const DsyncCatalog *catalog;
+	Oid			relid;
+	Oid			owner;
+	bool		check_owner;
+	text	   *resource = FenceBindArgs(fcinfo, "dsync_fence_bind()", &catalog, &relid,
+										 &owner, &check_owner);
+	text	   *lease = DsyncArgName(fcinfo, 1, "lease");
+
+	PG_RETURN_BOOL(FenceBindRow(catalog, resource, lease, check_owner, owner, relid));
+}
+
+/*
+ * dsync_fence_unbind
+ *		SQL: dsync_fence_unbind(resource) RETURNS boolean (1.5)
+ *
+ * True if the resource was bound to a lease and is not now; its mark
+ * stays.  A resource named like a lease stays bound to it.
+ */
+Datum
+dsync_fence_unbind(PG_FUNCTION_ARGS)
+{
+	const DsyncCatalog *catalog;
+	Oid			relid;
+	Oid			owner;
+	bool		check_owner;
+	text	   *resource = FenceBindArgs(fcinfo, "dsync_fence_unbind()", &catalog, &relid,
+										 &owner, &check_owner);
+
+	PG_RETURN_BOOL(FenceBindRow(catalog, resource, NULL, check_owner, owner, relid));
+}
+
+/*
+ * DsyncFenceBindTable
+ *		Bind a table's mark to lease, for CREATE TRIGGER ...
+ *		dsync_fenced('column', 'lease') (fenceddl.c): as dsync_fence_bind
+ *		does, with the creator's rights on the table checked.
+ */
+void
+DsyncFenceBindTable(const DsyncCatalog *catalog, Oid relid, text *lease)
+{
+	text	   *resource = DsyncFenceResourceOf(DsyncFenceTableRoot(relid), false);
+	Oid			owner;
+	Oid			table = DsyncFenceTableOf(&resource, &owner);
+
+	DsyncArgNameCheck(lease, "lease", false);
+	(void) FenceBindRow(catalog, resource, lease, false, owner, table);
+}
