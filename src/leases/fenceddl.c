@@ -184,7 +184,7 @@ DsyncFenceAfterCreateTrigger(Node *parsetree)
 	Oid			func;
 	Oid			relid;
 
-	if (!IsA(parsetree, CreateTrigStmt))
+	if (!IsA(parsetree, CreateTrigStmt) || IsBinaryUpgrade)
 		return;
 	stmt = (CreateTrigStmt *) parsetree;
 	if (list_length(stmt->args) != 2)
