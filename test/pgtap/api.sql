@@ -7,7 +7,7 @@
 SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS dsync;
-SELECT plan(171);
+SELECT plan(183);
 
 -- functions, argument types and return types
 SELECT has_function('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean', 'boolean']);
@@ -89,7 +89,22 @@ SELECT table_privs_are('dsync_event_log', 'public', ARRAY['SELECT']);
 SELECT col_is_pk('dsync_fence', ARRAY['resource']);
 SELECT col_is_pk('dsync_event_log', ARRAY['seq']);
 SELECT table_privs_are('dsync_session', 'public', ARRAY[]::text[]);
-SELECT columns_are('dsync_fences', ARRAY['resource', 'token', 'fenced_at', 'owner']);
+SELECT columns_are('dsync_fences', ARRAY['resource', 'token', 'fenced_at', 'owner', 'lease']);
+-- fences raised by grants (1.5)
+SELECT has_function('dsync_fence_bind', ARRAY['text', 'text']);
+SELECT function_returns('dsync_fence_bind', ARRAY['text', 'text'], 'boolean');
+SELECT is(pg_get_function_arguments('dsync_fence_bind(text,text)'::regprocedure),
+	'resource text, lease text', 'dsync_fence_bind arguments');
+SELECT has_function('dsync_fence_unbind', ARRAY['text']);
+SELECT function_returns('dsync_fence_unbind', ARRAY['text'], 'boolean');
+SELECT is(pg_get_function_arguments('dsync_fence_unbind(text)'::regprocedure),
+	'resource text', 'dsync_fence_unbind arguments');
+SELECT function_privs_are('dsync_fence_bind', ARRAY['text', 'text'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_fence_unbind', ARRAY['text'], 'public', ARRAY['EXECUTE']);
+SELECT volatility_is('dsync_fence_bind', ARRAY['text', 'text'], 'volatile');
+SELECT volatility_is('dsync_fence_unbind', ARRAY['text'], 'volatile');
+SELECT function_privs_are('dsync_fence_restored', ARRAY[]::text[], 'public', ARRAY[]::text[]);
+SELECT has_index('dsync_fence', 'dsync_fence_lease', ARRAY['lease']);
 SELECT ok((SELECT count(*) = 1 FROM pg_extension e, unnest(e.extconfig) c
 			WHERE e.extname = 'dsync' AND c = 'dsync_fence'::regclass),
 	'fence marks are dumped by pg_dump');
@@ -274,9 +289,9 @@ SELECT sequence_privs_are('dsync_ephemeral_seq', 'public', ARRAY[]::text[]);
 -- PostgreSQL 17 on, a relation's row type is a member of the extension too)
 SELECT is((SELECT count(*) FROM pg_depend d JOIN pg_extension e ON d.refobjid = e.oid
 			WHERE e.extname = 'dsync' AND d.deptype = 'e'
-			  AND d.classid <> 'pg_type'::regclass), 51::bigint,
+			  AND d.classid <> 'pg_type'::regclass), 53::bigint,
 	'the extension owns its eight tables, foreign table, four sequences, six views, '
-	'thirty functions, foreign data wrapper and server');
+	'thirty-two functions, foreign data wrapper and server');
 
 SELECT * FROM finish();
 ROLLBACK;
