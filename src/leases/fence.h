@@ -34,7 +34,7 @@ typedef enum DsyncRaise
 	DSYNC_RAISE_BUSY			/* a writer holds one: not without waiting */
 } DsyncRaise;
 
-extern bool DsyncFenceMayBeBound(const DsyncCatalog *catalog, text *lease);
+extern bool DsyncFenceMayBeBound(const DsyncCatalog *catalog, uint32 hash);
 extern DsyncRaise DsyncFenceRaiseBound(const DsyncCatalog *catalog, text *lease, int64 token,
 									   bool nowait);
 extern int64 DsyncFenceLeaseToken(const DsyncCatalog *catalog, text *lease);

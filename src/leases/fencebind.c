@@ -66,13 +66,14 @@ PG_FUNCTION_INFO_V1(dsync_fence_unbind);
 
 /*
  * DsyncFenceMayBeBound
- *		Whether a fence may be bound to lease (see DsyncBoundMapMaybe): if
- *		not, its grants need not look.
+ *		Whether a fence may be bound to the lease of this name hash
+ *		(DsyncNameHash; see DsyncBoundMapMaybe): if not, its grants need
+ *		not look.  The hash is the caller's, computed once per call.
  */
 bool
-DsyncFenceMayBeBound(const DsyncCatalog *catalog, text *lease)
+DsyncFenceMayBeBound(const DsyncCatalog *catalog, uint32 hash)
 {
-	return OidIsValid(catalog->rels[DSYNC_TABLE_FENCE]) && DsyncBoundMapMaybe(lease);
+	return OidIsValid(catalog->rels[DSYNC_TABLE_FENCE]) && DsyncBoundMapMaybe(hash);
 }
 
 /*
@@ -223,7 +224,9 @@ FenceBoundResources(DsyncStore *store, text *lease)
 /*
  * DsyncFenceRaiseBound
  *		After a grant of lease with token, in the granting transaction:
- *		raise every mark bound to the lease to the token.  nowait (the
+ *		raise every mark bound to the lease to the token.  For a lease
+ *		DsyncFenceMayBeBound says may have a fence, once the grant is
+ *		written.  nowait (the
  *		grant can still be undone: a blocked caller's try, or one made in a
  *		subtransaction of its own): give up on a mark that a writer holds,
  *		and say so (DSYNC_RAISE_BUSY); the caller must then not grant.
@@ -236,8 +239,6 @@ DsyncFenceRaiseBound(const DsyncCatalog *catalog, text *lease, int64 token, bool
 	ListCell   *lc;
 	DsyncRaise	result = DSYNC_RAISE_DONE;
 
-	if (!DsyncFenceMayBeBound(catalog, lease))
-		return DSYNC_RAISE_UNBOUND;
 	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_FENCE, true);
 	names = FenceBoundResources(&store, lease);
 	if (names == NIL)

@@ -48,6 +48,7 @@
 #include "events.h"
 #include "ephemeral.h"
 #include "fence.h"
+#include "heldmap.h"
 
 PG_FUNCTION_INFO_V1(dsync_acquire);
 
@@ -58,6 +59,7 @@ typedef struct LeaseTryArgs
 	text	   *lease;
 	const LeaseGrant *grant;
 	bool		durable;		/* false: an ephemeral lease (ephemeral.c) */
+	uint32		hash;			/* DsyncNameHash of the lease */
 	int64		token;
 } LeaseTryArgs;
 
@@ -506,21 +508,22 @@ LeaseTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 
 		return DsyncEphemeralTryAcquire(args->fcinfo, args->lease, args->grant, may_take,
 										&args->token, &fresh, retry_at) &&
-			DsyncLeaseRaiseFences(DsyncCatalogGet(args->fcinfo), args->lease,
+			DsyncLeaseRaiseFences(DsyncCatalogGet(args->fcinfo), args->lease, args->hash,
 								  args->token, fresh);
 	}
 	permits = DsyncSemaphorePermitsFor(args->fcinfo, args->lease, true);
 	if (permits >= 0)
 		return DsyncPermitTryAcquire(args->fcinfo, args->lease, args->grant, permits,
 									 may_take, thorough, &args->token) &&
-			DsyncLeaseRaiseFences(DsyncCatalogGet(args->fcinfo), args->lease,
+			DsyncLeaseRaiseFences(DsyncCatalogGet(args->fcinfo), args->lease, args->hash,
 								  args->token, 0);
 	LeaseStoresOpen(&stores, args->fcinfo, true);
 	granted = LeaseTryAcquire(&stores, args->lease, args->grant, may_take,
 							  &args->token, retry_at);
 	LeaseStoresClose(&stores);
 	if (!granted ||
-		!DsyncLeaseRaiseFences(DsyncCatalogGet(args->fcinfo), args->lease, args->token, 0))
+		!DsyncLeaseRaiseFences(DsyncCatalogGet(args->fcinfo), args->lease, args->hash,
+							   args->token, 0))
 		return false;
 	DsyncWaitGrantExcludes(args->lease, args->grant->ttl_usec);
 	return true;
@@ -533,14 +536,16 @@ LeaseTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
  *		that cannot be done without waiting, in a try that may give up:
  *		the caller must then report no grant, and its try is rolled back.
  *		fresh: the generation of a new ephemeral grant (0 for any other),
- *		which a rollback must then undo with the raise (ephbound.c).
+ *		which a rollback must then undo with the raise (ephbound.c).  hash:
+ *		the lease's DsyncNameHash.
  */
 bool
-DsyncLeaseRaiseFences(const DsyncCatalog *catalog, text *lease, int64 token, uint64 fresh)
+DsyncLeaseRaiseFences(const DsyncCatalog *catalog, text *lease, uint32 hash, int64 token,
+					  uint64 fresh)
 {
 	DsyncRaise	raised;
 
-	if (!DsyncFenceMayBeBound(catalog, lease))
+	if (!DsyncFenceMayBeBound(catalog, hash))
 		return true;
 	/* Noted first: an error in the raise rolls the grant back too. */
 	if (fresh != 0)
@@ -573,6 +578,7 @@ DsyncLeaseTryGrant(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant
 	args.lease = lease;
 	args.grant = grant;
 	args.durable = true;
+	args.hash = DsyncNameHash(lease);
 	args.token = 0;
 	granted = LeaseTry(&args, may_take, thorough, retry_at);
 	*token = args.token;
@@ -603,8 +609,9 @@ DsyncLeaseGrantArgs(FunctionCallInfo fcinfo, LeaseGrant *grant, bool *wait_forev
  *		respects the queue.
  */
 bool
-DsyncLeaseAcquireWait(const DsyncCatalog *catalog, text *lease, text *holder, const char *kind,
-					  DsyncTryFunc try_fn, void *arg, bool wait_forever, int64 wait_usec)
+DsyncLeaseAcquireWait(const DsyncCatalog *catalog, text *lease, uint32 hash, text *holder,
+					  const char *kind, DsyncTryFunc try_fn, void *arg, bool wait_forever,
+					  int64 wait_usec)
 {
 	DsyncWaitSpec spec;
 	TimestampTz retry_at;
@@ -615,7 +622,7 @@ DsyncLeaseAcquireWait(const DsyncCatalog *catalog, text *lease, text *holder, co
 	 * then must not be made: it is tried in a subtransaction, as a
 	 * blocked caller's tries are, so that it can be undone.
 	 */
-	if (once && !DsyncFenceMayBeBound(catalog, lease))
+	if (once && !DsyncFenceMayBeBound(catalog, hash))
 		return try_fn(arg, DsyncWaitMayTake(DsyncWaitKey(lease), InvalidOid), false, &retry_at);
 	spec.key = DsyncWaitKey(lease);
 	spec.roleid = InvalidOid;
@@ -667,8 +674,9 @@ dsync_acquire(PG_FUNCTION_ARGS)
 	args.fcinfo = fcinfo;
 	args.lease = lease;
 	args.grant = &grant;
+	args.hash = DsyncNameHash(lease);
 	args.token = 0;
-	granted = DsyncLeaseAcquireWait(DsyncCatalogGet(fcinfo), lease, grant.holder,
+	granted = DsyncLeaseAcquireWait(DsyncCatalogGet(fcinfo), lease, args.hash, grant.holder,
 									(wait_forever || wait_usec > 0) &&
 									DsyncSemaphorePermits(fcinfo, lease) > 1 ? "semaphore" : "lease",
 									LeaseTry, &args, wait_forever, wait_usec);

@@ -26,11 +26,11 @@ typedef struct LeaseGrant
 
 extern void DsyncLeaseGrantArgs(FunctionCallInfo fcinfo, LeaseGrant *grant,
 								bool *wait_forever, int64 *wait_usec);
-extern bool DsyncLeaseAcquireWait(const DsyncCatalog *catalog, text *lease, text *holder,
-								  const char *kind, DsyncTryFunc try_fn, void *arg,
-								  bool wait_forever, int64 wait_usec);
-extern bool DsyncLeaseRaiseFences(const DsyncCatalog *catalog, text *lease, int64 token,
-								  uint64 fresh);
+extern bool DsyncLeaseAcquireWait(const DsyncCatalog *catalog, text *lease, uint32 hash,
+								  text *holder, const char *kind, DsyncTryFunc try_fn,
+								  void *arg, bool wait_forever, int64 wait_usec);
+extern bool DsyncLeaseRaiseFences(const DsyncCatalog *catalog, text *lease, uint32 hash,
+								  int64 token, uint64 fresh);
 extern text *DsyncLeaseLeader(FunctionCallInfo fcinfo, text *lease);
 extern void DsyncLeaseSetGrant(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant);
 extern void DsyncLeaseRenewRow(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant);

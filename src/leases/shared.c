@@ -41,6 +41,7 @@
 #include "shmem.h"
 #include "store.h"
 #include "wait.h"
+#include "heldmap.h"
 
 PG_FUNCTION_INFO_V1(dsync_acquire_shared);
 
@@ -53,6 +54,7 @@ typedef struct SharedTryArgs
 	FunctionCallInfo fcinfo;
 	text	   *lease;
 	const LeaseGrant *grant;
+	uint32		hash;			/* DsyncNameHash of the lease */
 	int64		token;
 } SharedTryArgs;
 
@@ -337,7 +339,7 @@ SharedTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 	(void) thorough;
 	return SharedTryAcquire(catalog, args->lease, args->grant, may_take, &args->token,
 							retry_at) &&
-		DsyncLeaseRaiseFences(catalog, args->lease, args->token, 0);
+		DsyncLeaseRaiseFences(catalog, args->lease, args->hash, args->token, 0);
 }
 
 /*
@@ -367,9 +369,10 @@ dsync_acquire_shared(PG_FUNCTION_ARGS)
 	args.fcinfo = fcinfo;
 	args.lease = lease;
 	args.grant = &grant;
+	args.hash = DsyncNameHash(lease);
 	args.token = 0;
-	granted = DsyncLeaseAcquireWait(catalog, lease, grant.holder, "shared", SharedTry, &args,
-									wait_forever, wait_usec);
+	granted = DsyncLeaseAcquireWait(catalog, lease, args.hash, grant.holder, "shared", SharedTry,
+									&args, wait_forever, wait_usec);
 
 	if (!granted)
 		PG_RETURN_NULL();

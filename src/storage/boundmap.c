@@ -128,13 +128,14 @@ DsyncBoundMapSet(text *name)
 
 /*
  * DsyncBoundMapMaybe
- *		Whether a fence may be bound to lease, in this database: false only
- *		when its database's map is ready and the lease's bit is clear.
- *		The caller has written its grant; a full barrier orders that write
- *		before the bit is read.
+ *		Whether a fence may be bound to the lease whose DsyncNameHash this
+ *		is, in this database: false only when its database's map is ready
+ *		and the lease's bit is clear.  After a grant, the caller has
+ *		written it; a full barrier orders that write before the bit is
+ *		read.
  */
 bool
-DsyncBoundMapMaybe(text *lease)
+DsyncBoundMapMaybe(uint32 hash)
 {
 	DsyncDbSlot *slot;
 	uint64		bit;
@@ -150,7 +151,7 @@ DsyncBoundMapMaybe(text *lease)
 	if (slot->dbid != MyDatabaseId)
 		return true;
 	pg_memory_barrier();
-	word = BoundMapBit(DsyncNameHash(lease), &bit);
+	word = BoundMapBit(hash, &bit);
 	return (pg_atomic_read_u64(word) & bit) != 0;
 }
 

@@ -14,7 +14,7 @@
 extern Size DsyncBoundMapShmemSize(void);
 extern void DsyncBoundMapShmemInit(void);
 extern void DsyncBoundMapSet(text *name);
-extern bool DsyncBoundMapMaybe(text *lease);
+extern bool DsyncBoundMapMaybe(uint32 hash);
 extern void DsyncBoundMapFill(DsyncDbSlot *slot);
 
 #endif							/* DSYNC_BOUNDMAP_H */

@@ -33,9 +33,12 @@
 #   BENCH_LISTENERS        listening sessions of part 4 (default 4)
 #   BENCH_PARTS            which parts to run, e.g. 12 (default 1234)
 #   BENCH_IR_EXTRA         more variants for part 1 only (default
-#                          "ephemeral fence": an ephemeral lease's cycle, and
-#                          one dsync_fence call with the mark's own token on
-#                          one of 100 resources; "" for none)
+#                          "ephemeral fence bound": an ephemeral lease's
+#                          cycle, one dsync_fence call with the mark's own
+#                          token on one of 100 resources, and the cycle of
+#                          one of 100 leases each bound to a resource
+#                          (dsync_fence_bind), whose grants raise its mark;
+#                          "" for none)
 #   BENCH_IR_HELD          counts of ephemeral leases held (by another
 #                          holder, ttl 100 s, in one statement) while the
 #                          ephemeral variant's instructions are counted,
@@ -52,7 +55,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 bench_settings N1=300 N2=1300 WAL_CYCLES=2000 CLIENTS=4 LISTENERS=4 PARTS=1234 IR_HELD=0
 bench_throughput_settings 10 3
 VARIANTS=(dsync table)
-read -r -a IR_EXTRA <<<"${BENCH_IR_EXTRA-ephemeral fence}"
+read -r -a IR_EXTRA <<<"${BENCH_IR_EXTRA-ephemeral fence bound}"
 NAMES=100000
 
 # Ephemeral grants wait out dsync.ephemeral_max_ttl after every start.
@@ -88,6 +91,14 @@ cycle_sql() {
 		echo "SELECT token AS t FROM dsync_fences WHERE resource = 'fence-1' \\gset"
 		echo "PREPARE f(text) AS SELECT dsync_fence('fence-' || \$1, :t);"
 		awk -v n="$2" 'BEGIN { for (i = 1; i <= n; i++) printf "EXECUTE f(%c%d%c);\n", 39, i % 100 + 1, 39 }'
+		return
+	fi
+	if [ "$1" = bound ]; then
+		# A lease with a fence bound (see part 1): each grant raises it.
+		echo "PREPARE a(text) AS SELECT dsync_acquire('bound-' || \$1, 'c1', '30 seconds');"
+		echo "PREPARE r(text) AS SELECT dsync_release('bound-' || \$1, 'c1');"
+		awk -v n="$2" 'BEGIN { for (i = 1; i <= n; i++) { k = i % 100 + 1
+			printf "EXECUTE a(%c%d%c);\nEXECUTE r(%c%d%c);\n", 39, k, 39, 39, k, 39 } }'
 		return
 	fi
 	if [ "$1" = dsync ]; then
@@ -182,6 +193,9 @@ if bench_part 1 "Instructions per cycle (callgrind, one backend, prepared statem
 			fence)
 				q bench "SELECT count(dsync_fence('fence-' || i, t.token)) FROM generate_series(1, 100) i,
 				         (SELECT dsync_acquire('fence-token', 'c1', '1 day') AS token) t" >/dev/null ;;
+			bound)
+				q bench "SELECT count(dsync_fence_bind('bound-res-' || i, 'bound-' || i))
+				         FROM generate_series(1, 100) i" >/dev/null ;;
 		esac
 		a=$(callgrind_ir "$v" "$N1")
 		b=$(callgrind_ir "$v" "$N2")
