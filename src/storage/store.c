@@ -118,7 +118,10 @@ DsyncStoreHasSecondIndex(const DsyncStore *store)
  * DsyncStoreOpenIndexes
  *		Open a table's indexes, the first time a caller needs one: a call
  *		that finds its row through the location cache (locate.c) and
- *		updates it in place (HOT) never does.
+ *		updates it in place (HOT) never does.  dsync_fence's index on lease
+ *		is only noted: a writer raising a mark (a HOT update) never needs
+ *		it, and opening it would cost every fenced write (see
+ *		DsyncStoreSecondIndex).
  */
 static void
 DsyncStoreOpenIndexes(DsyncStore *store)
@@ -139,11 +142,13 @@ DsyncStoreOpenIndexes(DsyncStore *store)
 		if (indexoid == pkey)
 			store->index = index_open(indexoid, store->lockmode);
 		else if (DsyncStoreHasSecondIndex(store))
-			store->second_index = index_open(indexoid, store->lockmode);
+			store->second_oid = indexoid;
 	}
 	list_free(indexes);
 	store->indexes_open = true;
-	if (store->index == NULL || (DsyncStoreHasSecondIndex(store) && store->second_index == NULL))
+	if (OidIsValid(store->second_oid) && store->table == DSYNC_TABLE_PERMIT)
+		store->second_index = index_open(store->second_oid, store->lockmode);
+	if (store->index == NULL || (DsyncStoreHasSecondIndex(store) && !OidIsValid(store->second_oid)))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("dsync table \"%s\" has lost an index", DsyncTableName(store->table)),
@@ -171,6 +176,8 @@ DsyncStoreSecondIndex(DsyncStore *store)
 {
 	Assert(DsyncStoreHasSecondIndex(store));
 	DsyncStoreOpenIndexes(store);
+	if (store->second_index == NULL)
+		store->second_index = index_open(store->second_oid, store->lockmode);
 	return store->second_index;
 }
 

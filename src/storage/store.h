@@ -39,6 +39,7 @@ typedef struct DsyncStore
 	Relation	index;			/* the primary key, once opened */
 	Relation	second_index;	/* dsync_permit's (name, holder, slot) or
 								 * dsync_fence's (lease), once opened */
+	Oid			second_oid;		/* its OID, once the indexes are known */
 	bool		indexes_open;	/* see DsyncStoreIndex */
 	LOCKMODE	lockmode;
 	bool		tolerant;		/* skip damaged rows with a warning */
