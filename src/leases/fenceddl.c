@@ -48,6 +48,7 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/regproc.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
 #include "catalog.h"
@@ -166,7 +167,19 @@ DsyncFenceAfterDetach(Oid root, Oid partition)
 	catalog = DsyncCatalogTry();
 	if (catalog == NULL || !catalog->fence_relid)
 		return;
-	DsyncFenceCarry(catalog, root, partition);
+	/*
+	 * DETACH ... CONCURRENTLY ends in a transaction of its own, which has
+	 * no active snapshot by the time the statement returns; writing a mark
+	 * needs one (heap_insert asserts it, for TOAST).
+	 */
+	if (ActiveSnapshotSet())
+		DsyncFenceCarry(catalog, root, partition);
+	else
+	{
+		PushActiveSnapshot(GetTransactionSnapshot());
+		DsyncFenceCarry(catalog, root, partition);
+		PopActiveSnapshot();
+	}
 }
 
 /*
@@ -199,8 +212,14 @@ DsyncFenceAfterCreateTrigger(Node *parsetree)
 		return;
 	/* The statement locked it; a second lookup finds the same table. */
 	relid = RangeVarGetRelid(stmt->relation, NoLock, false);
-	DsyncFenceBindTable(catalog, relid,
-						cstring_to_text(strVal(lsecond(stmt->args))));
+	if (ActiveSnapshotSet())
+		DsyncFenceBindTable(catalog, relid, cstring_to_text(strVal(lsecond(stmt->args))));
+	else
+	{
+		PushActiveSnapshot(GetTransactionSnapshot());
+		DsyncFenceBindTable(catalog, relid, cstring_to_text(strVal(lsecond(stmt->args))));
+		PopActiveSnapshot();
+	}
 }
 
 PG_FUNCTION_INFO_V1(dsync_fence_restored);

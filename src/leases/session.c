@@ -482,10 +482,10 @@ DsyncSessionSweep(void)
 		record->holder = SPI_getvalue(tuple, desc, 3);
 		record->epoch = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 4, &isnull));
 		record->pid = DatumGetInt32(SPI_getbinval(tuple, desc, 5, &isnull));
+		/* The list too must outlive SPI_finish, which frees SPI's memory. */
+		if (record->epoch != dsync_shared->session_epoch || BackendPidGetProc(record->pid) == NULL)
+			gone = lappend(gone, record);
 		MemoryContextSwitchTo(oldcontext);
-		if (record->epoch == dsync_shared->session_epoch && BackendPidGetProc(record->pid) != NULL)
-			continue;
-		gone = lappend(gone, record);
 	}
 	SPI_finish();
 

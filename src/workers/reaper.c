@@ -630,6 +630,17 @@ dsync_reaper_main(Datum arg)
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("application_name", "dsync reaper", PGC_USERSET, PGC_S_OVERRIDE);
 
+	/*
+	 * A database's settings (ALTER DATABASE ... SET) are for its sessions:
+	 * a default role would make the worker read and write dsync's tables
+	 * as that role, which may not, and a read-only default or a timeout
+	 * would stop its cleanup.
+	 */
+	SetConfigOption("role", "none", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());

@@ -389,5 +389,25 @@ cmp_ok($after, '>', $max_before_crash,
 	"a token granted after the crash-restart ($after) is above every token seen before it ($max_before_crash)");
 ok(reaper_clears_expired('alpha2', 'tick-crash-2'), 'the reaper works after the crash-restart');
 
+# --- a database's settings are its sessions', not the worker's ----------------
+
+# ALTER DATABASE ... SET role made the worker work as that role, which may
+# not read or write dsync's tables: its sweep of session records at start
+# and its event log failed.  A new worker picks the settings up.
+$node->safe_psql('postgres', "CREATE ROLE app NOLOGIN; ALTER DATABASE alpha2 SET role = app");
+$old_reaper = reaper_pid('alpha2');
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($old_reaper)");
+ok(wait_reaper('alpha2', $old_reaper), 'alpha2 has a new reaper after ALTER DATABASE ... SET role');
+my $listener = $node->background_psql('alpha2');
+$listener->query_safe(q{SELECT format('LISTEN %I', dsync_channel('dbset')) \gexec});
+acquire('alpha2', 'dbset', 'h', '1 second');
+ok( wait_true(
+		"SELECT count(*) > 0 FROM dsync_events_since(0, ARRAY['dbset']) WHERE payload->>'event' = 'expired'",
+		'alpha2'),
+	'the worker logs the expiry whatever role the database sets for its sessions');
+$listener->quit;
+unlike(slurp_file($node->logfile), qr/permission denied for table dsync_/,
+	'the worker was never refused its own tables');
+
 $node->stop;
 done_testing();
