@@ -505,7 +505,7 @@ LeaseTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 	permits = DsyncSemaphorePermitsFor(args->fcinfo, args->lease, true);
 	if (permits >= 0)
 		return DsyncPermitTryAcquire(args->fcinfo, args->lease, args->grant, permits,
-									 may_take, thorough, &args->token);
+									 may_take, thorough, &args->token, retry_at);
 	LeaseStoresOpen(&stores, args->fcinfo, true);
 	granted = LeaseTryAcquire(&stores, args->lease, args->grant, may_take,
 							  &args->token, retry_at);
