@@ -10,6 +10,7 @@ OBJS = \
 	src/base/args.o \
 	src/base/sqlexec.o \
 	src/base/lazycommit.o \
+	src/base/syncstandby.o \
 	src/shmem/shmem.o \
 	src/shmem/dbslot.o \
 	src/shmem/queue.o \
