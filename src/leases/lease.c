@@ -627,6 +627,9 @@ dsync_acquire(PG_FUNCTION_ARGS)
 
 	if (!granted)
 		PG_RETURN_NULL();
+	/* An ephemeral grant writes no row, but is a change all the same. */
+	if (!args.durable)
+		DsyncXactChanged();
 	if (session)
 		DsyncSessionNote(DsyncCatalogGet(fcinfo), lease, grant.holder, args.token, args.durable);
 	PG_RETURN_INT64(args.token);

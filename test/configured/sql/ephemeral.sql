@@ -79,6 +79,16 @@ SELECT dsync_acquire('eph-then-sem', 'd', '1 minute') IS NOT NULL AS permit_afte
 SELECT dsync_release('eph-then-sem', 'd');
 SELECT dsync_semaphore_drop('eph-then-sem');
 
+-- dsync_leases shows such a holder with the semaphore's permits, as it
+-- shows the semaphore's durable holders
+SELECT dsync_acquire('eph-then-sem2', 'e', '2 seconds', durable => false) IS NOT NULL AS ephemeral_held;
+SELECT dsync_semaphore_create('eph-then-sem2', 2);
+SELECT dsync_acquire('eph-then-sem2', 'd', '1 minute') IS NOT NULL AS permit_granted;
+SELECT holder, permits FROM dsync_leases WHERE lease = 'eph-then-sem2' ORDER BY holder;
+SELECT dsync_release('eph-then-sem2', 'e');
+SELECT dsync_release('eph-then-sem2', 'd');
+SELECT dsync_semaphore_drop('eph-then-sem2');
+
 -- one name in one kind at a time: shared holders keep ephemeral grants out,
 -- and an ephemeral holder keeps shared acquirers out
 SELECT dsync_acquire_shared('eph-rw', 'r1', '1 minute') IS NOT NULL AS shared_granted;
