@@ -10,6 +10,7 @@ OBJS = \
 	src/base/args.o \
 	src/base/sqlexec.o \
 	src/base/lazycommit.o \
+	src/base/syncstandby.o \
 	src/shmem/shmem.o \
 	src/shmem/dbslot.o \
 	src/shmem/queue.o \
@@ -68,8 +69,10 @@ PGFILEDESC = "dsync - leases, leader election and signals for PostgreSQL"
 # test/isolation the isolation specs.  Both lists are every file there,
 # "setup" first: it makes the roles and helper functions the others use, so
 # `make installcheck` (as a superuser, on a server with dsync in
-# shared_preload_libraries) needs nothing else.  test/regress.sh runs it so
-# and again logged in as an ordinary role.
+# shared_preload_libraries and nothing else set) needs nothing else.
+# test/regress.sh runs it so and again logged in as an ordinary role.
+# Tests that need other server settings are in test/configured, run by the
+# Perl TAP test t/036_configured_regress.pl on a server it configures.
 REGRESS = setup $(filter-out setup,$(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql))))
 REGRESS_OPTS = --load-extension=dsync
 
@@ -94,6 +97,7 @@ PROVE ?= prove
 PG_BINDIR := $(shell $(PG_CONFIG) --bindir)
 PG_PERL := $(shell $(PG_CONFIG) --pkglibdir)/pgxs/src/test/perl
 PG_REGRESS_BIN := $(shell $(PG_CONFIG) --pkglibdir)/pgxs/src/test/regress/pg_regress
+PG_ISOLATION_REGRESS_BIN := $(shell $(PG_CONFIG) --pkglibdir)/pgxs/src/test/isolation/pg_isolation_regress
 
 .PHONY: prove-installcheck
 prove-installcheck:
@@ -101,6 +105,7 @@ prove-installcheck:
 	mkdir -p $(CURDIR)/test/tap/tmp_check
 	cd test/tap && TESTDIR='$(CURDIR)/test/tap' TESTDATADIR='$(CURDIR)/test/tap/tmp_check' \
 		PATH="$(PG_BINDIR):$$PATH" PG_REGRESS='$(PG_REGRESS_BIN)' \
+		PG_ISOLATION_REGRESS='$(PG_ISOLATION_REGRESS_BIN)' \
 		$(PROVE) -I '$(PG_PERL)' -I . $(PROVE_FLAGS) t/*.pl
 
 # Each module includes the headers of what it uses; the compiler records

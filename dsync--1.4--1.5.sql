@@ -38,6 +38,56 @@ COMMENT ON VIEW @extschema@.dsync_semaphores IS
 
 GRANT SELECT ON @extschema@.dsync_semaphores TO PUBLIC;
 
+-- Names given to dsync_events_since ---------------------------------------
+
+/*
+ * names is checked as every other function checks names, with the same
+ * SQLSTATEs and messages (src/base/args.c, dsync_acquire_all's leases):
+ * one dimension, no NULL element, none empty, none over 255 bytes.  An
+ * empty array asks for no name and returns nothing.  The rest is as in 1.4.
+ */
+CREATE OR REPLACE FUNCTION @extschema@.dsync_events_since(
+	after bigint,
+	names text[] DEFAULT NULL)
+RETURNS TABLE(seq bigint, channel text, payload jsonb, sent_at timestamptz)
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	n text;
+BEGIN
+	IF after IS NULL THEN
+		RAISE EXCEPTION 'argument "after" must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Pass 0 to read every retained event.';
+	END IF;
+	IF pg_catalog.array_ndims(names) > 1 THEN
+		RAISE EXCEPTION 'argument "names" must be a one-dimensional array'
+			USING ERRCODE = 'array_subscript_error';
+	END IF;
+	FOREACH n IN ARRAY COALESCE(names, '{}') LOOP
+		IF n IS NULL THEN
+			RAISE EXCEPTION 'argument "names" must not contain nulls'
+				USING ERRCODE = 'null_value_not_allowed';
+		ELSIF pg_catalog.octet_length(n) = 0 THEN
+			RAISE EXCEPTION 'argument "names" must not contain empty names'
+				USING ERRCODE = 'invalid_parameter_value';
+		ELSIF pg_catalog.octet_length(n) > 255 THEN
+			RAISE EXCEPTION 'argument "names" has a name that is too long'
+				USING ERRCODE = 'string_data_right_truncation',
+					  DETAIL = pg_catalog.format('A name is %s bytes long; names are at most 255 bytes.',
+												  pg_catalog.octet_length(n));
+		END IF;
+	END LOOP;
+	RETURN QUERY
+		SELECT l.seq, l.channel, l.payload, l.sent_at
+		FROM @extschema@.dsync_event_log l
+		WHERE l.seq > after
+		  AND (names IS NULL OR l.name = ANY (names))
+		ORDER BY l.seq;
+END
+$$;
+
 -- The trace ephemeral leases leave ------------------------------------------
 
 /*

@@ -45,6 +45,17 @@ SELECT dsync_events_horizon() < (SELECT min(seq) FROM dsync_events_since(0)) AS 
 
 -- Bad input.
 SELECT regress_err($$SELECT * FROM dsync_events_since(NULL)$$);
+-- names are checked as every function checks them: non-empty, at most
+-- 255 bytes, no NULL, one dimension; an empty array asks for no name.
+SELECT regress_err($$SELECT * FROM dsync_events_since(0, ARRAY['es_a', repeat('n', 256)])$$);
+\set SHOW_CONTEXT never
+SELECT * FROM dsync_events_since(0, ARRAY[repeat('n', 300)]);
+\set SHOW_CONTEXT errors
+SELECT regress_err($$SELECT * FROM dsync_events_since(0, ARRAY['es_a', ''])$$);
+SELECT regress_err($$SELECT * FROM dsync_events_since(0, ARRAY['es_a', NULL])$$);
+SELECT regress_err($$SELECT * FROM dsync_events_since(0, ARRAY[['es_a'], ['es_b']])$$);
+SELECT count(*) AS longest_name FROM dsync_events_since(0, ARRAY[repeat('n', 255)]);
+SELECT count(*) AS no_name FROM dsync_events_since(0, '{}');
 
 -- Readable by everybody, written by nobody but dsync.
 SELECT regress_err($$DELETE FROM dsync_event_log$$);

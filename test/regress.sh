@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # pg_regress and the isolation specs, twice, inside pg_virtualenv
-# (test/suites.sh) on a server with dsync preloaded:
+# (test/suites.sh) on a server with dsync preloaded and nothing else set
+# (the tests that need other settings are in test/configured, run by the
+# Perl TAP test t/036_configured_regress.pl):
 #   1. `make installcheck` as PGXS users, PGXN's tools and Debian's
 #      pg_buildext run it: as the superuser, in databases pg_regress makes,
 #      with nothing prepared (the "setup" test and spec make what the others

@@ -6,7 +6,8 @@
 #   does not make warnings errors; CI does, through COPT), and install a
 #   gcc build with dsync's Asserts enabled (-DUSE_ASSERT_CHECKING), which
 #   every suite below then runs against;
-#   pg_regress and isolation specs (make installcheck, as an ordinary role);
+#   pg_regress and isolation specs (make installcheck on a server with
+#   nothing but dsync preloaded, then again as an ordinary role);
 #   pgTAP (pg_prove); a concurrency stress test (libpq, test/stress);
 #   the Perl TAP tests (PostgreSQL::Test::Cluster, run as postgres); and,
 #   on majors other than 15 where this Debian has python3-psycopg and
@@ -108,10 +109,36 @@ virtualenv() {
 		-o "dsync.ephemeral_max_ttl=2" "$@"
 }
 
+# The same with dsync preloaded and nothing else set: the server PGXS
+# users, PGXN's tools and Debian's `pg_buildext installcheck` run `make
+# installcheck` on.
+virtualenv_defaults() {
+	PGPORT=$((5400 + major)) pg_virtualenv -v "$major" -o "shared_preload_libraries=dsync" "$@"
+}
+
 # pg_regress and the isolation specs: plain `make installcheck` as the
 # superuser, then again logged in as dsync_tester, an ordinary login role
-# (neither superuser nor the extension's owner): test/regress.sh.
-run_suite "pg_regress + isolation (make installcheck; as an ordinary role)" virtualenv bash test/regress.sh
+# (neither superuser nor the extension's owner): test/regress.sh, on a
+# server with default settings, which it first shows it is (no dsync
+# setting and not max_prepared_transactions changed).  The tests that need
+# other settings (test/configured) run in the Perl TAP suite, on a server
+# that 036_configured_regress.pl configures.
+regress_on_defaults() {
+	local changed
+	changed=$(psql -X -A -t -q -d postgres -c "SELECT string_agg(name || ' = ' || setting, ', ')
+		FROM pg_settings WHERE (name LIKE 'dsync.%' OR name = 'max_prepared_transactions')
+		AND source <> 'default'") || return 1
+	if [ -n "$changed" ]; then
+		echo "the server is not on default settings: $changed"
+		return 1
+	fi
+	echo "-- on default settings: max_prepared_transactions = $(psql -X -A -t -q -d postgres \
+		-c 'SHOW max_prepared_transactions'), dsync.ephemeral_max_ttl = $(psql -X -A -t -q \
+		-d postgres -c 'SHOW dsync.ephemeral_max_ttl')"
+	bash test/regress.sh
+}
+run_suite "pg_regress + isolation on default settings (make installcheck; as an ordinary role)" \
+	virtualenv_defaults bash -c "$(declare -f regress_on_defaults); regress_on_defaults"
 run_suite "pgTAP" virtualenv bash -c \
 	'psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" && pg_prove -q --ext .sql test/pgtap/'
 

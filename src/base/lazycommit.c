@@ -42,7 +42,12 @@
  * free row version it found), it flushes that version's commit, and waits
  * for a synchronous standby to have it, before the grant is made
  * (DsyncLazyCommitCarry): the position comes from the commit log, which
- * keeps it for every asynchronous commit (as hint bits need it).
+ * keeps it for every asynchronous commit (as hint bits need it).  A commit
+ * whose wait is cancelled stands, with a warning; a grant whose wait is
+ * cancelled must not be made, or after a failover to that standby the old
+ * holder would hold the lease again (the release lost) while the
+ * ephemeral holder believes it holds it too.  So the wait ends in an error
+ * unless the standbys confirmed the release (syncstandby.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -56,6 +61,7 @@
 #include "replication/syncrep.h"
 
 #include "lazycommit.h"
+#include "syncstandby.h"
 
 typedef enum LazyState
 {
@@ -163,13 +169,17 @@ DsyncLazyCommitEnd(void)
  *		at lsn without a flush (a release): make that change durable, as a
  *		durable grant's own commit would, and wait for a synchronous
  *		standby as that commit would (interrupts held, as the wait
- *		requires: a cancel ends the wait with PostgreSQL's warning, as it
- *		does a commit's).  Under synchronous_commit = off the grant is not
- *		made durable either, so nothing is waited for.
+ *		requires).  A cancel or timeout ends the wait with PostgreSQL's
+ *		warning, as it does a commit's, and then, the standby not having
+ *		confirmed the change, with an error (57014): the grant is not
+ *		made.  Under synchronous_commit = off the grant is not made durable
+ *		either, so nothing is waited for; under local, not on a standby.
  */
 void
 DsyncLazyCommitCarry(XLogRecPtr lsn)
 {
+	int			mode;
+
 	if (XLogRecPtrIsInvalid(lsn) || synchronous_commit == SYNCHRONOUS_COMMIT_OFF)
 		return;
 	XLogFlush(lsn);
@@ -178,6 +188,15 @@ DsyncLazyCommitCarry(XLogRecPtr lsn)
 	SyncRepWaitForLSN(lsn, true);
 	RESUME_INTERRUPTS();
 	CHECK_FOR_INTERRUPTS();
+
+	/* What the wait was for, per synchronous_commit, as SyncRepWaitForLSN. */
+	mode = DsyncStandbyCommitMode();
+	if (mode != SYNC_REP_NO_WAIT && !DsyncStandbyConfirmed(lsn, mode))
+		ereport(ERROR,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("canceled waiting for the synchronous standby to confirm a release"),
+				 errdetail("The lease is free only through a release the synchronous standby has not confirmed; "
+						   "after a failover its old holder could hold it again, so it was not granted.")));
 }
 
 /*

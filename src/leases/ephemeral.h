@@ -81,5 +81,6 @@ extern bool DsyncEphemeralRecordDue(const DsyncCatalog *catalog, TimestampTz now
 extern void DsyncEphemeralRecord(const DsyncCatalog *catalog);
 extern bool DsyncEphemeralHoldback(const DsyncCatalog *catalog, TimestampTz open_at,
 								   TimestampTz now, TimestampTz *until);
+extern bool DsyncEphemeralHeldBack(const DsyncCatalog *catalog, TimestampTz *until);
 
 #endif							/* DSYNC_EPHEMERAL_H */

@@ -29,6 +29,14 @@
  * were last used long before is not held back at all; once the grace is
  * over, the check is one comparison.
  *
+ * A semaphore's permit cannot be held back by name: the semaphore may have
+ * been defined since (an ephemeral lease of its name is then gone without
+ * a trace), and holding every permit back would stop semaphores the
+ * holder never touched.  So while the hold-back lasts, a permit grant
+ * counts one holder more than it sees, as it counts a live ephemeral
+ * lease of the name (DsyncEphemeralHeldBack, permit.c): a semaphore of N
+ * grants at most N - 1 permits then, one of 1 none.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -39,6 +47,7 @@
 
 #include "catalog.h"
 #include "ephemeral.h"
+#include "ephemeral_int.h"
 #include "fencing.h"
 #include "settings.h"
 
@@ -136,4 +145,21 @@ DsyncEphemeralHoldback(const DsyncCatalog *catalog, TimestampTz open_at, Timesta
 		return false;
 	*until = holdback_until;
 	return true;
+}
+
+/*
+ * DsyncEphemeralHeldBack
+ *		DsyncEphemeralHoldback now, for a grant that has no ephemeral
+ *		table to look at first (a semaphore's permit): true, with *until,
+ *		if an ephemeral lease from before this server's start (or
+ *		promotion) may still hold a name of this database.
+ */
+bool
+DsyncEphemeralHeldBack(const DsyncCatalog *catalog, TimestampTz *until)
+{
+	if (ephemeral_shared == NULL)
+		return false;
+	return DsyncEphemeralHoldback(catalog,
+								  (TimestampTz) pg_atomic_read_u64(&ephemeral_shared->open_at),
+								  GetCurrentTimestamp(), until);
 }

@@ -514,7 +514,7 @@ LeaseTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 	permits = DsyncSemaphorePermitsFor(args->fcinfo, args->lease, true);
 	if (permits >= 0)
 		return DsyncPermitTryAcquire(args->fcinfo, args->lease, args->grant, permits,
-									 may_take, thorough, &args->token) &&
+									 may_take, thorough, &args->token, retry_at) &&
 			DsyncLeaseRaiseFences(DsyncCatalogGet(args->fcinfo), args->lease, args->hash,
 								  args->token, 0);
 	LeaseStoresOpen(&stores, args->fcinfo, true);
@@ -683,6 +683,9 @@ dsync_acquire(PG_FUNCTION_ARGS)
 
 	if (!granted)
 		PG_RETURN_NULL();
+	/* An ephemeral grant writes no row, but is a change all the same. */
+	if (!args.durable)
+		DsyncXactChanged();
 	if (session)
 		DsyncSessionNote(DsyncCatalogGet(fcinfo), lease, grant.holder, args.token, args.durable);
 	PG_RETURN_INT64(args.token);

@@ -59,7 +59,7 @@ extern void DsyncSessionSweep(void);
 /* permit.c: semaphore permits */
 extern bool DsyncPermitTryAcquire(FunctionCallInfo fcinfo, text *name, const LeaseGrant *grant,
 								  int permits, bool may_take, bool thorough,
-								  int64 *token);
+								  int64 *token, TimestampTz *retry_at);
 /* What DsyncPermitExtendHeld found. */
 typedef enum DsyncHeld
 {

@@ -202,6 +202,8 @@ dsync_renew(PG_FUNCTION_ARGS)
 	switch (DsyncEphemeralRenew(DsyncCatalogGet(fcinfo), lease, holder, ttl, ttl_usec, &expiry))
 	{
 		case DSYNC_EPHEMERAL_DONE:
+			/* Not undone by a rollback, but a change: no PREPARE after it. */
+			DsyncXactChanged();
 			PG_RETURN_TIMESTAMPTZ(expiry);
 		case DSYNC_EPHEMERAL_NOT_HELD:
 			PG_RETURN_NULL();
@@ -260,6 +262,8 @@ LeaseHeldCall(FunctionCallInfo fcinfo, const char *fname, LockTupleMode mode,
 			DsyncEphemeralGuard(*lease, *holder, &token))
 	{
 		case DSYNC_EPHEMERAL_DONE:
+			/* A change (a guard counts itself): no PREPARE after it. */
+			DsyncXactChanged();
 			return token;
 		case DSYNC_EPHEMERAL_NOT_HELD:
 			return -1;
@@ -491,6 +495,8 @@ LeaseForceRelease(FunctionCallInfo fcinfo, text *lease, text *holder, bool cance
 	DsyncPreventWrite("dsync_force_release()");
 
 	released = DsyncEphemeralForceRelease(lease, holder, cancel_waits);
+	if (released > 0)
+		DsyncXactChanged();		/* no PREPARE after it, as after a release */
 	LeaseStoresOpen(&stores, fcinfo, true);
 	released += LeaseForceReleaseIn(&stores.lease, lease, holder, cancel_waits);
 	if (stores.has_permits)

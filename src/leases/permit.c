@@ -29,7 +29,10 @@
  * semaphore was defined.  Those are few and are counted exactly (slots at
  * or above the count are a range of the primary key); a grant then needs
  * that many free permits besides its own, all locked, so the semaphore is
- * never oversubscribed at any isolation level.
+ * never oversubscribed at any isolation level.  After a start, crash
+ * restart or promotion, an ephemeral lease from before, gone from shared
+ * memory, may still be believed held: while that may be so (the
+ * hold-back of ephemeral_record.c) it counts as one more.
  *
  *-------------------------------------------------------------------------
  */
@@ -147,9 +150,13 @@ PermitGrant(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant)
  *		Live holders that are not in the semaphore's own slots: permits at
  *		or above its count (from before a re-creation with fewer) and a
  *		plain lock, durable or ephemeral, taken before it was defined.
+ *		While ephemeral leases from before this server's start may still
+ *		be held (*held_back set to when that ends; else 0), one of them
+ *		counts too.
  */
 static int
-PermitExtraHolders(DsyncStore *permits_store, DsyncRow *plain, text *name, int permits)
+PermitExtraHolders(const DsyncCatalog *catalog, DsyncStore *permits_store, DsyncRow *plain,
+				   text *name, int permits, TimestampTz *held_back)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	DsyncScan  *scan = DsyncScanFrom(permits_store, name, permits);
@@ -159,6 +166,17 @@ PermitExtraHolders(DsyncStore *permits_store, DsyncRow *plain, text *name, int p
 
 	/* An ephemeral lease taken before the semaphore was defined counts too. */
 	if (DsyncEphemeralLeader(name, &leader) == DSYNC_EPHEMERAL_DONE)
+		extra++;
+
+	/*
+	 * So does one from before a start, which left no entry to find: it may
+	 * have held this name, the semaphore being defined since.  Not besides
+	 * a live plain holder or ephemeral lease of the name, which it cannot
+	 * have held at the same time (one name is held in one kind at a time,
+	 * and no ephemeral grant is made while the hold-back lasts).
+	 */
+	*held_back = 0;
+	if (extra == 0 && DsyncEphemeralHeldBack(catalog, held_back))
 		extra++;
 
 	while ((row = DsyncScanNext(scan)) != NULL)
@@ -302,11 +320,14 @@ PermitGrow(DsyncStore *store, text *name, int permits, int free_besides,
  *		Grant one of a semaphore's permits to the holder if one is free
  *		now, without waiting for any other transaction; permits is the
  *		definition's count (0: the definition is being changed, grant
- *		nothing new).  A holder that has a permit gets it extended.
+ *		nothing new).  A holder that has a permit gets it extended.  Not
+ *		granted while the hold-back after a start counted a holder,
+ *		*retry_at is when that ends (else 0: only when woken).
  */
 bool
 DsyncPermitTryAcquire(FunctionCallInfo fcinfo, text *name, const LeaseGrant *grant,
-					  int permits, bool may_take, bool thorough, int64 *token)
+					  int permits, bool may_take, bool thorough, int64 *token,
+					  TimestampTz *retry_at)
 {
 	const DsyncCatalog *catalog = DsyncCatalogGet(fcinfo);
 	DsyncStore	store;
@@ -326,6 +347,7 @@ DsyncPermitTryAcquire(FunctionCallInfo fcinfo, text *name, const LeaseGrant *gra
 		int			grown;
 
 		CHECK_FOR_INTERRUPTS();
+		*retry_at = 0;
 
 		/* Reentrant: the holder's permit, or its plain lock on the name. */
 		held = DsyncPermitExtendHeld(&store, &plain_store, name, grant, 0, &plain, token);
@@ -339,7 +361,7 @@ DsyncPermitTryAcquire(FunctionCallInfo fcinfo, text *name, const LeaseGrant *gra
 		if (!may_take || permits <= 0)
 			break;
 
-		extra = PermitExtraHolders(&store, plain, name, permits);
+		extra = PermitExtraHolders(catalog, &store, plain, name, permits, retry_at);
 		locked = PermitLockFree(&store, name, permits, extra + 1, thorough, &row, &retry);
 		if (retry)
 			continue;
@@ -355,6 +377,8 @@ DsyncPermitTryAcquire(FunctionCallInfo fcinfo, text *name, const LeaseGrant *gra
 		granted = grown == 1;
 		break;
 	}
+	if (granted)
+		*retry_at = 0;
 	DsyncStoreClose(&plain_store);
 	DsyncStoreClose(&store);
 	return granted;

@@ -220,18 +220,28 @@ RoleCheckDrop(const DsyncCatalog *catalog, Oid roleid, const char *rolename)
 	leases += ephemeral;
 	if (leases + members + signals + semaphores + fences + ephemeral_elsewhere == 0)
 		return;
-	detail = psprintf("In database \"%s\": %lld leases or permits, %lld memberships, "
-					  "%lld pending signals, %lld semaphore definitions, %lld fences.",
-					  get_database_name(MyDatabaseId), (long long) leases,
-					  (long long) members, (long long) signals, (long long) semaphores,
-					  (long long) fences);
-	if (ephemeral_elsewhere > 0)
-		detail = psprintf("%s Besides, %lld ephemeral leases in other databases.", detail,
-						  (long long) ephemeral_elsewhere);
+	/* One count per phrase, each in the singular or the plural it needs. */
+	detail = psprintf("In database \"%s\": %s, %s, %s, %s, %s.",
+					  get_database_name(MyDatabaseId),
+					  psprintf(ngettext("%lld lease or permit", "%lld leases or permits",
+										(unsigned long) leases), (long long) leases),
+					  psprintf(ngettext("%lld membership", "%lld memberships",
+										(unsigned long) members), (long long) members),
+					  psprintf(ngettext("%lld pending signal", "%lld pending signals",
+										(unsigned long) signals), (long long) signals),
+					  psprintf(ngettext("%lld semaphore definition", "%lld semaphore definitions",
+										(unsigned long) semaphores), (long long) semaphores),
+					  psprintf(ngettext("%lld fence", "%lld fences",
+										(unsigned long) fences), (long long) fences));
 	ereport(ERROR,
 			(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
 			 errmsg("role \"%s\" cannot be dropped because it owns dsync leases or other dsync state",
 					rolename),
+			 ephemeral_elsewhere > 0 ?
+			 errdetail_plural("%s Besides, %lld ephemeral lease in another database.",
+							  "%s Besides, %lld ephemeral leases in other databases.",
+							  (unsigned long) ephemeral_elsewhere, detail,
+							  (long long) ephemeral_elsewhere) :
 			 errdetail_internal("%s", detail),
 			 errhint("Release them, or run DROP OWNED BY or REASSIGN OWNED BY in each database concerned first.")));
 }

@@ -368,7 +368,8 @@ LeaseScanEphemeral(LeaseScanState *state, Datum *values, bool *nulls, int ncols)
 	values[0] = PointerGetDatum(row->lease);
 	values[1] = PointerGetDatum(row->holder);
 	values[2] = Int64GetDatum(row->fencing);
-	values[3] = Int32GetDatum(1);
+	/* A semaphore's, if it was defined after the lease was taken. */
+	values[3] = Int32GetDatum(LeaseScanPermits(state, row->lease));
 	values[4] = TimestampTzGetDatum(row->acquired_at);
 	values[5] = TimestampTzGetDatum(row->renewed_at);
 	values[6] = TimestampTzGetDatum(row->expires_at);

@@ -92,6 +92,7 @@
 #include "catalog.h"
 #include "fencing.h"
 #include "shmem.h"
+#include "syncstandby.h"
 
 /*
  * FencingSequenceLsn
@@ -113,30 +114,6 @@ FencingSequenceLsn(Oid seqoid)
 }
 
 /*
- * FencingStandbyHas
- *		Whether the synchronous standbys have confirmed flushing lsn, or no
- *		synchronous standby is configured at all.
- */
-static bool
-FencingStandbyHas(XLogRecPtr lsn)
-{
-	bool		defined;
-	bool		confirmed;
-
-	LWLockAcquire(SyncRepLock, LW_SHARED);
-	if (WalSndCtl->sync_standbys_status & SYNC_STANDBY_INIT)
-		defined = (WalSndCtl->sync_standbys_status & SYNC_STANDBY_DEFINED) != 0;
-	else
-	{
-		/* Until the checkpointer has looked, go by the setting, as core does. */
-		defined = SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0';
-	}
-	confirmed = !defined || WalSndCtl->lsn[SYNC_REP_WAIT_FLUSH] >= lsn;
-	LWLockRelease(SyncRepLock);
-	return confirmed;
-}
-
-/*
  * FencingWaitForStandby
  *		Wait until the synchronous standbys have flushed lsn, whatever this
  *		session's synchronous_commit says.
@@ -151,7 +128,7 @@ FencingWaitForStandby(XLogRecPtr lsn)
 {
 	int			save_nestlevel;
 
-	if (max_wal_senders == 0 || FencingStandbyHas(lsn))
+	if (max_wal_senders == 0 || DsyncStandbyConfirmed(lsn, SYNC_REP_WAIT_FLUSH))
 		return;
 
 	/*
@@ -168,7 +145,7 @@ FencingWaitForStandby(XLogRecPtr lsn)
 	AtEOXact_GUC(true, save_nestlevel);
 
 	CHECK_FOR_INTERRUPTS();
-	if (!FencingStandbyHas(lsn))
+	if (!DsyncStandbyConfirmed(lsn, SYNC_REP_WAIT_FLUSH))
 		ereport(ERROR,
 				(errcode(ERRCODE_QUERY_CANCELED),
 				 errmsg("canceled waiting for the synchronous standby to confirm a fencing token"),

@@ -132,8 +132,8 @@ $node->safe_psql('postgres', q{
 ($ret, $out, $err) = psql_err('DROP ROLE r1');
 like($err, qr/ERROR:\s+2BP01: role "r1" cannot be dropped because it owns dsync leases or other dsync state/,
 	'DROP ROLE of a role that holds leases fails (2BP01)');
-like($err, qr/DETAIL:\s+In database "postgres": 2 leases or permits, 1 memberships, 1 pending signals, 1 semaphore definitions, 1 fences\./,
-	'and says what it owns');
+like($err, qr/DETAIL:\s+In database "postgres": 2 leases or permits, 1 membership, 1 pending signal, 1 semaphore definition, 1 fence\./,
+	'and says what it owns (singular for one)');
 q1($node, 'REASSIGN OWNED BY r1 TO r2');
 is(q1($node, "SELECT string_agg(DISTINCT owner, ',') FROM dsync_leases WHERE lease LIKE 'r1-%'"),
 	'r2', 'REASSIGN OWNED BY gives the leases to the new role');

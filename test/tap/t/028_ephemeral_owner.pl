@@ -86,7 +86,9 @@ psql_as('r1', "SELECT dsync_acquire('r1-eph', 'h1', '10 s', durable => false)");
 my ($ret, $out, $err) = psql_as('postgres', 'DROP ROLE r1');
 like($err, qr/ERROR:\s+2BP01: role "r1" cannot be dropped because it owns dsync leases or other dsync state/,
 	'DROP ROLE of a role holding a live ephemeral lease fails (2BP01)');
-like($err, qr/DETAIL:\s+In database "postgres": 1 leases or permits,/, 'and counts it');
+like($err,
+	qr/DETAIL:\s+In database "postgres": 1 lease or permit, 0 memberships, 0 pending signals, 0 semaphore definitions, 0 fences\.\n/,
+	'and counts it, in the singular');
 
 psql_as('r2', "SELECT dsync_acquire('r2-eph', 'h2', '1 s', durable => false)");
 ok(wait_for($node, "SELECT NOT EXISTS (SELECT FROM dsync_leases WHERE lease = 'r2-eph')"),
@@ -118,7 +120,10 @@ psql_as('r5', "SELECT dsync_acquire('r5-eph', 'h5', '10 s', wait => '30 s', dura
 ($ret, $out, $err) = psql_as('postgres', 'DROP ROLE r5');
 like($err, qr/ERROR:\s+2BP01: role "r5" cannot be dropped/,
 	'an ephemeral lease in another database blocks DROP ROLE too');
-like($err, qr/1 ephemeral leases in other databases/, 'and is counted as such');
+like(
+	$err,
+	qr/DETAIL:\s+In database "postgres": 0 leases or permits, 0 memberships, 0 pending signals, 0 semaphore definitions, 0 fences\. Besides, 1 ephemeral lease in another database\./,
+	'and is counted as such, in the singular');
 ($ret, $out, $err) = psql_as('postgres', 'DROP OWNED BY r5', 'other');
 ($ret, $out, $err) = psql_as('postgres', 'DROP ROLE r5');
 is($ret, 0, 'DROP ROLE r5 succeeds after DROP OWNED BY in that database') or diag($err);

@@ -20,7 +20,11 @@
 #     returns at once (it used to wait for the standby); after failover
 #     the lease is held by its old holder; a hand-off's grant waits for
 #     the standby and, after failover, the waiter holds the lease; an
-#     ephemeral grant of a released name waits for the standby too;
+#     ephemeral grant of a released name waits for the standby too, and
+#     when that wait is cancelled (statement_timeout) the acquire fails
+#     (57014) and grants nothing: after failover the old holder holds the
+#     name, and nobody else believes they do; under synchronous_commit =
+#     local it does not wait for the standby at all;
 #  5. (run before 4) a release's `released` event is heard only once the
 #     release is on disk, with and without the event log;
 #  6. (run after 5) an ephemeral grant writes no WAL, so it cannot carry a
@@ -243,6 +247,8 @@ reaper_pid($primary);
 $token = q1($primary, "SELECT dsync_acquire('x', 'A', '1 hour')");
 my $htoken = q1($primary, "SELECT dsync_acquire('y', 'A', '1 hour')");
 q1($primary, "SELECT dsync_acquire('z', 'A', '1 hour')");
+q1($primary, "SELECT dsync_acquire('v', 'A', '1 hour')");
+q1($primary, "SELECT dsync_acquire('u', 'A', '1 hour')");
 # An ephemeral grant now, so that the durable record of ephemeral use
 # (ephemeral_record.c, which flushes and waits for the standby itself) is
 # fresh when the one below is made.
@@ -278,11 +284,42 @@ kill('CONT', $walsender);
 ok(send_wait($waiter, '', qr/granted (\d+)/), 'B got y once the standby confirmed');
 ok(send_wait($eph, '', qr/ephemeral \d+/), 'C got z once the standby confirmed');
 ($btoken) = $waiter->{out} =~ /granted (\d+)/;
+# The durable record of ephemeral use must not need writing while the
+# standby is stalled below (that would wait for the standby too, with an
+# error of its own): it is moved to the present by hand, while it answers.
+q1($primary,
+	"SELECT setval('dsync_ephemeral_seq', "
+	  . "(extract(epoch FROM clock_timestamp() - '2000-01-01 00:00:00+00') * 1000000)::bigint)");
 $walsender = q1($primary,
 	"SELECT pid FROM pg_stat_replication WHERE application_name = '$appname'");
 is(kill('STOP', $walsender), 1, 'walsender stalled again');
 is(q1($primary, "SELECT dsync_release('y', 'B')"), 't',
 	'B releases y, which the standby will not hear of');
+
+# A cancelled wait for the standby grants nothing.
+is(release_warm($primary, 'v', 'A'), 't', 'with the standby stalled, A releases v');
+my ($ret, $out, $err) = $primary->psql('postgres',
+	"\\set VERBOSITY verbose\nSET statement_timeout = '2s';\n"
+	  . "SELECT dsync_acquire('v', 'D', '2 s', '10 s', NULL, false);");
+like($err, qr/WARNING:.*canceling wait for synchronous replication/,
+	'an ephemeral acquire of v under statement_timeout: its wait for the standby is cancelled');
+like(
+	$err,
+	qr/ERROR:\s+57014: canceled waiting for the synchronous standby to confirm a release/,
+	'... and the acquire fails with 57014');
+is($out, '', '... returning no token');
+is(q1($primary, "SELECT count(*) FROM dsync_leases WHERE lease = 'v'"),
+	'0', 'v is held by nobody afterwards');
+is(q1($primary, "SELECT dsync_leader('v') IS NULL"), 't', '... nor has a leader');
+# Under synchronous_commit = local a commit waits for no standby, and
+# neither does the grant.
+is(release_warm($primary, 'u', 'A'), 't', 'with the standby stalled, A releases u');
+like(
+	q1($primary,
+		"SET synchronous_commit = local; SET statement_timeout = '30s';\n"
+		  . "SELECT dsync_acquire('u', 'D', '2 s', '0', NULL, false)"),
+	qr/^\d+$/,
+	'under synchronous_commit = local an ephemeral grant of u does not wait for the standby');
 $primary->stop('immediate');
 $standby->promote;
 is(q1($standby, "SELECT holder || ' ' || fencing FROM dsync_leases WHERE lease = 'y'"),
@@ -291,5 +328,7 @@ like(q1($standby, "SELECT holder FROM dsync_leases WHERE lease = 'x'"),
 	qr/^(A)?$/, 'x is free or its old holder\'s after failover, nobody else\'s');
 is(q1($standby, "SELECT dsync_acquire('y', 'C') IS NULL"),
 	't', 'nobody else takes y before its ttl');
+is(q1($standby, "SELECT holder FROM dsync_leases WHERE lease = 'v'"),
+	'A', 'after failover A holds v, whose ephemeral acquire by D failed');
 
 done_testing();
