@@ -14,7 +14,11 @@
  * event), or, if another transaction guards it meanwhile, given an expiry
  * of now, which the reaper announces once the guard is gone.  A grant
  * whose transaction commits is its holder's, as any ephemeral grant, and
- * its mark is as durable as the commit.
+ * its mark is as durable as the commit; if that commit's wait for a
+ * synchronous standby was cancelled (PostgreSQL lets the commit stand,
+ * with a warning), the grant is let go of all the same, with a warning of
+ * its own: the standby may not have the mark, and after a failover to it
+ * the old holder's writes would pass again while the grant stood.
  *
  * The callbacks run while a transaction or savepoint aborts: nothing
  * here reads a catalog or fails.  The failed try of a blocked caller
@@ -27,10 +31,13 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
+#include "replication/syncrep.h"
 #include "storage/lwlock.h"
 #include "utils/memutils.h"
 
 #include "events.h"
+#include "syncstandby.h"
 #include "wait.h"
 #include "ephemeral.h"
 #include "ephemeral_int.h"
@@ -104,8 +111,47 @@ EphemeralBoundForgetAt(int nest_level, bool undo)
 }
 
 /*
+ * EphemeralBoundUnconfirmed
+ *		At commit: whether the commit waited for a synchronous standby and
+ *		the wait ended without its confirmation (cancelled, or timed out:
+ *		PostgreSQL then lets the commit stand with a warning).  The raised
+ *		marks would be lost in a failover to that standby while the grants
+ *		stood, so the grants are let go of instead, as a rollback would.
+ */
+static bool
+EphemeralBoundUnconfirmed(void)
+{
+	int			mode = DsyncStandbyCommitMode();
+
+	return mode != SYNC_REP_NO_WAIT && !DsyncStandbyConfirmed(XactLastCommitEnd, mode);
+}
+
+/*
+ * EphemeralBoundRefuse
+ *		Say which grants a commit whose standby wait was cancelled let go of.
+ */
+static void
+EphemeralBoundRefuse(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, bound_grants)
+	{
+		EphemeralBoundNote *note = lfirst(lc);
+
+		ereport(WARNING,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("ephemeral lease \"%.*s\" was released: the synchronous standby did not confirm its fence",
+						note->key.len, note->key.name),
+				 errdetail("The mark its grant raised could be lost in a failover, while the grant stood."),
+				 errhint("Acquire it again.")));
+	}
+}
+
+/*
  * EphemeralBoundXactCallback
- *		A commit keeps the grants; a rollback lets go of them.
+ *		A commit keeps the grants (unless its standby wait was cancelled);
+ *		a rollback lets go of them.
  */
 static void
 EphemeralBoundXactCallback(XactEvent event, void *arg)
@@ -115,6 +161,14 @@ EphemeralBoundXactCallback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_COMMIT:
+			if (EphemeralBoundUnconfirmed())
+			{
+				EphemeralBoundRefuse();
+				EphemeralBoundForgetAt(0, true);
+			}
+			else
+				EphemeralBoundForgetAt(0, false);
+			break;
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_PREPARE:
 			EphemeralBoundForgetAt(0, false);

@@ -15,7 +15,10 @@
 #     ephemeral) is there, and the old token is refused.
 #  3. With a synchronous standby, the mark an ephemeral grant raised is on
 #     the standby when the acquire returns: the standby, promoted at once,
-#     refuses the old token.
+#     refuses the old token.  When the grant's wait for the standby at
+#     commit is cancelled (the standby stalled), the grant is let go of,
+#     with a warning: it must not stand while its mark may be missing
+#     after a failover.
 #  4. After a restart the map is empty until the worker has filled it
 #     from dsync_fence; then grants of unbound leases read no block of
 #     dsync_fence, and a binding from before the restart still raises its
@@ -229,8 +232,31 @@ $node->wait_for_catchup($standby);
 ok( wait_for($node,
 		"SELECT count(*) = 1 FROM pg_stat_replication WHERE sync_state = 'sync'"),
 	'the standby is synchronous');
+$node->safe_psql('postgres', "SELECT dsync_fence_bind('sync_res', 'sync_lease')");
+
+# The standby stalled: a cancelled wait for it at the grant's commit
+# leaves no grant (PostgreSQL lets the commit stand, with a warning).
+my $walsender = q1($node, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walsender'");
+is(kill('STOP', $walsender), 1, 'the standby\'s walsender is stalled');
+my $waiter = psql_client($node, 'postgres');
+$waiter->{in} .= "SELECT dsync_acquire('sync_lease', 'c1', '2 s', durable => false) IS NOT NULL AS granted;\n";
+$waiter->{h}->pump_nb;
+ok( wait_for($node,
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep' "
+		  . "AND query LIKE '%''c1''%'"),
+	'the grant\'s commit waits for the standby');
+$node->safe_psql('postgres',
+	"SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep' "
+	  . "AND query LIKE '%''c1''%'");
+ok(send_wait($waiter, "SELECT 'done';", qr/done/), 'the cancelled acquire returns');
+like($waiter->{err}, qr/was released: the synchronous standby did not confirm its fence/,
+	'with a warning that the grant was let go of');
+is(q1($node, "SELECT count(*) FROM dsync_leases WHERE lease = 'sync_lease'"), '0',
+	'the name is not held');
+kill('CONT', $walsender);
+$node->wait_for_catchup($standby);
+
 $node->safe_psql('postgres', q{
-	SELECT dsync_fence_bind('sync_res', 'sync_lease');
 	INSERT INTO tok VALUES ('s1', dsync_acquire('sync_lease', 's1', '500 ms', durable => false));
 	SELECT dsync_fence('sync_res', token) FROM tok WHERE name = 's1';
 	SELECT pg_sleep(0.6);
