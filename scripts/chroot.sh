@@ -28,9 +28,11 @@ common+=",make,gcc,clang,pgbouncer,util-linux,procps,ca-certificates"
 case "$major" in
 	16)
 		suite=bookworm
-		# What the source build needs; bookworm's Python is the host's, so
-		# the Python client is not run again here.
+		# What the source build needs, and the Python client's tests: they
+		# run here against a server built with assertions.
 		packages="$common,bison,flex,libssl-dev,zlib1g-dev,pkg-config,perl"
+		packages+=",python3-psycopg,python3-psycopg-pool,python3-pytest,python3-pytest-timeout"
+		packages+=",python3-asyncpg,python3-sqlalchemy,python3-psycopg2"
 		# How it is built, and from what: the script holds the source's
 		# checksum, so a cached chroot needs no source at hand.
 		source_sum=$(sha256sum "$here/pg16-build.sh" | cut -d' ' -f1)

@@ -9,7 +9,10 @@
 # folder beside the clone (../shared/pg16) and /work/shared/pg16, and must
 # have the checksum below: it is a git archive of a tree titled "Vanilla
 # PostgreSQL 16.13" (../shared/pg16/README.md), fit for tests, not for
-# packages.  The build goes where Debian puts a major
+# packages.  It is built with assertions (--enable-cassert, --enable-debug),
+# so that every suite run on it fails on an Assert of PostgreSQL's or
+# dsync's, and on memory used after it was freed (CLOBBER_FREED_MEMORY):
+# the other majors are Debian's release builds.  The build goes where Debian puts a major
 # (/usr/lib/postgresql/16, shared files in /usr/share/postgresql/16), with
 # the Perl TAP modules and contrib's pg_walinspect (TAP test 020 uses it);
 # pgTAP is pure SQL, so the host's (postgresql-15-pgtap) is copied in.
