@@ -92,6 +92,15 @@ rm -rf "$scratch/var/lib/postgresql/$major/main" "$scratch/etc/postgresql/$major
 # Keep the package cache small.
 rm -rf "$scratch/var/cache/apt/archives/"*.deb
 echo "$stamp" >"$scratch/.dsync-stamp"
+# The chroot being replaced may still have /proc and the host's /dev/shm
+# mounted in it (a run that was killed): rm -rf would empty the host's
+# /dev/shm, the shared memory of every running server.
+for m in proc dev/shm; do
+	if mountpoint -q "$dir/$m" 2>/dev/null && ! umount "$dir/$m"; then
+		echo "scripts/chroot.sh: $dir/$m is mounted and could not be unmounted" >&2
+		exit 1
+	fi
+done
 rm -rf "$dir"
 mv "$scratch" "$dir"
 echo "$dir"
