@@ -15,7 +15,8 @@ use Time::HiRes qw(time usleep);
 
 use IPC::Run;
 
-our @EXPORT = qw(dsync_node stop_at_end wait_for q1 reaper_pid psql_client send_wait);
+our @EXPORT = qw(dsync_node stop_at_end wait_for q1 reaper_pid psql_client send_wait
+  crash_restart);
 
 my @nodes;
 my @clients;
@@ -78,6 +79,27 @@ sub wait_for
 	}
 	diag("not true within the time allowed: $sql (last: $last)");
 	return 0;
+}
+
+# Kill every process of the server at once, as a power cut would end them,
+# and start it again (crash recovery).
+sub crash_restart
+{
+	my ($node) = @_;
+	open my $fh, '<', $node->data_dir . '/postmaster.pid' or die $!;
+	my $pm = <$fh>;
+	chomp $pm;
+	close $fh;
+	my @all = ($pm, grep { /^\d+$/ } split /\s+/, `pgrep -P $pm`);
+	kill 'KILL', @all;
+	$node->kill9;    # forgets the pid; the process is gone already
+	for (1 .. 200)
+	{
+		last unless grep { kill 0, $_ } @all;
+		usleep(50_000);
+	}
+	$node->start;
+	return;
 }
 
 # The pid of the reaper of database postgres, once it runs.

@@ -55,27 +55,6 @@ sub aux_pid
 	return q1($node, "SELECT pid FROM pg_stat_activity WHERE backend_type = '$type'");
 }
 
-# Kill every process of the server at once, as a power cut would end them,
-# and start it again (crash recovery).
-sub crash_restart
-{
-	my ($node) = @_;
-	open my $fh, '<', $node->data_dir . '/postmaster.pid' or die $!;
-	my $pm = <$fh>;
-	chomp $pm;
-	close $fh;
-	my @all = ($pm, grep { /^\d+$/ } split /\s+/, `pgrep -P $pm`);
-	kill 'KILL', @all;
-	$node->kill9;    # forgets the pid; the process is gone already
-	for (1 .. 200)
-	{
-		last unless grep { kill 0, $_ } @all;
-		usleep(50_000);
-	}
-	$node->start;
-	return;
-}
-
 # The WAL flush position before and after $sql, run in one psql session.
 # The session first releases a lease nobody holds: a new backend's first
 # catalog reads may prune a catalog page, which writes WAL, and WAL written

@@ -61,25 +61,6 @@ chomp($incdir, $libdir);
 system_or_bail($ENV{CC} // 'cc', '-O2', '-Wall', '-Werror', "-I$incdir",
 	"$FindBin::RealBin/../register_faults.c", "-L$libdir", '-lpq', '-o', $bin);
 
-# Kill every process of the server at once, then start it (crash recovery).
-sub kill_server
-{
-	open my $fh, '<', $node->data_dir . '/postmaster.pid' or die $!;
-	my $pm = <$fh>;
-	chomp $pm;
-	close $fh;
-	my @all = ($pm, grep { /^\d+$/ } split /\s+/, `pgrep -P $pm`);
-	kill 'KILL', @all;
-	$node->kill9;
-	for (1 .. 200)
-	{
-		last unless grep { kill 0, $_ } @all;
-		usleep(50_000);
-	}
-	$node->start;
-	return;
-}
-
 my $conninfo = $node->connstr('postgres') . ' application_name=register connect_timeout=2';
 my ($out, $err) = ('', '');
 my $run = IPC::Run::start([ $bin, $conninfo, $workers, $seconds, $dir ],
@@ -105,7 +86,7 @@ while (time < $started + $seconds - 2)
 	if (@crash_at && time >= $crash_at[0])
 	{
 		shift @crash_at;
-		kill_server();
+		crash_restart($node);
 		$faults{crashes}++;
 	}
 	elsif ($r < 0.65)
