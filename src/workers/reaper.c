@@ -662,6 +662,8 @@ dsync_reaper_main(Datum arg)
 		bool		recheck;
 		int			drained;
 		TimestampTz sent_at;	/* when this pass last sent */
+		TimestampTz began;		/* when this pass began */
+		uint64		reaped_seen;
 
 		CHECK_FOR_INTERRUPTS();
 		MemoryContextReset(reaper_loop_cxt);
@@ -672,6 +674,8 @@ dsync_reaper_main(Datum arg)
 		}
 		recheck = pg_atomic_exchange_u32(&reaper_slot->recheck, 0) != 0;
 
+		/* Before the queue is taken: see DsyncHeldMapReaped. */
+		reaped_seen = DsyncHeldMapReapBegin(reaper_slot, &began);
 		drained = ReaperDrainQueue();
 		if (drained > 0)
 			busy_at = GetCurrentTimestamp();
@@ -702,6 +706,12 @@ dsync_reaper_main(Datum arg)
 			}
 			MemoryContextReset(reaper_loop_cxt);
 		} while (more);
+
+		/*
+		 * Every holder due by the time the pass began is cleared and its
+		 * expiry queued: ephemeral grants may skip the table for them.
+		 */
+		DsyncHeldMapReaped(reaper_slot, reaped_seen, ExpiryReapedUpTo(began));
 
 		/*
 		 * Say what we sleep until, then look at the queue once more: a

@@ -39,6 +39,7 @@ extern void ExpiryScheduleEvent(const DsyncEvent *event);
 extern TimestampTz ExpiryNext(void);
 extern void ExpiryRebuild(void);
 extern int	ExpiryReapDue(DsyncDbSlot *slot, bool *more);
+extern TimestampTz ExpiryReapedUpTo(TimestampTz began);
 extern Size ExpiryCount(void);
 
 #endif							/* DSYNC_REAPER_H */
