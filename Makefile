@@ -53,6 +53,7 @@ OBJS = \
 	src/leases/fencebind.o \
 	src/workers/launcher.o \
 	src/workers/reaper.o \
+	src/workers/reaperstart.o \
 	src/workers/expiry.o \
 	src/workers/reap.o \
 	src/sql/dsync.o \

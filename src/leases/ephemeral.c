@@ -320,6 +320,62 @@ EphemeralRemove(EphemeralEntry *entry)
 }
 
 /*
+ * EphemeralSettle
+ *		A durable grant found the name's entry expired and unguarded: under
+ *		the partition lock, taken exclusively for this, announce its expiry
+ *		and remove it, as the reaper would, if it is still so.  Its
+ *		"expired" is then queued before the durable grant's "acquired"
+ *		(queued at commit), not whenever the reaper gets to it; the reaper
+ *		no longer finds it.
+ */
+static void
+EphemeralSettle(const EphemeralKey *key, uint32 hash)
+{
+	LWLock	   *lock = EphemeralLock(hash);
+	EphemeralEntry *entry;
+
+	/* What may claim a database slot (catalogs, locks) comes before the LWLock. */
+	DsyncEventPrepareNow();
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	entry = EphemeralFind(key, hash);
+	if (entry != NULL && !EphemeralIsHeld(entry, GetCurrentTimestamp()))
+	{
+		DsyncEvent	event = EphemeralEvent(DSYNC_EVENT_EXPIRED, entry);
+
+		DsyncEventPublishNow(&event, 1, 0);
+		EphemeralRemove(entry);
+	}
+	LWLockRelease(lock);
+}
+
+/*
+ * DsyncEphemeralSettle
+ *		Before a durable grant that counts an ephemeral lease of the name
+ *		as a holder (a permit, whose semaphore was defined over it):
+ *		announce and remove it if it has expired and nobody guards it
+ *		(EphemeralSettle), so that its "expired" comes before the grant's
+ *		"acquired".  A probe under the share lock when nothing is due.
+ */
+void
+DsyncEphemeralSettle(text *lease)
+{
+	EphemeralKey key;
+	uint32		hash;
+	EphemeralEntry *entry;
+	bool		expired;
+
+	if (ephemeral_shared == NULL || pg_atomic_read_u32(&ephemeral_shared->entries) == 0)
+		return;
+	hash = EphemeralKeyFor(lease, &key);
+	LWLockAcquire(EphemeralLock(hash), LW_SHARED);
+	entry = EphemeralFind(&key, hash);
+	expired = entry != NULL && !EphemeralIsHeld(entry, GetCurrentTimestamp());
+	LWLockRelease(EphemeralLock(hash));
+	if (expired)
+		EphemeralSettle(&key, hash);
+}
+
+/*
  * DsyncEphemeralExclude
  *		Before a durable grant of lease writes its row: false (with
  *		*retry_at, 0 if unknown) if an ephemeral lease holds the name;
@@ -329,7 +385,9 @@ EphemeralRemove(EphemeralEntry *entry)
  *		catalog of a grant (NULL for a renewal, which draws no token); the
  *		token the grant draws meanwhile almost always comes from the block in shared
  *		memory; one fetched under the lock (if others used the block up in
- *		between) holds up only ephemeral grants in its partition.
+ *		between) holds up only ephemeral grants in its partition.  A grant
+ *		that finds an expired ephemeral lease of the name announces its
+ *		expiry first (EphemeralSettle).
  */
 bool
 DsyncEphemeralExclude(const DsyncCatalog *for_grant, text *lease, TimestampTz *retry_at)
@@ -360,14 +418,23 @@ DsyncEphemeralExclude(const DsyncCatalog *for_grant, text *lease, TimestampTz *r
 		DsyncFencingFill(for_grant);
 	}
 	hash = EphemeralKeyFor(lease, &key);
-	LWLockAcquire(EphemeralLock(hash), LW_SHARED);
-	entry = pg_atomic_read_u32(&ephemeral_shared->entries) == 0 ? NULL :
-		EphemeralFind(&key, hash);
-	if (entry != NULL && EphemeralIsHeld(entry, now))
+	for (;;)
 	{
-		*retry_at = entry->expires_at > now ? entry->expires_at : 0;
+		LWLockAcquire(EphemeralLock(hash), LW_SHARED);
+		entry = pg_atomic_read_u32(&ephemeral_shared->entries) == 0 ? NULL :
+			EphemeralFind(&key, hash);
+		if (entry != NULL && EphemeralIsHeld(entry, now))
+		{
+			*retry_at = entry->expires_at > now ? entry->expires_at : 0;
+			LWLockRelease(EphemeralLock(hash));
+			return false;
+		}
+		if (entry == NULL || for_grant == NULL)
+			break;
+		/* Expired, not yet announced: announce it, then look again. */
 		LWLockRelease(EphemeralLock(hash));
-		return false;
+		EphemeralSettle(&key, hash);
+		now = GetCurrentTimestamp();
 	}
 	excluding = EphemeralLock(hash);
 	return true;

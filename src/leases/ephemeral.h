@@ -61,6 +61,7 @@ extern int32 DsyncEphemeralForceRelease(text *lease, text *holder, bool cancel_w
 extern bool DsyncEphemeralExclude(const DsyncCatalog *for_grant, text *lease,
 								  TimestampTz *retry_at);
 extern void DsyncEphemeralExcludeEnd(void);
+extern void DsyncEphemeralSettle(text *lease);
 
 extern void DsyncEphemeralSessionMove(text *lease, text *holder, int64 token);
 extern void DsyncEphemeralRoleCount(Oid roleid, int64 *here, int64 *elsewhere);

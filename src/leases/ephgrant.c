@@ -20,6 +20,7 @@
 #include "pgstat.h"
 #include "storage/condition_variable.h"
 #include "storage/ipc.h"
+#include "storage/lmgr.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "utils/acl.h"
@@ -128,6 +129,8 @@ static bool
 EphemeralDurableTaken(EphemeralStores *stores, text *lease, TimestampTz now,
 					  TimestampTz *retry_at)
 {
+	stores->lease.writer_xid = InvalidTransactionId;
+	stores->permit.writer_xid = InvalidTransactionId;
 	/* Shared holders (shared.c) and a dropped semaphore's permits. */
 	if (stores->has_permits &&
 		DsyncStoreKeysTaken(&stores->permit, lease, Int32GetDatum(0), true, now, retry_at))
@@ -167,10 +170,14 @@ EphemeralPlainTaken(DsyncStore *store, text *lease, TimestampTz now, TimestampTz
 	 * a durable grant writes only while it holds off ephemeral grants of
 	 * the name, which we do now.  One with an xmax may have been granted
 	 * by a transaction that committed since our snapshot (so the xmax no
-	 * longer runs): look again, seeing uncommitted versions too.
+	 * longer runs): look again, seeing uncommitted versions too.  Free
+	 * means announced free, too: an expired holder not yet cleared, or a
+	 * release still queueing its event, keeps the name a moment longer.
 	 */
 	if (row->unlocked)
 	{
+		if (!DsyncStoreFreeInOrder(store, row, lease))
+			return true;
 		DsyncStoreNoteFree(store, row);
 		return false;
 	}
@@ -247,16 +254,43 @@ EphemeralFillGrant(EphemeralEntry *entry, int64 token, TimestampTz now, const Le
 static void
 EphemeralStoreOpen(EphemeralStores *stores, const DsyncCatalog *catalog)
 {
+	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+
+	/*
+	 * Our "acquired" must come after the events that freed the name, if
+	 * events are queued here at all (no slot, or a database dsync does not
+	 * serve, queues none, and no worker would clear an expired holder).
+	 */
+	bool		in_order = slot != NULL && slot->state == DSYNC_DB_ACTIVE;
+
 	DsyncStoreOpenCatalog(&stores->lease, catalog, DSYNC_TABLE_LEASE, false);
 	(void) DsyncStoreIndex(&stores->lease);
 	stores->lease.note_commits = true;
+	stores->lease.in_event_order = in_order;
 	stores->has_permits = OidIsValid(catalog->rels[DSYNC_TABLE_PERMIT]);
 	if (stores->has_permits)
 	{
 		DsyncStoreOpenCatalog(&stores->permit, catalog, DSYNC_TABLE_PERMIT, false);
 		(void) DsyncStoreIndex(&stores->permit);
 		stores->permit.note_commits = true;
+		stores->permit.in_event_order = in_order;
 	}
+}
+
+/*
+ * EphemeralStoreWriter
+ *		A committed transaction whose events are still being queued, that
+ *		the last look found (EphemeralDurableTaken): wait for it, then look
+ *		again.  InvalidTransactionId if none.
+ */
+static TransactionId
+EphemeralStoreWriter(const EphemeralStores *stores, bool opened)
+{
+	if (!opened)
+		return InvalidTransactionId;
+	if (TransactionIdIsValid(stores->lease.writer_xid))
+		return stores->lease.writer_xid;
+	return stores->has_permits ? stores->permit.writer_xid : InvalidTransactionId;
 }
 
 /*
@@ -427,7 +461,16 @@ DsyncEphemeralTryAcquire(FunctionCallInfo fcinfo, text *lease, const LeaseGrant 
 		}
 		if (!may_take || (!clear && EphemeralDurableTaken(&store, lease, now, retry_at)))
 		{
+			TransactionId writer = may_take ? EphemeralStoreWriter(&store, opened) :
+				InvalidTransactionId;
+
 			LWLockRelease(lock);
+			if (TransactionIdIsValid(writer))
+			{
+				/* Committed, its events being queued: a moment, not a wait. */
+				XactLockTableWait(writer, NULL, NULL, XLTW_None);
+				continue;
+			}
 			EphemeralStoreClose(&store, opened);
 			return false;
 		}

@@ -194,6 +194,8 @@ DsyncLeaseRelease(DsyncStore *store, DsyncRow *row)
  *		asks once it has locked or written the plain row, which no shared
  *		grant in progress lets it do.
  */
+static int	lease_expired_permits = 0;	/* LeasePermitHolders found, to clear */
+
 static int
 LeasePermitHolders(LeaseStores *stores, text *lease, text *holder, DsyncRow **mine,
 				   TimestampTz *earliest)
@@ -204,6 +206,7 @@ LeasePermitHolders(LeaseStores *stores, text *lease, text *holder, DsyncRow **mi
 	int			live = 0;
 
 	*mine = NULL;
+	lease_expired_permits = 0;
 	if (!LeaseMayHavePermits(stores))
 		return 0;
 	scan = DsyncScanName(&stores->permit, lease);
@@ -215,6 +218,8 @@ LeasePermitHolders(LeaseStores *stores, text *lease, text *holder, DsyncRow **mi
 		{
 			if (!row->unlocked && DsyncRowXmaxRunning(row))
 				live++;			/* guarded past its expiry */
+			else
+				lease_expired_permits++;	/* LeaseClearExpired */
 			continue;
 		}
 		live++;
@@ -225,6 +230,55 @@ LeasePermitHolders(LeaseStores *stores, text *lease, text *holder, DsyncRow **mi
 	}
 	DsyncScanEnd(scan);
 	return live;
+}
+
+/*
+ * LeaseClearExpired
+ *		Before an exclusive grant is recorded, when the last
+ *		LeasePermitHolders found holders in dsync_permit whose time has
+ *		passed (shared holders, a dropped semaphore's permits): clear them
+ *		and announce their expiry, as the reaper would, so that each
+ *		"expired" comes before our "acquired" (both ours, in commit order)
+ *		rather than whenever the reaper commits.  No shared grant can begin
+ *		meanwhile (the caller holds the plain row or its insert claim).  A
+ *		row the reaper is clearing is waited for (DsyncStoreLock) and then
+ *		found changed: cleared.  False if another transaction has one
+ *		locked: no grant now; its end wakes the name's waiters.
+ */
+static bool
+LeaseClearExpired(LeaseStores *stores, text *lease)
+{
+	DsyncScan  *scan;
+	DsyncRow   *row;
+	bool		ok = true;
+
+	if (lease_expired_permits == 0)
+		return true;
+	scan = DsyncScanName(&stores->permit, lease);
+	while (ok && (row = DsyncScanNext(scan)) != NULL)
+	{
+		if (row->nulls[Anum_lease_holder - 1] || DsyncRowIsLive(row, GetCurrentTimestamp()))
+			continue;
+		switch (DsyncStoreLock(&stores->permit, row, LockTupleNoKeyExclusive, LockWaitSkip))
+		{
+			case TM_Ok:
+				if (row->nulls[Anum_lease_holder - 1] ||
+					DsyncRowIsLive(row, GetCurrentTimestamp()))
+					break;
+				DsyncEventRecord(DSYNC_EVENT_EXPIRED, row);
+				DsyncLeaseSetReleased(row);
+				DsyncStoreUpdate(&stores->permit, row);
+				break;
+			case TM_WouldBlock:
+				ok = false;
+				break;
+			default:
+				break;			/* changed since it was read: cleared */
+		}
+	}
+	DsyncScanEnd(scan);
+	lease_expired_permits = 0;
+	return ok;
 }
 
 /*
@@ -250,7 +304,10 @@ LeaseRefuseUpgrade(text *lease, text *holder)
  *		grants of the name off while it does.  TM_Ok: granted, the token
  *		set, the events recorded.  Otherwise nothing was granted: the row
  *		changed (TM_Updated, TM_Deleted), is locked (TM_BeingModified), or
- *		an ephemeral lease holds the name (TM_WouldBlock, *retry_at set).
+ *		an ephemeral lease holds the name (TM_WouldBlock, *retry_at set),
+ *		or another transaction has an expired shared holder of it locked
+ *		(TM_WouldBlock).  Expired shared holders are cleared and announced
+ *		first (LeaseClearExpired).
  *
  * A shared grant locks the row before it writes its own (shared.c), so it
  * cannot run while the update holds the row; but one that locked the row,
@@ -271,6 +328,7 @@ LeaseTakeOver(LeaseStores *stores, DsyncRow *row, const LeaseGrant *grant, int64
 	TM_Result	result;
 	DsyncRow   *mine;
 	TimestampTz earliest = 0;
+	int			holders;
 
 	if (!DsyncEphemeralExclude(store->catalog, lease, retry_at))
 		return TM_WouldBlock;
@@ -279,13 +337,15 @@ LeaseTakeOver(LeaseStores *stores, DsyncRow *row, const LeaseGrant *grant, int64
 	DsyncEphemeralExcludeEnd();
 	if (result != TM_Ok)
 		return result;
-	if (LeasePermitHolders(stores, lease, grant->holder, &mine, &earliest) > 0)
+	holders = LeasePermitHolders(stores, lease, grant->holder, &mine, &earliest);
+	if (holders > 0 || !LeaseClearExpired(stores, lease))
 	{
 		DsyncRow	undo = *row;
 
 		undo.tid = grant_row.tid;
 		DsyncStoreUpdate(store, &undo);
-		return TM_Updated;
+		/* An expired one another transaction has locked: not now. */
+		return holders > 0 ? TM_Updated : TM_WouldBlock;
 	}
 	/* Taking over an expired lease announces its expiry first. */
 	if (!row->nulls[Anum_lease_holder - 1])
@@ -434,6 +494,7 @@ LeaseTryAcquire(LeaseStores *stores, text *lease, const LeaseGrant *grant,
 				(LeaseMayHavePermits(stores) &&
 				 DsyncStoreKeysTaken(&stores->permit, lease, Int32GetDatum(DSYNC_SHARED_SLOT),
 									 true, GetCurrentTimestamp(), retry_at)) ||
+				!LeaseClearExpired(stores, lease) ||
 				!DsyncEphemeralExclude(stores->lease.catalog, lease, retry_at))
 			{
 				DsyncStoreUnclaimKey(&stores->lease, lease, Int32GetDatum(0));
@@ -471,7 +532,8 @@ LeaseTryAcquire(LeaseStores *stores, text *lease, const LeaseGrant *grant,
 		if (result != TM_Ok || DsyncRowIsLive(row, GetCurrentTimestamp()))
 			continue;
 		/* The row is ours: no shared grant can begin now. */
-		if (LeasePermitHolders(stores, lease, grant->holder, &mine, retry_at) > 0)
+		if (LeasePermitHolders(stores, lease, grant->holder, &mine, retry_at) > 0 ||
+			!LeaseClearExpired(stores, lease))
 			return false;
 		if (!DsyncEphemeralExclude(stores->lease.catalog, lease, retry_at))
 			return false;

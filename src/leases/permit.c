@@ -187,6 +187,41 @@ PermitExtraHolders(const DsyncCatalog *catalog, DsyncStore *permits_store, Dsync
 }
 
 /*
+ * PermitSettleFormer
+ *		Before a permit is granted, once PermitExtraHolders has counted: a
+ *		plain lock (durable or ephemeral) taken before the semaphore was
+ *		defined whose time has passed is cleared and its expiry announced
+ *		now, as the reaper would, so that it comes before our "acquired"
+ *		rather than whenever the reaper gets there.  Whatever the count
+ *		found expired is still expired at this later clock reading.  1:
+ *		done; 0: the plain row changed (look again); -1: another
+ *		transaction has it locked (not now; its end wakes the waiters).
+ */
+static int
+PermitSettleFormer(DsyncStore *plain_store, DsyncRow *plain, text *name)
+{
+	DsyncEphemeralSettle(name);
+	if (plain == NULL || plain->nulls[Anum_lease_holder - 1] ||
+		DsyncRowIsLive(plain, GetCurrentTimestamp()))
+		return 1;
+	switch (DsyncStoreLock(plain_store, plain, LockTupleNoKeyExclusive, LockWaitSkip))
+	{
+		case TM_Ok:
+			break;
+		case TM_WouldBlock:
+			return -1;
+		default:
+			return 0;
+	}
+	if (plain->nulls[Anum_lease_holder - 1] || DsyncRowIsLive(plain, GetCurrentTimestamp()))
+		return 0;
+	DsyncEventRecord(DSYNC_EVENT_EXPIRED, plain);
+	DsyncLeaseSetReleased(plain);
+	DsyncStoreUpdate(plain_store, plain);
+	return 1;
+}
+
+/*
  * The slot this backend took last, and of which semaphore: the next search
  * for a free permit of it starts after that slot.  Permits taken earlier in
  * the same transaction (or so recently that nobody has pruned them yet)
@@ -345,6 +380,7 @@ DsyncPermitTryAcquire(FunctionCallInfo fcinfo, text *name, const LeaseGrant *gra
 		int			extra;
 		int			locked;
 		int			grown;
+		int			settled;
 
 		CHECK_FOR_INTERRUPTS();
 		*retry_at = 0;
@@ -362,6 +398,14 @@ DsyncPermitTryAcquire(FunctionCallInfo fcinfo, text *name, const LeaseGrant *gra
 			break;
 
 		extra = PermitExtraHolders(catalog, &store, plain, name, permits, retry_at);
+		/* After the count: what it found expired stays so. */
+		settled = PermitSettleFormer(&plain_store, plain, name);
+		if (settled <= 0)
+		{
+			if (settled == 0)
+				continue;
+			break;
+		}
 		locked = PermitLockFree(&store, name, permits, extra + 1, thorough, &row, &retry);
 		if (retry)
 			continue;

@@ -109,6 +109,7 @@ DsyncDbSlotAllocate(Oid dbid, bool reuse_absent)
 	pg_atomic_write_u64(&slot->watcher_left_at, slot->left_placeholder);
 	pg_atomic_write_u32(&slot->held_map_ready, 0);
 	pg_atomic_write_u32(&slot->bound_map_ready, 0);
+	pg_atomic_write_u64(&slot->reaped_until, 0);
 	for (int i = 0; i < DSYNC_NUM_COUNTERS; i++)
 		pg_atomic_write_u64(&slot->counters[i], 0);
 	/* Under the queue lock, so that no event lands in another database's queue. */

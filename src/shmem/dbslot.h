@@ -89,6 +89,15 @@ typedef struct DsyncDbSlot
 	/* Its worker has read dsync_fence into the bound map (boundmap.c). */
 	pg_atomic_uint32 bound_map_ready;
 
+	/*
+	 * A TimestampTz (it may go below 0): every durable holder of the
+	 * database whose expiry is at or before it has been cleared, its
+	 * "expired" queued, unless a transaction still pins its name's bucket
+	 * of the held map.  Raised by the worker after a pass, lowered by a
+	 * transaction that leaves such a holder behind (heldmap.c).
+	 */
+	pg_atomic_uint64 reaped_until;
+
 	/* Event queue: a list of pool chunks, protected by queue_lock. */
 	LWLock	   *queue_lock;
 	int			queue_first;	/* chunk read next, -1 if empty */

@@ -113,6 +113,7 @@ DsyncWorkerShmemInit(void)
 		pg_atomic_init_u64(&slot->watcher_left_at, 0);
 		pg_atomic_init_u32(&slot->held_map_ready, 0);
 		pg_atomic_init_u32(&slot->bound_map_ready, 0);
+		pg_atomic_init_u64(&slot->reaped_until, 0);
 		pg_atomic_init_u32(&slot->recheck, 0);
 		pg_atomic_init_u32(&slot->yield, 0);
 		pg_atomic_init_u32(&slot->wanted, 0);

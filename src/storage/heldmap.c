@@ -28,6 +28,24 @@
  * ephemeral grant looks at the map under that lock in exclusive mode:
  * whichever comes second sees the first, as with the table.
  *
+ * Free is not enough for an ephemeral grant, which announces itself at
+ * once: a holder whose time has passed must also have been cleared, its
+ * "expired" queued, or its name's events would come out of order (the
+ * ephemeral grant's "acquired" first).  So a bucket is clear only once
+ * until is also at or before the database's reaped_until (its slot): the
+ * time up to which every durable holder has been cleared and announced,
+ * unless a transaction still pins its bucket.  The worker raises it after
+ * each pass over its deadlines to the time the pass began
+ * (DsyncHeldMapReaped), unless something due by then is still to be done,
+ * with a compare-and-swap from the value it read before it took its
+ * queue; a transaction that leaves behind a holder that such a pass may
+ * count as done lowers it, and always changes it, before its pins go
+ * (HeldMapLowerReaped): one that committed a holder whose expiry has
+ * passed by its end, and one that locked a holder (a guard, a try that
+ * failed) that the worker then found busy.  Pins are dropped once the
+ * transaction's events are queued (after the commit callbacks, with the
+ * locks), so that no pin is gone before the events it stood for.
+ *
  * A database's map is ready once its worker has read dsync_lease after
  * this shared memory was set up (DsyncHeldMapFill): rows from before a
  * restart were never counted here.  The worker reads every row version
@@ -55,7 +73,9 @@
 #include "miscadmin.h"
 #include "port/pg_bitutils.h"
 #include "storage/shmem.h"
+#include "storage/proc.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 #include "utils/snapmgr.h"
 
@@ -76,6 +96,12 @@ static HeldMapShared *heldmap = NULL;
 static uint64 *my_pins = NULL;	/* bitmap of the buckets this transaction pins */
 static int	my_npins = 0;
 static bool pin_callback_registered = false;
+
+/* The earliest expiry of a holder this transaction locked or wrote (0: none). */
+static TimestampTz my_touched = 0;
+
+/* This transaction is the worker's clearing one (DsyncHeldMapReaping). */
+static bool my_reaping = false;
 
 /*
  * DsyncHeldMapShmemSize
@@ -135,28 +161,68 @@ HeldMapRaise(uint32 bucket, TimestampTz t)
 }
 
 /*
- * HeldMapXactEnd
- *		Drop this transaction's pins once it has ended, its changes now
- *		committed or gone.  A transaction that was prepared changed nothing
- *		of dsync's (wait.c refuses to prepare one that did: a lock taken or
- *		a version written), so its pins are those of tries that failed.
+ * HeldMapLowerReaped
+ *		This transaction, ending, leaves behind a holder whose expiry is
+ *		touched, unless it cleared it: if a pass of the worker may count
+ *		that holder as cleared (its expiry is at or before reaped_until, or
+ *		has passed, so that a pass running now may raise reaped_until over
+ *		it), lower reaped_until below it.  The value always changes, so
+ *		that a pass that read it before fails to raise it.  Read before
+ *		the clock: a pass reads the clock before the value, so one whose
+ *		read came earlier began no later than our clock says.  The worker
+ *		is woken to raise it again after its next pass.  In the resource
+ *		release callback: no error, no wait.
  */
 static void
-HeldMapXactEnd(XactEvent event, void *arg)
+HeldMapLowerReaped(TimestampTz touched)
 {
+	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+	uint64		current;
+	int			procno;
+
+	if (slot == NULL)
+		return;
+	current = pg_atomic_read_u64(&slot->reaped_until);
+	for (;;)
+	{
+		TimestampTz reaped = (TimestampTz) current;
+		TimestampTz now;
+
+		pg_memory_barrier();
+		now = GetCurrentTimestamp();
+		if (touched > now && touched > reaped)
+			return;				/* no pass can count it yet */
+		if (pg_atomic_compare_exchange_u64(&slot->reaped_until, &current,
+										   (uint64) Min(reaped - 1, touched - 1)))
+			break;
+	}
+	procno = slot->pgprocno;
+	if (procno >= 0)
+		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+}
+
+/*
+ * HeldMapXactEnd
+ *		Once the transaction has ended, its changes committed (and their
+ *		events queued: this runs after the commit callbacks) or gone: lower
+ *		reaped_until if it must, then drop its pins.  A transaction that
+ *		was prepared changed nothing of dsync's (wait.c refuses to prepare
+ *		one that did: a lock taken or a version written), so its pins are
+ *		those of tries that failed.  A resource release callback, called
+ *		for the top-level transaction once its locks are gone (and for
+ *		other resource owners, which are not ours).
+ */
+static void
+HeldMapXactEnd(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void *arg)
+{
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel)
+		return;
+	if (my_touched != 0 && !my_reaping)
+		HeldMapLowerReaped(my_touched);
+	my_touched = 0;
+	my_reaping = false;
 	if (my_npins == 0)
 		return;
-	switch (event)
-	{
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-		case XACT_EVENT_PREPARE:
-			break;
-		default:
-			return;
-	}
 	for (int w = 0; w < HELDMAP_BUCKETS / 64; w++)
 	{
 		while (my_pins[w] != 0)
@@ -172,14 +238,31 @@ HeldMapXactEnd(XactEvent event, void *arg)
 }
 
 /*
+ * HeldMapRegister
+ *		Hook the end of transactions in this backend, once.
+ */
+static void
+HeldMapRegister(void)
+{
+	if (pin_callback_registered)
+		return;
+	my_pins = MemoryContextAllocZero(TopMemoryContext, HELDMAP_BUCKETS / 8);
+	RegisterResourceReleaseCallback(HeldMapXactEnd, NULL);
+	pin_callback_registered = true;
+}
+
+/*
  * DsyncHeldMapNote
  *		This transaction is about to lock or write a version of dsync_lease
- *		for name (slot 0): pin its bucket until the transaction ends and,
- *		for a version with a holder until expiry (0: none), raise the
- *		bucket's until to it.
+ *		for name (slot 0), or of dsync_permit: pin its bucket until the
+ *		transaction ends and, for a version written with a holder until
+ *		expiry (0: none), raise the bucket's until to it.  touched: the
+ *		expiry of the holder of the version locked or written (0: none),
+ *		which the end of the transaction may have to keep from counting as
+ *		reaped (HeldMapLowerReaped).
  */
 void
-DsyncHeldMapNote(text *name, TimestampTz expiry)
+DsyncHeldMapNote(text *name, TimestampTz expiry, TimestampTz touched)
 {
 	uint32		bucket;
 
@@ -188,12 +271,9 @@ DsyncHeldMapNote(text *name, TimestampTz expiry)
 	bucket = HeldMapBucket(DsyncNameHash(name));
 	if (expiry != 0)
 		HeldMapRaise(bucket, expiry);
-	if (!pin_callback_registered)
-	{
-		my_pins = MemoryContextAllocZero(TopMemoryContext, HELDMAP_BUCKETS / 8);
-		RegisterXactCallback(HeldMapXactEnd, NULL);
-		pin_callback_registered = true;
-	}
+	HeldMapRegister();
+	if (touched != 0 && (my_touched == 0 || touched < my_touched))
+		my_touched = touched;
 	/* One pin per bucket and transaction. */
 	if (my_pins[bucket / 64] & (UINT64CONST(1) << (bucket % 64)))
 		return;
@@ -203,16 +283,73 @@ DsyncHeldMapNote(text *name, TimestampTz expiry)
 }
 
 /*
+ * DsyncHeldMapReaping
+ *		The current transaction is the worker's pass clearing expired
+ *		holders: what it locks it clears, or finds renewed, so its end need
+ *		not lower reaped_until (which would undo the pass's raise).
+ */
+void
+DsyncHeldMapReaping(void)
+{
+	if (heldmap == NULL)
+		return;
+	HeldMapRegister();			/* which forgets it when the transaction ends */
+	my_reaping = true;
+}
+
+/*
+ * DsyncHeldMapPinned
+ *		Whether a transaction that locked or wrote a version of a name of
+ *		this hash may still be running, or ending (its events not yet
+ *		queued).
+ */
+bool
+DsyncHeldMapPinned(uint32 hash)
+{
+	return heldmap != NULL && pg_atomic_read_u32(&heldmap->pins[HeldMapBucket(hash)]) != 0;
+}
+
+/*
+ * DsyncHeldMapReapBegin
+ *		Before the worker takes its queue for a pass: the clock, then
+ *		reaped_until, for DsyncHeldMapReaped after the pass.
+ */
+uint64
+DsyncHeldMapReapBegin(DsyncDbSlot *slot, TimestampTz *began)
+{
+	*began = GetCurrentTimestamp();
+	pg_memory_barrier();
+	return pg_atomic_read_u64(&slot->reaped_until);
+}
+
+/*
+ * DsyncHeldMapReaped
+ *		After a pass of the worker that began (DsyncHeldMapReapBegin) with
+ *		reaped_until at seen: every holder whose expiry is at or before
+ *		upto has been cleared and announced, as far as the worker knew of
+ *		it then (upto is at most when the pass began).  Raise reaped_until
+ *		to upto (0: nothing to say), unless a transaction has changed it
+ *		since: it left a holder behind that the pass may not have counted.
+ */
+void
+DsyncHeldMapReaped(DsyncDbSlot *slot, uint64 seen, TimestampTz upto)
+{
+	if (upto != 0 && upto > (TimestampTz) seen)
+		(void) pg_atomic_compare_exchange_u64(&slot->reaped_until, &seen, (uint64) upto);
+}
+
+/*
  * DsyncHeldMapClear
  *		Whether no durable lease can hold a name of this hash at now, nor
- *		be on its way to: then an ephemeral grant need not look at
- *		dsync_lease.  The caller holds the name's partition lock
- *		exclusively.
+ *		be on its way to, nor have left its end unannounced: then an
+ *		ephemeral grant need not look at dsync_lease.  The caller holds the
+ *		name's partition lock exclusively.
  */
 bool
 DsyncHeldMapClear(DsyncDbSlot *slot, uint32 hash, TimestampTz now)
 {
 	uint32		bucket = HeldMapBucket(hash);
+	TimestampTz until;
 
 	if (heldmap == NULL || slot == NULL || pg_atomic_read_u32(&slot->held_map_ready) == 0)
 		return false;
@@ -222,9 +359,13 @@ DsyncHeldMapClear(DsyncDbSlot *slot, uint32 hash, TimestampTz now)
 		return false;
 	if (pg_atomic_read_u32(&heldmap->pins[bucket]) != 0)
 		return false;
-	/* A pin dropped is a raise made (HeldMapXactEnd). */
+	/* A pin dropped is a raise made, and reaped_until lowered (HeldMapXactEnd). */
 	pg_read_barrier();
-	return (TimestampTz) pg_atomic_read_u64(&heldmap->until[bucket]) <= now;
+	until = (TimestampTz) pg_atomic_read_u64(&heldmap->until[bucket]);
+	if (until == 0)
+		return true;			/* never held durably */
+	/* Held until then: also cleared and announced? */
+	return until <= now && until <= (TimestampTz) pg_atomic_read_u64(&slot->reaped_until);
 }
 
 /*

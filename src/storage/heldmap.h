@@ -44,8 +44,12 @@ DsyncNameHash(text *name)
 
 extern Size DsyncHeldMapShmemSize(void);
 extern void DsyncHeldMapShmemInit(void);
-extern void DsyncHeldMapNote(text *name, TimestampTz expiry);
+extern void DsyncHeldMapNote(text *name, TimestampTz expiry, TimestampTz touched);
 extern bool DsyncHeldMapClear(DsyncDbSlot *slot, uint32 hash, TimestampTz now);
+extern bool DsyncHeldMapPinned(uint32 hash);
+extern void DsyncHeldMapReaping(void);
+extern uint64 DsyncHeldMapReapBegin(DsyncDbSlot *slot, TimestampTz *began);
+extern void DsyncHeldMapReaped(DsyncDbSlot *slot, uint64 seen, TimestampTz upto);
 extern void DsyncHeldMapFill(DsyncDbSlot *slot);
 
 #endif							/* DSYNC_HELDMAP_H */

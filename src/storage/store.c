@@ -383,7 +383,8 @@ DsyncStoreReportChanged(DsyncStore *store, DsyncRow *row)
  *		a version of a lease, before it does: ephemeral grants of the name
  *		look at the table until the transaction ends, as they would see
  *		its xmin or xmax there.  written: the version being written, whose
- *		holder's expiry counts.
+ *		holder's expiry counts.  Either way the holder's expiry is noted,
+ *		since the transaction may leave that holder behind past it.
  */
 static void
 StoreNoteHeld(DsyncStore *store, const DsyncRow *row, bool written)
@@ -400,10 +401,10 @@ StoreNoteHeld(DsyncStore *store, const DsyncRow *row, bool written)
 	if (store->table == DSYNC_TABLE_LEASE ? DsyncRowSlot(row) != 0 :
 		store->table != DSYNC_TABLE_PERMIT)
 		return;
-	if (written && !row->nulls[Anum_lease_holder - 1] &&
-		!row->nulls[Anum_lease_expires_at - 1])
+	if (!row->nulls[Anum_lease_holder - 1] && !row->nulls[Anum_lease_expires_at - 1])
 		expiry = DsyncRowExpiry(row);
-	DsyncHeldMapNote(DatumGetTextPP(row->values[Anum_lease_name - 1]), expiry);
+	DsyncHeldMapNote(DatumGetTextPP(row->values[Anum_lease_name - 1]),
+					 written ? expiry : 0, expiry);
 }
 
 /*

@@ -46,6 +46,9 @@ typedef struct DsyncStore
 	bool		note_commits;	/* keep free_commit_lsn (DsyncStoreNoteFree) */
 	XLogRecPtr	free_commit_lsn;	/* latest asynchronous commit of a free
 									 * version relied on */
+	bool		in_event_order;	/* free only once its end is announced
+								 * (DsyncStoreFreeInOrder) */
+	TransactionId writer_xid;	/* a writer whose events are on their way */
 } DsyncStore;
 
 typedef struct DsyncScan DsyncScan;
@@ -104,6 +107,7 @@ typedef enum DsyncClaim
 extern bool DsyncRowXmaxRunning(const DsyncRow *row);
 extern bool DsyncStoreKeyAny(DsyncStore *store, text *name, Datum second);
 extern void DsyncStoreNoteFree(DsyncStore *store, const DsyncRow *row);
+extern bool DsyncStoreFreeInOrder(DsyncStore *store, const DsyncRow *row, text *name);
 extern bool DsyncStoreKeyTaken(DsyncStore *store, text *name, Datum second,
 							   TimestampTz now, TimestampTz *retry_at);
 extern bool DsyncStoreKeysTaken(DsyncStore *store, text *name, Datum second,

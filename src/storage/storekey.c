@@ -216,6 +216,46 @@ DsyncStoreNoteFree(DsyncStore *store, const DsyncRow *row)
 }
 
 /*
+ * DsyncStoreFreeInOrder
+ *		Whether a version that holds nobody now (free, or expired) may be
+ *		taken as free by a look made in event order (store->in_event_order:
+ *		an ephemeral grant, which announces itself at once): only once
+ *		what ended its last holder has been announced, or the grant's
+ *		"acquired" would come before that holder's "expired" or
+ *		"released".  So an expired holder keeps the key until it is
+ *		cleared (by the worker, dsync_reap() or a durable grant, which
+ *		announce the expiry and wake the name's waiters when they end),
+ *		and a version written by a transaction that has committed but not
+ *		yet queued its events (its commit callbacks run after the commit
+ *		is visible, before its locks go) keeps it until then: its xid is
+ *		left in store->writer_xid, to wait for without the caller's
+ *		LWLock.  Such a writer still pins the name's bucket of the held
+ *		map, so the lock table is asked only if the bucket is pinned.
+ */
+bool
+DsyncStoreFreeInOrder(DsyncStore *store, const DsyncRow *row, text *name)
+{
+	LOCKTAG		tag;
+
+	if (!store->in_event_order)
+		return true;
+	if (!row->nulls[Anum_lease_holder - 1])
+		return false;			/* expired, not yet cleared */
+	if (!TransactionIdIsNormal(row->xmin) ||
+		(row->infomask & HEAP_XMIN_FROZEN) == HEAP_XMIN_FROZEN ||
+		!DsyncHeldMapPinned(DsyncNameHash(name)))
+		return true;
+	SET_LOCKTAG_TRANSACTION(tag, row->xmin);
+	if (LockAcquire(&tag, ShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+	{
+		store->writer_xid = row->xmin;
+		return false;
+	}
+	LockRelease(&tag, ShareLock, false);
+	return true;
+}
+
+/*
  * DsyncStoreKeysTaken
  *		DsyncStoreKeyTaken; from_second: whether any key of the name from
  *		second on is (the shared holders of a lease, from their first slot).
@@ -252,7 +292,11 @@ DsyncStoreKeysTaken(DsyncStore *store, text *name, Datum second, bool from_secon
 		}
 		else if (TransactionIdIsCurrentTransactionId(row.xmin))
 			taken = true;		/* our own change, which a rollback would undo */
-		else if (!(taken = DsyncRowXmaxRunning(&row)))	/* a guard keeps even an expired lease */
+		else if (DsyncRowXmaxRunning(&row))
+			taken = true;		/* a guard keeps even an expired lease */
+		else if (!DsyncStoreFreeInOrder(store, &row, name))
+			taken = true;
+		else
 			DsyncStoreNoteFree(store, &row);
 	}
 	StoreDirtyScanEnd(scan, slot);

@@ -31,6 +31,13 @@
  * an acquirer that meets one of its row locks waits for it (store.c)
  * instead of reporting a free lease as busy.
  *
+ * After a pass, the worker tells ephemeral grants up to when every
+ * holder it knew of has been cleared and announced (ExpiryReapedUpTo,
+ * heldmap.c's reaped_until): when the pass began, unless a deadline due
+ * by then is still to be done.  A row someone else had locked (busy) is
+ * looked at again later; until then its first due time holds that value
+ * back (the busy heap).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -53,6 +60,7 @@
 #include "store.h"
 #include "events.h"
 #include "ephemeral.h"
+#include "heldmap.h"
 
 /* The most deadlines kept in memory (and a quarter more before trimming). */
 #define EXPIRY_MAX_ENTRIES		dsync_deadlines_in_memory
@@ -75,10 +83,13 @@ typedef struct ExpiryEntry
 	ExpiryKey	key;			/* hash key: must be first */
 	TimestampTz deadline;
 	pairingheap_node node;
+	TimestampTz busy_since;		/* first due and found busy (0: not busy) */
+	pairingheap_node busy_node; /* in expiry_busy while busy_since is set */
 } ExpiryEntry;
 
 static HTAB *expiry_entries = NULL;
 static pairingheap *expiry_heap = NULL;
+static pairingheap *expiry_busy = NULL; /* busy entries, earliest busy_since first */
 static MemoryContext expiry_cxt = NULL;
 
 /* Every deadline not kept is at or after this (DT_NOEND: all are kept). */
@@ -109,6 +120,23 @@ ExpiryCompare(const pairingheap_node *a, const pairingheap_node *b, void *arg)
 	if (ea->deadline < eb->deadline)
 		return 1;
 	if (ea->deadline > eb->deadline)
+		return -1;
+	return 0;
+}
+
+/*
+ * ExpiryBusyCompare
+ *		The busy heap's order: the earliest busy_since first.
+ */
+static int
+ExpiryBusyCompare(const pairingheap_node *a, const pairingheap_node *b, void *arg)
+{
+	const ExpiryEntry *ea = pairingheap_const_container(ExpiryEntry, busy_node, a);
+	const ExpiryEntry *eb = pairingheap_const_container(ExpiryEntry, busy_node, b);
+
+	if (ea->busy_since < eb->busy_since)
+		return 1;
+	if (ea->busy_since > eb->busy_since)
 		return -1;
 	return 0;
 }
@@ -168,6 +196,10 @@ ExpiryReset(void)
 	expiry_heap->ph_compare = ExpiryCompare;
 	expiry_heap->ph_arg = NULL;
 	expiry_heap->ph_root = NULL;
+	expiry_busy = MemoryContextAlloc(expiry_cxt, sizeof(pairingheap));
+	expiry_busy->ph_compare = ExpiryBusyCompare;
+	expiry_busy->ph_arg = NULL;
+	expiry_busy->ph_root = NULL;
 	expiry_horizon = DT_NOEND;
 }
 
@@ -220,6 +252,7 @@ ExpirySchedule(ExpiryKind kind, const char *name, const char *member, int32 slot
 		/* The key was copied with the caller's pointers: own the names. */
 		entry->key.name = MemoryContextStrdup(expiry_cxt, name);
 		entry->key.member = member ? MemoryContextStrdup(expiry_cxt, member) : NULL;
+		entry->busy_since = 0;
 	}
 	entry->deadline = deadline;
 	pairingheap_add(expiry_heap, &entry->node);
@@ -236,6 +269,9 @@ ExpiryForget(ExpiryEntry *entry)
 {
 	char	   *name = entry->key.name;
 	char	   *member = entry->key.member;
+
+	if (entry->busy_since != 0)
+		pairingheap_remove(expiry_busy, &entry->busy_node);
 
 	hash_search(expiry_entries, &entry->key, HASH_REMOVE, NULL);
 	pfree(name);
@@ -287,7 +323,9 @@ ExpiryTrim(void)
 	foreach(lc, drop)
 	{
 		entry = lfirst(lc);
-		expiry_horizon = Min(expiry_horizon, entry->deadline);
+		/* A busy row's expiry is earlier: a rescan must find it again. */
+		expiry_horizon = Min(expiry_horizon,
+							 entry->busy_since != 0 ? entry->busy_since : entry->deadline);
 		pairingheap_remove(expiry_heap, &entry->node);
 		ExpiryForget(entry);
 	}
@@ -443,9 +481,10 @@ ExpiryRescan(void)
 		List	   *drop = NIL;
 		ListCell   *lc;
 
+		/* A busy row stays: its expiry is before the horizon, unread here. */
 		hash_seq_init(&status, expiry_entries);
 		while ((entry = hash_seq_search(&status)) != NULL)
-			if (entry->deadline >= expiry_horizon)
+			if (entry->deadline >= expiry_horizon && entry->busy_since == 0)
 				drop = lappend(drop, entry);
 		foreach(lc, drop)
 		{
@@ -520,6 +559,54 @@ ExpiryRebuild(void)
 }
 
 /*
+ * ExpiryMarkBusy
+ *		Note whether an entry's row was found busy when due (due: when it
+ *		was due; 0: it was not busy).  It stays busy from the first time
+ *		until a look finds it not busy.
+ */
+static void
+ExpiryMarkBusy(ExpiryEntry *entry, TimestampTz due)
+{
+	if (due != 0 && entry->busy_since == 0)
+	{
+		entry->busy_since = due;
+		pairingheap_add(expiry_busy, &entry->busy_node);
+	}
+	else if (due == 0 && entry->busy_since != 0)
+	{
+		pairingheap_remove(expiry_busy, &entry->busy_node);
+		entry->busy_since = 0;
+	}
+}
+
+/*
+ * ExpiryReapedUpTo
+ *		After a pass that began at began, with every queued event taken
+ *		after that: the time up to which every holder the worker knows of
+ *		has been cleared and announced (heldmap.c, reaped_until), or 0 if
+ *		nothing new can be said.  That is began itself unless a deadline
+ *		due by then is kept for later (busy rows: from when they were
+ *		first due), or lies beyond the horizon.
+ */
+TimestampTz
+ExpiryReapedUpTo(TimestampTz began)
+{
+	TimestampTz upto = began;
+
+	if (expiry_heap == NULL)
+		return 0;
+	if (!pairingheap_is_empty(expiry_heap))
+		upto = Min(upto, pairingheap_container(ExpiryEntry, node,
+											   pairingheap_first(expiry_heap))->deadline - 1);
+	if (!pairingheap_is_empty(expiry_busy))
+		upto = Min(upto, pairingheap_container(ExpiryEntry, busy_node,
+											   pairingheap_first(expiry_busy))->busy_since - 1);
+	if (expiry_horizon <= upto)
+		return 0;				/* deadlines not kept may be due */
+	return upto;
+}
+
+/*
  * ExpiryReapDue
  *		Look at up to dsync.reap_batch_size due deadlines in one
  *		transaction; the events of what it clears go through the queue like
@@ -546,6 +633,8 @@ ExpiryReapDue(DsyncDbSlot *slot, bool *more)
 		CommitTransactionCommand();
 		return -1;
 	}
+	/* What this transaction locks, it clears or finds renewed. */
+	DsyncHeldMapReaping();
 	ephemeral_due = DsyncEphemeralDue();
 	if (ephemeral_due != 0 && ephemeral_due <= GetCurrentTimestamp())
 		DsyncEphemeralReap();
@@ -577,6 +666,8 @@ ExpiryReapDue(DsyncDbSlot *slot, bool *more)
 												   pairingheap_first(expiry_heap));
 		TimestampTz now = GetCurrentTimestamp();
 		TimestampTz next = 0;
+		TimestampTz due = entry->deadline;
+		bool		busy = false;
 
 		if (entry->deadline > now)
 			break;
@@ -600,9 +691,22 @@ ExpiryReapDue(DsyncDbSlot *slot, bool *more)
 								Int32GetDatum(entry->key.slot));
 			row = DsyncScanNext(scan);
 			DsyncScanEnd(scan);
-			if (row != NULL && ReapRow(store, row, now, slot, &next) == REAP_CLEARED)
-				cleared++;
+			if (row != NULL)
+			{
+				switch (ReapRow(store, row, now, slot, &next))
+				{
+					case REAP_CLEARED:
+						cleared++;
+						break;
+					case REAP_BUSY:
+						busy = true;
+						break;
+					default:
+						break;
+				}
+			}
 		}
+		ExpiryMarkBusy(entry, busy ? due : 0);
 
 		if (next != 0)
 		{

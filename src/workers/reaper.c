@@ -71,7 +71,6 @@
 #include "stats.h"
 #include "dbslot.h"
 #include "heldmap.h"
-#include "boundmap.h"
 #include "events.h"
 #include "fencing.h"
 #include "ephemeral.h"
@@ -542,63 +541,6 @@ ReaperIdle(TimestampTz next, TimestampTz now)
 }
 
 /*
- * ReaperClaimSlot
- *		Take the slot the launcher started us for; false if it is not
- *		ours to take (another reaper has it, or a statement holds the
- *		database).
- */
-static bool
-ReaperClaimSlot(int slotno, Oid dbid)
-{
-	DsyncDbSlot *slot = &dsync_workers->slots[slotno];
-	bool		ok;
-
-	LWLockAcquire(dsync_workers->lock, LW_EXCLUSIVE);
-	ok = slot->dbid == dbid && slot->state != DSYNC_DB_FREE &&
-		(slot->pid == 0 || slot->pid == -1) && slot->held_by == 0;
-	if (ok)
-	{
-		slot->pid = MyProcPid;
-		slot->pgprocno = DsyncProcNumber(MyProc);
-		slot->serving_since = GetCurrentTimestamp();
-		slot->settled = false;
-		slot->wanted_since = 0;
-		pg_atomic_write_u32(&slot->recheck, 0);
-		pg_atomic_write_u32(&slot->yield, 0);
-		pg_atomic_write_u32(&slot->wanted, 0);
-		DsyncDbSlotSenderBegin(slot, MyProcPid);
-	}
-	else if (slot->pid == -1)
-		slot->pid = 0;
-	LWLockRelease(dsync_workers->lock);
-	reaper_slot = slot;
-	return ok;
-}
-
-/*
- * ReaperFillHeldMap
- *		Read dsync_lease into the held map (heldmap.c) and dsync_fence into
- *		the bound map (boundmap.c), once this shared memory has a worker
- *		for the database: until then every ephemeral grant looks at
- *		dsync_lease, and every grant at dsync_fence.  After the first pass, so that a big
- *		table delays no expiry; in a transaction of its own.
- */
-static void
-ReaperFillHeldMap(void)
-{
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	if (OidIsValid(get_extension_oid("dsync", true)))
-	{
-		DsyncHeldMapFill(reaper_slot);
-		DsyncBoundMapFill(reaper_slot);
-	}
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-}
-
-/*
  * dsync_reaper_main
  *		Connect, check for the extension, read deadlines, then loop:
  *		take queued events, clear due leases, send events, sleep until the
@@ -620,26 +562,11 @@ dsync_reaper_main(Datum arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 
-	if (!ReaperClaimSlot(slotno, dbid))
+	reaper_slot = &dsync_workers->slots[slotno];
+	if (!ReaperClaimSlot(reaper_slot, dbid))
 		proc_exit(0);
 	before_shmem_exit(ReaperExit, Int32GetDatum(slotno));
-
-	BackgroundWorkerInitializeConnectionByOid(dbid, InvalidOid, 0);
-
-	/* Cleanup is redone after a crash; do not wait for WAL flushes. */
-	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("application_name", "dsync reaper", PGC_USERSET, PGC_S_OVERRIDE);
-
-	/*
-	 * A database's settings (ALTER DATABASE ... SET) are for its sessions:
-	 * a default role would make the worker read and write dsync's tables
-	 * as that role, which may not, and a read-only default or a timeout
-	 * would stop its cleanup.
-	 */
-	SetConfigOption("role", "none", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	ReaperConnect(dbid);
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -678,6 +605,8 @@ dsync_reaper_main(Datum arg)
 		bool		recheck;
 		int			drained;
 		TimestampTz sent_at;	/* when this pass last sent */
+		TimestampTz began;		/* when this pass began */
+		uint64		reaped_seen;
 
 		CHECK_FOR_INTERRUPTS();
 		MemoryContextReset(reaper_loop_cxt);
@@ -688,6 +617,8 @@ dsync_reaper_main(Datum arg)
 		}
 		recheck = pg_atomic_exchange_u32(&reaper_slot->recheck, 0) != 0;
 
+		/* Before the queue is taken: see DsyncHeldMapReaped. */
+		reaped_seen = DsyncHeldMapReapBegin(reaper_slot, &began);
 		drained = ReaperDrainQueue();
 		if (drained > 0)
 			busy_at = GetCurrentTimestamp();
@@ -720,6 +651,12 @@ dsync_reaper_main(Datum arg)
 		} while (more);
 
 		/*
+		 * Every holder due by the time the pass began is cleared and its
+		 * expiry queued: ephemeral grants may skip the table for them.
+		 */
+		DsyncHeldMapReaped(reaper_slot, reaped_seen, ExpiryReapedUpTo(began));
+
+		/*
 		 * Say what we sleep until, then look at the queue once more: a
 		 * backend that queued an event before this point compared its
 		 * deadline with the old value and may not have woken us.
@@ -748,7 +685,7 @@ dsync_reaper_main(Datum arg)
 		/* First pass done: from now on the launcher may ask us to make way. */
 		if (!reaper_slot->settled && sleep_ms != 0)
 		{
-			ReaperFillHeldMap();
+			ReaperFillMaps(reaper_slot);
 			LWLockAcquire(dsync_workers->lock, LW_EXCLUSIVE);
 			reaper_slot->settled = true;
 			LWLockRelease(dsync_workers->lock);

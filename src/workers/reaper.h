@@ -2,7 +2,8 @@
  *
  * reaper.h
  *		What the reaper's loop (reaper.c) uses of its deadline tracking
- *		(expiry.c) and of clearing due rows (reap.c).
+ *		(expiry.c), of clearing due rows (reap.c) and of its start
+ *		(reaperstart.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -39,6 +40,12 @@ extern void ExpiryScheduleEvent(const DsyncEvent *event);
 extern TimestampTz ExpiryNext(void);
 extern void ExpiryRebuild(void);
 extern int	ExpiryReapDue(DsyncDbSlot *slot, bool *more);
+extern TimestampTz ExpiryReapedUpTo(TimestampTz began);
 extern Size ExpiryCount(void);
+
+/* reaperstart.c: how the worker starts */
+extern bool ReaperClaimSlot(DsyncDbSlot *slot, Oid dbid);
+extern void ReaperConnect(Oid dbid);
+extern void ReaperFillMaps(DsyncDbSlot *slot);
 
 #endif							/* DSYNC_REAPER_H */
