@@ -168,6 +168,17 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.dsync_fence_unbind(text) IS
 'undo dsync_fence_bind: grants no longer raise the mark of resource (the mark stays); true if it was bound';
 
+/*
+ * A binding makes every grant of the lease wait for the resource's writers
+ * to finish: whoever may bind a resource to a lease, and write the
+ * resource, can hold up the lease's grants.  Lease names are one namespace
+ * shared by every role, so this is an administrator's grant, as
+ * dsync_force_release is (a trigger dsync_fenced('column', 'lease') needs
+ * it too).
+ */
+REVOKE ALL ON FUNCTION @extschema@.dsync_fence_bind(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dsync_fence_unbind(text) FROM PUBLIC;
+
 CREATE OR REPLACE VIEW @extschema@.dsync_fences AS
 	SELECT f.resource, f.token, f.fenced_at,
 		   pg_catalog.pg_get_userbyid(f.owner) AS owner,

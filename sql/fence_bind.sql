@@ -5,6 +5,11 @@
 -- server whose ephemeral grants are open).
 CREATE EXTENSION IF NOT EXISTS dsync;
 
+-- Binding is an administrator's grant (a binding makes the lease's grants
+-- wait for the resource's writers); sql/setup.sql gave it to this role.
+GRANT EXECUTE ON FUNCTION dsync_fence_bind(text, text), dsync_fence_unbind(text)
+	TO regress_dsync_alice, regress_dsync_bob;
+
 -- The register of the read-modify-write rule: a holder reads, then writes
 -- what it read plus one, with its token.
 CREATE TABLE reg_counter (id int PRIMARY KEY, v int NOT NULL, token bigint NOT NULL);
@@ -49,6 +54,12 @@ SELECT dsync_fence_unbind('table:public.reg_counter') AS unbound_again;
 SELECT lease IS NULL AS no_lease, token > 0 AS mark_kept
   FROM dsync_fences WHERE resource = 'table:public.reg_counter';
 SELECT dsync_fence_bind('table:public.reg_counter', 'reg_counter_lease') AS bound_again;
+-- A trigger naming another lease leaves the binding as it is, with a
+-- warning (a restore creates triggers after it restored the bindings).
+CREATE TRIGGER reg_counter_other BEFORE UPDATE ON reg_counter
+	FOR EACH ROW EXECUTE FUNCTION dsync_fenced('token', 'reg_other_lease');
+SELECT lease FROM dsync_fences WHERE resource = 'table:public.reg_counter';
+DROP TRIGGER reg_counter_other ON reg_counter;
 
 -- A binding starts at the lease's newest token, so the holders before it
 -- are refused at once; a resource with no mark gets one.
@@ -109,7 +120,8 @@ SELECT count(*) AS marks FROM dsync_fences WHERE resource = 'reg_unbound';
 SELECT dsync_release('reg_unbound', 'u');
 
 -- Ownership: a mark of another role's resource is not yours to bind; a
--- table's is for roles that may write the table.
+-- table's is for roles that may write the table.  Roles without the grant
+-- may not bind at all, nor through a trigger.
 SET ROLE regress_dsync_alice;
 SELECT dsync_fence_bind('reg_alice_res', 'reg_alice_lease') AS bound;
 SET ROLE regress_dsync_bob;
@@ -117,7 +129,25 @@ SELECT regress_err($$SELECT dsync_fence_unbind('reg_alice_res')$$);
 SELECT regress_err($$SELECT dsync_fence_bind('table:public.reg_counter', 'reg_counter_lease')$$);
 SET ROLE regress_dsync_carol;
 SELECT dsync_fence_unbind('reg_alice_res') AS unbound_by_member;
+SET ROLE regress_sem_other;
+SELECT regress_err($$SELECT dsync_fence_bind('reg_other_res', 'reg_other_lease')$$);
+CREATE TEMP TABLE reg_other_t (token bigint);
+SELECT regexp_replace(regress_err($$CREATE TRIGGER t BEFORE INSERT ON reg_other_t
+	FOR EACH ROW EXECUTE FUNCTION dsync_fenced('token', 'reg_other_lease')$$), 'pg_temp_[0-9]+', 'pg_temp_N');
+DROP TABLE reg_other_t;
 RESET ROLE;
+
+-- A lease named like a table's mark moves nothing: table marks move only
+-- for roles that may write the table.
+CREATE TABLE reg_named_table (token bigint);
+CREATE TRIGGER reg_named_table_fenced BEFORE INSERT ON reg_named_table
+	FOR EACH ROW EXECUTE FUNCTION dsync_fenced('token');
+INSERT INTO reg_named_table SELECT token FROM reg_tok WHERE name = 'new';
+SELECT dsync_acquire('table:public.reg_named_table', 'x') IS NOT NULL AS granted;
+SELECT f.token = t.token AS mark_unmoved
+  FROM dsync_fences f, reg_tok t WHERE f.resource = 'table:public.reg_named_table' AND t.name = 'new';
+SELECT dsync_release('table:public.reg_named_table', 'x');
+DROP TABLE reg_named_table;
 
 -- Only tables have a table's mark (views, sequences and indexes are
 -- refused), and a dropped table's mark and binding go with it.

@@ -43,7 +43,8 @@ DO $$ BEGIN
 	EXECUTE format('GRANT CREATE ON DATABASE %I TO dsync_tester', current_database());
 END $$;
 GRANT EXECUTE ON FUNCTION dsync_force_release(text, text),
-	dsync_force_release(text, text, boolean), dsync_reap(), dsync_stats_reset()
+	dsync_force_release(text, text, boolean), dsync_reap(), dsync_stats_reset(),
+	dsync_fence_bind(text, text), dsync_fence_unbind(text)
 	TO dsync_tester WITH GRANT OPTION;
 
 -- regress_err(q) runs q and shows its SQLSTATE and message instead of

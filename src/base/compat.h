@@ -78,6 +78,18 @@
 #endif
 
 /*
+ * Whether the current role may execute a function: one function per object
+ * kind before 16, one for all kinds from 16 on.
+ */
+#if PG_VERSION_NUM >= 160000
+#define DsyncProcExecuteCheck(procid) \
+	(object_aclcheck(ProcedureRelationId, (procid), GetUserId(), ACL_EXECUTE) == ACLCHECK_OK)
+#else
+#define DsyncProcExecuteCheck(procid) \
+	(pg_proc_aclcheck((procid), GetUserId(), ACL_EXECUTE) == ACLCHECK_OK)
+#endif
+
+/*
  * simple_heap_update.  From 16 on it reports which indexes need the new
  * version; dsync's tables have only btree indexes, so the answer is the
  * same as HeapTupleIsHeapOnly() on the new tuple, which callers test on

@@ -123,7 +123,9 @@ EphemeralBoundUnconfirmed(void)
 {
 	int			mode = DsyncStandbyCommitMode();
 
-	return mode != SYNC_REP_NO_WAIT && !DsyncStandbyConfirmed(XactLastCommitEnd, mode);
+	/* A transaction that wrote no mark wrote no commit record to wait for. */
+	return mode != SYNC_REP_NO_WAIT && TransactionIdIsValid(GetTopTransactionIdIfAny()) &&
+		!DsyncStandbyConfirmed(XactLastCommitEnd, mode);
 }
 
 /*

@@ -55,7 +55,6 @@
 #include "fencing.h"
 #include "store.h"
 #include "boundmap.h"
-#include "wait.h"
 
 PG_FUNCTION_INFO_V1(dsync_fence);
 PG_FUNCTION_INFO_V1(dsync_fenced);
@@ -88,6 +87,9 @@ DsyncFenceStale(const char *resource, int64 token, int64 mark)
 					   ", already accepted.", token, mark),
 			 errhint("The lease this token came with was lost; acquire it again before writing.")));
 }
+
+/* The prefix of a table's resource name: table marks are a space of their own. */
+#define FENCE_TABLE_PREFIX	"table:"
 
 /* Lock class of a resource's turnstile (see DsyncFenceTurnstile). */
 #define DSYNC_FENCE_LOCK_CLASS	0x6481
@@ -162,18 +164,17 @@ FenceStaleGranted(text *resource, int64 token, int64 granted)
 }
 
 /*
- * FenceWakeAtEnd
- *		A writer holds a resource's turnstile until its transaction ends,
- *		and a grant that raises the mark at once (fencebind.c) gives up
- *		while it does: wake the waiters of the leases bound to the resource
- *		then, the one named like it and the one its row names.
+ * DsyncFenceNamedLike
+ *		Whether a resource of this name is bound to the lease of the same
+ *		name without a binding: any resource but a table's.  A table's mark
+ *		is moved only by roles that may write the table; a lease named
+ *		"table:..." may be taken by any role, which must not move it.
  */
-static void
-FenceWakeAtEnd(const DsyncCatalog *catalog, text *resource, const DsyncRow *row)
+bool
+DsyncFenceNamedLike(text *name)
 {
-	DsyncWakeAtEnd(DsyncWaitKey(resource));
-	if (catalog->fence_relid && row != NULL && !row->nulls[Anum_fence_lease - 1])
-		DsyncWakeAtEnd(DsyncWaitKey(DatumGetTextPP(row->values[Anum_fence_lease - 1])));
+	return VARSIZE_ANY_EXHDR(name) < strlen(FENCE_TABLE_PREFIX) ||
+		strncmp(VARDATA_ANY(name), FENCE_TABLE_PREFIX, strlen(FENCE_TABLE_PREFIX)) != 0;
 }
 
 /*
@@ -181,10 +182,11 @@ FenceWakeAtEnd(const DsyncCatalog *catalog, text *resource, const DsyncRow *row)
  *		Make a resource's first mark, token, with its key claimed: noted in
  *		the bound map before it is written (boundmap.c), and raised to the
  *		newest grant of the lease named like the resource, which is bound
- *		to it: a token older than that is refused (unless at_least), as it
- *		would have been had the mark been there when the lease moved.  The
- *		grants are looked at once the row is written, so that a grant that
- *		missed the row has been made by then (fencebind.c).
+ *		to it (unless it is a table's, DsyncFenceNamedLike): a token older
+ *		than that is refused (unless at_least), as it would have been had
+ *		the mark been there when the lease moved.  The grants are looked at
+ *		once the row is written, so that a grant that missed the row has
+ *		been made by then (fencebind.c).
  */
 static void
 FenceMakeMark(DsyncStore *store, text *resource, int64 token, Oid new_owner, Oid relid,
@@ -202,6 +204,8 @@ FenceMakeMark(DsyncStore *store, text *resource, int64 token, Oid new_owner, Oid
 		DsyncRowSet(row, Anum_fence_relid, ObjectIdGetDatum(relid));
 	DsyncStoreInsert(store, row);
 	DsyncStoreUnclaimKey(store, resource, (Datum) 0);
+	if (!DsyncFenceNamedLike(resource))
+		return;
 	pg_memory_barrier();
 	granted = DsyncFenceLeaseToken(store->catalog, resource);
 	if (granted > token)
@@ -211,7 +215,6 @@ FenceMakeMark(DsyncStore *store, text *resource, int64 token, Oid new_owner, Oid
 		DsyncRowSet(row, Anum_fence_token, Int64GetDatum(granted));
 		DsyncStoreUpdate(store, row);
 	}
-	FenceWakeAtEnd(store->catalog, resource, row);
 }
 
 /*
@@ -330,7 +333,6 @@ DsyncFenceApply(const DsyncCatalog *catalog, text *resource, int64 token,
 		}
 		break;
 	}
-	FenceWakeAtEnd(catalog, resource, row);
 	DsyncStoreClose(&store);
 	return mark;
 }
@@ -382,8 +384,6 @@ FenceRelOwner(Oid relid)
 	return owner;
 }
 
-/* The prefix of a table's resource name: table marks are a space of their own. */
-#define FENCE_TABLE_PREFIX	"table:"
 
 /*
  * DsyncFenceTableRoot

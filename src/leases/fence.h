@@ -24,6 +24,7 @@ extern bool DsyncFenceTurnstile(const DsyncCatalog *catalog, text *resource, LOC
 								bool nowait);
 extern bool DsyncFenceForeign(const DsyncCatalog *catalog, const DsyncRow *row, Oid relid);
 extern bool DsyncFenceRelkindOk(char relkind);
+extern bool DsyncFenceNamedLike(text *name);
 extern Oid	DsyncFenceTableOf(text **resource, Oid *owner);
 
 /* fencebind.c: fences raised by grants */
@@ -35,8 +36,7 @@ typedef enum DsyncRaise
 } DsyncRaise;
 
 extern bool DsyncFenceMayBeBound(const DsyncCatalog *catalog, uint32 hash);
-extern DsyncRaise DsyncFenceRaiseBound(const DsyncCatalog *catalog, text *lease, int64 token,
-									   bool nowait);
+extern DsyncRaise DsyncFenceRaiseBound(const DsyncCatalog *catalog, text *lease, int64 token);
 extern int64 DsyncFenceLeaseToken(const DsyncCatalog *catalog, text *lease);
 extern void DsyncFenceBindTable(const DsyncCatalog *catalog, Oid relid, text *lease);
 extern Oid	DsyncFenceTableRoot(Oid relid);

@@ -23,13 +23,18 @@
  *	  the marks bound to its lease to its token, after it has made the
  *	  grant and in its transaction: it waits for writers of older tokens
  *	  that hold the mark (the turnstile) and keeps later ones behind it
- *	  until it commits.  A grant that cannot raise a mark without waiting
- *	  (a writer holds it) is not made: with wait = 0 the acquire returns
- *	  NULL, a blocked acquirer waits until the writer's transaction ends
- *	  (fence.c wakes it then).  So the grant commits with its marks, and a
- *	  rollback undoes both; an ephemeral grant, which takes effect at once
- *	  otherwise, is then undone too (ephbound.c), and it is durable when
- *	  its transaction commits, as a durable grant is.
+ *	  until it commits.  A blocked acquirer waits for them in the lock
+ *	  manager, no longer than its wait (FenceQueue); a wait = 0 grant that
+ *	  would have to wait is not made (it ran in a subtransaction, rolled
+ *	  back).  So the grant commits with its marks, and a rollback undoes
+ *	  both; an ephemeral grant, which takes effect at once otherwise, is
+ *	  then undone too (ephbound.c), and it is durable when its transaction
+ *	  commits, as a durable grant is.
+ *	- A table's mark is bound only explicitly: a lease may be named
+ *	  "table:..." by any role, and must not move a mark that only roles
+ *	  that may write the table move.  Binding is granted by an
+ *	  administrator (the SQL script revokes it from PUBLIC): a binding
+ *	  makes the lease's grants wait for the resource's writers.
  *	- A grant of a lease with no fence pays one bit of shared memory
  *	  (boundmap.c); a bound grant two index probes and the raise.
  *
@@ -50,6 +55,9 @@
 #include "postgres.h"
 
 #include "miscadmin.h"
+#include "storage/lock.h"
+#include "storage/proc.h"
+#include "utils/guc.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
@@ -118,21 +126,63 @@ DsyncFenceLeaseToken(const DsyncCatalog *catalog, text *lease)
 }
 
 /*
- * FenceRaise
- *		Raise one resource's mark to at least token, holding it until this
- *		transaction ends; false if that would mean waiting and nowait.
+ * FenceQueue
+ *		Take a resource's turnstile alone, for a grant that raises its mark
+ *		(as a writer raising it does, fence.c): writers of older tokens that
+ *		hold it finish first, later ones queue behind and are then refused.
+ *		False if it is not to be had without a wait the grant may not make.
  *
- * A mark at or above the token is left alone, unlocked (a reentrant grant,
- * or a newer grant already raised it).  Otherwise the turnstile is taken
- * alone, as a writer raising the mark takes it (fence.c): writers of older
- * tokens that hold the mark finish first, later ones queue behind and are
- * then refused.  Whoever makes a mark holds the turnstile while it does,
- * so once it is ours a mark in flight has been committed or is gone.
+ * A blocked caller's try (wait.c) waits in the lock manager's queue, which
+ * wakes it when the writers are done, sees deadlocks and keeps later
+ * writers behind it; but not past its wait's deadline: then it waits with
+ * a lock_timeout of its own, which ends the try, not the call.  A session
+ * lock_timeout shorter than that applies as usual.  A try that must not
+ * wait (wait = 0) gives up at once; a grant made outside any try (a
+ * binding appeared between a wait = 0 call's look and its grant) waits.
  */
 static bool
-FenceRaise(DsyncStore *store, text *resource, int64 token, bool nowait)
+FenceQueue(const DsyncCatalog *catalog, text *resource)
+{
+	TimestampTz deadline;
+	int64		left_ms;
+	int			save_nestlevel;
+	char		value[32];
+
+	if (DsyncFenceTurnstile(catalog, resource, ExclusiveLock, true))
+		return true;
+	if (!DsyncWaitAttemptMayWait(&deadline))
+		return false;
+	left_ms = deadline == 0 ? 0 :
+		Max((deadline - GetCurrentTimestamp()) / 1000, 1);
+	if (deadline == 0 || (LockTimeout > 0 && LockTimeout <= left_ms))
+		return DsyncFenceTurnstile(catalog, resource, ExclusiveLock, false);
+	save_nestlevel = NewGUCNestLevel();
+	snprintf(value, sizeof(value), INT64_FORMAT, Min(left_ms, (int64) INT_MAX));
+	(void) set_config_option("lock_timeout", value, PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	DsyncWaitAttemptLockTimeout(true);
+	(void) DsyncFenceTurnstile(catalog, resource, ExclusiveLock, false);
+	DsyncWaitAttemptLockTimeout(false);
+	AtEOXact_GUC(true, save_nestlevel);
+	return true;
+}
+
+/*
+ * FenceRaise
+ *		Raise one resource's mark to at least token, holding it until this
+ *		transaction ends; false if that would mean a wait the grant may not
+ *		make (FenceQueue).
+ *
+ * A mark at or above the token is left alone, unlocked (a reentrant grant,
+ * or a newer grant already raised it).  Whoever makes a mark holds the
+ * turnstile while it does, so once it is ours a mark in flight has been
+ * committed or is gone.
+ */
+static bool
+FenceRaise(DsyncStore *store, text *resource, int64 token)
 {
 	bool		queued = false;
+	TimestampTz deadline;
 
 	for (;;)
 	{
@@ -143,17 +193,15 @@ FenceRaise(DsyncStore *store, text *resource, int64 token, bool nowait)
 			return true;
 		if (!queued)
 		{
-			if (!DsyncFenceTurnstile(store->catalog, resource, ExclusiveLock, nowait))
+			if (!FenceQueue(store->catalog, resource))
 				return false;
 			queued = true;
-			/* Grants of the other lease bound to it may have given up meanwhile. */
-			DsyncWakeAtEnd(DsyncWaitKey(resource));
 			continue;
 		}
 		if (row == NULL)
 			return true;
 		result = DsyncStoreLock(store, row, LockTupleNoKeyExclusive,
-								nowait ? LockWaitSkip : LockWaitBlock);
+								DsyncWaitAttemptMayWait(&deadline) ? LockWaitBlock : LockWaitSkip);
 		if (result == TM_WouldBlock)
 			return false;
 		if (result != TM_Ok)
@@ -195,10 +243,14 @@ FenceBoundResources(DsyncStore *store, text *lease)
 	DsyncScan  *scan;
 	DsyncRow   *row;
 
-	scan = DsyncScanNameUncommitted(store, lease);
-	if (DsyncScanNext(scan) != NULL)
-		names = lappend(names, lease);
-	DsyncScanEnd(scan);
+	/* A table's mark is not bound to a lease of its name (DsyncFenceNamedLike). */
+	if (DsyncFenceNamedLike(lease))
+	{
+		scan = DsyncScanNameUncommitted(store, lease);
+		if (DsyncScanNext(scan) != NULL)
+			names = lappend(names, lease);
+		DsyncScanEnd(scan);
+	}
 	if (!store->catalog->fence_relid)
 		return names;
 	scan = DsyncScanSecond(store, lease, true);
@@ -226,13 +278,12 @@ FenceBoundResources(DsyncStore *store, text *lease)
  *		After a grant of lease with token, in the granting transaction:
  *		raise every mark bound to the lease to the token.  For a lease
  *		DsyncFenceMayBeBound says may have a fence, once the grant is
- *		written.  nowait (the
- *		grant can still be undone: a blocked caller's try, or one made in a
- *		subtransaction of its own): give up on a mark that a writer holds,
- *		and say so (DSYNC_RAISE_BUSY); the caller must then not grant.
+ *		written.  DSYNC_RAISE_BUSY: a writer holds a mark and the grant may
+ *		not wait for it (FenceQueue); the caller must then not grant (its
+ *		try is rolled back).
  */
 DsyncRaise
-DsyncFenceRaiseBound(const DsyncCatalog *catalog, text *lease, int64 token, bool nowait)
+DsyncFenceRaiseBound(const DsyncCatalog *catalog, text *lease, int64 token)
 {
 	DsyncStore	store;
 	List	   *names;
@@ -245,7 +296,7 @@ DsyncFenceRaiseBound(const DsyncCatalog *catalog, text *lease, int64 token, bool
 		result = DSYNC_RAISE_UNBOUND;
 	foreach(lc, names)
 	{
-		if (!FenceRaise(&store, lfirst(lc), token, nowait))
+		if (!FenceRaise(&store, lfirst(lc), token))
 		{
 			result = DSYNC_RAISE_BUSY;
 			break;
@@ -279,7 +330,7 @@ FenceRefuseOwner(text *resource, const DsyncRow *row)
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			 errmsg("permission denied for fence \"%s\"", text_to_cstring(resource)),
-			 errdetail("Only roles with the privileges of role \"%s\", which set it first, may bind it.",
+			 errdetail("Only roles with the privileges of role \"%s\", which set it first, may bind or unbind it.",
 					   GetUserNameFromId(DatumGetObjectId(row->values[Anum_fence_owner - 1]),
 										 true) ?: "?")));
 }
@@ -287,7 +338,9 @@ FenceRefuseOwner(text *resource, const DsyncRow *row)
 /*
  * FenceBindRow
  *		Bind resource to lease, or unbind it (lease NULL), in its mark row,
- *		made if there is none (to bind).  Returns whether it changed.
+ *		made if there is none (to bind).  Returns whether it changed.  A
+ *		resource bound to another lease is an error, or with keep_other
+ *		(a trigger created again, as a restore does) a warning.
  *
  * The turnstile is taken alone first, as for a writer raising the mark:
  * the row is ours to change, and a grant that finds the binding in flight
@@ -297,13 +350,17 @@ FenceRefuseOwner(text *resource, const DsyncRow *row)
  */
 static bool
 FenceBindRow(const DsyncCatalog *catalog, text *resource, text *lease, bool check_owner,
-			 Oid new_owner, Oid relid)
+			 Oid new_owner, Oid relid, bool keep_other)
 {
 	DsyncStore	store;
 	DsyncRow   *row;
 	bool		changed = false;
 
 	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_FENCE, true);
+	/* Refused before it queues: it would hold up the resource's writers. */
+	row = DsyncFenceFind(&store, resource);
+	if (row != NULL && check_owner && !DsyncRowOwnerIsCaller(row, Anum_fence_owner))
+		FenceRefuseOwner(resource, row);
 	(void) DsyncFenceTurnstile(catalog, resource, ExclusiveLock, false);
 	if (lease != NULL)
 	{
@@ -340,6 +397,16 @@ FenceBindRow(const DsyncCatalog *catalog, text *resource, text *lease, bool chec
 			FenceRefuseOwner(resource, row);
 		foreign = DsyncFenceForeign(catalog, row, relid);
 		bound = FenceBoundTo(catalog, row, relid);
+		if (lease != NULL && bound != NULL && !DsyncTextEquals(bound, lease) && keep_other)
+		{
+			ereport(WARNING,
+					(errcode(ERRCODE_DUPLICATE_OBJECT),
+					 errmsg("fence \"%s\" stays bound to lease \"%s\", not \"%s\"",
+							text_to_cstring(resource), text_to_cstring(bound),
+							text_to_cstring(lease)),
+					 errhint("Unbind it with dsync_fence_unbind() and bind it with dsync_fence_bind() to change it.")));
+			break;
+		}
 		if (lease != NULL && bound != NULL && !DsyncTextEquals(bound, lease))
 			ereport(ERROR,
 					(errcode(ERRCODE_DUPLICATE_OBJECT),
@@ -379,8 +446,6 @@ FenceBindRow(const DsyncCatalog *catalog, text *resource, text *lease, bool chec
 			DsyncRowSet(row, Anum_fence_fenced_at, TimestampTzGetDatum(GetCurrentTimestamp()));
 			DsyncStoreUpdate(&store, row);
 		}
-		/* Grants that found the binding in flight gave up: they look again then. */
-		DsyncWakeAtEnd(DsyncWaitKey(lease));
 	}
 	DsyncStoreClose(&store);
 	return changed;
@@ -430,7 +495,7 @@ dsync_fence_bind(PG_FUNCTION_ARGS)
 										 &owner, &check_owner);
 	text	   *lease = DsyncArgName(fcinfo, 1, "lease");
 
-	PG_RETURN_BOOL(FenceBindRow(catalog, resource, lease, check_owner, owner, relid));
+	PG_RETURN_BOOL(FenceBindRow(catalog, resource, lease, check_owner, owner, relid, false));
 }
 
 /*
@@ -450,14 +515,16 @@ dsync_fence_unbind(PG_FUNCTION_ARGS)
 	text	   *resource = FenceBindArgs(fcinfo, "dsync_fence_unbind()", &catalog, &relid,
 										 &owner, &check_owner);
 
-	PG_RETURN_BOOL(FenceBindRow(catalog, resource, NULL, check_owner, owner, relid));
+	PG_RETURN_BOOL(FenceBindRow(catalog, resource, NULL, check_owner, owner, relid, false));
 }
 
 /*
  * DsyncFenceBindTable
  *		Bind a table's mark to lease, for CREATE TRIGGER ...
  *		dsync_fenced('column', 'lease') (fenceddl.c): as dsync_fence_bind
- *		does, with the creator's rights on the table checked.
+ *		does, with the creator's rights on the table checked; a binding to
+ *		another lease stays, with a warning (a restore creates the trigger
+ *		after the marks, bindings included).
  */
 void
 DsyncFenceBindTable(const DsyncCatalog *catalog, Oid relid, text *lease)
@@ -467,5 +534,5 @@ DsyncFenceBindTable(const DsyncCatalog *catalog, Oid relid, text *lease)
 	Oid			table = DsyncFenceTableOf(&resource, &owner);
 
 	DsyncArgNameCheck(lease, "lease", false);
-	(void) FenceBindRow(catalog, resource, lease, false, owner, table);
+	(void) FenceBindRow(catalog, resource, lease, false, owner, table, true);
 }

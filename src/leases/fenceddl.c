@@ -39,12 +39,14 @@
 #include "catalog/partition.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "parser/parse_func.h"
 #include "storage/lmgr.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/regproc.h"
@@ -88,22 +90,34 @@ DsyncFenceDropped(Oid relid)
 		return;
 
 	DsyncStoreOpenCatalog(&store, catalog, DSYNC_TABLE_FENCE, true);
-	scan = DsyncScanName(&store, resource);
-	row = DsyncScanNext(scan);
-	DsyncScanEnd(scan);
 
 	/*
 	 * Only the table's own mark: a row of that name made for another table
 	 * is that one's.  The drop holds the table exclusively, so none of its
-	 * writers holds the row; a conflict means somebody else changed it
-	 * meanwhile, and then it is not this table's to remove.
+	 * writers holds the row, but a grant of a lease it is bound to may be
+	 * raising it: queued behind such grants on its turnstile, we find the
+	 * row as they left it.
 	 */
-	if (row != NULL && !row->nulls[Anum_fence_relid - 1] &&
-		DatumGetObjectId(row->values[Anum_fence_relid - 1]) == relid &&
-		DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitBlock) == TM_Ok &&
-		!row->nulls[Anum_fence_relid - 1] &&
-		DatumGetObjectId(row->values[Anum_fence_relid - 1]) == relid)
-		DsyncStoreDelete(&store, row);
+	(void) DsyncFenceTurnstile(catalog, resource, ExclusiveLock, false);
+	for (;;)
+	{
+		TM_Result	result;
+
+		scan = DsyncScanName(&store, resource);
+		row = DsyncScanNext(scan);
+		DsyncScanEnd(scan);
+		if (row == NULL || row->nulls[Anum_fence_relid - 1] ||
+			DatumGetObjectId(row->values[Anum_fence_relid - 1]) != relid)
+			break;
+		result = DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitBlock);
+		if (result == TM_Ok)
+		{
+			DsyncStoreDelete(&store, row);
+			break;
+		}
+		if (result == TM_Deleted)
+			break;
+	}
 	DsyncStoreClose(&store);
 }
 
@@ -208,10 +222,27 @@ DsyncFenceAfterCreateTrigger(Node *parsetree)
 		strcmp(get_func_name(func), "dsync_fenced") != 0)
 		return;
 	catalog = DsyncCatalogTry();
-	if (catalog == NULL || !catalog->fence_relid)
+	if (catalog == NULL)
 		return;
 	/* The statement locked it; a second lookup finds the same table. */
 	relid = RangeVarGetRelid(stmt->relation, NoLock, false);
+	if (!catalog->fence_relid)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cannot bind table \"%s\" to lease \"%s\": extension \"dsync\" is older than 1.5",
+						get_rel_name(relid), strVal(lsecond(stmt->args))),
+				 errhint("Run ALTER EXTENSION dsync UPDATE, or create the trigger without the lease.")));
+	/* Binding takes what dsync_fence_bind takes: the right to run it. */
+	func = LookupFuncName(list_make2(makeString(get_namespace_name(catalog->namespace)),
+									 makeString("dsync_fence_bind")),
+						  2, (Oid[]) {TEXTOID, TEXTOID}, true);
+	if (!OidIsValid(func) || !DsyncProcExecuteCheck(func))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to bind table \"%s\" to lease \"%s\"",
+						get_rel_name(relid), strVal(lsecond(stmt->args))),
+				 errdetail("A trigger dsync_fenced('column', 'lease') binds its table as dsync_fence_bind() does, which this role may not execute."),
+				 errhint("Have an administrator grant EXECUTE on dsync_fence_bind(text, text), or create the trigger without the lease.")));
 	if (ActiveSnapshotSet())
 		DsyncFenceBindTable(catalog, relid, cstring_to_text(strVal(lsecond(stmt->args))));
 	else
@@ -267,6 +298,8 @@ dsync_fence_restored(PG_FUNCTION_ARGS)
 		if (!OidIsValid(relid) || !DsyncFenceRelkindOk(get_rel_relkind(relid)))
 			return PointerGetDatum(NULL);
 	}
+	/* As whoever makes a mark: a grant raising it in flight waits for us. */
+	(void) DsyncFenceTurnstile(DsyncCatalogGet(fcinfo), resource, ExclusiveLock, false);
 	DsyncBoundMapSet(resource);
 	if (!nulls[Anum_fence_lease - 1])
 		DsyncBoundMapSet(DatumGetTextPP(values[Anum_fence_lease - 1]));

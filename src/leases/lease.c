@@ -595,8 +595,9 @@ LeaseTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
  * DsyncLeaseRaiseFences
  *		After a grant of lease with token, in its transaction: raise the
  *		fences bound to the lease to the token (fencebind.c).  False if
- *		that cannot be done without waiting, in a try that may give up:
- *		the caller must then report no grant, and its try is rolled back.
+ *		that cannot be done without a wait the try may not make (wait = 0,
+ *		or past its deadline): the caller must then report no grant, and
+ *		its try is rolled back.
  *		fresh: the generation of a new ephemeral grant (0 for any other),
  *		which a rollback must then undo with the raise (ephbound.c).  hash:
  *		the lease's DsyncNameHash.
@@ -612,14 +613,10 @@ DsyncLeaseRaiseFences(const DsyncCatalog *catalog, text *lease, uint32 hash, int
 	/* Noted first: an error in the raise rolls the grant back too. */
 	if (fresh != 0)
 		DsyncEphemeralUndoAtAbort(lease, fresh);
-	raised = DsyncFenceRaiseBound(catalog, lease, token, DsyncWaitInAttempt());
+	raised = DsyncFenceRaiseBound(catalog, lease, token);
 	if (raised == DSYNC_RAISE_UNBOUND && fresh != 0)
 		DsyncEphemeralUndoForget(fresh);
-	if (raised != DSYNC_RAISE_BUSY)
-		return true;
-	/* The writer's end wakes us (fence.c); our rolled-back try must not. */
-	DsyncWaitAttemptForget(DsyncWaitKey(lease));
-	return false;
+	return raised != DSYNC_RAISE_BUSY;
 }
 
 /*

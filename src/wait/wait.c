@@ -56,6 +56,17 @@ static bool wake_after_subabort = false;
 static bool in_internal_attempt = false;
 
 /*
+ * How long the try under way may wait for another transaction's lock
+ * (DsyncWaitAttemptMayWait): until attempt_deadline (0: no limit), unless
+ * attempt_may_wait is false (a try that must not wait: wait = 0).  While
+ * attempt_lock_timeout is set, the try waits with a lock_timeout of its
+ * own, and that timeout ends the try, not the call.
+ */
+static bool attempt_may_wait = false;
+static TimestampTz attempt_deadline = 0;
+static bool attempt_lock_timeout = false;
+
+/*
  * The channels the current try noted wake-ups on (it locked rows there): if
  * it fails, whoever those locks blocked must look again at once.
  */
@@ -218,21 +229,31 @@ DsyncWaitInAttempt(void)
 }
 
 /*
- * DsyncWaitAttemptForget
- *		The try under way will fail for a reason that lasts until another
- *		transaction ends (a writer holding a fence its grant must raise,
- *		fencebind.c), which wakes key's waiters then: the locks the try
- *		took on key must not wake them when it fails, since the first of
- *		them is most likely the caller itself, which would only try again
- *		and fail the same way.
+ * DsyncWaitAttemptMayWait
+ *		Whether the try under way may wait for another transaction's lock
+ *		(a blocked caller's try: its wait's deadline, 0 for none, is
+ *		*deadline), rather than give up at once (a try that must not wait,
+ *		wait = 0).  Outside a try, a caller waits as it would anyway.
+ */
+bool
+DsyncWaitAttemptMayWait(TimestampTz *deadline)
+{
+	*deadline = attempt_deadline;
+	return !in_internal_attempt || attempt_may_wait;
+}
+
+/*
+ * DsyncWaitAttemptLockTimeout
+ *		The try under way waits for a lock with a lock_timeout of its own
+ *		(armed), the time its wait has left: if that runs out, the try ends
+ *		ungranted and the call goes on (it finds its wait over), instead of
+ *		failing with the timeout's error.  Not armed again once the lock is
+ *		had.
  */
 void
-DsyncWaitAttemptForget(uint64 key)
+DsyncWaitAttemptLockTimeout(bool armed)
 {
-	int			channel = key % DSYNC_WAKE_CHANNELS;
-
-	if (in_internal_attempt)
-		attempt_wake[channel / 64] &= ~(UINT64CONST(1) << (channel % 64));
+	attempt_lock_timeout = armed && in_internal_attempt;
 }
 
 /*
@@ -473,6 +494,10 @@ DsyncWaitXactCallback(XactEvent event, void *arg)
  *
  * If the try fails, the subtransaction is rolled back, so that the waiter
  * sleeps holding nothing: no row lock, no insert lock, no table lock.  A
+ * try that waited for a lock with a timeout of its own
+ * (DsyncWaitAttemptLockTimeout) and ran out of it fails the same way,
+ * without an error.  may_wait: the try may wait for other transactions'
+ * locks until the wait's deadline (a blocked caller's), else it must not.  A
  * successful try is kept by merging the subtransaction into the caller's
  * transaction.  If the failed try locked something (the lease expired
  * under it), that lock went with the rolled-back subtransaction just now,
@@ -480,16 +505,19 @@ DsyncWaitXactCallback(XactEvent event, void *arg)
  * ends.
  */
 static bool
-DsyncWaitTry(const DsyncWaitSpec *spec, bool may_take, bool thorough,
+DsyncWaitTry(const DsyncWaitSpec *spec, bool may_take, bool thorough, bool may_wait,
 			 TimestampTz *retry_at)
 {
 	MemoryContext oldcontext = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
-	bool		granted = false;
+	volatile bool granted = false;	/* set in PG_TRY, read after PG_CATCH */
 	bool		changed_before = xact_changed;
 
 	BeginInternalSubTransaction(NULL);
 	in_internal_attempt = true;
+	attempt_may_wait = may_wait;
+	attempt_deadline = spec->forever ? 0 : spec->deadline;
+	attempt_lock_timeout = false;
 	attempt_noted = false;
 	memset(attempt_wake, 0, sizeof(attempt_wake));
 	attempt_until = 0;
@@ -518,7 +546,12 @@ DsyncWaitTry(const DsyncWaitSpec *spec, bool may_take, bool thorough,
 		MemoryContextSwitchTo(oldcontext);
 		CurrentResourceOwner = oldowner;
 		in_internal_attempt = false;
-		ReThrowError(edata);
+		if (!attempt_lock_timeout || edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			ReThrowError(edata);
+		/* The try's own lock_timeout: the wait is over, the call goes on. */
+		attempt_lock_timeout = false;
+		FreeErrorData(edata);
+		granted = false;
 	}
 	PG_END_TRY();
 
@@ -547,7 +580,7 @@ DsyncWaitTryOnce(const DsyncWaitSpec *spec, bool may_take)
 {
 	TimestampTz retry_at = 0;
 
-	return DsyncWaitTry(spec, may_take, false, &retry_at);
+	return DsyncWaitTry(spec, may_take, false, false, &retry_at);
 }
 
 /*
@@ -593,7 +626,7 @@ DsyncWaitFor(const DsyncWaitSpec *spec)
 
 			MemoryContextReset(attempt_cxt);
 			MemoryContextSwitchTo(attempt_cxt);
-			granted = DsyncWaitTry(spec, first_in_line, thorough, &retry_at);
+			granted = DsyncWaitTry(spec, first_in_line, thorough, true, &retry_at);
 			MemoryContextSwitchTo(oldcontext);
 			if (granted)
 			{

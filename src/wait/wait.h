@@ -40,7 +40,8 @@ extern bool DsyncWaitMayTake(uint64 key, Oid roleid);
 extern void DsyncWaitEvict(uint64 key, Oid owner);
 extern void DsyncWaitGrantExcludes(text *lease, int64 ttl_usec);
 extern bool DsyncWaitInAttempt(void);
-extern void DsyncWaitAttemptForget(uint64 key);
+extern bool DsyncWaitAttemptMayWait(TimestampTz *deadline);
+extern void DsyncWaitAttemptLockTimeout(bool armed);
 extern void DsyncXactChanged(void);
 
 /*

@@ -99,8 +99,8 @@ SELECT has_function('dsync_fence_unbind', ARRAY['text']);
 SELECT function_returns('dsync_fence_unbind', ARRAY['text'], 'boolean');
 SELECT is(pg_get_function_arguments('dsync_fence_unbind(text)'::regprocedure),
 	'resource text', 'dsync_fence_unbind arguments');
-SELECT function_privs_are('dsync_fence_bind', ARRAY['text', 'text'], 'public', ARRAY['EXECUTE']);
-SELECT function_privs_are('dsync_fence_unbind', ARRAY['text'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_fence_bind', ARRAY['text', 'text'], 'public', ARRAY[]::text[]);
+SELECT function_privs_are('dsync_fence_unbind', ARRAY['text'], 'public', ARRAY[]::text[]);
 SELECT volatility_is('dsync_fence_bind', ARRAY['text', 'text'], 'volatile');
 SELECT volatility_is('dsync_fence_unbind', ARRAY['text'], 'volatile');
 SELECT function_privs_are('dsync_fence_restored', ARRAY[]::text[], 'public', ARRAY[]::text[]);

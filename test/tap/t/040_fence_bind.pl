@@ -10,7 +10,8 @@
 #     the mark where it was.  An unbound ephemeral grant outlives its
 #     rollback, as before.  A writer of the old token holding the mark
 #     keeps an ephemeral grant out (wait = 0: NULL, nothing left held)
-#     until it commits.
+#     until it commits; a waiter whose wait runs out meanwhile gets NULL,
+#     and a shorter lock_timeout of the session applies as an error.
 #  2. Durable: after a crash, the mark a bound grant raised (durable or
 #     ephemeral) is there, and the old token is refused.
 #  3. With a synchronous standby, the mark an ephemeral grant raised is on
@@ -118,6 +119,14 @@ is(q1($node, "SELECT dsync_acquire('eph_lease', 'e2', '2 s', durable => false) I
 	'an ephemeral grant (wait = 0) is refused while the old holder writes');
 is(q1($node, "SELECT count(*) FROM dsync_leases WHERE lease = 'eph_lease' AND holder = 'e2'"), '0',
 	'... and leaves nothing held');
+is( q1($node,
+		"SELECT dsync_acquire('eph_lease', 'e2', '2 s', wait => '300 ms', durable => false) IS NULL"),
+	't', 'a waiter whose wait runs out while the writer holds the mark gets NULL, no error');
+($rc, $out, $err) = $node->psql('postgres',
+	"SET lock_timeout = '100ms'; SELECT dsync_acquire('eph_lease', 'e2', '2 s', wait => '10 s', durable => false)");
+like($err, qr/lock timeout/, 'a session lock_timeout shorter than the wait applies as an error');
+is(q1($node, "SELECT count(*) FROM dsync_leases WHERE lease = 'eph_lease' AND holder = 'e2'"), '0',
+	'... and leaves nothing held either');
 ok(send_wait($writer, "COMMIT; SELECT 'committed';", qr/committed/), 'the old holder commits');
 $node->safe_psql('postgres', q{
 	INSERT INTO tok VALUES ('e2', dsync_acquire('eph_lease', 'e2', '2 s', durable => false));
