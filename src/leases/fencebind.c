@@ -36,7 +36,7 @@
  *	  administrator (the SQL script revokes it from PUBLIC): a binding
  *	  makes the lease's grants wait for the resource's writers.
  *	- A grant of a lease with no fence pays one bit of shared memory
- *	  (boundmap.c); a bound grant two index probes and the raise.
+ *	  (boundmap.c); a bound grant three index probes and the raise.
  *
  * A binding made while a grant of its lease is under way must not miss
  * that grant: the binder notes the names in the bound map, writes its

@@ -157,9 +157,9 @@ DsyncBoundMapMaybe(uint32 hash)
 
 /*
  * BoundMapSetDatum
- *		Set the bit of a name read from a mark row, if it is a name dsync
- *		could have written; a longer or out-of-line one (a superuser's
- *		doing) sets every bit.
+ *		Set the bit of a name read from a mark row; one stored out of line
+ *		or compressed (never by dsync: its names are short; a superuser's
+ *		doing) sets every bit rather than be read.
  */
 static void
 BoundMapSetDatum(text *name)
