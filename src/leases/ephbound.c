@@ -21,10 +21,9 @@
  * the old holder's writes would pass again while the grant stood.
  *
  * The callbacks run while a transaction or savepoint aborts: nothing
- * here reads a catalog or fails.  The failed try of a blocked caller
- * (an internal subtransaction, wait.c) wakes nobody: the one woken would
- * be that caller, which is first in line, and it would try again at once
- * only to fail the same way.
+ * here reads a catalog or fails.  The name's waiters are woken: the name
+ * is free again (a blocked caller whose try failed this way tries again at
+ * once anyway).
  *
  *-------------------------------------------------------------------------
  */
@@ -103,7 +102,7 @@ EphemeralBoundForgetAt(int nest_level, bool undo)
 		if (note->nest_level < nest_level)
 			continue;
 		if (undo)
-			EphemeralBoundUndo(note, !DsyncWaitInAttempt());
+			EphemeralBoundUndo(note, true);
 		pfree((char *) note->key.name);
 		pfree(note);
 		bound_grants = foreach_delete_current(bound_grants, lc);

@@ -38,6 +38,8 @@ typedef enum DsyncRaise
 extern bool DsyncFenceMayBeBound(const DsyncCatalog *catalog, uint32 hash);
 extern DsyncRaise DsyncFenceRaiseBound(const DsyncCatalog *catalog, text *lease, int64 token);
 extern int64 DsyncFenceLeaseToken(const DsyncCatalog *catalog, text *lease);
+extern void DsyncFenceForgetBusy(void);
+extern void DsyncFencePrewait(const DsyncCatalog *catalog);
 extern void DsyncFenceBindTable(const DsyncCatalog *catalog, Oid relid, text *lease);
 extern Oid	DsyncFenceTableRoot(Oid relid);
 extern text *DsyncFenceTableResource(Oid relid);

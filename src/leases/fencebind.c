@@ -23,10 +23,11 @@
  *	  the marks bound to its lease to its token, after it has made the
  *	  grant and in its transaction: it waits for writers of older tokens
  *	  that hold the mark (the turnstile) and keeps later ones behind it
- *	  until it commits.  A blocked acquirer waits for them in the lock
- *	  manager, no longer than its wait (FenceQueue); a wait = 0 grant that
- *	  would have to wait is not made (it ran in a subtransaction, rolled
- *	  back).  So the grant commits with its marks, and a rollback undoes
+ *	  until it commits.  A grant never waits once made: if a writer holds
+ *	  a mark, the try is rolled back, and a blocked acquirer's next try
+ *	  waits for the writer in the lock manager before it grants anything,
+ *	  no longer than its wait, out of its queue's way (FenceQueue,
+ *	  DsyncFencePrewait); a wait = 0 grant is not made.  So the grant commits with its marks, and a rollback undoes
  *	  both; an ephemeral grant, which takes effect at once otherwise, is
  *	  then undone too (ephbound.c), and it is durable when its transaction
  *	  commits, as a durable grant is.
@@ -58,7 +59,9 @@
 #include "storage/lock.h"
 #include "storage/proc.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 #include "utils/builtins.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 #include "args.h"
@@ -126,22 +129,34 @@ DsyncFenceLeaseToken(const DsyncCatalog *catalog, text *lease)
 }
 
 /*
+ * The resources a try of the call under way could not raise without
+ * waiting for a writer (in TopMemoryContext: tries run in contexts reset
+ * between them).  The next try waits for them first (DsyncFencePrewait).
+ */
+static List *fence_busy = NIL;
+
+/*
  * FenceQueue
  *		Take a resource's turnstile alone, for a grant that raises its mark
  *		(as a writer raising it does, fence.c): writers of older tokens that
  *		hold it finish first, later ones queue behind and are then refused.
- *		False if it is not to be had without a wait the grant may not make.
+ *		False if it is not to be had without a wait that is not to be made
+ *		here.
  *
- * A blocked caller's try (wait.c) waits in the lock manager's queue, which
- * wakes it when the writers are done, sees deadlocks and keeps later
- * writers behind it; but not past its wait's deadline: then it waits with
- * a lock_timeout of its own, which ends the try, not the call.  A session
- * lock_timeout shorter than that applies as usual.  A try that must not
- * wait (wait = 0) gives up at once; a grant made outside any try (a
- * binding appeared between a wait = 0 call's look and its grant) waits.
+ * A try that has made its grant (a lease row locked, an ephemeral entry
+ * live) must not wait: whoever holds the turnstile may be waiting for that
+ * very name, in a queue the deadlock detector does not see.  It gives up,
+ * and the next try waits before it grants anything (prewait).  That wait
+ * is in the lock manager's queue, which wakes it when the writers are
+ * done, sees deadlocks and keeps later writers behind it, but not past its
+ * wait's deadline: there it has a lock_timeout of its own, which ends the
+ * try, not the call.  A session lock_timeout shorter than that applies as
+ * usual.  A try that must not wait (wait = 0) gives up; a grant made
+ * outside any try (a binding appeared between a wait = 0 call's look and
+ * its grant) waits.
  */
 static bool
-FenceQueue(const DsyncCatalog *catalog, text *resource)
+FenceQueue(const DsyncCatalog *catalog, text *resource, bool prewait)
 {
 	TimestampTz deadline;
 	int64		left_ms;
@@ -150,28 +165,84 @@ FenceQueue(const DsyncCatalog *catalog, text *resource)
 
 	if (DsyncFenceTurnstile(catalog, resource, ExclusiveLock, true))
 		return true;
-	if (!DsyncWaitAttemptMayWait(&deadline))
+	if ((DsyncWaitInAttempt() && !prewait) || !DsyncWaitAttemptMayWait(&deadline))
 		return false;
 	left_ms = deadline == 0 ? 0 :
 		Max((deadline - GetCurrentTimestamp()) / 1000, 1);
-	if (deadline == 0 || (LockTimeout > 0 && LockTimeout <= left_ms))
+	if (deadline == 0 || left_ms > INT_MAX || (LockTimeout > 0 && LockTimeout <= left_ms))
 		return DsyncFenceTurnstile(catalog, resource, ExclusiveLock, false);
 	save_nestlevel = NewGUCNestLevel();
-	snprintf(value, sizeof(value), INT64_FORMAT, Min(left_ms, (int64) INT_MAX));
+	snprintf(value, sizeof(value), INT64_FORMAT, left_ms);
 	(void) set_config_option("lock_timeout", value, PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
 	DsyncWaitAttemptLockTimeout(true);
 	(void) DsyncFenceTurnstile(catalog, resource, ExclusiveLock, false);
+	/* The timer may have fired as the lock was granted: take it now. */
+	if (get_timeout_indicator(LOCK_TIMEOUT, false))
+		CHECK_FOR_INTERRUPTS();
 	DsyncWaitAttemptLockTimeout(false);
 	AtEOXact_GUC(true, save_nestlevel);
 	return true;
 }
 
 /*
+ * DsyncFenceForgetBusy
+ *		A new call begins: nothing to wait for yet.
+ */
+void
+DsyncFenceForgetBusy(void)
+{
+	list_free_deep(fence_busy);
+	fence_busy = NIL;
+}
+
+/*
+ * FenceNoteBusy
+ *		A writer held a resource the try under way had to raise: the next
+ *		try waits for it before it grants (DsyncFencePrewait).
+ */
+static void
+FenceNoteBusy(text *resource)
+{
+	MemoryContext oldcontext = MemoryContextSwitchTo(TopMemoryContext);
+
+	fence_busy = lappend(fence_busy, DatumGetTextPCopy(PointerGetDatum(resource)));
+	MemoryContextSwitchTo(oldcontext);
+}
+
+static int	FenceNameCompare(const ListCell *a, const ListCell *b);
+
+/*
+ * DsyncFencePrewait
+ *		At the start of a try: if the last try of this call gave up on a
+ *		resource a writer held, wait for its turnstile now, before the try
+ *		grants anything, and stepped out of the queue's way meanwhile
+ *		(DsyncWaitStepAside); the turnstile stays the try's, kept if it
+ *		grants, let go of if it does not.  Cheap when there is nothing to
+ *		wait for: one pointer test.
+ */
+void
+DsyncFencePrewait(const DsyncCatalog *catalog)
+{
+	List	   *busy = fence_busy;
+	ListCell   *lc;
+
+	if (busy == NIL)
+		return;
+	fence_busy = NIL;
+	list_sort(busy, FenceNameCompare);
+	DsyncWaitStepAside(true);
+	foreach(lc, busy)
+		(void) FenceQueue(catalog, lfirst(lc), true);
+	DsyncWaitStepAside(false);
+	list_free_deep(busy);
+}
+
+/*
  * FenceRaise
  *		Raise one resource's mark to at least token, holding it until this
- *		transaction ends; false if that would mean a wait the grant may not
- *		make (FenceQueue).
+ *		transaction ends; false (noted for the next try) if a writer holds
+ *		it and the grant, made already, may not wait (FenceQueue).
  *
  * A mark at or above the token is left alone, unlocked (a reentrant grant,
  * or a newer grant already raised it).  Whoever makes a mark holds the
@@ -182,7 +253,6 @@ static bool
 FenceRaise(DsyncStore *store, text *resource, int64 token)
 {
 	bool		queued = false;
-	TimestampTz deadline;
 
 	for (;;)
 	{
@@ -193,17 +263,23 @@ FenceRaise(DsyncStore *store, text *resource, int64 token)
 			return true;
 		if (!queued)
 		{
-			if (!FenceQueue(store->catalog, resource))
+			if (!FenceQueue(store->catalog, resource, false))
+			{
+				FenceNoteBusy(resource);
 				return false;
+			}
 			queued = true;
 			continue;
 		}
 		if (row == NULL)
 			return true;
 		result = DsyncStoreLock(store, row, LockTupleNoKeyExclusive,
-								DsyncWaitAttemptMayWait(&deadline) ? LockWaitBlock : LockWaitSkip);
+								DsyncWaitInAttempt() ? LockWaitSkip : LockWaitBlock);
 		if (result == TM_WouldBlock)
+		{
+			FenceNoteBusy(resource);
 			return false;
+		}
 		if (result != TM_Ok)
 			continue;
 		DsyncRowSet(row, Anum_fence_token, Int64GetDatum(token));

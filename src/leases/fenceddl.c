@@ -98,8 +98,7 @@ DsyncFenceDropped(Oid relid)
 	 * raising it: queued behind such grants on its turnstile, we find the
 	 * row as they left it.
 	 */
-	(void) DsyncFenceTurnstile(catalog, resource, ExclusiveLock, false);
-	for (;;)
+	for (bool queued = false;;)
 	{
 		TM_Result	result;
 
@@ -109,6 +108,13 @@ DsyncFenceDropped(Oid relid)
 		if (row == NULL || row->nulls[Anum_fence_relid - 1] ||
 			DatumGetObjectId(row->values[Anum_fence_relid - 1]) != relid)
 			break;
+		/* Only a table with a mark queues (DROP SCHEMA may drop thousands). */
+		if (!queued)
+		{
+			(void) DsyncFenceTurnstile(catalog, resource, ExclusiveLock, false);
+			queued = true;
+			continue;
+		}
 		result = DsyncStoreLock(&store, row, LockTupleExclusive, LockWaitBlock);
 		if (result == TM_Ok)
 		{
@@ -298,8 +304,11 @@ dsync_fence_restored(PG_FUNCTION_ARGS)
 		if (!OidIsValid(relid) || !DsyncFenceRelkindOk(get_rel_relkind(relid)))
 			return PointerGetDatum(NULL);
 	}
-	/* As whoever makes a mark: a grant raising it in flight waits for us. */
-	(void) DsyncFenceTurnstile(DsyncCatalogGet(fcinfo), resource, ExclusiveLock, false);
+	/*
+	 * No turnstile here, as others take to make a mark: a restore inserts
+	 * every mark in one transaction, more than the lock table holds, into
+	 * a database whose leases are not in use yet.
+	 */
 	DsyncBoundMapSet(resource);
 	if (!nulls[Anum_fence_lease - 1])
 		DsyncBoundMapSet(DatumGetTextPP(values[Anum_fence_lease - 1]));

@@ -558,36 +558,39 @@ static bool
 LeaseTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 {
 	LeaseTryArgs *args = arg;
-	int			permits;
+	const DsyncCatalog *catalog = DsyncCatalogGet(args->fcinfo);
+	int			permits = -1;
 	LeaseStores stores;
 	bool		granted;
+	uint64		fresh = 0;
 
 	*retry_at = 0;
+	/* A writer held a fence the last try had to raise: wait for it first. */
+	DsyncFencePrewait(catalog);
 	/* A semaphore's name was refused before (DsyncEphemeralCheckGrant). */
 	if (!args->durable)
+		granted = DsyncEphemeralTryAcquire(args->fcinfo, args->lease, args->grant, may_take,
+										   &args->token, &fresh, retry_at);
+	else if ((permits = DsyncSemaphorePermitsFor(args->fcinfo, args->lease, true)) >= 0)
+		granted = DsyncPermitTryAcquire(args->fcinfo, args->lease, args->grant, permits,
+										may_take, thorough, &args->token, retry_at);
+	else
 	{
-		uint64		fresh;
-
-		return DsyncEphemeralTryAcquire(args->fcinfo, args->lease, args->grant, may_take,
-										&args->token, &fresh, retry_at) &&
-			DsyncLeaseRaiseFences(DsyncCatalogGet(args->fcinfo), args->lease, args->hash,
-								  args->token, fresh);
+		LeaseStoresOpen(&stores, args->fcinfo, true);
+		granted = LeaseTryAcquire(&stores, args->lease, args->grant, may_take,
+								  &args->token, retry_at);
+		LeaseStoresClose(&stores);
 	}
-	permits = DsyncSemaphorePermitsFor(args->fcinfo, args->lease, true);
-	if (permits >= 0)
-		return DsyncPermitTryAcquire(args->fcinfo, args->lease, args->grant, permits,
-									 may_take, thorough, &args->token, retry_at) &&
-			DsyncLeaseRaiseFences(DsyncCatalogGet(args->fcinfo), args->lease, args->hash,
-								  args->token, 0);
-	LeaseStoresOpen(&stores, args->fcinfo, true);
-	granted = LeaseTryAcquire(&stores, args->lease, args->grant, may_take,
-							  &args->token, retry_at);
-	LeaseStoresClose(&stores);
-	if (!granted ||
-		!DsyncLeaseRaiseFences(DsyncCatalogGet(args->fcinfo), args->lease, args->hash,
-							   args->token, 0))
+	if (!granted)
 		return false;
-	DsyncWaitGrantExcludes(args->lease, args->grant->ttl_usec);
+	if (!DsyncLeaseRaiseFences(catalog, args->lease, args->hash, args->token, fresh))
+	{
+		/* Rolled back; the next try waits for the writer, at once. */
+		*retry_at = GetCurrentTimestamp();
+		return false;
+	}
+	if (args->durable && permits < 0)
+		DsyncWaitGrantExcludes(args->lease, args->grant->ttl_usec);
 	return true;
 }
 
@@ -675,6 +678,8 @@ DsyncLeaseAcquireWait(const DsyncCatalog *catalog, text *lease, uint32 hash, tex
 	DsyncWaitSpec spec;
 	TimestampTz retry_at;
 	bool		once = !wait_forever && wait_usec == 0;
+
+	DsyncFenceForgetBusy();
 
 	/*
 	 * A grant that must raise a fence may find a writer holding it, and

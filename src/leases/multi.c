@@ -35,6 +35,7 @@
 
 #include "args.h"
 #include "lease.h"
+#include "fence.h"
 #include "wait.h"
 
 PG_FUNCTION_INFO_V1(dsync_acquire_all);
@@ -190,6 +191,7 @@ dsync_acquire_all(PG_FUNCTION_ARGS)
 	args.names = MultiNames(fcinfo, &nelems, &order, &args.n);
 	DsyncLeaseGrantArgs(fcinfo, &grant, &wait_forever, &wait_usec);
 	DsyncPreventWrite("dsync_acquire_all()");
+	DsyncFenceForgetBusy();
 
 	args.fcinfo = fcinfo;
 	args.grant = &grant;

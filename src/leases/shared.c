@@ -36,6 +36,7 @@
 #include "args.h"
 #include "catalog.h"
 #include "ephemeral.h"
+#include "fence.h"
 #include "events.h"
 #include "lease.h"
 #include "shmem.h"
@@ -333,13 +334,18 @@ static bool
 SharedTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 {
 	SharedTryArgs *args = arg;
-
 	const DsyncCatalog *catalog = DsyncCatalogGet(args->fcinfo);
 
 	(void) thorough;
-	return SharedTryAcquire(catalog, args->lease, args->grant, may_take, &args->token,
-							retry_at) &&
-		DsyncLeaseRaiseFences(catalog, args->lease, args->hash, args->token, 0);
+	DsyncFencePrewait(catalog);
+	if (!SharedTryAcquire(catalog, args->lease, args->grant, may_take, &args->token, retry_at))
+		return false;
+	if (!DsyncLeaseRaiseFences(catalog, args->lease, args->hash, args->token, 0))
+	{
+		*retry_at = GetCurrentTimestamp();
+		return false;
+	}
+	return true;
 }
 
 /*

@@ -29,6 +29,7 @@ typedef struct DsyncWaiterSlot
 {
 	bool		in_use;
 	bool		evicted;		/* dsync_force_release ended this wait */
+	bool		aside;			/* waiting for a lock, out of the queue's way */
 	int			pid;
 	Oid			dbid;
 	Oid			roleid;			/* signals queue per role; InvalidOid for leases */

@@ -23,9 +23,11 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
+#include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
+#include "utils/timeout.h"
 #include "utils/tuplestore.h"
 
 #include "wait.h"
@@ -65,6 +67,9 @@ static bool in_internal_attempt = false;
 static bool attempt_may_wait = false;
 static TimestampTz attempt_deadline = 0;
 static bool attempt_lock_timeout = false;
+
+/* This backend's waiter slot is stepped aside (DsyncWaitStepAside). */
+static bool stepped_aside = false;
 
 /*
  * The channels the current try noted wake-ups on (it locked rows there): if
@@ -238,8 +243,34 @@ DsyncWaitInAttempt(void)
 bool
 DsyncWaitAttemptMayWait(TimestampTz *deadline)
 {
-	*deadline = attempt_deadline;
+	*deadline = in_internal_attempt ? attempt_deadline : 0;
 	return !in_internal_attempt || attempt_may_wait;
+}
+
+/*
+ * DsyncWaitStepAside
+ *		The try under way waits for another transaction's lock (a grant's
+ *		fence, leases/fencebind.c), holding nothing of the name it queues
+ *		for: step out of the queue's way meanwhile (aside), or back into
+ *		its place.  The lock's holder may itself want the name, and queue
+ *		behind us in a wait no deadlock detector sees; aside, we do not
+ *		hold it up, and the next in line is woken to look.
+ */
+void
+DsyncWaitStepAside(bool aside)
+{
+	DsyncWaiterSlot *me = DsyncWaitMySlot();
+	uint64		key;
+
+	if (aside == stepped_aside)
+		return;
+	LWLockAcquire(dsync_shared->lock, LW_EXCLUSIVE);
+	me->aside = aside && me->in_use;
+	key = me->key;
+	LWLockRelease(dsync_shared->lock);
+	stepped_aside = aside;
+	if (aside)
+		DsyncWakeChannel(key % DSYNC_WAKE_CHANNELS);
 }
 
 /*
@@ -293,7 +324,7 @@ DsyncWakeChannelQuiet(int channel, bool quiet)
 		DsyncWaiterSlot *slot = &dsync_shared->slots[i];
 		int			k;
 
-		if (!slot->in_use || slot->key % DSYNC_WAKE_CHANNELS != (uint64) channel)
+		if (!slot->in_use || slot->aside || slot->key % DSYNC_WAKE_CHANNELS != (uint64) channel)
 			continue;
 		for (k = 0; k < nfirsts; k++)
 		{
@@ -546,15 +577,22 @@ DsyncWaitTry(const DsyncWaitSpec *spec, bool may_take, bool thorough, bool may_w
 		MemoryContextSwitchTo(oldcontext);
 		CurrentResourceOwner = oldowner;
 		in_internal_attempt = false;
+		DsyncWaitStepAside(false);
 		if (!attempt_lock_timeout || edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
 			ReThrowError(edata);
-		/* The try's own lock_timeout: the wait is over, the call goes on. */
 		attempt_lock_timeout = false;
+		/* A statement timeout that fired with it was consumed with it. */
+		if (StatementTimeout > 0 && !get_timeout_active(STATEMENT_TIMEOUT))
+			ereport(ERROR,
+					(errcode(ERRCODE_QUERY_CANCELED),
+					 errmsg("canceling statement due to statement timeout")));
+		/* The try's own lock_timeout: the wait is over, the call goes on. */
 		FreeErrorData(edata);
 		granted = false;
 	}
 	PG_END_TRY();
 
+	DsyncWaitStepAside(false);
 	in_internal_attempt = false;
 	if (!granted)
 		xact_changed = changed_before;	/* the failed try changed nothing */

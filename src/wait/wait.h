@@ -42,6 +42,7 @@ extern void DsyncWaitGrantExcludes(text *lease, int64 ttl_usec);
 extern bool DsyncWaitInAttempt(void);
 extern bool DsyncWaitAttemptMayWait(TimestampTz *deadline);
 extern void DsyncWaitAttemptLockTimeout(bool armed);
+extern void DsyncWaitStepAside(bool aside);
 extern void DsyncXactChanged(void);
 
 /*

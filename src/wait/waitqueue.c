@@ -70,7 +70,8 @@ DsyncWaitMySlot(void)
 /*
  * DsyncWaitMayTake
  *		Whether this backend may take what it wants now, as far as the
- *		queue goes: nobody who joined earlier is waiting for it.
+ *		queue goes: nobody who joined earlier is waiting for it (a waiter
+ *		stepped aside, DsyncWaitStepAside, is not).
  */
 bool
 DsyncWaitMayTake(uint64 key, Oid roleid)
@@ -88,8 +89,8 @@ DsyncWaitMayTake(uint64 key, Oid roleid)
 	{
 		DsyncWaiterSlot *slot = &dsync_shared->slots[i];
 
-		ahead = slot->in_use && slot->key == key && slot->dbid == MyDatabaseId &&
-			slot->roleid == roleid && slot->ticket < my_ticket;
+		ahead = slot->in_use && !slot->aside && slot->key == key &&
+			slot->dbid == MyDatabaseId && slot->roleid == roleid && slot->ticket < my_ticket;
 	}
 	LWLockRelease(dsync_shared->lock);
 	return !ahead;
@@ -157,6 +158,7 @@ DsyncWaitEnqueue(const DsyncWaitSpec *spec)
 	me->userid = GetUserId();
 	me->key = spec->key;
 	me->evicted = false;
+	me->aside = false;
 	me->ticket = pg_atomic_fetch_add_u64(&dsync_shared->next_ticket, 1);
 	me->since = GetCurrentTimestamp();
 	strlcpy(me->kind, spec->kind, sizeof(me->kind));

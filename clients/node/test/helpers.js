@@ -28,6 +28,22 @@ function uniqueName(prefix) {
 const adminQuery = (text, values) => query(adminApp, text, values);
 
 /*
+ * SIGSTOP dsync's worker while it sleeps (its wait event is Extension),
+ * never mid-pass: stopped holding one of dsync's locks, it would hold up
+ * for ever whatever the test does next.
+ */
+async function stopWorkerAsleep(pid) {
+  for (let i = 0; i < 1000; i += 1) {
+    process.kill(pid, 'SIGSTOP');
+    const rows = await adminQuery('SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1', [pid]);
+    if (rows.length && rows[0].wait_event_type === 'Extension') return;
+    process.kill(pid, 'SIGCONT');
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error("dsync's worker was never seen asleep");
+}
+
+/*
  * A login role of its own for a test that counts or limits connections
  * by role (pg_stat_activity.usename, CONNECTION LIMIT): test files may run
  * side by side on one server, and the app role's count is theirs too.
@@ -58,4 +74,6 @@ async function waitFor(cond, ms = 5000, every = 10) {
   }
 }
 
-module.exports = { direct, bouncer, admin, adminApp, uniqueName, adminQuery, ownRole, connectionsOf, sleep, waitFor };
+module.exports = {
+  direct, bouncer, admin, adminApp, uniqueName, adminQuery, stopWorkerAsleep, ownRole, connectionsOf, sleep, waitFor,
+};

@@ -8,7 +8,7 @@ const {
   Client, Lock, ReadLock, Semaphore, LeaderElection, watch, withLock, closeDefaultClients, LockLost, ListenUnavailable,
   DsyncConnectionError,
 } = require('..');
-const { direct, bouncer, uniqueName, adminQuery, sleep } = require('./helpers');
+const { direct, bouncer, uniqueName, adminQuery, stopWorkerAsleep, sleep } = require('./helpers');
 
 // The existing constructors' tests (default clients per connection
 // settings), ported to the Client design: each test has a watchdog timeout.
@@ -153,7 +153,7 @@ test('watch skips an event its state already shows', { timeout: 20000 }, async (
   const lock = new Lock(name, { config: direct, ttl: 30, holder: 'h-late' });
   const it = watch([name], { config: direct, timeout: 5 })[Symbol.asyncIterator]();
   let first;
-  process.kill(pid, 'SIGSTOP');
+  await stopWorkerAsleep(pid);
   try {
     assert.ok(await lock.acquire({ blocking: false }));
     first = (await it.next()).value;

@@ -178,6 +178,22 @@ def app_connections(admin, application_name=None):
                          (application_name, application_name)).fetchone()[0]
 
 
+def stop_worker_asleep(admin, pid, tries=1000):
+    """SIGSTOP dsync's worker while it sleeps (its wait event is
+    Extension), never mid-pass: stopped holding one of dsync's locks, it
+    would hold up for ever whatever the test does next."""
+    import signal
+    for _ in range(tries):
+        os.kill(pid, signal.SIGSTOP)
+        row = admin.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                            (pid,)).fetchone()
+        if row and row[0] == "Extension":
+            return
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.01)
+    raise AssertionError("dsync's worker was never seen asleep")
+
+
 def wait_for(pred, timeout=10.0, step=0.01):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from conftest import stop_worker_asleep
 from dsync import (AsyncClient, AsyncEvent, AsyncLeaderElection, AsyncLock, AsyncReadLock,
                    AsyncSemaphore, LockLost, NotHeld, awatch)
 
@@ -200,7 +201,7 @@ def test_awatch_skips_an_event_its_state_already_shows(server, admin, name):
         with psycopg.connect(dsn, autocommit=True) as other:
             channel = other.execute("SELECT dsync_channel(%s)", (name + "-other",)).fetchone()[0]
             other.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
-            os.kill(pid, signal.SIGSTOP)
+            stop_worker_asleep(admin, pid)
             try:
                 assert await lock.acquire()
                 first = await it.__anext__()

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import psycopg
 import pytest
 
-from conftest import wait_for
+from conftest import stop_worker_asleep, wait_for
 from dsync import (Client, Event, LeaderElection, LeaseEvent, ListenUnavailable, Lock, LockLost,
                    NotHeld, ReadLock, Semaphore, watch)
 
@@ -329,7 +329,7 @@ def test_watch_skips_an_event_its_state_already_shows(server, admin, name):
     with psycopg.connect(direct, autocommit=True) as other:
         channel = other.execute("SELECT dsync_channel(%s)", (name + "-other",)).fetchone()[0]
         other.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
-        os.kill(pid, signal.SIGSTOP)
+        stop_worker_asleep(admin, pid)
         try:
             assert holder.acquire()
             it = watch([name], conninfo=direct, timeout=5)
