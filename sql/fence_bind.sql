@@ -149,11 +149,22 @@ SELECT f.token = t.token AS mark_unmoved
 SELECT dsync_release('table:public.reg_named_table', 'x');
 DROP TABLE reg_named_table;
 
--- Only tables have a table's mark (views, sequences and indexes are
--- refused), and a dropped table's mark and binding go with it.
+-- Only tables have a table's mark (views, materialized views, sequences
+-- and indexes are refused; foreign tables have one), and a dropped table's
+-- mark and binding go with it.
 CREATE VIEW reg_view AS SELECT 1 AS token;
+CREATE MATERIALIZED VIEW reg_matview AS SELECT 1 AS token;
 CREATE SEQUENCE reg_seq;
 CREATE INDEX reg_counter_v ON reg_counter (v);
+CREATE FOREIGN TABLE reg_foreign (token bigint) SERVER regress_dsync_server;
+SELECT regress_err($$SELECT dsync_fence('table:public.reg_matview', (SELECT token FROM reg_tok WHERE name = 'new'))$$);
+SELECT dsync_fence('table:public.reg_foreign', (SELECT token FROM reg_tok WHERE name = 'new')) IS NULL AS foreign_first_mark;
+SELECT dsync_fence_bind('table:public.reg_foreign', 'reg_foreign_lease') AS foreign_bound;
+SELECT count(*) AS foreign_marks FROM dsync_fences
+ WHERE resource = 'table:public.reg_foreign' AND lease = 'reg_foreign_lease';
+DROP FOREIGN TABLE reg_foreign;
+SELECT count(*) AS foreign_dropped FROM dsync_fences WHERE resource = 'table:public.reg_foreign';
+DROP MATERIALIZED VIEW reg_matview;
 SELECT regress_err($$SELECT dsync_fence_bind('table:public.reg_view', 'l')$$);
 SELECT regress_err($$SELECT dsync_fence('table:public.reg_view', (SELECT token FROM reg_tok WHERE name = 'new'))$$);
 SELECT regress_err($$SELECT dsync_fence('table:public.reg_seq', (SELECT token FROM reg_tok WHERE name = 'new'))$$);

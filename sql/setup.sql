@@ -68,6 +68,16 @@ $f$;
 REVOKE ALL ON FUNCTION regress_set_max_ttl(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION regress_set_max_ttl(text) TO dsync_tester;
 
+-- A foreign server with no handler: foreign tables can be made (fenced
+-- and dropped) but not read, which is all the fence tests need.
+DO $$ BEGIN
+	IF NOT EXISTS (SELECT FROM pg_foreign_data_wrapper WHERE fdwname = 'regress_dsync_fdw') THEN
+		CREATE FOREIGN DATA WRAPPER regress_dsync_fdw;
+	END IF;
+END $$;
+CREATE SERVER IF NOT EXISTS regress_dsync_server FOREIGN DATA WRAPPER regress_dsync_fdw;
+GRANT USAGE ON FOREIGN SERVER regress_dsync_server TO dsync_tester;
+
 -- Every later connection to this database acts as dsync_tester, and
 -- RESET ROLE returns to it.
 DO $$ BEGIN
