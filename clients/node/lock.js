@@ -177,6 +177,9 @@ class Lock extends EventEmitter {
         st.count += 1;
         return true;
       }
+      // The owner's hold was lost: the ownership it stood for ended with
+      // it, so this acquire starts a fresh hold that one release frees.
+      if (st && st.count > 0) st.count = 0;
       if (!st) {
         let scope = als.getStore();
         while (scope && scope.ended) scope = scope.parent;    // a scope that ended owns nothing new

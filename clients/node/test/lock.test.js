@@ -117,6 +117,35 @@ test('a force-released lock is known lost at once', { timeout: 20000 }, async ()
   await lock.close();
 });
 
+// After a loss, taking the lock again without releasing the lost hold
+// starts a fresh hold that one release frees, inside run() and outside it
+// (inside run() it used to count 2: the new lease stayed held and renewed).
+for (const how of ['bare', 'run()']) {
+  test(`an acquire after a loss starts a fresh hold (${how})`, { timeout: 20000 }, async () => {
+    const name = uniqueName('relost');
+    const lock = new Lock(name, { config: direct, ttl: 1.5 });
+    const held = async () => Number((await adminQuery('SELECT count(*) AS n FROM dsync_leases WHERE lease = $1', [name]))[0].n);
+    const body = async () => {
+      assert.ok(await lock.acquire());
+      await sleep(200);
+      const lost = new Promise((resolve) => lock.once('lost', resolve));
+      await adminQuery('SELECT dsync_force_release($1)', [name]);
+      await lost;
+      assert.ok(await lock.acquire());
+      assert.strictEqual(await lock.release(), true);
+      assert.strictEqual(await held(), 0);
+      await assert.rejects(lock.release(), (e) => e.name === 'NotHeld');
+    };
+    if (how === 'bare') {
+      await body();
+    } else {
+      await lock.run(body);
+    }
+    assert.strictEqual(await held(), 0);
+    await lock.close();
+  });
+}
+
 test('payload tokens are BigInt and foreign NOTIFYs are skipped', { timeout: 20000 }, async () => {
   const name = uniqueName('watch');
   const it = watch([name], { config: direct, timeout: 5 });

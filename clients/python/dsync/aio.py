@@ -83,6 +83,10 @@ class AsyncLock(_OnClient, LeaseObject):
         if st.count > 0 and st.hold is not None and not st.hold.done:
             st.count += 1
             return True
+        if st.count > 0:
+            # The hold was lost: the ownership it stood for ended with it,
+            # so this acquire starts a fresh hold that one release frees.
+            st.count = 0
         if st.hold is not None and st.hold.given_back:
             self._owners.retire_name(st)            # the keeper releases that name
         holder = self._owners.take_name(st)

@@ -85,6 +85,25 @@ def test_async_lost_lease(server, admin, name):
     run(main())
 
 
+def test_async_acquire_after_loss_without_release_starts_a_fresh_hold(server, admin, name):
+    """See the thread test of the same name: one release frees the lease
+    a task took again after a loss."""
+    async def main():
+        lock = AsyncLock(name, conninfo=server.dsn(), ttl=1.5)
+        assert await lock.acquire()
+        admin.execute("SELECT dsync_force_release(%s)", (name,))
+        await asyncio.wait_for(lock.lost.wait(), 5)
+        assert await lock.acquire()
+        assert not lock.lost.is_set()
+        assert await lock.release()
+        held = "SELECT count(*) FROM dsync_leases WHERE lease = %s"
+        assert admin.execute(held, (name,)).fetchone()[0] == 0
+        with pytest.raises(NotHeld):
+            await lock.release()
+        await lock.close()
+    run(main())
+
+
 def test_async_read_write_lock(dsn, name):
     async def main():
         r1 = AsyncReadLock(name, conninfo=dsn, ttl=30)

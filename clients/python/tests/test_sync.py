@@ -484,6 +484,28 @@ def test_reacquire_after_loss_keeps_renewing(server, admin, name):
     lock.close()
 
 
+def test_acquire_after_loss_without_release_starts_a_fresh_hold(server, admin, name):
+    """The thread takes the lock again after a loss without releasing the
+    lost hold first: the lost hold's ownership is over, so one release
+    frees the new lease (it used to count 2 and stay held and renewed)."""
+    lock = Lock(name, conninfo=server.dsn(), ttl=1.5)
+    assert lock.acquire()
+    admin.execute("SELECT dsync_force_release(%s)", (name,))
+    assert lock.lost.wait(5)
+    assert lock.acquire()
+    assert not lock.lost.is_set()
+    assert lock.release()
+    held = "SELECT count(*) FROM dsync_leases WHERE lease = %s"
+    assert admin.execute(held, (name,)).fetchone()[0] == 0
+    with pytest.raises(NotHeld):
+        lock.release()
+    other = Lock(name, conninfo=server.dsn(), ttl=1.5)
+    assert other.acquire(blocking=False)
+    assert other.release()
+    other.close()
+    lock.close()
+
+
 def test_leader_reelected_after_forced_loss(server, admin, name):
     calls = []
     e = LeaderElection(name, conninfo=server.dsn(), ttl=1.5, member="m",
