@@ -4,9 +4,12 @@
  * the lease is kept by the client's keeper like any other.  An
  * EventEmitter: 'elected' (token), 'lost' (reason) as soon as leadership
  * is lost (before the lease's expiry lets anyone else in) and on stop,
- * 'members' (the group's live members, at each look, if listened to), and
- * 'error' if the campaign fails for good.  Listeners are not awaited; an
- * error they throw or reject with is a warning.
+ * 'members' (the group's live members, at each look, if listened to),
+ * 'retry' (error, pause in ms) for each attempt that failed and will be
+ * retried (the server gone, a wait cancelled by statement_timeout or
+ * pg_cancel_backend: a warning when nobody listens), and 'error' if the
+ * campaign fails for good, which only a bug can make it do.  Listeners
+ * are not awaited; an error they throw or reject with is a warning.
  *
  * isLeader, leaderExists, token and status are getters that never wait:
  * they read what the campaign last saw (its periodic look, every ttl/3,
@@ -23,8 +26,18 @@ const args = require('./args');
 const { Lock, OnClient } = require('./lock');
 const { Scope, als } = require('./ledger');
 
-// How long the campaign pauses after the server went away before retrying.
-const RETRY_MS = 500;
+// A campaign's pause after a failed attempt: from RETRY_FIRST_MS, doubled
+// per failure in a row, never more than a third of the ttl (a member must
+// be back in the race before a dead leader's lease ends) nor RETRY_MAX_MS,
+// with jitter so that members do not retry in step.
+const RETRY_FIRST_MS = 100;
+const RETRY_MAX_MS = 2000;
+
+function retryPause(failures, ttl) {
+  const cap = Math.min((ttl * 1000) / 3, RETRY_MAX_MS);
+  const pause = Math.min(cap, RETRY_FIRST_MS * 2 ** Math.min(failures - 1, 16));
+  return pause * (0.5 + Math.random() / 2);
+}
 
 // A members row as the cluster detail's object.
 function memberOf(r) {
@@ -58,6 +71,8 @@ class LeaderElection extends EventEmitter {
     this._abort = null;
     this._wakeFn = null;
     this.error = null;
+    this.lastError = null;      // the last failed attempt's error
+    this.failures = 0;          // failed attempts so far (each retried)
   }
 
   // The Client this election runs on.
@@ -188,11 +203,13 @@ class LeaderElection extends EventEmitter {
   async _run() {
     const period = (this.ttl * 1000) / 3;
     let nextLook = 0;
+    let failed = 0;
     try {
       while (!this._stopping) {
         try {
           if (performance.now() >= nextLook) {
             await this._look();
+            failed = 0;
             nextLook = performance.now() + period;
           }
           if (this._stopping) break;
@@ -213,7 +230,9 @@ class LeaderElection extends EventEmitter {
             continue;
           }
           const timeout = Math.max(0.05, Math.min(period, nextLook - performance.now()) / 1000);
-          if (await this._lock.acquire({ timeout, signal: this._abort.signal })) {
+          const got = await this._lock.acquire({ timeout, signal: this._abort.signal });
+          failed = 0;
+          if (got) {
             if (this._stopping) break;
             if (this._lock.held) {              // lost already: campaign on
               this._hold = this._lock.hold;
@@ -225,15 +244,33 @@ class LeaderElection extends EventEmitter {
           }
         } catch (e) {
           if (this._stopping) break;
-          if (!(e instanceof errors.DsyncConnectionError)) throw e;
-          // The server went away (a restart, a failover): the keeper's
-          // watchdog decides about leadership; retry.
-          await this._sleep(RETRY_MS);
+          if (!(e instanceof errors.DsyncError)) throw e;
+          // A restart, a failover, a cancelled wait: a later attempt may
+          // succeed, and a member that stopped campaigning would never
+          // lead again.  The keeper's watchdog decides about a leadership
+          // held.
+          failed += 1;
+          await this._sleep(this._retrying(e, failed));
         }
       }
     } finally {
       await this._resign();
     }
+  }
+
+  // Reports a failed attempt ('retry', or a warning) and says how long to
+  // pause before the next one.
+  _retrying(e, failed) {
+    const pause = retryPause(failed, this.ttl);
+    this.lastError = e;
+    this.failures += 1;
+    if (this.listenerCount('retry') > 0) {
+      this._emit('retry', e, pause);
+    } else {
+      process.emitWarning(`dsync: campaign for group "${this.group}" failed (${e.code ? `${e.code}: ` : ''}${e.message}); `
+        + `retrying in ${Math.round(pause)} ms`, 'DsyncWarning');
+    }
+    return pause;
   }
 
   // Leadership ends before the lease goes: nothing may still act as leader

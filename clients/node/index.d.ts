@@ -201,6 +201,9 @@ export class LeaderElection extends EventEmitter {
   readonly running: boolean;
   readonly status: ElectionStatus;
   error: Error | null;
+  /** The last failed campaign attempt's error (each is retried), and how many failed. */
+  lastError: Error | null;
+  failures: number;
   start(): this;
   stop(): Promise<void>;
   /** Asks the server. */
@@ -210,6 +213,7 @@ export class LeaderElection extends EventEmitter {
   on(event: 'lost', listener: (reason: string) => void): this;
   on(event: 'members', listener: (members: Member[]) => void): this;
   on(event: 'error', listener: (err: Error) => void): this;
+  on(event: 'retry', listener: (err: Error, pauseMs: number) => void): this;
   once(event: 'elected', listener: (token: bigint) => void): this;
   once(event: 'lost', listener: (reason: string) => void): this;
   once(event: 'members', listener: (members: Member[]) => void): this;

@@ -177,9 +177,6 @@ class Lock extends EventEmitter {
         st.count += 1;
         return true;
       }
-      // The owner's hold was lost: the ownership it stood for ended with
-      // it, so this acquire starts a fresh hold that one release frees.
-      if (st && st.count > 0) st.count = 0;
       if (!st) {
         let scope = als.getStore();
         while (scope && scope.ended) scope = scope.parent;    // a scope that ended owns nothing new
@@ -281,8 +278,11 @@ class Lock extends EventEmitter {
       if (st.count === 0) this._owners.freeName(st);
       return false;
     }
+    // A count left is a lost hold's (a live one only counts, in
+    // acquire()): its ownership ended with it, so this is a fresh hold
+    // that one release frees.  A failed acquire leaves it as it was.
     st.hold = hold;
-    st.count += 1;
+    st.count = 1;
     return true;
   }
 

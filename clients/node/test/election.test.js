@@ -101,3 +101,46 @@ test('closing the client stops its elections and gives the lease back', { timeou
   assert.deepStrictEqual(calls, ['+', '-stopped']);
   assert.strictEqual((await adminQuery('SELECT dsync_leader($1) AS v', [group]))[0].v, null);
 });
+
+// A campaign whose wait in the server is cancelled (pg_cancel_backend,
+// statement_timeout: 57014) retries with a pause, reporting each failure
+// through 'retry', and leads once the leader goes; it used to stop for good.
+test('a campaign survives cancelled waits', { timeout: 40000 }, async () => {
+  const group = uniqueName('cancelled');
+  const holder = client.lock(group, { ttl: 30, holder: 'other' });
+  assert.ok(await holder.acquire());
+  const seen = [];
+  const e = client.election(group, { ttl: 3, member: 'm' });
+  e.on('retry', (err, pause) => seen.push([err.code, pause]));
+  const slowClient = new Client({ config: { ...direct, options: '-c statement_timeout=200' } });
+  const slow = slowClient.election(group, { ttl: 3, member: 's' });
+  let slowRetries = 0;
+  slow.on('retry', () => { slowRetries += 1; });
+  e.start();
+  slow.start();
+  try {
+    let cancelled = 0;
+    const until = performance.now() + 20000;
+    while (cancelled < 3 && performance.now() < until) {
+      const rows = await adminQuery("SELECT count(pg_cancel_backend(pid))::int AS n FROM pg_stat_activity WHERE usename = 'app'"
+        + " AND state = 'active' AND query LIKE '%dsync_acquire%' AND pid <> pg_backend_pid()");
+      cancelled += rows[0].n;
+      await new Promise((r) => setTimeout(r, 300));
+    }
+    assert.ok(cancelled >= 3, `cancelled ${cancelled}`);
+    assert.ok(await waitFor(() => seen.some(([code]) => code === '57014'), 5000), JSON.stringify(seen));
+    assert.ok(seen.every(([, pause]) => pause > 0 && pause <= 1000), JSON.stringify(seen));
+    assert.ok(await waitFor(() => slowRetries >= 3, 10000), `${slowRetries}`);
+    assert.strictEqual(slow.lastError.code, '57014');
+    assert.ok(e.running && slow.running);
+    assert.strictEqual(await holder.release(), true);
+    assert.ok(await waitFor(() => e.isLeader || slow.isLeader, 10000));
+    await e.stop();
+    assert.strictEqual(e.error, null);
+    assert.ok(await waitFor(() => slow.isLeader, 10000));
+  } finally {
+    await e.stop();
+    await slow.stop();
+    await slowClient.close();
+  }
+});

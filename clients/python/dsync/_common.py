@@ -313,3 +313,29 @@ class ConnectionSettings:
         if pool is not None:
             return ("pool", id(pool))
         return ("conninfo", conninfo, tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
+
+
+# A campaign's pause after a failed attempt: from CAMPAIGN_RETRY_FIRST,
+# doubled per failure in a row, never more than a third of the ttl (a
+# member must be back in the race before a dead leader's lease ends) nor
+# CAMPAIGN_RETRY_MAX, with jitter so that members do not retry in step.
+CAMPAIGN_RETRY_FIRST = 0.1
+CAMPAIGN_RETRY_MAX = 2.0
+
+
+def campaign_pause(failures: int, ttl_s: float) -> float:
+    """Seconds to pause after failures attempts failed in a row."""
+    cap = min(ttl_s / 3, CAMPAIGN_RETRY_MAX)
+    pause = min(cap, CAMPAIGN_RETRY_FIRST * 2 ** min(failures - 1, 16))
+    return pause * (0.5 + secrets.randbelow(1000) / 2000)
+
+
+def campaign_failed(group: str, exc: BaseException, pause: float) -> None:
+    """Log a campaign attempt that failed and will be retried: one line
+    for dsync's own errors, a traceback for anything else (a bug, or an
+    on_leader that raised)."""
+    import logging
+    from .errors import DsyncError
+    logging.getLogger("dsync").warning(
+        'dsync: campaign for group "%s" failed (%s: %s); retrying in %.2f s',
+        group, type(exc).__name__, exc, pause, exc_info=not isinstance(exc, DsyncError))

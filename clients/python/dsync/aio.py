@@ -15,6 +15,7 @@ client for their connection string.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import weakref
 from datetime import datetime
@@ -83,10 +84,6 @@ class AsyncLock(_OnClient, LeaseObject):
         if st.count > 0 and st.hold is not None and not st.hold.done:
             st.count += 1
             return True
-        if st.count > 0:
-            # The hold was lost: the ownership it stood for ended with it,
-            # so this acquire starts a fresh hold that one release frees.
-            st.count = 0
         if st.hold is not None and st.hold.given_back:
             self._owners.retire_name(st)            # the keeper releases that name
         holder = self._owners.take_name(st)
@@ -117,7 +114,7 @@ class AsyncLock(_OnClient, LeaseObject):
             keeper.add(hold, mark)
             added = True
             st.hold = hold
-            st.count += 1
+            st.count = 1            # a fresh hold: see dsync.Lock.acquire
             return True
         except BaseException:
             # Cancelled (or not kept) after a grant may have committed: give
@@ -365,19 +362,25 @@ class AsyncLeaderElection(_OnClient, ElectionViews):
     """Leader election as an asyncio task: `task = election.start()`;
     cancelling the task (or `await election.stop()`) resigns cleanly.
     is_leader, leader_exists and status are properties that read what the
-    campaign last saw; `await leader()` and `await members()` ask."""
+    campaign last saw; `await leader()` and `await members()` ask.  A
+    failed attempt is retried as dsync.LeaderElection retries it (on_error
+    may be a coroutine function); only cancelling ends the campaign."""
 
     def __init__(self, group: str, *, client: Optional[AsyncClient] = None,
                  conninfo: Optional[str] = None, pool: Any = None, ttl: Seconds = 15,
                  member: Optional[str] = None, info: Any = None,
                  on_leader: Optional[Callable[[], Any]] = None,
                  on_leader_loss: Optional[Callable[[], Any]] = None,
+                 on_error: Optional[Callable[[BaseException], Any]] = None,
                  listen: Optional[bool] = None, **connect_kwargs: Any):
         self.group = c.name_arg(group, "group")
         self.ttl = c.positive(ttl, "ttl")
         self.info = info
         self.on_leader = on_leader
         self.on_leader_loss = on_leader_loss
+        self.on_error = on_error
+        self.last_error: Optional[BaseException] = None
+        self.failures = 0
         self._use(client, conninfo, pool, listen, connect_kwargs)
         self._lock = AsyncLock(self.group, client=client, conninfo=conninfo, pool=pool,
                                listen=listen, ttl=self.ttl, holder=member, info=info,
@@ -435,11 +438,13 @@ class AsyncLeaderElection(_OnClient, ElectionViews):
         """Campaign until cancelled (start() runs it as a task)."""
         period = self.ttl.total_seconds() / 3
         next_look = 0.0
+        failed = 0
         try:
             while True:
                 try:
                     if time.monotonic() >= next_look:
                         await self._look()
+                        failed = 0
                         next_look = time.monotonic() + period
                     if self._lock.held:
                         await asyncio.sleep(max(0.0, min(0.5, next_look - time.monotonic())))
@@ -448,19 +453,40 @@ class AsyncLeaderElection(_OnClient, ElectionViews):
                         await self._end_leadership()
                         await self._lock.release()
                         continue
-                    if await self._lock.acquire(
-                            timeout=max(0.05, min(period, next_look - time.monotonic()))):
+                    got = await self._lock.acquire(
+                        timeout=max(0.05, min(period, next_look - time.monotonic())))
+                    failed = 0
+                    if got:
                         if self._lock.held:
                             self._hold = self._lock.hold
                             self._token = self._lock.token
                             self._seen_leader = self.member
                             self._leader = True
                             await self._call(self.on_leader)
-                except errors.DsyncConnectionError:
-                    await asyncio.sleep(0.5)
+                except Exception as exc:
+                    # See dsync.LeaderElection.run: every failure is retried.
+                    failed += 1
+                    await self._retrying(exc, failed)
         finally:
             # In this task (it owns the lease), even when cancelled.
             await self._resign()
+
+    async def _retrying(self, exc: Exception, failed: int) -> None:
+        """Report a failed attempt (log, on_error) and pause before the
+        next one."""
+        pause = c.campaign_pause(failed, self.ttl.total_seconds())
+        self.last_error = exc
+        self.failures += 1
+        c.campaign_failed(self.group, exc, pause)
+        if self.on_error is not None:
+            try:
+                result = self.on_error(exc)
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception:
+                logging.getLogger("dsync").exception('dsync: on_error of group "%s" raised',
+                                                     self.group)
+        await asyncio.sleep(pause)
 
     async def _resign(self) -> None:
         # Leadership ends before the lease goes.

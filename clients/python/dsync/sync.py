@@ -16,6 +16,7 @@ keeper; see clients/DESIGN.md.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 import weakref
@@ -31,6 +32,8 @@ from ._common import Seconds
 from ._ledger import Hold, OwnerState
 from ._views import ElectionViews, LeaseObject, OnClient
 from .client import Client, default_client
+
+log = logging.getLogger("dsync")
 
 __all__ = ["Lock", "ReadLock", "Semaphore", "Event", "LeaderElection"]
 
@@ -113,11 +116,6 @@ class Lock(_OnClient, LeaseObject):
             if st.count > 0 and st.hold is not None and not st.hold.done:
                 st.count += 1
                 return True
-            if st.count > 0:
-                # The hold was lost: the ownership it stood for ended with
-                # it, so this acquire starts a fresh hold that one release
-                # frees (counting on would leave the new lease held).
-                st.count = 0
             if st.hold is not None and st.hold.given_back:
                 self._owners.retire_name(st)        # the keeper releases that name
             holder = self._owners.take_name(st)
@@ -152,8 +150,12 @@ class Lock(_OnClient, LeaseObject):
             keeper.add(hold, mark)
             added = True
             with self._mutex:
+                # A count left is a lost hold's (a live one only counts,
+                # above): its ownership ended with it, so this is a fresh
+                # hold that one release frees (counting on would leave the
+                # new lease held).  A failed acquire leaves it as it was.
                 st.hold = hold
-                st.count += 1
+                st.count = 1
             return True
         except BaseException:
             # Interrupted, or not kept: a grant may have committed unseen,
@@ -440,6 +442,13 @@ class LeaderElection(_OnClient, ElectionViews):
     leadership is lost (from the keeper's or watchdog's thread, before the
     lease's expiry lets anyone else in) and on stop.
 
+    The campaign retries every attempt that fails (the server gone, a
+    wait cancelled by statement_timeout or pg_cancel_backend, an error
+    raised by on_leader) after a pause that grows from 0.1 s to at most
+    min(ttl/3, 2 s): each failure is logged on the "dsync" logger, passed
+    to on_error(exc) if given, and kept in last_error (failures counts
+    them).  It ends only at stop().
+
     is_leader, leader_exists and status are properties that never wait:
     they read what the campaign last saw (at most ttl/3 old); leader()
     and members() ask the server."""
@@ -449,12 +458,16 @@ class LeaderElection(_OnClient, ElectionViews):
                  member: Optional[str] = None, info: Any = None,
                  on_leader: Optional[Callable[[], Any]] = None,
                  on_leader_loss: Optional[Callable[[], Any]] = None,
+                 on_error: Optional[Callable[[BaseException], Any]] = None,
                  listen: Optional[bool] = None, **connect_kwargs: Any):
         self.group = c.name_arg(group, "group")
         self.ttl = c.positive(ttl, "ttl")
         self.info = info
         self.on_leader = on_leader
         self.on_leader_loss = on_leader_loss
+        self.on_error = on_error
+        self.last_error: Optional[BaseException] = None
+        self.failures = 0
         self._use(client, conninfo, pool, listen, connect_kwargs)
         self._lock = Lock(self.group, client=client, conninfo=conninfo, pool=pool, listen=listen,
                           ttl=self.ttl, holder=member, info=info, on_lost=self._lost,
@@ -521,11 +534,13 @@ class LeaderElection(_OnClient, ElectionViews):
         """Campaign until stop(): the loop start() runs in a thread."""
         period = self.ttl.total_seconds() / 3
         next_look = 0.0
+        failed = 0
         try:
             while not self._stop.is_set():
                 try:
                     if time.monotonic() >= next_look:
                         self._look()
+                        failed = 0
                         next_look = time.monotonic() + period
                     if self._lock.held:
                         self._stop.wait(max(0.0, min(next_look - time.monotonic(), period)))
@@ -536,7 +551,9 @@ class LeaderElection(_OnClient, ElectionViews):
                         self._lock.release()
                         continue
                     timeout = max(0.05, min(period, next_look - time.monotonic()))
-                    if self._lock.acquire(timeout=timeout):
+                    got = self._lock.acquire(timeout=timeout)
+                    failed = 0
+                    if got:
                         if self._stop.is_set():
                             break
                         with self._leader_lock:
@@ -547,14 +564,31 @@ class LeaderElection(_OnClient, ElectionViews):
                                 self._leader.set()
                         if self._leader.is_set() and self.on_leader is not None:
                             self.on_leader()
-                except errors.DsyncConnectionError:
-                    # The server went away (a restart, a failover): the
-                    # keeper's watchdog decides about leadership; retry.
-                    self._stop.wait(0.5)
+                except Exception as exc:
+                    # A restart, a failover, a cancelled wait, a bug in
+                    # on_leader: a later attempt may succeed, and a member
+                    # that stopped campaigning would never lead again.  The
+                    # keeper's watchdog decides about a leadership held.
+                    failed += 1
+                    self._retrying(exc, failed)
         except BaseException as exc:          # reported by stop()
             self.error = exc
         finally:
             self._resign()
+
+    def _retrying(self, exc: Exception, failed: int) -> None:
+        """Report a failed attempt (log, on_error) and pause before the
+        next one; stop() ends the pause."""
+        pause = c.campaign_pause(failed, self.ttl.total_seconds())
+        self.last_error = exc
+        self.failures += 1
+        c.campaign_failed(self.group, exc, pause)
+        if self.on_error is not None:
+            try:
+                self.on_error(exc)
+            except Exception:
+                log.exception('dsync: on_error of group "%s" raised', self.group)
+        self._stop.wait(pause)
 
     def _resign(self) -> None:
         # Leadership ends before the lease goes: nothing may still act as
@@ -576,8 +610,9 @@ class LeaderElection(_OnClient, ElectionViews):
         return self
 
     def stop(self) -> None:
-        """Resign and stop campaigning; raises what ended the campaign, if
-        anything did."""
+        """Resign and stop campaigning; raises what ended the campaign
+        other than stop() (only a BaseException that is not an Exception
+        can), if anything did."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

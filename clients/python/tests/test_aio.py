@@ -104,6 +104,36 @@ def test_async_acquire_after_loss_without_release_starts_a_fresh_hold(server, ad
     run(main())
 
 
+def test_async_campaign_survives_statement_timeout(server, admin, name):
+    """See test_campaign_survives_cancelled_waits: each wait cancelled by
+    statement_timeout is retried, on_error may be a coroutine function,
+    and the elector leads once the leader goes."""
+    async def main():
+        other = AsyncLock(name, conninfo=server.dsn(), ttl=30, holder="other")
+        assert await other.acquire()
+        seen = []
+
+        async def on_error(exc):
+            seen.append(exc.sqlstate)
+        e = AsyncLeaderElection(name, ttl=3, member="m", on_error=on_error,
+                                conninfo=server.dsn() + " options='-c statement_timeout=200'")
+        e.start()
+        for _ in range(200):
+            if len(seen) >= 3:
+                break
+            await asyncio.sleep(0.05)
+        assert seen[:3] == ["57014"] * 3 and e.running
+        assert await other.release()
+        for _ in range(200):
+            if e.is_leader:
+                break
+            await asyncio.sleep(0.05)
+        assert e.is_leader
+        await e.stop()
+        await other.close()
+    run(main())
+
+
 def test_async_read_write_lock(dsn, name):
     async def main():
         r1 = AsyncReadLock(name, conninfo=dsn, ttl=30)

@@ -506,6 +506,47 @@ def test_acquire_after_loss_without_release_starts_a_fresh_hold(server, admin, n
     lock.close()
 
 
+def _cancel_campaign_waits(admin, name):
+    """pg_cancel_backend on every app backend waiting in dsync_acquire of
+    the group: how many it cancelled."""
+    return admin.execute(
+        "SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity"
+        " WHERE usename = 'app' AND state = 'active' AND query LIKE '%%dsync_acquire%%'"
+        " AND pid <> pg_backend_pid()").fetchone()[0]
+
+
+def test_campaign_survives_cancelled_waits(server, admin, name):
+    """A campaign's wait cancelled by pg_cancel_backend (57014) and by
+    statement_timeout is retried: the elector keeps running, reports each
+    failure through on_error, and leads once the leader goes (it used to
+    end its thread at the first cancel)."""
+    other = Lock(name, conninfo=server.dsn(), ttl=30, holder="other")
+    assert other.acquire()
+    seen = []
+    e = LeaderElection(name, conninfo=server.dsn(), ttl=3, member="m",
+                       on_error=lambda exc: seen.append(getattr(exc, "sqlstate", None)))
+    slow = LeaderElection(name, ttl=3, member="s",
+                          conninfo=server.dsn() + " options='-c statement_timeout=200'")
+    e.start()
+    slow.start()
+    cancelled = 0
+    deadline = time.monotonic() + 20
+    while cancelled < 3 and time.monotonic() < deadline:
+        cancelled += _cancel_campaign_waits(admin, name)
+        time.sleep(0.3)
+    assert cancelled >= 3
+    assert wait_for(lambda: "57014" in seen, 5), seen
+    assert wait_for(lambda: slow.failures >= 3, 10), slow.failures
+    assert slow.last_error is not None and slow.last_error.sqlstate == "57014"
+    assert e.running and slow.running
+    assert other.release()
+    assert wait_for(lambda: e.is_leader or slow.is_leader, 10)
+    e.stop()                       # raises nothing: no error ended it
+    assert wait_for(lambda: slow.is_leader, 10)
+    slow.stop()
+    other.close()
+
+
 def test_leader_reelected_after_forced_loss(server, admin, name):
     calls = []
     e = LeaderElection(name, conninfo=server.dsn(), ttl=1.5, member="m",
