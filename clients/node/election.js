@@ -91,7 +91,7 @@ class LeaderElection extends EventEmitter {
   // Whether this member leads now (as the keeper knows it): elected, and
   // the term's hold not known lost (false at once, before any listener).
   get isLeader() {
-    return this._leader && this._hold !== null && !this._hold.done;
+    return this._leader && this._hold !== null && this._hold.live();
   }
 
   // Whether some member leads, as the campaign last saw it (not known

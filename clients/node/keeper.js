@@ -18,7 +18,7 @@ const { performance } = require('node:perf_hooks');
 const pg = require('pg');
 const sql = require('./sql');
 const errors = require('./errors');
-const { Ledger, als } = require('./ledger');
+const { Ledger, als, OVERDUE, LAPSED } = require('./ledger');
 
 // At most this many LISTENs in one statement.
 const LISTEN_CHUNK = 500;
@@ -119,6 +119,7 @@ class Keeper {
     if (this.stopping) throw new errors.DsyncError('the dsync client is closed');
     if (hold.keepAlive) this.ledger.add(hold, mark);
     this.watched.add(hold);
+    hold.onOverdue = (h) => this._overdue(h);
     if (hold.deadline < this._watchAt) this._armWatchdog();
     this._refs();
     if (hold.keepAlive && this.ledger.firstNeed(hold) < this._sleepsUntil) this._wake();
@@ -191,6 +192,15 @@ class Keeper {
     return fresh;
   }
 
+  // A reader found hold past its deadline before the watchdog's timer ran
+  // (the process was stopped, the loop blocked): the watchdog's verdict,
+  // marked now; 'lost' is emitted just after, not inside the reader's
+  // property read.
+  _overdue(hold) {
+    const fresh = hold.keepAlive ? this._declare([hold], OVERDUE, true) : this._declare([hold], LAPSED, false);
+    if (fresh.length) als.exit(() => setImmediate(() => this._tell(fresh)));
+  }
+
   // The telling half: each lock object emits 'lost' (a listener's error,
   // thrown or rejected, is a warning; an async listener is not awaited).
   _tell(fresh) {
@@ -232,7 +242,7 @@ class Keeper {
   // transaction mode) and who sends dsync's events.
   async _connect() {
     const c = new pg.Client(this.client._settings.clientConfig('keeper', {
-      keepAlive: true, keepAliveInitialDelayMillis: 2000, connectionTimeoutMillis: 5000,
+      keepAlive: true, keepAliveInitialDelayMillis: 2000,
     }));
     c.on('error', (e) => this._broken(c, e));
     c.on('end', () => this._broken(c, new errors.DsyncConnectionError("the keeper's connection ended")));
@@ -508,8 +518,8 @@ class Keeper {
     const lapsed = overdue.filter((h) => !h.keepAlive);
     // Every overdue hold is marked lost before any listener runs.
     const fresh = [
-      ...this._declare(kept, 'no renewal could be confirmed before the lease could expire', true),
-      ...this._declare(lapsed, 'its ttl ran out (keepAlive: false)', false),
+      ...this._declare(kept, OVERDUE, true),
+      ...this._declare(lapsed, LAPSED, false),
     ];
     this._armWatchdog();
     this._tell(fresh);

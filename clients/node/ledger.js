@@ -15,6 +15,7 @@
  */
 
 const { AsyncLocalStorage } = require('node:async_hooks');
+const { performance } = require('node:perf_hooks');
 const { channelOf, parsePayload } = require('./sql');
 const { LockLost } = require('./errors');
 
@@ -30,6 +31,10 @@ const SETTLE_MS = 20;
 // dsync_assert_held keeps the row locked until its transaction ends) tries
 // that lease again this much later (ms), alone.
 const BLOCKED_RETRY_MS = 250;
+
+// Why the watchdog, or a reader before it, gives a hold up.
+const OVERDUE = 'no renewal could be confirmed before the lease could expire';
+const LAPSED = 'its ttl ran out (keepAlive: false)';
 
 /*
  * One lease held by one owner: what the keeper renews and watches, and
@@ -56,6 +61,21 @@ class Hold {
     this.done = false;        // released, or lost: nobody keeps it any more
     this.giveBack = false;    // the keeper is to release it (a name not to reuse till then)
     this.retryAt = 0;         // not renewed before then (its row was locked)
+    // Set by the keeper that watches it: declares it lost as the watchdog
+    // would, for a reader that finds it past its deadline.
+    this.onOverdue = null;
+  }
+
+  // Whether the hold may still be relied on: not lost, and not past its
+  // deadline.  A process stopped past the deadline (SIGSTOP, an event loop
+  // blocked) reads false the moment it runs again, before the watchdog's
+  // timer has had its turn; the hold is then declared lost as the
+  // watchdog would declare it.
+  live() {
+    if (this.done) return false;
+    if (performance.now() < this.deadline) return true;
+    if (this.onOverdue) this.onOverdue(this);
+    return false;
   }
 
   // The lease was renewed for ttl seconds by a statement sent at `sent`
@@ -87,8 +107,13 @@ class Hold {
     return true;
   }
 
-  // Throws LockLost if the lease was lost while held.
+  // Throws LockLost if the lease was lost while held, or may have expired
+  // (past its deadline with no renewal confirmed).
   check() {
+    const live = this.live();
+    if (!live && this.lostReason === null && !this.done) {
+      throw new LockLost(`lease "${this.name}" of holder "${this.holder}" was lost: ${OVERDUE}`);
+    }
     if (this.lostReason !== null) {
       throw new LockLost(`lease "${this.name}" of holder "${this.holder}" was lost: ${this.lostReason}`);
     }
@@ -437,5 +462,5 @@ class Owners {
 }
 
 module.exports = {
-  Hold, Ledger, Scope, BareOwner, OwnerState, Owners, als, IDLE_CHANNELS, SETTLE_MS, BLOCKED_RETRY_MS,
+  Hold, Ledger, Scope, BareOwner, OwnerState, Owners, als, IDLE_CHANNELS, SETTLE_MS, BLOCKED_RETRY_MS, OVERDUE, LAPSED,
 };

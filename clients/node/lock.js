@@ -402,9 +402,10 @@ class Lock extends EventEmitter {
   // -- what the caller holds ------------------------------------------------------------
 
   // Whether the caller holds the lease, as far as the client knows (no statement).
+  // Never a hold past its deadline (see Hold.live).
   get held() {
     const st = this._ownedState();
-    return st !== null && st.hold !== null && !st.hold.done;
+    return st !== null && st.hold !== null && st.hold.live();
   }
 
   // The caller's fencing token (BigInt), null if it holds nothing.
@@ -416,6 +417,7 @@ class Lock extends EventEmitter {
   // Whether the caller's hold was lost (it still has to release it).
   get lost() {
     const st = this._ownedState();
+    if (st !== null && st.hold !== null) st.hold.live();    // declares a hold past its deadline lost
     return st !== null && st.hold !== null && st.hold.lostReason !== null;
   }
 

@@ -6,6 +6,12 @@
  * objects made with equal settings share one default client.
  */
 
+// Milliseconds a connection may take to open, unless the caller's settings
+// say (connectionTimeoutMillis, connect_timeout in the connection string,
+// or PGCONNECT_TIMEOUT).  node-postgres waits for ever by default: a keeper
+// stuck connecting for a whole outage renews nothing and reports nothing.
+const CONNECT_TIMEOUT_MS = 5000;
+
 // pg.Pool options that are not a client's: not copied to our own clients.
 const POOL_ONLY = new Set(['max', 'min', 'maxUses', 'allowExitOnIdle', 'maxLifetimeSeconds', 'log',
   'Client', 'Promise', 'idleTimeoutMillis', 'poolSize', 'verify']);
@@ -42,9 +48,23 @@ class ConnectionSettings {
    */
   clientConfig(kind, extra = {}) {
     const app = this.base.application_name ?? 'dsync';
-    const cfg = { ...extra, ...this.base };
+    const cfg = { connectionTimeoutMillis: this.connectTimeoutMillis(), ...extra, ...this.base };
     cfg.application_name = kind ? `${app} ${kind}` : app;
     return cfg;
+  }
+
+  // The connect timeout in ms: the caller's (in seconds where libpq's
+  // names are used), else dsync's default.
+  connectTimeoutMillis() {
+    if (this.base.connectionTimeoutMillis !== undefined) return this.base.connectionTimeoutMillis;
+    let seconds = this.base.connect_timeout;
+    if (seconds === undefined && this.base.connectionString) {
+      const m = /(?:^|[?&\s])connect_timeout=(\d+)/.exec(this.base.connectionString);
+      if (m) seconds = m[1];
+    }
+    if (seconds === undefined || seconds === null || seconds === '') seconds = process.env.PGCONNECT_TIMEOUT;
+    const n = Number(seconds);
+    return seconds !== undefined && seconds !== '' && Number.isFinite(n) && n > 0 ? Math.max(n, 2) * 1000 : CONNECT_TIMEOUT_MS;
   }
 
   // What identifies a shared default client: the pool itself, or the
@@ -82,4 +102,4 @@ function stable(value) {
   }) ?? 'undefined';
 }
 
-module.exports = { ConnectionSettings };
+module.exports = { ConnectionSettings, CONNECT_TIMEOUT_MS };

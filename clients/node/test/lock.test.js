@@ -387,3 +387,52 @@ test('a leader whose lease is taken away is re-elected and kept', { timeout: 300
   await e.stop();
   assert.deepStrictEqual(calls, ['+', '-', '+', '-']);
 });
+
+// node-postgres waits for ever to connect unless told: every connection
+// the client opens has a connect timeout (5 s by default), so a call fails
+// with DsyncConnectionError instead of hanging for the whole outage.
+test('connecting to a silent server times out', { timeout: 60000 }, async () => {
+  const net = require('node:net');
+  const sockets = [];
+  const silent = net.createServer((s) => sockets.push(s));   // accepts, never answers
+  await new Promise((resolve) => silent.listen(0, '127.0.0.1', resolve));
+  const { port } = silent.address();
+  const c = new Client({ connectionString: `postgres://app@127.0.0.1:${port}/app` });
+  try {
+    await assert.rejects(c.lock(uniqueName('silent'), { ttl: 10 }).acquire({ blocking: false }), DsyncConnectionError);
+    const it = watch(['silent'], { connectionString: `postgres://app@127.0.0.1:${port}/app`, reconnect: false });
+    await assert.rejects(it.next());
+  } finally {
+    await c.close();
+    for (const s of sockets) s.destroy();
+    silent.close();
+  }
+});
+
+// An event loop blocked past the ttl (no keeper, no watchdog timer ran):
+// held, isLeader, lost and check() read the hold's deadline themselves,
+// and 'lost' follows just after the read (it used to say held).
+test('properties are false after the loop was blocked past the ttl', { timeout: 30000 }, async () => {
+  const name = uniqueName('blocked');
+  const c = new Client({ config: direct });
+  try {
+    const lock = c.lock(name, { ttl: 1.5 });
+    const e = c.election(`${name}-group`, { ttl: 1.5, member: 'm' });
+    assert.ok(await lock.acquire());
+    const elected = new Promise((resolve) => e.once('elected', resolve));
+    e.start();
+    await elected;
+    const lost = new Promise((resolve) => lock.once('lost', resolve));
+    const end = performance.now() + 2500;
+    while (performance.now() < end) { /* the loop is blocked */ }
+    assert.strictEqual(lock.held, false);
+    assert.strictEqual(e.isLeader, false);
+    assert.strictEqual(lock.lost, true);
+    assert.throws(() => lock.check(), LockLost);
+    assert.match(await lost, /no renewal could be confirmed/);
+    await e.stop();
+    assert.strictEqual(await lock.release(), false);
+  } finally {
+    await c.close();
+  }
+});

@@ -74,10 +74,26 @@ def default_holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
-def pool_settings(kwargs: Mapping[str, Any]) -> dict:
-    """Connection keyword arguments with the pooler-safe defaults."""
+# Seconds libpq may take to connect, unless the caller's settings say (a
+# connect_timeout keyword, in the conninfo string, or PGCONNECT_TIMEOUT).
+# libpq's own default is to wait for ever: a keeper blocked in connect for
+# a whole outage renews nothing and reports nothing.  Well under a usual
+# ttl, and above libpq's floor of 2 s.
+CONNECT_TIMEOUT = 5
+
+
+def pool_settings(kwargs: Mapping[str, Any], conninfo: Optional[str] = None) -> dict:
+    """Connection keyword arguments with the pooler-safe defaults and,
+    unless the caller set one, dsync's connect timeout."""
     merged = dict(POOLER_SAFE)
     merged.update(kwargs)
+    if "connect_timeout" not in merged and not os.environ.get("PGCONNECT_TIMEOUT"):
+        given = {}
+        if conninfo:
+            from psycopg.conninfo import conninfo_to_dict
+            given = conninfo_to_dict(conninfo)
+        if "connect_timeout" not in given:
+            merged["connect_timeout"] = CONNECT_TIMEOUT
     return merged
 
 
@@ -290,11 +306,14 @@ class ConnectionSettings:
             raise TypeError(f"conninfo must be a str, not {type(conninfo).__name__}")
         self.pool = pool
         self.conninfo = conninfo if conninfo is not None else pool.conninfo
-        self.kwargs = pool_settings(kwargs)
+        given = dict(kwargs)
         if pool is not None:
-            # The keeper's own connection takes the pool's settings too.
+            # The keeper's own connection takes the pool's settings too
+            # (but the pooler-safe ones), its connect timeout included.
             for k, v in (getattr(pool, "kwargs", None) or {}).items():
-                self.kwargs.setdefault(k, v)
+                if k not in POOLER_SAFE:
+                    given.setdefault(k, v)
+        self.kwargs = pool_settings(given, self.conninfo)
 
     def connect_kwargs(self, extra: Mapping[str, Any], keeper: bool = False) -> dict:
         """The caller's settings over extra, named in pg_stat_activity as

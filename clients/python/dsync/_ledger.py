@@ -15,6 +15,7 @@ See clients/DESIGN.md for why the rules are what they are.
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
@@ -35,6 +36,11 @@ SETTLE = 0.02
 BLOCKED_RETRY = 0.25
 
 
+# Why the watchdog, or a reader before it, gives a kept hold up.
+OVERDUE = "no renewal could be confirmed before the lease could expire"
+LAPSED = "its ttl ran out (keep_alive=False)"
+
+
 class Hold:
     """One lease held by one owner: what the keeper renews and watches,
     and what the owner's code reads (token, lost, lost_reason).
@@ -46,7 +52,7 @@ class Hold:
 
     __slots__ = ("lock", "name", "holder", "token", "ttl", "ttl_s", "channel", "keep_alive",
                  "confirmed", "lost", "lost_reason", "owner_alive", "owner_kind", "done",
-                 "given_back", "retry_at", "__weakref__")
+                 "given_back", "retry_at", "on_overdue", "__weakref__")
 
     def __init__(self, lock: Any, name: str, holder: str, token: int, ttl: timedelta,
                  keep_alive: bool, granted: float, lost: Any,
@@ -67,6 +73,9 @@ class Hold:
         self.done = False               # released, or lost: nobody keeps it
         self.given_back = False         # the keeper releases it: its name is spent
         self.retry_at = 0.0             # not renewed before then (its row was locked)
+        # Set by the keeper that watches it: declares it lost as the
+        # watchdog would, for a reader that finds it past its deadline.
+        self.on_overdue: Optional[Callable[["Hold"], None]] = None
 
     def __repr__(self) -> str:
         return f"<Hold {self.name!r} holder={self.holder!r} token={self.token}>"
@@ -98,12 +107,31 @@ class Hold:
         self.lost.set()
         return True
 
+    def live(self) -> bool:
+        """Whether the hold may still be relied on: not lost, and not past
+        its deadline on the monotonic clock.  A process stopped past the
+        deadline (SIGSTOP, a blocked event loop) reads False the moment it
+        runs again, before the watchdog has had its turn; the hold is then
+        declared lost as the watchdog would declare it."""
+        if self.done:
+            return False
+        if time.monotonic() < self.deadline:
+            return True
+        if self.on_overdue is not None:
+            self.on_overdue(self)
+        return False
+
     def check(self) -> None:
-        """Raise LockLost if the lease was lost while held."""
+        """Raise LockLost if the lease was lost while held, or may have
+        expired (past its deadline with no renewal confirmed)."""
         from .errors import LockLost
+        live = self.live()
         if self.lost_reason is not None:
             raise LockLost(f'lease "{self.name}" of holder "{self.holder}" was lost: '
                            f"{self.lost_reason}")
+        if not live and not self.done:
+            raise LockLost(f'lease "{self.name}" of holder "{self.holder}" was lost: '
+                           f"{OVERDUE}")
 
 
 Mark = Optional[Tuple[int, int, int]]

@@ -51,9 +51,9 @@ class HoldViews:
     @property
     def held(self) -> bool:
         """Whether the caller holds the lease, as far as the client knows
-        (no statement)."""
+        (no statement): never a hold past its deadline (see Hold.live)."""
         st = self._owned_state()
-        return st is not None and st.hold is not None and not st.hold.done
+        return st is not None and st.hold is not None and st.hold.live()
 
     @property
     def hold(self) -> Optional[Hold]:
@@ -106,11 +106,12 @@ class ElectionViews:
 
     @property
     def is_leader(self) -> bool:
-        """Leading now: elected, and the term's lease not known lost (read
-        from the hold itself, so it is false at once, before any callback
-        has run)."""
+        """Leading now: elected, and the term's lease neither known lost nor
+        past its deadline (read from the hold itself, so it is false at
+        once, before any callback has run, and after a pause past the
+        ttl)."""
         hold = self._hold
-        return self._elected() and hold is not None and not hold.done
+        return self._elected() and hold is not None and hold.live()
 
     @property
     def leader_exists(self) -> bool:

@@ -212,8 +212,12 @@ class AsyncLock(_OnClient, LeaseObject):
 
     @property
     def lost(self) -> asyncio.Event:
-        """Set when the current task's hold is lost."""
-        return self._owners.state(_current_task()).lost
+        """Set when the current task's hold is lost, or found past its
+        deadline now."""
+        st = self._owners.state(_current_task())
+        if st.count > 0 and st.hold is not None:
+            st.hold.live()          # a hold past its deadline is declared lost now
+        return st.lost
 
     async def guard(self, conn: psycopg.AsyncConnection) -> int:
         """In the caller's own transaction: the fencing token if the current

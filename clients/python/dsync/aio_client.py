@@ -27,7 +27,7 @@ import psycopg
 from . import _common as c
 from . import _sql as sql
 from . import errors
-from ._ledger import Hold, Ledger, Mark
+from ._ledger import LAPSED, OVERDUE, Hold, Ledger, Mark
 from .client import KEEPER_TX, LISTEN_CHUNK, WAIT_IDLE_SECONDS
 from .errors import is_connection_error
 
@@ -232,6 +232,7 @@ class _Keeper:
         if hold.keep_alive:
             self.ledger.add(hold, mark)
         self.watched.add(hold)
+        hold.on_overdue = self.overdue
         self.wake.set()
         self.watch_wake.set()
 
@@ -270,6 +271,23 @@ class _Keeper:
         loop = asyncio.get_running_loop()
         for hold in fresh:
             loop.call_soon(self._callback, hold)
+
+    def overdue(self, hold: Hold) -> None:
+        """A reader found hold past its deadline before the watchdog did
+        (the loop was blocked): the watchdog's verdict, now.  Only in the
+        keeper's loop (report schedules callbacks there); a reader in
+        another thread sees the hold as not live and leaves the verdict
+        to the watchdog."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if self.task is None or loop is not self.task.get_loop():
+            return
+        if hold.keep_alive:
+            self.report([hold], OVERDUE, release=True)
+        else:
+            self.report([hold], LAPSED)
 
     def _callback(self, hold: Hold) -> None:
         try:
@@ -524,11 +542,11 @@ class _Keeper:
             overdue = self.ledger.overdue(self.watched, now)
             kept = [h for h in overdue if h.keep_alive]
             if kept:
-                self.report(kept, "no renewal could be confirmed before the lease could expire",
+                self.report(kept, OVERDUE,
                             release=True)
             lapsed = [h for h in overdue if not h.keep_alive]
             if lapsed:
-                self.report(lapsed, "its ttl ran out (keep_alive=False)")
+                self.report(lapsed, LAPSED)
             nxt = min((h.deadline for h in self.watched), default=None)
             wait = 1.0 if nxt is None else max(0.0, min(1.0, nxt - now))
             self.watch_wake.clear()

@@ -105,7 +105,7 @@ async def awatch(names: Sequence[str], *, conninfo: str, timeout: Optional[Secon
     limit = c.interval(timeout, "timeout")
     resume = c.Resume(after)
     lost_at: Optional[float] = None
-    kwargs = c.pool_settings(connect_kwargs)
+    kwargs = c.pool_settings(connect_kwargs, conninfo)
     kwargs.setdefault("application_name", "dsync watch")
     while True:
         try:

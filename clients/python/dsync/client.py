@@ -31,7 +31,7 @@ import psycopg
 from . import _common as c
 from . import _sql as sql
 from . import errors
-from ._ledger import SETTLE, Hold, Ledger, Mark
+from ._ledger import LAPSED, OVERDUE, SETTLE, Hold, Ledger, Mark
 from .errors import is_connection_error
 
 log = logging.getLogger("dsync")
@@ -261,6 +261,7 @@ class _Keeper:
             if hold.keep_alive:
                 self.ledger.add(hold, mark)
             self.watched.add(hold)
+            hold.on_overdue = self.overdue
             due = hold.confirmed + (SETTLE if hold in self.ledger.unverified else hold.period)
             wake = hold.keep_alive and due < self.keeper_sleeps_until
             watch = hold.deadline < self.watchdog_sleeps_until
@@ -325,6 +326,14 @@ class _Keeper:
             self._wake()
         for hold in fresh:
             self.callbacks.put(hold)
+
+    def overdue(self, hold: Hold) -> None:
+        """A reader found hold past its deadline before the watchdog did
+        (the process was stopped): the watchdog's verdict, now."""
+        if hold.keep_alive:
+            self.report([hold], OVERDUE, release=True)
+        else:
+            self.report([hold], LAPSED)
 
     def _run_callbacks(self) -> None:
         while True:
@@ -540,11 +549,11 @@ class _Keeper:
                 overdue = self.ledger.overdue(self.watched, now)
             kept = [h for h in overdue if h.keep_alive]
             if kept:
-                self.report(kept, "no renewal could be confirmed before the lease could expire",
+                self.report(kept, OVERDUE,
                             release=True)
             lapsed = [h for h in overdue if not h.keep_alive]
             if lapsed:
-                self.report(lapsed, "its ttl ran out (keep_alive=False)")
+                self.report(lapsed, LAPSED)
             with self.mutex:
                 nxt = min((h.deadline for h in self.watched), default=None)
                 wait = 1.0 if nxt is None else max(0.0, min(1.0, nxt - now))

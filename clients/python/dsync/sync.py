@@ -280,11 +280,15 @@ class Lock(_OnClient, LeaseObject):
 
     @property
     def lost(self) -> threading.Event:
-        """Set when the calling thread's hold is lost (and cleared when it
-        takes the lease again)."""
+        """Set when the calling thread's hold is lost, or found past its
+        deadline now (and cleared when it takes the lease again)."""
         owner, _, _ = current_owner()
         with self._mutex:
-            return self._owners.state(owner).lost
+            st = self._owners.state(owner)
+            hold = st.hold if st.count > 0 else None
+        if hold is not None:
+            hold.live()             # a hold past its deadline is declared lost now
+        return st.lost
 
     def guard(self, conn: psycopg.Connection) -> int:
         """In the caller's own transaction: the fencing token if the calling

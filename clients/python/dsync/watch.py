@@ -75,7 +75,7 @@ def watch(names: Sequence[str], *, conninfo: str, timeout: Optional[Seconds] = N
     limit = c.interval(timeout, "timeout")
     resume = c.Resume(after)
     lost_at: Optional[float] = None
-    kwargs = c.pool_settings(connect_kwargs)
+    kwargs = c.pool_settings(connect_kwargs, conninfo)
     kwargs.setdefault("application_name", "dsync watch")
     while True:
         try:

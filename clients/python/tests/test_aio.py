@@ -134,6 +134,28 @@ def test_async_campaign_survives_statement_timeout(server, admin, name):
     run(main())
 
 
+def test_async_properties_are_false_after_a_blocked_loop(server, name):
+    """An event loop blocked past the ttl (no keeper, no watchdog ran):
+    held, is_leader, lost and check() tell the truth the moment it runs."""
+    async def main():
+        lock = AsyncLock(name, conninfo=server.dsn(), ttl=1.5)
+        e = AsyncLeaderElection(name + "-group", conninfo=server.dsn(), ttl=1.5, member="m")
+        assert await lock.acquire()
+        e.start()
+        while not e.is_leader:
+            await asyncio.sleep(0.01)
+        time.sleep(2.5)                              # blocks the loop
+        assert not lock.held
+        assert not e.is_leader
+        assert lock.lost.is_set()
+        with pytest.raises(LockLost):
+            lock.check()
+        await e.stop()
+        await lock.release()
+        await lock.close()
+    run(main())
+
+
 def test_async_read_write_lock(dsn, name):
     async def main():
         r1 = AsyncReadLock(name, conninfo=dsn, ttl=30)

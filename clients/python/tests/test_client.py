@@ -16,7 +16,7 @@ import pytest
 from conftest import app_connections, wait_for
 from dsync import (AcquireTimeout, AsyncClient, AsyncSemaphore, Client, DsyncConnectionError,
                    DsyncError, InvalidArgument, KeeperUnavailable, LeaderElection, Lock, NotHeld,
-                   Semaphore, SemaphoreMismatch, SemaphoreNotFound)
+                   Semaphore, SemaphoreMismatch, SemaphoreNotFound, watch)
 
 
 def _overlap_counter():
@@ -427,3 +427,69 @@ def test_a_client_is_not_used_after_fork(server, name):
     assert os.WEXITSTATUS(status) == 0
     assert lock.owned() and lock.release()
     client.close()
+
+
+def _silent_server():
+    """A TCP port that accepts connections and never answers: a server
+    that is stopped, or behind a network that drops its replies."""
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(64)
+    return s, f"host=127.0.0.1 port={s.getsockname()[1]} dbname=app user=app"
+
+
+def _ends(fn, within):
+    """Run fn in a thread: what it raised, or 'hung' if it did not end
+    within the given seconds."""
+    out = []
+
+    def run():
+        try:
+            fn()
+            out.append(None)
+        except BaseException as exc:         # noqa: B902 (reported to the test)
+            out.append(exc)
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(within)
+    return out[0] if out else "hung"
+
+
+def test_connecting_to_a_silent_server_times_out():
+    """libpq waits for ever to connect unless told: every connection the
+    clients open has a connect timeout (5 s by default), so a call fails
+    with DsyncConnectionError instead of hanging for the whole outage."""
+    sock, dsn = _silent_server()
+    try:
+        client = Client(dsn)
+        lock = client.lock("silent", ttl=10)
+        err = _ends(lambda: lock.acquire(blocking=False), 60)
+        assert isinstance(err, DsyncConnectionError), err
+        client.close()
+        err = _ends(lambda: next(iter(watch(["silent"], conninfo=dsn, reconnect=False))), 60)
+        assert isinstance(err, psycopg.OperationalError), err
+
+        async def aio():
+            aclient = AsyncClient(dsn)
+            try:
+                await aclient.lock("silent", ttl=10).acquire(blocking=False)
+            finally:
+                await aclient.close()
+        err = _ends(lambda: asyncio.run(aio()), 60)
+        assert isinstance(err, DsyncConnectionError), err
+    finally:
+        sock.close()
+
+
+def test_the_connect_timeout_is_the_callers_to_set(monkeypatch):
+    """connect_timeout given as a keyword, in the conninfo string or in
+    PGCONNECT_TIMEOUT wins over dsync's default."""
+    from dsync._common import CONNECT_TIMEOUT, ConnectionSettings
+    assert ConnectionSettings("dbname=x", None, {}).kwargs["connect_timeout"] == CONNECT_TIMEOUT
+    assert ConnectionSettings("dbname=x", None, {"connect_timeout": 9}).kwargs[
+        "connect_timeout"] == 9
+    assert "connect_timeout" not in ConnectionSettings("dbname=x connect_timeout=9", None,
+                                                       {}).kwargs
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "9")
+    assert "connect_timeout" not in ConnectionSettings("dbname=x", None, {}).kwargs

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from conftest import wait_for
-from dsync import AsyncClient, Client, DsyncError, KeeperUnavailable, Lock
+from dsync import AsyncClient, Client, DsyncError, KeeperUnavailable, Lock, LockLost
 from dsync import aio_client
 from dsync import client as client_module
 from test_sync import _stop_keeper_backend
@@ -290,5 +290,31 @@ def test_a_failed_re_acquire_after_a_loss_gives_its_grant_back(server, admin, na
     with pytest.raises(KeeperUnavailable):
         lock.acquire()                         # nested: the outer hold is lost
     assert _held(admin, name) == []
+    assert not lock.release()
+    client.close()
+
+
+def test_a_hold_past_its_deadline_reads_lost_before_the_watchdog_runs(server, admin, name):
+    """What a process stopped past its ttl sees when it runs again, made
+    certain: the keeper renews nothing and the watchdog judges nothing
+    (as if neither had run yet).  held, lost and check() read the hold's
+    deadline themselves, and the reader's verdict is the watchdog's: the
+    lease is given back and on_lost runs.  (An election's is_leader reads
+    the same deadline: its campaign reads held too, and acts on it, so it
+    is tested with whole processes and loops stopped, in test_sync.py and
+    test_aio.py.)"""
+    client = Client(server.dsn())
+    seen = []
+    lock = client.lock(name, ttl=1.5, on_lost=lambda h: seen.append(h.lost_reason))
+    assert lock.acquire()
+    keeper = client._keeper
+    keeper._tick = lambda: time.sleep(0.05)            # no renewal
+    keeper.ledger.overdue = lambda holds, now: []      # no watchdog verdict
+    time.sleep(2.0)
+    assert not lock.held
+    assert lock.lost.is_set()
+    with pytest.raises(LockLost):
+        lock.check()
+    assert wait_for(lambda: seen, 5) and "no renewal could be confirmed" in seen[0]
     assert not lock.release()
     client.close()

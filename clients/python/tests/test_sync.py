@@ -547,6 +547,34 @@ def test_campaign_survives_cancelled_waits(server, admin, name):
     other.close()
 
 
+def test_held_and_is_leader_are_false_after_a_pause_past_the_ttl(server, name):
+    """A process stopped past its ttl reads held and is_leader False the
+    moment it runs again, while another process holds the lease: the
+    properties compare with the hold's deadline, they do not wait for the
+    watchdog to run first (3 pauses)."""
+    for i in range(3):
+        lease = f"{name}-{i}"
+        p = subprocess.Popen([sys.executable, "-u", os.path.join(HERE, "worker.py"), "paused",
+                              server.dsn(), lease, "1.5"], stdout=subprocess.PIPE, text=True)
+        try:
+            assert p.stdout.readline().strip() == "ready"
+            os.kill(p.pid, signal.SIGSTOP)
+            other = Lock(lease, conninfo=server.dsn(), ttl=30, holder="other")
+            leader = LeaderElection(lease + "-group", conninfo=server.dsn(), ttl=30,
+                                    member="other")
+            assert other.acquire(timeout=10)       # the server let the paused lease go
+            leader.start()
+            assert wait_for(lambda: leader.is_leader, 10)
+            os.kill(p.pid, signal.SIGCONT)
+            assert p.stdout.readline().strip() == "resumed held=False leader=False"
+            leader.stop()
+            assert other.release()
+            other.close()
+        finally:
+            p.kill()
+            p.wait()
+
+
 def test_leader_reelected_after_forced_loss(server, admin, name):
     calls = []
     e = LeaderElection(name, conninfo=server.dsn(), ttl=1.5, member="m",

@@ -56,6 +56,29 @@ def block(dsn, name):
     Lock(name, conninfo=dsn, ttl=30, holder="victim").acquire()
 
 
+def paused(dsn, name, ttl):
+    """Hold a lock and lead a group, then print what held and is_leader
+    say the moment the process runs again after a SIGSTOP (read in the
+    SIGCONT handler, before the watchdog thread has its turn if it can)."""
+    import signal
+    # SIGCONT goes to the main thread only (the client's threads inherit
+    # the mask), so that its handler interrupts the sleep at once.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCONT})
+    lock = Lock(name, conninfo=dsn, ttl=float(ttl), holder="paused")
+    lock.acquire()
+    e = LeaderElection(name + "-group", conninfo=dsn, ttl=float(ttl), member="paused")
+    e.start()
+    while not e.is_leader:
+        time.sleep(0.01)
+
+    def resumed(_sig, _frame):
+        print(f"resumed held={lock.held} leader={e.is_leader}", flush=True)
+    signal.signal(signal.SIGCONT, resumed)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCONT})
+    print("ready", flush=True)
+    time.sleep(3600)
+
+
 if __name__ == "__main__":
     {"count": count, "elect": elect, "wait-event": wait_event, "hold": hold,
-     "block": block}[sys.argv[1]](*sys.argv[2:])
+     "block": block, "paused": paused}[sys.argv[1]](*sys.argv[2:])
