@@ -22,7 +22,7 @@ from .aio import (AsyncEvent, AsyncLeaderElection, AsyncLock, AsyncReadLock, Asy
                   awatch)
 from .aio_client import AsyncClient
 from .client import Client
-from .errors import (AcquireTimeout, DsyncConnectionError, DsyncError, InvalidArgument,
+from .errors import (AcquireTimeout, LockExists, DsyncConnectionError, DsyncError, InvalidArgument,
                      KeeperUnavailable, ListenUnavailable, LockLost, NotHeld, SemaphoreMismatch,
                      SemaphoreNotFound, ServerError)
 from .sync import Event, LeaderElection, Lock, ReadLock, Semaphore
@@ -33,7 +33,7 @@ __all__ = [
     "AsyncClient", "AsyncLock", "AsyncReadLock", "AsyncSemaphore", "AsyncEvent",
     "AsyncLeaderElection", "awatch",
     "Hold", "LeaseEvent", "default_holder", "__version__",
-    "DsyncError", "AcquireTimeout", "LockLost", "NotHeld", "SemaphoreMismatch",
+    "DsyncError", "AcquireTimeout", "LockExists", "LockLost", "NotHeld", "SemaphoreMismatch",
     "SemaphoreNotFound", "DsyncConnectionError", "KeeperUnavailable", "ListenUnavailable",
     "ServerError", "InvalidArgument",
 ]

@@ -150,6 +150,17 @@ class LeaseObject(OnClient, HoldViews):
         self.timeout = c.interval(timeout, "timeout")
         self._use(client, conninfo, pool, listen, connect_kwargs)
         self._owners = Owners(given, make_flag)
+        self.raise_on_failure = False
+
+    def _not_had(self, blocking: bool, timeout: Any) -> bool:
+        """What an acquire that did not get the lease answers: False, or,
+        for an object made with raise_on_failure=True, LockExists (no
+        wait) or AcquireTimeout (a wait that ran out)."""
+        if not self.raise_on_failure:
+            return False
+        if not blocking:
+            raise errors.LockExists(f'lease "{self.name}" is held by another holder')
+        raise errors.AcquireTimeout(f'lease "{self.name}" could not be acquired within {timeout} s')
 
     @property
     def holder(self) -> str:

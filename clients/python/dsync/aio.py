@@ -19,7 +19,7 @@ import logging
 import time
 import weakref
 from datetime import datetime
-from typing import Any, Callable, List, Optional
+from typing import Any, Awaitable, Callable, List, Optional
 
 import psycopg
 
@@ -64,9 +64,10 @@ class AsyncLock(_OnClient, LeaseObject):
                  holder: Optional[str] = None, info: Any = None,
                  on_lost: Optional[Callable[[Hold], Any]] = None, keep_alive: bool = True,
                  timeout: Optional[Seconds] = None, listen: Optional[bool] = None,
-                 **connect_kwargs: Any):
+                 raise_on_failure: bool = False, **connect_kwargs: Any):
         self._settle(name, client, conninfo, pool, ttl, holder, info, on_lost, keep_alive, timeout,
                      listen, connect_kwargs, asyncio.Event)
+        self.raise_on_failure = bool(raise_on_failure)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} holder={self.holder!r}>"
@@ -101,7 +102,7 @@ class AsyncLock(_OnClient, LeaseObject):
                                                 blocking, deadline, self._what("acquiring"))
             if token is None:
                 self._owners.free_name(st)
-                return False
+                return self._not_had(blocking, timeout)
             ref = weakref.ref(task)
             hold = Hold(self, self.name, holder, token, self.ttl, self.keep_alive, sent,
                         st.lost, lambda: ref() is not None and not ref().done(), "task")
@@ -395,6 +396,7 @@ class AsyncLeaderElection(_OnClient, ElectionViews):
         self._seen_at: Optional[float] = None
         self._token: Optional[int] = None
         self._task: Optional[asyncio.Task] = None
+        self._ready: Optional[asyncio.Event] = None
 
     def _elected(self) -> bool:
         return self._leader
@@ -412,7 +414,39 @@ class AsyncLeaderElection(_OnClient, ElectionViews):
                                         f'reading group "{self.group}"', rows=True)
         return [c.member_row(r) for r in rows]
 
-    cluster_detail = members
+    @property
+    def cluster_detail(self) -> Awaitable[List[dict]]:
+        """`await election.cluster_detail`: members(), as mongoelector's
+        property of that name."""
+        return self.members()
+
+    @property
+    def ready(self) -> bool:
+        """Whether the campaign has made its first attempt."""
+        return self._ready is not None and self._ready.is_set()
+
+    async def wait_ready(self, timeout: Optional[Seconds] = None) -> bool:
+        """Wait until the campaign has made its first attempt at the lease
+        (won it or found it held): True, or False after timeout (None: no
+        limit) or if the campaign is not running."""
+        deadline = c.deadline_of(timeout, time.monotonic())
+        await asyncio.sleep(0)          # a campaign task made just now starts
+        while not self.ready:
+            if not self.running:
+                return False
+            left = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
+            if left <= 0:
+                return False
+            await asyncio.sleep(left)
+        return True
+
+    async def __call__(self, *, task_status: Any = None) -> None:
+        """Campaign until cancelled, as an AnyIO task that reports when it
+        is ready: `await task_group.start(election)` returns once the first
+        attempt was made, as grelmicro's LeaderElection does."""
+        self._ready = asyncio.Event()
+        self._task = asyncio.current_task()
+        await self.run(on_ready=task_status.started if task_status is not None else None)
 
     async def _call(self, fn: Optional[Callable[[], Any]]) -> None:
         if fn is not None:
@@ -438,11 +472,15 @@ class AsyncLeaderElection(_OnClient, ElectionViews):
         if not self._leader:
             self._seen_leader = rows[0][1] if rows else None
 
-    async def run(self) -> None:
-        """Campaign until cancelled (start() runs it as a task)."""
+    async def run(self, on_ready: Optional[Callable[[], Any]] = None) -> None:
+        """Campaign until cancelled (start() runs it as a task).  on_ready
+        is called once the first attempt was made (see wait_ready)."""
         period = self.ttl.total_seconds() / 3
         next_look = 0.0
         failed = 0
+        if self._ready is None:
+            self._ready = asyncio.Event()
+        ready = self._ready
         try:
             while True:
                 try:
@@ -457,16 +495,23 @@ class AsyncLeaderElection(_OnClient, ElectionViews):
                         await self._end_leadership()
                         await self._lock.release()
                         continue
+                    # The first attempt only tries (see LeaderElection.run).
                     got = await self._lock.acquire(
+                        blocking=ready.is_set(),
                         timeout=max(0.05, min(period, next_look - time.monotonic())))
                     failed = 0
-                    if got:
-                        if self._lock.held:
-                            self._hold = self._lock.hold
-                            self._token = self._lock.token
-                            self._seen_leader = self.member
-                            self._leader = True
-                            await self._call(self.on_leader)
+                    elected = got and self._lock.held
+                    if elected:
+                        self._hold = self._lock.hold
+                        self._token = self._lock.token
+                        self._seen_leader = self.member
+                        self._leader = True
+                    if not ready.is_set():
+                        ready.set()
+                        if on_ready is not None:
+                            on_ready()
+                    if elected:
+                        await self._call(self.on_leader)
                 except Exception as exc:
                     # See dsync.LeaderElection.run: every failure is retried.
                     failed += 1
@@ -504,6 +549,7 @@ class AsyncLeaderElection(_OnClient, ElectionViews):
             pass
 
     def start(self) -> asyncio.Task:
+        self._ready = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self.run(),
                                                             name=f"dsync election {self.group}")
         return self._task
@@ -518,6 +564,9 @@ class AsyncLeaderElection(_OnClient, ElectionViews):
             self._task = None
 
     async def __aenter__(self) -> "AsyncLeaderElection":
+        """Start campaigning, after a first statement (see
+        dsync.LeaderElection.__enter__)."""
+        await self.client.ping()
         self.start()
         return self
 

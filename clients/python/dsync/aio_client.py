@@ -72,6 +72,13 @@ async def _abort(conn: psycopg.AsyncConnection) -> None:
     await conn.close()
 
 
+def _retrieved(task: "asyncio.Future[Any]") -> None:
+    """A shielded statement's outcome, read so that asyncio does not
+    report it as never retrieved when its caller was cancelled."""
+    if not task.cancelled():
+        task.exception()
+
+
 class _Lane:
     """Connections for one kind of statement, each used by one task at a
     time (see client._Lane)."""
@@ -658,8 +665,18 @@ class AsyncClient:
 
     async def _query(self, statement: str, params: Sequence[Any], what: str, *,
                      wait: bool = False, retry: bool = True, rows: bool = False,
-                     timed: Optional[list] = None) -> Any:
-        """client.Client._query for asyncio."""
+                     timed: Optional[list] = None, shield: bool = False) -> Any:
+        """client.Client._query for asyncio.  shield: a caller cancelled
+        meanwhile lets the statement finish in the background, and its
+        connection goes back to the pool, instead of the connection being
+        cancelled and closed (for callers that are cancelled often and
+        whose statements are short: a new connection for each would pile
+        up backends)."""
+        if shield:
+            task = asyncio.ensure_future(self._query(statement, params, what, wait=wait,
+                                                     retry=retry, rows=rows, timed=timed))
+            task.add_done_callback(_retrieved)
+            return await asyncio.shield(task)
         lane = self._waits if wait else self._statements
         for attempt in (0, 1):
             failure: Optional[psycopg.Error] = None
@@ -736,7 +753,13 @@ class AsyncClient:
         await self._close_connections()
 
     async def __aenter__(self) -> "AsyncClient":
+        """Connect now (see dsync.Client.__enter__)."""
+        await self.ping()
         return self
+
+    async def ping(self) -> None:
+        """See dsync.Client.ping."""
+        await self._query(sql.BACKEND_PID, (), "connecting", retry=False)
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()

@@ -745,7 +745,16 @@ class Client:
         self._waits.close()
 
     def __enter__(self) -> "Client":
+        """Connect now: a wrong connection string or a server that cannot
+        be reached raises DsyncConnectionError here, at once (within the
+        connect timeout), not at the first lock."""
+        self.ping()
         return self
+
+    def ping(self) -> None:
+        """Run one statement on a connection of the client's (made if
+        needed): DsyncConnectionError if the server cannot be reached."""
+        self._query(sql.BACKEND_PID, (), "connecting", retry=False)
 
     def __exit__(self, *exc: Any) -> None:
         self.close()

@@ -27,6 +27,12 @@ class AcquireTimeout(DsyncError, TimeoutError):
     timeout, Semaphore.attach)."""
 
 
+class LockExists(AcquireTimeout):
+    """A non-blocking acquire found the lease held (raised instead of
+    returning False by objects made with raise_on_failure=True, as
+    mongoelector raises it).  An AcquireTimeout of no wait."""
+
+
 class LockLost(DsyncError):
     """The lease was lost while held: expired, released by an
     administrator, or no longer confirmed before it could expire.

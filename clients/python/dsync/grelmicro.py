@@ -13,6 +13,11 @@ and grelmicro's token is dsync's holder.
     from dsync.grelmicro import DsyncSyncBackend
     micro = Grelmicro(uses=[Sync(DsyncSyncBackend("postgresql://app@db/app"))])
 
+grelmicro cancels calls that outlast its timeouts: a cancelled call's
+statement finishes in the background and its connection stays in the
+client's pool (pool_size connections at most, 2 by default), so a slow
+server is not also flooded with new connections.
+
 grelmicro is not needed to import this module.
 """
 
@@ -77,6 +82,9 @@ class DsyncSyncBackend:
         if self._client is None or self._client._closed:
             url, pool, kwargs = self._args
             self._client = AsyncClient(url, pool=pool, **kwargs)
+        # Connected now: a wrong URL fails here, and the first call finds
+        # a connection ready.
+        await self._client.ping()
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -96,23 +104,23 @@ class DsyncSyncBackend:
         ttl = c.positive(duration, "duration")
         result = await self._connected()._query(
             sql.ACQUIRE, (c.name_arg(name, "name"), c.name_arg(token, "token"), ttl, c.ZERO,
-                          None), f'acquiring lease "{name}"')
+                          None), f'acquiring lease "{name}"', shield=True)
         return result is not None
 
     async def release(self, *, name: str, token: str) -> bool:
         """True if token held name (live) and has let it go."""
         return bool(await self._connected()._query(
             sql.RELEASE, (c.name_arg(name, "name"), c.name_arg(token, "token")),
-            f'releasing lease "{name}"', retry=False))
+            f'releasing lease "{name}"', retry=False, shield=True))
 
     async def locked(self, *, name: str) -> bool:
         return bool(await self._connected()._query(sql.LOCKED, (c.name_arg(name, "name"),),
-                                                   f'reading lease "{name}"'))
+                                                   f'reading lease "{name}"', shield=True))
 
     async def owned(self, *, name: str, token: str) -> bool:
         return await self._connected()._query(
             sql.HELD, (c.name_arg(name, "name"), c.name_arg(token, "token")),
-            f'reading lease "{name}"') is not None
+            f'reading lease "{name}"', shield=True) is not None
 
 
 # grelmicro's own adapters are named *SyncAdapter since 0.26; both names work.

@@ -89,10 +89,11 @@ class Lock(_OnClient, LeaseObject):
                  holder: Optional[str] = None, info: Any = None,
                  on_lost: Optional[Callable[[Hold], Any]] = None, keep_alive: bool = True,
                  timeout: Optional[Seconds] = None, listen: Optional[bool] = None,
-                 **connect_kwargs: Any):
+                 raise_on_failure: bool = False, **connect_kwargs: Any):
         self._mutex = threading.Lock()
         self._settle(name, client, conninfo, pool, ttl, holder, info, on_lost, keep_alive, timeout,
                      listen, connect_kwargs, threading.Event)
+        self.raise_on_failure = bool(raise_on_failure)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} holder={self.holder!r}>"
@@ -139,7 +140,7 @@ class Lock(_OnClient, LeaseObject):
             if token is None:
                 with self._mutex:
                     self._owners.free_name(st)
-                return False
+                return self._not_had(blocking, timeout)
             hold = Hold(self, self.name, holder, token, self.ttl, self.keep_alive, sent,
                         st.lost, alive, kind)
             if self.keep_alive and not keeper.ensure(min(5.0, self.ttl.total_seconds() / 3)):
@@ -477,6 +478,7 @@ class LeaderElection(_OnClient, ElectionViews):
                           ttl=self.ttl, holder=member, info=info, on_lost=self._lost,
                           **connect_kwargs)
         self._stop = threading.Event()
+        self._ready = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._leader = threading.Event()
         self._leader_lock = threading.Lock()
@@ -507,7 +509,31 @@ class LeaderElection(_OnClient, ElectionViews):
                                   rows=True)
         return [c.member_row(r) for r in rows]
 
-    cluster_detail = members
+    @property
+    def cluster_detail(self) -> List[dict]:
+        """members(), as mongoelector's property of that name (asks the
+        server)."""
+        return self.members()
+
+    @property
+    def ready(self) -> bool:
+        """Whether the campaign has made its first attempt: is_leader and
+        leader_exists then say what the server said."""
+        return self._ready.is_set()
+
+    def wait_ready(self, timeout: Optional[Seconds] = None) -> bool:
+        """Wait until the campaign has made its first attempt at the lease
+        (won it or found it held): True, or False after timeout (None: no
+        limit) or if the campaign is not running."""
+        deadline = c.deadline_of(timeout, time.monotonic())
+        while not self._ready.is_set():
+            if not self.running:
+                return False
+            left = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
+            if left <= 0:
+                return False
+            self._ready.wait(left)
+        return True
 
     # -- the campaign ---------------------------------------------------------------------
 
@@ -555,7 +581,9 @@ class LeaderElection(_OnClient, ElectionViews):
                         self._lock.release()
                         continue
                     timeout = max(0.05, min(period, next_look - time.monotonic()))
-                    got = self._lock.acquire(timeout=timeout)
+                    # The first attempt only tries, so that wait_ready()
+                    # returns at once when another member leads.
+                    got = self._lock.acquire(blocking=self._ready.is_set(), timeout=timeout)
                     failed = 0
                     if got:
                         if self._stop.is_set():
@@ -566,8 +594,9 @@ class LeaderElection(_OnClient, ElectionViews):
                                 self._token = self._lock.token
                                 self._seen_leader = self.member
                                 self._leader.set()
-                        if self._leader.is_set() and self.on_leader is not None:
-                            self.on_leader()
+                    self._ready.set()
+                    if got and self._leader.is_set() and self.on_leader is not None:
+                        self.on_leader()
                 except Exception as exc:
                     # A restart, a failover, a cancelled wait, a bug in
                     # on_leader: a later attempt may succeed, and a member
@@ -608,6 +637,7 @@ class LeaderElection(_OnClient, ElectionViews):
 
     def start(self) -> "LeaderElection":
         self._stop.clear()
+        self._ready.clear()
         self._thread = threading.Thread(target=self.run, daemon=True,
                                         name=f"dsync election {self.group}")
         self._thread.start()
@@ -626,6 +656,9 @@ class LeaderElection(_OnClient, ElectionViews):
             raise error
 
     def __enter__(self) -> "LeaderElection":
+        """Start campaigning, after a first statement: a wrong connection
+        string or an unreachable server raises DsyncConnectionError here."""
+        self.client.ping()
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

@@ -493,3 +493,96 @@ def test_the_connect_timeout_is_the_callers_to_set(monkeypatch):
                                                        {}).kwargs
     monkeypatch.setenv("PGCONNECT_TIMEOUT", "9")
     assert "connect_timeout" not in ConnectionSettings("dbname=x", None, {}).kwargs
+
+
+def test_raise_on_failure_raises_as_mongoelector_and_redsync_do(server, name):
+    """raise_on_failure=True: a non-blocking acquire that finds the lease
+    held raises LockExists, a wait that runs out AcquireTimeout (both
+    AcquireTimeout, so redsync's `except ...TimeoutError` shape works)."""
+    from dsync import LockExists
+    client = Client(server.dsn())
+    holder = client.lock(name, ttl=30)
+    assert holder.acquire()
+    other = Lock(name, conninfo=server.dsn(), ttl=30, raise_on_failure=True)
+    with pytest.raises(LockExists):
+        other.acquire(blocking=False)
+    with pytest.raises(AcquireTimeout) as err:
+        other.acquire(timeout=0.2)
+    assert not isinstance(err.value, LockExists)
+    assert isinstance(err.value, TimeoutError)
+    assert client.lock(name, ttl=30).acquire(blocking=False) is False   # the default answers
+    assert holder.release()
+    assert other.acquire(blocking=False)
+    assert other.release()
+
+    async def aio():
+        from dsync import AsyncLock
+        a = AsyncLock(name, conninfo=server.dsn(), ttl=30)
+        b = AsyncLock(name, conninfo=server.dsn(), ttl=30, raise_on_failure=True)
+        assert await a.acquire()
+        with pytest.raises(LockExists):
+            await b.acquire(blocking=False)
+        with pytest.raises(AcquireTimeout):
+            await b.acquire(timeout=0.2)
+        assert await a.release()
+        await a.close()
+        await b.close()
+    asyncio.run(aio())
+    client.close()
+
+
+def test_elections_are_ready_after_their_first_attempt(server, name):
+    """wait_ready() returns once the first attempt was made (at once for a
+    follower: it only tries first), then leader_exists tells the truth;
+    cluster_detail is a property, as mongoelector's."""
+    a = LeaderElection(name, conninfo=server.dsn(), ttl=30, member="a")
+    b = LeaderElection(name, conninfo=server.dsn(), ttl=30, member="b")
+    assert not a.ready and not a.wait_ready(0.1)          # not started
+    with a:
+        assert a.wait_ready(10) and a.is_leader
+        with b:
+            assert b.wait_ready(10)
+            assert b.ready and b.leader_exists and not b.is_leader
+            assert {m["member"] for m in b.cluster_detail} == {"a", "b"}
+
+    async def aio():
+        from dsync import AsyncLeaderElection
+
+        class Status:
+            started_calls = 0
+
+            def started(self, value=None):
+                self.started_calls += 1
+        c = AsyncLeaderElection(name, conninfo=server.dsn(), ttl=30, member="c")
+        status = Status()
+        task = asyncio.get_running_loop().create_task(c(task_status=status))
+        assert await c.wait_ready(10) and c.is_leader and status.started_calls == 1
+        assert [m["member"] for m in await c.cluster_detail] == ["c"]
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        async with AsyncLeaderElection(name, conninfo=server.dsn(), ttl=30, member="d") as d:
+            assert await d.wait_ready(10) and d.is_leader
+    asyncio.run(aio())
+
+
+def test_entering_a_client_or_election_fails_fast_on_a_wrong_url(server):
+    """`with Client(...)` and `with LeaderElection(...)` connect on entry:
+    a wrong connection string raises DsyncConnectionError there."""
+    bad = f"host={server.dir} port=1 dbname=app user=app"
+    with pytest.raises(DsyncConnectionError):
+        with Client(bad):
+            pass
+    with pytest.raises(DsyncConnectionError):
+        with LeaderElection("x", conninfo=bad, ttl=30):
+            pass
+
+    async def aio():
+        from dsync import AsyncLeaderElection
+        with pytest.raises(DsyncConnectionError):
+            async with AsyncClient(bad):
+                pass
+        with pytest.raises(DsyncConnectionError):
+            async with AsyncLeaderElection("x", conninfo=bad, ttl=30):
+                pass
+    asyncio.run(aio())

@@ -169,3 +169,42 @@ def test_driven_as_grelmicro_drives_it(dsn, name):
             assert overlaps == []
             assert not await backend.locked(name=name)
     run(main())
+
+
+def test_cancelled_calls_keep_the_pool_and_bound_the_connections(server, admin, name):
+    """grelmicro cancels calls that run past its timeouts (a slow server).
+    The backend connects on entry; a cancelled call lets its statement
+    finish and keeps its connection, so the backend opens no more
+    connections than its pool holds (it used to drop the connection of
+    every cancelled call and open another: 8 to 59 backends in 2 s)."""
+    import psycopg
+    from conftest import app_connections
+    tag = f"grel-{name}"[:40]
+    peak = []
+    opened = []
+
+    async def main():
+        backend = DsyncSyncBackend(server.dsn(), application_name=tag)
+        async with backend:
+            assert app_connections(admin, tag) >= 1          # connected on entry
+            client = backend._client
+            real = client._connect
+
+            async def counting(*args, **kwargs):
+                opened.append(1)
+                return await real(*args, **kwargs)
+            client._connect = counting
+            with psycopg.connect(server.dsn("app", "postgres")) as slow:
+                # Every statement on the leases waits until this commits.
+                slow.execute("LOCK TABLE dsync_lease IN ACCESS EXCLUSIVE MODE")
+                for _ in range(30):
+                    with pytest.raises(asyncio.TimeoutError):
+                        await asyncio.wait_for(backend.locked(name=name), 0.05)
+                    peak.append(app_connections(admin, tag))
+            await asyncio.sleep(0.3)
+            assert await backend.acquire(name=name, token="t", duration=5)
+            assert await backend.release(name=name, token="t")
+    run(main())
+    print(f"\ngrelmicro backend, 30 calls cancelled in the server: {len(opened)} connections "
+          f"opened, at most {max(peak)} at once")
+    assert len(opened) <= 2 and max(peak) <= 2, (len(opened), peak)
