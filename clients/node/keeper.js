@@ -67,6 +67,7 @@ class Keeper {
     this._waiters = new Set();       // ensure() calls waiting for a connection
     this._watchTimer = null;
     this._watchAt = Infinity;
+    this._rescuing = null;           // a rescue renewal in flight (a promise)
     this._pauseDone = null;
     this._releasesRetryAt = -Infinity;   // releases found a row locked: not sent again before
   }
@@ -120,7 +121,7 @@ class Keeper {
     if (hold.keepAlive) this.ledger.add(hold, mark);
     this.watched.add(hold);
     hold.onOverdue = (h) => this._overdue(h);
-    if (hold.deadline < this._watchAt) this._armWatchdog();
+    if (Ledger.rescuePoint(hold) < this._watchAt) this._armWatchdog();
     this._refs();
     if (hold.keepAlive && this.ledger.firstNeed(hold) < this._sleepsUntil) this._wake();
   }
@@ -129,7 +130,7 @@ class Keeper {
   // than it planned (the loop to renew it, the watchdog to watch it).
   retimed(hold) {
     if (hold.keepAlive && this.ledger.holds.has(hold) && this.ledger.firstNeed(hold) < this._sleepsUntil) this._wake();
-    if (this.watched.has(hold) && hold.deadline < this._watchAt) this._armWatchdog();
+    if (this.watched.has(hold) && Ledger.rescuePoint(hold) < this._watchAt) this._armWatchdog();
   }
 
   // Stops keeping hold: its owner gives it back.
@@ -500,8 +501,7 @@ class Keeper {
     this._watchTimer = null;
     this._watchAt = Infinity;
     if (this.stopping) return;
-    let next = Infinity;
-    for (const h of this.watched) if (h.deadline < next) next = h.deadline;
+    const next = this.ledger.watchWake(this.watched, performance.now());
     if (next === Infinity) return;
     this._watchAt = next;
     this._watchTimer = als.exit(() => setTimeout(() => this._watchdog(), Math.max(0, next - performance.now())));
@@ -513,6 +513,13 @@ class Keeper {
   _watchdog() {
     this._watchTimer = null;
     this._watchAt = Infinity;
+    const rescue = this.ledger.toRescue(this.watched, performance.now());
+    if (rescue.length && !this._rescuing) {
+      this._rescuing = this._rescue(rescue).finally(() => {
+        this._rescuing = null;
+        this._armWatchdog();
+      });
+    }
     const overdue = this.ledger.overdue(this.watched, performance.now());
     const kept = overdue.filter((h) => h.keepAlive);
     const lapsed = overdue.filter((h) => !h.keepAlive);
@@ -523,6 +530,24 @@ class Keeper {
     ];
     this._armWatchdog();
     this._tell(fresh);
+  }
+
+  // Renews holds the keeper has not renewed in time, in one statement on
+  // the client's statement pool (see RESCUE_LEAD_MS); a failure is tried
+  // again a little later, until the watchdog's deadline.
+  async _rescue(batch) {
+    const sent = performance.now();
+    let rows;
+    try {
+      rows = await this.client._query(sql.RENEW_MANY,
+        [batch.map((h) => h.name), batch.map((h) => h.holder), batch.map((h) => h.ttlText)],
+        'renewing leases the keeper could not renew in time', { retry: false, internal: true });
+    } catch (e) {
+      this.ledger.blocked(batch, performance.now());
+      return;
+    }
+    const gone = this.ledger.renewed(batch, rows.map((row) => row.v), sent);
+    if (gone.length) this.report(gone, 'the renewal found the lease no longer held');
   }
 
   // -- the end -----------------------------------------------------------------

@@ -32,6 +32,14 @@ const SETTLE_MS = 20;
 // that lease again this much later (ms), alone.
 const BLOCKED_RETRY_MS = 250;
 
+// A kept hold this close to its watchdog deadline (at most this many ms,
+// and at most half its renewal period) has missed two renewals: the
+// keeper's connection is gone or stuck.  The watchdog then renews it over
+// the client's statement pool (a rescue) before it would have to give it
+// up: a renewal whose reply was lost with the keeper's connection may well
+// have committed, and the server still holds the lease.
+const RESCUE_LEAD_MS = 1000;
+
 // Why the watchdog, or a reader before it, gives a hold up.
 const OVERDUE = 'no renewal could be confirmed before the lease could expire';
 const LAPSED = 'its ttl ran out (keepAlive: false)';
@@ -337,6 +345,33 @@ class Ledger {
     const out = [];
     for (const h of holds) if (!h.done && now >= h.deadline) out.push(h);
     return out;
+  }
+
+  // When the watchdog renews hold itself unless the keeper did.
+  static rescuePoint(hold) {
+    return hold.deadline - Math.min(RESCUE_LEAD_MS, hold.period / 2);
+  }
+
+  // Kept holds past their rescue point, not yet overdue, and not tried
+  // again too soon (see RESCUE_LEAD_MS).
+  toRescue(holds, now) {
+    const out = [];
+    for (const h of holds) {
+      if (h.keepAlive && !h.done && this.holds.has(h) && Ledger.rescuePoint(h) <= now && now < h.deadline
+        && now >= h.retryAt) out.push(h);
+    }
+    return out;
+  }
+
+  // When the watchdog has something to do next: a kept hold's rescue
+  // point (its deadline once that has passed), or a deadline.
+  watchWake(holds, now) {
+    let next = Infinity;
+    for (const h of holds) {
+      const point = !h.keepAlive || now >= Ledger.rescuePoint(h) ? h.deadline : Ledger.rescuePoint(h);
+      if (point < next) next = point;
+    }
+    return next;
   }
 }
 

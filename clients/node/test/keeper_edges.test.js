@@ -19,9 +19,15 @@ const leases = async (name) => (await leaseRows(name)).length;
 
 // A client whose keeper's server process can be found (and stopped with
 // SIGSTOP: its renewals hang, as in a stalled server or a dead network).
+// The watchdog's rescue renewals (over the statement pool) are turned
+// off in these clients: the tests are about what follows its verdict when
+// the keeper is stuck, and the statement pool they keep working would
+// otherwise save the lease (see 'a stuck keeper connection loses no lease').
 function namedClient(prefix, opts = {}) {
   const app = uniqueName(prefix).slice(0, 40);
-  return { app, c: new Client({ config: { ...direct, application_name: app }, ...opts }) };
+  const c = new Client({ config: { ...direct, application_name: app }, ...opts });
+  c._keeper._rescue = async () => {};
+  return { app, c };
 }
 
 async function stopKeeperBackend(app) {
@@ -428,5 +434,31 @@ test('connections killed while idle are replaced without an unhandled error', { 
   assert.strictEqual(lock.lost, false, lock.lostReason);
   assert.ok(await lock.owned());
   assert.strictEqual(await lock.release(), true);
+  await c.close();
+});
+
+// 13. The keeper's server process stopped for three ttls: the watchdog
+// renews the leases over the statement pool before their deadline (a
+// rescue), so nothing is lost while the server still holds them (each
+// used to be declared lost and given back).
+test('a stuck keeper connection loses no lease', { timeout: 30000 }, async () => {
+  const app = uniqueName('rescue').slice(0, 40);
+  const c = new Client({ config: { ...direct, application_name: app } });
+  const name = uniqueName('rescue');
+  const locks = [0, 1, 2].map((i) => c.lock(`${name}-${i}`, { ttl: 2 }));
+  for (const l of locks) assert.ok(await l.acquire());
+  const tokens = locks.map((l) => l.token.toString());
+  let lost = 0;
+  for (const l of locks) l.on('lost', () => { lost += 1; });
+  const pid = await stopKeeperBackend(app);
+  try {
+    await sleep(6000);
+    assert.strictEqual(lost, 0);
+    assert.ok(locks.every((l) => l.held));
+  } finally {
+    process.kill(pid, 'SIGCONT');
+  }
+  for (let i = 0; i < 3; i++) assert.deepStrictEqual((await leaseRows(`${name}-${i}`)).map((r) => r.token), [tokens[i]]);
+  for (const l of locks) assert.strictEqual(await l.release(), true);
   await c.close();
 });

@@ -34,6 +34,13 @@ SETTLE = 0.02
 # A renewal that found a lease locked by a transaction (a guard, see
 # dsync_assert_held) tries that lease again this much later, alone.
 BLOCKED_RETRY = 0.25
+# A kept hold this close to its watchdog deadline (at most this much, and
+# at most half its renewal period) has missed two renewals: the keeper's
+# connection is gone or stuck.  The watchdog then renews it over one of
+# the client's statement connections (a rescue) before it would have to
+# give it up: a renewal whose reply was lost with the keeper's connection
+# may well have committed, and the server still holds the lease.
+RESCUE_LEAD = 1.0
 
 
 # Why the watchdog, or a reader before it, gives a kept hold up.
@@ -320,6 +327,29 @@ class Ledger:
 
     def overdue(self, holds: Set[Hold], now: float) -> List[Hold]:
         return [h for h in holds if not h.done and now >= h.deadline]
+
+    @staticmethod
+    def renewal_args(batch: List[Hold]) -> Tuple[List[str], List[str], List[timedelta]]:
+        """RENEW_MANY's arrays for batch: names, holders, ttls."""
+        return [h.name for h in batch], [h.holder for h in batch], [h.ttl for h in batch]
+
+    @staticmethod
+    def rescue_point(hold: Hold) -> float:
+        """When the watchdog renews hold itself unless the keeper did."""
+        return hold.deadline - min(RESCUE_LEAD, hold.period / 2)
+
+    def to_rescue(self, holds: Set[Hold], now: float) -> List[Hold]:
+        """Kept holds past their rescue point, not yet overdue, and not
+        tried again too soon (see RESCUE_LEAD)."""
+        return [h for h in holds if h.keep_alive and not h.done and h in self.holds and
+                self.rescue_point(h) <= now < h.deadline and now >= h.retry_at]
+
+    def watch_wake(self, holds: Set[Hold], now: float) -> Optional[float]:
+        """When the watchdog has something to do next: a kept hold's
+        rescue point (its deadline once that has passed), or a deadline."""
+        times = [h.deadline if not h.keep_alive or now >= self.rescue_point(h)
+                 else self.rescue_point(h) for h in holds]
+        return min(times, default=None)
 
     def orphans(self) -> List[Hold]:
         """Holds whose owner (a thread or a task) ended without releasing."""

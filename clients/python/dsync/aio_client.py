@@ -18,15 +18,14 @@ import logging
 import os
 import time
 import weakref
-from collections import deque
-from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Deque, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import psycopg
 
 from . import _common as c
 from . import _sql as sql
 from . import errors
+from ._lanes import AsyncLane
 from ._ledger import LAPSED, OVERDUE, Hold, Ledger, Mark
 from .client import KEEPER_TX, LISTEN_CHUNK, WAIT_IDLE_SECONDS
 from .errors import is_connection_error
@@ -62,124 +61,11 @@ async def wait_event(event: asyncio.Event, timeout: Optional[float]) -> None:
             timer.cancel()
 
 
-async def _abort(conn: psycopg.AsyncConnection) -> None:
-    """End a connection that may be inside a statement: cancel it in the
-    server (a wait ends there at once), then close."""
-    try:
-        conn.cancel()
-    except Exception:
-        pass
-    await conn.close()
-
-
 def _retrieved(task: "asyncio.Future[Any]") -> None:
     """A shielded statement's outcome, read so that asyncio does not
     report it as never retrieved when its caller was cancelled."""
     if not task.cancelled():
         task.exception()
-
-
-class _Lane:
-    """Connections for one kind of statement, each used by one task at a
-    time (see client._Lane)."""
-
-    def __init__(self, client: "AsyncClient", cap: Optional[int], keep: int,
-                 idle_seconds: Optional[float]):
-        self.client = client
-        self.cap = cap
-        self.keep = keep
-        self.idle_seconds = idle_seconds
-        self.idle: List[Tuple[psycopg.AsyncConnection, float]] = []
-        self.open = 0
-        self.waiters: Deque[asyncio.Future] = deque()
-
-    @asynccontextmanager
-    async def connection(self) -> AsyncIterator[Tuple[psycopg.AsyncConnection, bool]]:
-        pool = self.client._settings.pool
-        if pool is not None:
-            async with pool.connection() as conn:
-                yield conn, True
-            return
-        conn, reused = await self._get()
-        ok = False
-        try:
-            yield conn, reused
-            ok = True
-        finally:
-            if ok:
-                await self._put(conn)
-            else:
-                self.open -= 1
-                self._wake_one()
-                await asyncio.shield(_abort(conn))
-
-    async def _get(self) -> Tuple[psycopg.AsyncConnection, bool]:
-        self.client._check_usable()
-        while True:
-            while self.idle:
-                conn, _ = self.idle.pop()
-                if c.still_open(conn) and \
-                        conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                    return conn, True
-                self.open -= 1
-                await conn.close()
-            if self.cap is None or self.open < self.cap:
-                break
-            fut = asyncio.get_running_loop().create_future()
-            self.waiters.append(fut)
-            try:
-                await fut
-            except asyncio.CancelledError:
-                if fut in self.waiters:
-                    self.waiters.remove(fut)
-                elif not fut.cancelled():
-                    self._wake_one()        # pass on the turn we were given
-                raise
-        self.open += 1
-        try:
-            return await self.client._connect({}), False
-        except BaseException:
-            self.open -= 1
-            self._wake_one()
-            raise
-
-    def _wake_one(self) -> None:
-        while self.waiters:
-            fut = self.waiters.popleft()
-            if not fut.done():
-                fut.set_result(None)
-                return
-
-    async def _put(self, conn: psycopg.AsyncConnection) -> None:
-        now = time.monotonic()
-        if not conn.closed and not self.client._closed and \
-                conn.info.status == psycopg.pq.ConnStatus.OK and \
-                conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-            self.idle.append((conn, now))
-        else:
-            self.open -= 1
-            await conn.close()
-        self._wake_one()
-        await self.trim()
-
-    async def trim(self) -> None:
-        if self.idle_seconds is None:
-            return
-        now = time.monotonic()
-        while len(self.idle) > self.keep and now - self.idle[0][1] > self.idle_seconds:
-            conn, _ = self.idle.pop(0)
-            self.open -= 1
-            await conn.close()
-
-    async def close(self) -> None:
-        idle, self.idle = self.idle, []
-        self.open -= len(idle)
-        for conn, _ in idle:
-            await conn.close()
-        while self.waiters:
-            fut = self.waiters.popleft()
-            if not fut.done():
-                fut.set_result(None)
 
 
 class _Keeper:
@@ -204,6 +90,7 @@ class _Keeper:
         self.senders_asked = 0.0
         self.releases_retry_at = 0.0
         self.callbacks: Set[asyncio.Task] = set()
+        self.rescuer: Optional[asyncio.Task] = None
 
     # -- what lock objects call -----------------------------------------------------
 
@@ -546,6 +433,10 @@ class _Keeper:
     async def _watch(self) -> None:
         while not self.stopping:
             now = time.monotonic()
+            rescue = self.ledger.to_rescue(self.watched, now)
+            if rescue and (self.rescuer is None or self.rescuer.done()):
+                self.rescuer = asyncio.get_running_loop().create_task(self._rescue(rescue),
+                                                                      name="dsync rescue")
             overdue = self.ledger.overdue(self.watched, now)
             kept = [h for h in overdue if h.keep_alive]
             if kept:
@@ -554,10 +445,27 @@ class _Keeper:
             lapsed = [h for h in overdue if not h.keep_alive]
             if lapsed:
                 self.report(lapsed, LAPSED)
-            nxt = min((h.deadline for h in self.watched), default=None)
+            nxt = self.ledger.watch_wake(self.watched, now)
             wait = 1.0 if nxt is None else max(0.0, min(1.0, nxt - now))
             self.watch_wake.clear()
             await wait_event(self.watch_wake, wait)
+
+    async def _rescue(self, batch: List[Hold]) -> None:
+        """client._Keeper._rescue for asyncio."""
+        sent = time.monotonic()
+        try:
+            rows = await self.client._query(sql.RENEW_MANY, Ledger.renewal_args(batch),
+                                            "renewing leases the keeper could not renew in time",
+                                            rows=True, retry=False)
+        except errors.DsyncError as exc:
+            log.info("dsync: a rescue renewal failed: %s", exc)
+            self.ledger.blocked(batch, time.monotonic())
+            self.watch_wake.set()
+            return
+        gone = self.ledger.renewed(batch, [r[0] for r in rows], sent)
+        if gone:
+            self.report(gone, "the renewal found the lease no longer held")
+        self.watch_wake.set()
 
     async def stop(self) -> Tuple[List[Hold], List[Tuple[str, str]]]:
         """Stop both tasks; the holds still kept and the releases still to
@@ -565,7 +473,7 @@ class _Keeper:
         self.stopping = True
         holds = list(self.watched)
         me = asyncio.current_task()
-        for task in (self.task, self.watchdog):
+        for task in (self.task, self.watchdog, self.rescuer):
             if task is not None and task is not me and not task.done():
                 task.cancel()
                 try:
@@ -600,8 +508,8 @@ class AsyncClient:
         # The loop of first use, weakly: the default clients are kept per
         # loop in a WeakKeyDictionary, which a strong reference would pin.
         self._loop: Optional["weakref.ref[asyncio.AbstractEventLoop]"] = None
-        self._statements = _Lane(self, pool_size, pool_size, None)
-        self._waits = _Lane(self, None, pool_size, WAIT_IDLE_SECONDS)
+        self._statements = AsyncLane(self, pool_size, pool_size, None)
+        self._waits = AsyncLane(self, None, pool_size, WAIT_IDLE_SECONDS)
         self._keeper: Optional[_Keeper] = None
 
     @property

@@ -23,14 +23,14 @@ import select
 import socket
 import threading
 import time
-from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import psycopg
 
 from . import _common as c
 from . import _sql as sql
 from . import errors
+from ._lanes import Lane
 from ._ledger import LAPSED, OVERDUE, SETTLE, Hold, Ledger, Mark
 from .errors import is_connection_error
 
@@ -83,110 +83,6 @@ def sender_pids(conn: Any) -> Set[int]:
     return c.sender_pids([d.name for d in cur.description], cur.fetchone())
 
 
-class _Lane:
-    """Connections for one kind of statement, each used by one thread at
-    a time for a whole statement and its result: at most cap of them (None:
-    as many as there are callers), of which keep stay open when idle
-    (longer-idle ones beyond that are closed after idle_seconds)."""
-
-    def __init__(self, client: "Client", cap: Optional[int], keep: int,
-                 idle_seconds: Optional[float]):
-        self.client = client
-        self.cap = cap
-        self.keep = keep
-        self.idle_seconds = idle_seconds
-        self.idle: List[Tuple[psycopg.Connection, float]] = []
-        self.open = 0
-        self.cond = threading.Condition()
-
-    @contextmanager
-    def connection(self) -> Iterator[Tuple[psycopg.Connection, bool]]:
-        """A connection of the caller's own until the block ends, and
-        whether it was used before (a stale one may fail at once)."""
-        pool = self.client._settings.pool
-        if pool is not None:
-            with pool.connection() as conn:
-                yield conn, True
-            return
-        conn, reused = self._get()
-        ok = False
-        try:
-            yield conn, reused
-            ok = True
-        finally:
-            self._put(conn, ok)
-
-    def _get(self) -> Tuple[psycopg.Connection, bool]:
-        self.client._check_usable()
-        stale = []
-        try:
-            with self.cond:
-                while True:
-                    while self.idle:
-                        conn, _ = self.idle.pop()           # the warmest first
-                        if c.still_open(conn) and \
-                                conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                            return conn, True
-                        self.open -= 1
-                        stale.append(conn)
-                    if self.cap is None or self.open < self.cap:
-                        self.open += 1
-                        break
-                    self.cond.wait()
-        finally:
-            for conn in stale:
-                conn.close()
-        try:
-            return self.client._connect({}), False
-        except BaseException:
-            with self.cond:
-                self.open -= 1
-                self.cond.notify()
-            raise
-
-    def _put(self, conn: psycopg.Connection, ok: bool) -> None:
-        """Back to the idle list, unless the statement failed or was
-        interrupted (closing the connection ends any wait in the server)."""
-        now = time.monotonic()
-        close = []
-        with self.cond:
-            if ok and not conn.closed and not self.client._closed and \
-                    conn.info.status == psycopg.pq.ConnStatus.OK and \
-                    conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                self.idle.append((conn, now))
-            else:
-                close.append(conn)
-                self.open -= 1
-            if self.idle_seconds is not None:
-                while len(self.idle) > self.keep and now - self.idle[0][1] > self.idle_seconds:
-                    close.append(self.idle.pop(0)[0])
-                    self.open -= 1
-            self.cond.notify()
-        for conn in close:
-            conn.close()
-
-    def trim(self) -> None:
-        """Close connections idle for longer than idle_seconds, beyond keep."""
-        if self.idle_seconds is None:
-            return
-        now = time.monotonic()
-        close = []
-        with self.cond:
-            while len(self.idle) > self.keep and now - self.idle[0][1] > self.idle_seconds:
-                close.append(self.idle.pop(0)[0])
-                self.open -= 1
-        for conn in close:
-            conn.close()
-
-    def close(self) -> None:
-        with self.cond:
-            idle, self.idle = self.idle, []
-            self.open -= len(idle)
-            self.cond.notify_all()
-        for conn, _ in idle:
-            conn.close()
-
-
 class _Keeper:
     """The keeper thread and the watchdog thread of one client."""
 
@@ -202,6 +98,7 @@ class _Keeper:
         self.watch_wake = threading.Event()
         self.thread: Optional[threading.Thread] = None
         self.watchdog: Optional[threading.Thread] = None
+        self.rescuer: Optional[threading.Thread] = None
         self.conn: Optional[psycopg.Connection] = None
         self.error: Optional[BaseException] = None       # the last connection failure
         self.attempts = 0                                # connection attempts ended
@@ -264,7 +161,7 @@ class _Keeper:
             hold.on_overdue = self.overdue
             due = hold.confirmed + (SETTLE if hold in self.ledger.unverified else hold.period)
             wake = hold.keep_alive and due < self.keeper_sleeps_until
-            watch = hold.deadline < self.watchdog_sleeps_until
+            watch = Ledger.rescue_point(hold) < self.watchdog_sleeps_until
         if wake:
             self._wake()
         if watch:
@@ -275,7 +172,7 @@ class _Keeper:
         sooner than it planned."""
         with self.mutex:
             wake = hold.confirmed + hold.period < self.keeper_sleeps_until
-            watch = hold.deadline < self.watchdog_sleeps_until
+            watch = Ledger.rescue_point(hold) < self.watchdog_sleeps_until
         if wake:
             self._wake()
         if watch:
@@ -546,6 +443,11 @@ class _Keeper:
         while not self.stopping:
             now = time.monotonic()
             with self.mutex:
+                rescue = self.ledger.to_rescue(self.watched, now)
+                if rescue and (self.rescuer is None or not self.rescuer.is_alive()):
+                    self.rescuer = threading.Thread(target=self._rescue, args=(rescue,),
+                                                    daemon=True, name="dsync rescue")
+                    self.rescuer.start()
                 overdue = self.ledger.overdue(self.watched, now)
             kept = [h for h in overdue if h.keep_alive]
             if kept:
@@ -555,13 +457,35 @@ class _Keeper:
             if lapsed:
                 self.report(lapsed, LAPSED)
             with self.mutex:
-                nxt = min((h.deadline for h in self.watched), default=None)
+                nxt = self.ledger.watch_wake(self.watched, now)
                 wait = 1.0 if nxt is None else max(0.0, min(1.0, nxt - now))
                 self.watch_wake.clear()
                 self.watchdog_sleeps_until = now + wait
             self.watch_wake.wait(wait)
             with self.mutex:
                 self.watchdog_sleeps_until = 0.0
+
+    def _rescue(self, batch: List[Hold]) -> None:
+        """Renew holds the keeper has not renewed in time, in one
+        statement on one of the client's statement connections (see
+        RESCUE_LEAD); a failure is tried again a little later, until the
+        watchdog's deadline."""
+        sent = time.monotonic()
+        try:
+            rows = self.client._query(sql.RENEW_MANY, Ledger.renewal_args(batch),
+                                      "renewing leases the keeper could not renew in time",
+                                      rows=True, retry=False)
+        except errors.DsyncError as exc:
+            log.info("dsync: a rescue renewal failed: %s", exc)
+            with self.mutex:
+                self.ledger.blocked(batch, time.monotonic())
+            self.watch_wake.set()
+            return
+        with self.mutex:
+            gone = self.ledger.renewed(batch, [r[0] for r in rows], sent)
+        if gone:
+            self.report(gone, "the renewal found the lease no longer held")
+        self.watch_wake.set()
 
     # -- the end ------------------------------------------------------------------
 
@@ -614,8 +538,8 @@ class Client:
         self.listen = listen
         self._closed = False
         self._pid = os.getpid()
-        self._statements = _Lane(self, pool_size, pool_size, None)
-        self._waits = _Lane(self, None, pool_size, WAIT_IDLE_SECONDS)
+        self._statements = Lane(self, pool_size, pool_size, None)
+        self._waits = Lane(self, None, pool_size, WAIT_IDLE_SECONDS)
         self._keeper = _Keeper(self)
 
     # -- recipes -------------------------------------------------------------------

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from conftest import stop_worker_asleep
+from dsync import errors
 from dsync import (AsyncClient, AsyncEvent, AsyncLeaderElection, AsyncLock, AsyncReadLock,
                    AsyncSemaphore, LockLost, NotHeld, awatch)
 
@@ -362,6 +363,10 @@ def test_async_watchdog_before_expiry(server, admin, name):
         t0 = time.monotonic()
         assert await lock.acquire()
         pid = await asyncio.to_thread(_stop_keeper_backend, admin, app)
+
+        async def refused(*_a, **_k):
+            raise errors.DsyncConnectionError("refused (the test refuses it)")
+        client._query = refused                 # the server hangs: no rescue renewal either
         try:
             await asyncio.wait_for(lock.lost.wait(), 5)
             took = time.monotonic() - t0
@@ -371,6 +376,32 @@ def test_async_watchdog_before_expiry(server, admin, name):
                                  (name,)).fetchone()[0] == 1
         finally:
             os.kill(pid, signal.SIGCONT)
+        await client.close()
+    run(main())
+
+
+def test_async_stuck_keeper_connection_loses_no_lease(server, admin, name):
+    """See test_a_stuck_keeper_connection_loses_no_lease: the asyncio
+    watchdog renews over a statement connection before the deadline."""
+    import os
+    import signal
+    from test_sync import _stop_keeper_backend
+
+    async def main():
+        app = f"arescue-{name}"[:40]
+        client = AsyncClient(server.dsn(), application_name=app)
+        lock = client.lock(name, ttl=2)
+        assert await lock.acquire()
+        token = lock.token
+        pid = await asyncio.to_thread(_stop_keeper_backend, admin, app)
+        try:
+            await asyncio.sleep(6)
+            assert not lock.lost.is_set() and lock.held
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert admin.execute("SELECT fencing FROM dsync_leases WHERE lease = %s",
+                             (name,)).fetchone()[0] == token
+        assert await lock.release()
         await client.close()
     run(main())
 

@@ -370,10 +370,22 @@ def _stop_keeper_backend(admin, application_name):
     return pid
 
 
+def _stop_client_backends(admin, application_name):
+    """SIGSTOP every server process of a client (its keeper's and its
+    statement connections): to it, the server hangs.  Their pids."""
+    pids = [_stop_keeper_backend(admin, application_name)]
+    for (pid,) in admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                                (application_name,)).fetchall():
+        os.kill(pid, signal.SIGSTOP)
+        pids.append(pid)
+    return pids
+
+
 def test_watchdog_declares_loss_before_expiry(server, admin, name):
-    """Renewals stuck (the keeper's server process stopped with SIGSTOP):
-    the holder is told the lease is lost before it can expire, so nothing
-    else can have been granted it yet."""
+    """Renewals stuck (every server process of the client stopped with
+    SIGSTOP: the keeper's, and the statement connections a rescue renewal
+    would use): the holder is told the lease is lost before it can
+    expire, so nothing else can have been granted it yet."""
     lost_at = []
     app = f"wd-{name}"[:50]
     client = Client(server.dsn(), application_name=app)
@@ -382,7 +394,7 @@ def test_watchdog_declares_loss_before_expiry(server, admin, name):
     assert lock.acquire()
     expires = admin.execute("SELECT expires_at FROM dsync_leases WHERE lease = %s",
                             (name,)).fetchone()[0]
-    pid = _stop_keeper_backend(admin, app)
+    pids = _stop_client_backends(admin, app)
     try:
         assert lock.lost.wait(5)
         assert wait_for(lambda: lost_at, 5)
@@ -394,8 +406,45 @@ def test_watchdog_declares_loss_before_expiry(server, admin, name):
         assert lost_at[0] - t0 < 2.0
         assert "renewal" in lock.lost_reason
     finally:
-        os.kill(pid, signal.SIGCONT)
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
     assert not lock.release()
+    client.close()
+
+
+def test_a_stuck_keeper_connection_loses_no_lease(server, admin, name):
+    """The keeper's server process stopped (SIGSTOP) for three ttls, or
+    its connection killed while new ones are refused: the watchdog renews
+    the leases over the client's statement connections before their
+    deadline (a rescue), so nothing is lost while the server still holds
+    them (each used to be declared lost and given back)."""
+    app = f"rescue-{name}"[:40]
+    client = Client(server.dsn(), application_name=app)
+    locks = [client.lock(f"{name}-{i}", ttl=2) for i in range(3)]
+    for lock in locks:
+        assert lock.acquire()
+    tokens = [lock.token for lock in locks]
+    pid = _stop_keeper_backend(admin, app)
+    try:
+        time.sleep(6)
+        assert not any(lock.lost.is_set() for lock in locks)
+        assert all(lock.held for lock in locks)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    keeper = client._keeper
+
+    def refused(*_a, **_k):
+        raise psycopg.OperationalError("connection refused (the test refuses it)")
+    keeper._connect = refused
+    admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                  " WHERE application_name = %s", (f"{app} keeper"[:63],))
+    time.sleep(6)
+    assert not any(lock.lost.is_set() for lock in locks)
+    held = admin.execute("SELECT lease, fencing FROM dsync_leases WHERE lease LIKE %s"
+                         " ORDER BY lease", (f"{name}-%",)).fetchall()
+    assert [t for _, t in held] == tokens
+    for lock in locks:
+        assert lock.release()
     client.close()
 
 
