@@ -196,7 +196,7 @@ def test_threads_and_tasks_under_connection_kills(server, admin):
     for n in NAMES:
         assert values[n] >= sections.done[n]
         assert values[n] - sections.done[n] <= sections.errors.get("OperationalError", 0)
-    assert sum(sections.done.values()) > 200
+    assert all(sections.done[n] > 0 for n in NAMES), sections.done   # outcomes, not throughput
     assert killed.get("stress-threads keeper", 0) >= 2 and killed.get("stress-tasks keeper", 0) >= 2
     assert killed.get("stress-threads", 0) >= 2 and killed.get("stress-tasks", 0) >= 2
     # No connection left behind by the clients (nor by the workers).
