@@ -32,12 +32,14 @@ const SETTLE_MS = 20;
 // that lease again this much later (ms), alone.
 const BLOCKED_RETRY_MS = 250;
 
-// A kept hold this close to its watchdog deadline (at most this many ms,
-// and at most half its renewal period) has missed two renewals: the
-// keeper's connection is gone or stuck.  The watchdog then renews it over
-// the client's statement pool (a rescue) before it would have to give it
-// up: a renewal whose reply was lost with the keeper's connection may well
-// have committed, and the server still holds the lease.
+// A kept hold this close to its watchdog deadline (half its renewal
+// period, at least this many ms, never more than a whole period) is late
+// for its renewal: the keeper's connection is gone or stuck.  The
+// watchdog then renews it over the client's statement pool (a rescue)
+// before it would have to give it up: a renewal whose reply was lost with
+// the keeper's connection may well have committed, and the server still
+// holds the lease.  A healthy hold never gets this close: the keeper
+// confirms it every period.
 const RESCUE_LEAD_MS = 1000;
 
 // Why the watchdog, or a reader before it, gives a hold up.
@@ -349,18 +351,20 @@ class Ledger {
 
   // When the watchdog renews hold itself unless the keeper did.
   static rescuePoint(hold) {
-    return hold.deadline - Math.min(RESCUE_LEAD_MS, hold.period / 2);
+    return hold.deadline - Math.min(hold.period, Math.max(RESCUE_LEAD_MS, hold.period / 2));
   }
 
   // Kept holds past their rescue point, not yet overdue, and not tried
-  // again too soon (see RESCUE_LEAD_MS).
+  // again too soon (see RESCUE_LEAD_MS); with them, the kept holds that
+  // will be past it within half a period, so that holds taken together
+  // are rescued in one statement.
   toRescue(holds, now) {
-    const out = [];
+    const live = [];
     for (const h of holds) {
-      if (h.keepAlive && !h.done && this.holds.has(h) && Ledger.rescuePoint(h) <= now && now < h.deadline
-        && now >= h.retryAt) out.push(h);
+      if (h.keepAlive && !h.done && this.holds.has(h) && now < h.deadline && now >= h.retryAt) live.push(h);
     }
-    return out;
+    if (!live.some((h) => Ledger.rescuePoint(h) <= now)) return [];
+    return live.filter((h) => Ledger.rescuePoint(h) - h.period / 2 <= now);
   }
 
   // When the watchdog has something to do next: a kept hold's rescue

@@ -34,12 +34,14 @@ SETTLE = 0.02
 # A renewal that found a lease locked by a transaction (a guard, see
 # dsync_assert_held) tries that lease again this much later, alone.
 BLOCKED_RETRY = 0.25
-# A kept hold this close to its watchdog deadline (at most this much, and
-# at most half its renewal period) has missed two renewals: the keeper's
-# connection is gone or stuck.  The watchdog then renews it over one of
-# the client's statement connections (a rescue) before it would have to
-# give it up: a renewal whose reply was lost with the keeper's connection
-# may well have committed, and the server still holds the lease.
+# A kept hold this close to its watchdog deadline (half its renewal
+# period, at least this much, never more than a whole period) is late for
+# its renewal: the keeper's connection is gone or stuck.  The watchdog
+# then renews it over one of the client's statement connections (a
+# rescue) before it would have to give it up: a renewal whose reply was
+# lost with the keeper's connection may well have committed, and the
+# server still holds the lease.  A healthy hold never gets this close: the
+# keeper confirms it every period.
 RESCUE_LEAD = 1.0
 
 
@@ -336,13 +338,18 @@ class Ledger:
     @staticmethod
     def rescue_point(hold: Hold) -> float:
         """When the watchdog renews hold itself unless the keeper did."""
-        return hold.deadline - min(RESCUE_LEAD, hold.period / 2)
+        return hold.deadline - min(hold.period, max(RESCUE_LEAD, hold.period / 2))
 
     def to_rescue(self, holds: Set[Hold], now: float) -> List[Hold]:
         """Kept holds past their rescue point, not yet overdue, and not
-        tried again too soon (see RESCUE_LEAD)."""
-        return [h for h in holds if h.keep_alive and not h.done and h in self.holds and
-                self.rescue_point(h) <= now < h.deadline and now >= h.retry_at]
+        tried again too soon (see RESCUE_LEAD); with them, the kept holds
+        that will be past it within half a period, so that holds taken
+        together are rescued in one statement."""
+        live = [h for h in holds if h.keep_alive and not h.done and h in self.holds and
+                now < h.deadline and now >= h.retry_at]
+        if not any(self.rescue_point(h) <= now for h in live):
+            return []
+        return [h for h in live if self.rescue_point(h) - h.period / 2 <= now]
 
     def watch_wake(self, holds: Set[Hold], now: float) -> Optional[float]:
         """When the watchdog has something to do next: a kept hold's
