@@ -28,12 +28,6 @@ const RETRY_MS = 500;
 const SENDERS_EVERY_MS = 1000;
 // How long close() waits for a stuck loop before ending its connection.
 const STOP_WAIT_MS = 2000;
-// The keeper's renewals and releases run in a transaction of their own
-// that waits at most this long for a row another transaction has locked:
-// a guard (dsync_assert_held) keeps its lease's row locked until the
-// guarding transaction ends, and one long guarded transaction must not
-// hold up the renewal of every other lease of the client.
-const KEEPER_TX = "BEGIN; SET LOCAL lock_timeout = '50ms'";
 // After releases found a row locked, they are sent again this much later.
 const RELEASE_RETRY_MS = 250;
 
@@ -341,18 +335,10 @@ class Keeper {
     await this._sleep(wait);
   }
 
-  // Runs query in a transaction of its own whose lock waits end after
-  // 50 ms (KEEPER_TX); a lock timeout (55P03) is rolled back and thrown.
+  // Runs query, one of sql.KEEPER_*: a transaction of its own whose lock
+  // waits end after 50 ms (a lock timeout, 55P03, is thrown).
   async _inKeeperTx(c, query) {
-    await this._exec(c, KEEPER_TX);
-    try {
-      const r = await this._exec(c, query);
-      await this._exec(c, 'COMMIT');
-      return r;
-    } catch (e) {
-      if (!errors.isConnectionError(e)) await this._exec(c, 'ROLLBACK');
-      throw e;
-    }
+    return this._exec(c, query);
   }
 
   /*
@@ -366,7 +352,7 @@ class Keeper {
     let r;
     try {
       r = await this._inKeeperTx(c, {
-        text: sql.RENEW_MANY,
+        text: sql.KEEPER_RENEW_MANY,
         values: [batch.map((h) => h.name), batch.map((h) => h.holder), batch.map((h) => h.ttlText)],
         types: sql.types,
       });
@@ -394,7 +380,7 @@ class Keeper {
     this.ledger.releases = [];
     this.releasing = batch;
     try {
-      await this._inKeeperTx(c, { text: sql.RELEASE_MANY, values: [batch.map((r) => r.name), batch.map((r) => r.holder)] });
+      await this._inKeeperTx(c, { text: sql.KEEPER_RELEASE_MANY, values: [batch.map((r) => r.name), batch.map((r) => r.holder)] });
     } catch (e) {
       this.ledger.releases.unshift(...batch);
       if (!lockTimedOut(e)) throw e;

@@ -20,6 +20,19 @@ const RENEW_MANY = 'SELECT dsync_renew(u.n, u.h, u.t) AS v'
 const RELEASE = 'SELECT dsync_release($1::text, $2::text) AS v';
 const RELEASE_MANY = 'SELECT count(*) FILTER (WHERE dsync_release(u.n, u.h)) AS v'
   + ' FROM unnest($1::text[], $2::text[]) AS u(n, h)';
+// The keeper's renewals and releases wait at most 50 ms for a row another
+// transaction has locked (a guard keeps its lease's row locked until its
+// transaction ends, and must not hold up every other lease of the client).
+// The lock_timeout is set in the statement itself, before any row is
+// touched, so that each is one statement in a transaction of its own: a
+// keeper stopped between round trips (SIGSTOP, a paused VM) would
+// otherwise leave its transaction open, and the leases it renewed locked.
+const KEEPER_LOCK_WAIT = "WITH s AS MATERIALIZED (SELECT set_config('lock_timeout', '50ms', true) AS x) ";
+const KEEPER_RENEW_MANY = KEEPER_LOCK_WAIT + 'SELECT dsync_renew(u.n, u.h, u.t) AS v'
+  + ' FROM s, unnest($1::text[], $2::text[], $3::interval[]) WITH ORDINALITY AS u(n, h, t, i)'
+  + ' WHERE s.x IS NOT NULL ORDER BY u.i';
+const KEEPER_RELEASE_MANY = KEEPER_LOCK_WAIT + 'SELECT count(*) FILTER (WHERE dsync_release(u.n, u.h)) AS v'
+  + ' FROM s, unnest($1::text[], $2::text[]) AS u(n, h) WHERE s.x IS NOT NULL';
 const ASSERT_HELD = 'SELECT dsync_assert_held($1::text, $2::text) AS v';
 const HELD = 'SELECT fencing FROM dsync_leases WHERE lease = $1::text AND holder = $2::text';
 const LOCKED = 'SELECT EXISTS (SELECT 1 FROM dsync_leases WHERE lease = $1::text) AS v';
@@ -147,7 +160,8 @@ function senderPidsOf(row) {
 }
 
 module.exports = {
-  ACQUIRE, ACQUIRE_SHARED, RENEW, RENEW_MANY, RELEASE, RELEASE_MANY, ASSERT_HELD, HELD, LOCKED,
+  ACQUIRE, ACQUIRE_SHARED, RENEW, RENEW_MANY, RELEASE, RELEASE_MANY, KEEPER_RENEW_MANY,
+  KEEPER_RELEASE_MANY, ASSERT_HELD, HELD, LOCKED,
   LEASE_STATE, LEADER, SEM_CREATE, SEM_PERMITS, EVENT_SET, EVENT_WAIT, EVENT_CLEAR, EVENT_IS_SET,
   JOIN, LEAVE, MEMBERS, BACKEND_PID, SENDERS, LOG_TOP, RETENTION, CATCH_UP,
   types, channelOf, listenStatement, unlistenStatement, interval, jsonb, parseTime, parsePayload,

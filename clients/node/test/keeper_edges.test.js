@@ -30,15 +30,22 @@ function namedClient(prefix, opts = {}) {
   return { app, c };
 }
 
-async function stopKeeperBackend(app) {
-  let pid = null;
-  for (let i = 0; i < 200 && !pid; i++) {
-    const rows = await adminQuery('SELECT pid FROM pg_stat_activity WHERE application_name = $1', [`${app} keeper`]);
-    if (rows.length) pid = rows[0].pid; else await sleep(10);
+// idle: stop it between two statements only, so that it holds no row
+// lock (a process stopped in a renewal's commit keeps the leases' rows
+// locked, and nothing can renew them until it runs again).
+async function stopKeeperBackend(app, { idle = false } = {}) {
+  const state = async (pid) => (await adminQuery('SELECT state FROM pg_stat_activity WHERE pid = $1', [pid]))[0]?.state;
+  for (let i = 0; i < 500; i++) {
+    const rows = await adminQuery('SELECT pid, state FROM pg_stat_activity WHERE application_name = $1', [`${app} keeper`]);
+    if (!rows.length || (idle && rows[0].state !== 'idle')) {
+      await sleep(10);
+      continue;
+    }
+    process.kill(rows[0].pid, 'SIGSTOP');
+    if (!idle || (await state(rows[0].pid)) === 'idle') return rows[0].pid;
+    process.kill(rows[0].pid, 'SIGCONT'); // it had begun a statement: again
   }
-  assert.ok(pid, 'no keeper connection in pg_stat_activity');
-  process.kill(pid, 'SIGSTOP');
-  return pid;
+  assert.fail(`no keeper connection in pg_stat_activity${idle ? ' stopped while idle' : ''}`);
 }
 
 // 1. The watchdog gives up a lease its stuck keeper cannot renew and
@@ -450,7 +457,7 @@ test('a stuck keeper connection loses no lease', { timeout: 30000 }, async () =>
   const tokens = locks.map((l) => l.token.toString());
   let lost = 0;
   for (const l of locks) l.on('lost', () => { lost += 1; });
-  const pid = await stopKeeperBackend(app);
+  const pid = await stopKeeperBackend(app, { idle: true });
   try {
     await sleep(6000);
     assert.strictEqual(lost, 0);
@@ -461,4 +468,43 @@ test('a stuck keeper connection loses no lease', { timeout: 30000 }, async () =>
   for (let i = 0; i < 3; i++) assert.deepStrictEqual((await leaseRows(`${name}-${i}`)).map((r) => r.token), [tokens[i]]);
   for (const l of locks) assert.strictEqual(await l.release(), true);
   await c.close();
+});
+
+// The keeper stops right after a renewal's round trip.  Its renewal must
+// have ended its transaction by then: it used to be BEGIN, the renewal,
+// COMMIT in three round trips, and a keeper stopped before the COMMIT
+// left the lease's row locked, so no one could take the lease once its
+// ttl ran out (found by a process SIGSTOPped on a loaded machine).
+test('a keeper stopped between round trips leaves no lease locked', { timeout: 30000 }, async () => {
+  const { c } = namedClient('stall');
+  const other = new Client({ config: direct });
+  const name = uniqueName('stall');
+  const lock = c.lock(name, { ttl: 1.5 });
+  lock.on('lost', () => {});
+  assert.ok(await lock.acquire());
+  assert.ok(await waitFor(() => c._keeper.conn, 5000));
+  const conn = c._keeper.conn;
+  const real = conn.query.bind(conn);
+  let renewed = false;
+  let stalled = null;
+  const resume = new Promise((resolve) => { stalled = { resolve, at: null }; });
+  conn.query = async (...args) => {
+    if (renewed) {
+      stalled.at = stalled.at ?? performance.now();
+      await resume;
+    }
+    const r = await real(...args);
+    if (String(args[0]?.text ?? args[0]).includes('dsync_renew')) renewed = true;
+    return r;
+  };
+  try {
+    assert.ok(await waitFor(() => stalled.at !== null, 10000));
+    const rows = await adminQuery('SELECT state FROM pg_stat_activity WHERE pid = $1', [conn.processID]);
+    assert.strictEqual(rows[0].state, 'idle');
+    assert.ok(await other.lock(name, { ttl: 5 }).acquire({ timeout: 10 }));
+  } finally {
+    stalled.resolve();
+    await other.close();
+    await c.close();
+  }
 });

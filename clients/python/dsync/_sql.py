@@ -22,6 +22,21 @@ RENEW_MANY = ("SELECT dsync_renew(u.n, u.h, u.t)"
 RELEASE = "SELECT dsync_release(%s::text, %s::text)"
 RELEASE_MANY = ("SELECT count(*) FILTER (WHERE dsync_release(u.n, u.h))"
                 " FROM unnest(%s::text[], %s::text[]) AS u(n, h)")
+# The keeper's renewals and releases wait at most 50 ms for a row another
+# transaction has locked (a guard, dsync_assert_held, keeps its lease's row
+# locked until its transaction ends; one long guarded transaction must not
+# hold up every other lease of the client).  The lock_timeout is set in the
+# statement itself, before any row is touched, so that each is one
+# statement in a transaction of its own: a keeper stopped between round
+# trips (SIGSTOP, a paused VM) would otherwise leave its transaction open
+# and the rows it renewed locked, and no one could take those leases.
+_KEEPER_LOCK_WAIT = ("WITH s AS MATERIALIZED"
+                     " (SELECT set_config('lock_timeout', '50ms', true) AS x) ")
+KEEPER_RENEW_MANY = (_KEEPER_LOCK_WAIT + "SELECT dsync_renew(u.n, u.h, u.t)"
+                     " FROM s, unnest(%s::text[], %s::text[], %s::interval[]) WITH ORDINALITY"
+                     " AS u(n, h, t, i) WHERE s.x IS NOT NULL ORDER BY u.i")
+KEEPER_RELEASE_MANY = (_KEEPER_LOCK_WAIT + "SELECT count(*) FILTER (WHERE dsync_release(u.n, u.h))"
+                       " FROM s, unnest(%s::text[], %s::text[]) AS u(n, h) WHERE s.x IS NOT NULL")
 ASSERT_HELD = "SELECT dsync_assert_held(%s::text, %s::text)"
 HELD = "SELECT fencing FROM dsync_leases WHERE lease = %s::text AND holder = %s::text"
 LOCKED = "SELECT EXISTS (SELECT 1 FROM dsync_leases WHERE lease = %s::text)"

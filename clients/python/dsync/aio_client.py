@@ -27,7 +27,7 @@ from . import _sql as sql
 from . import errors
 from ._lanes import AsyncLane
 from ._ledger import LAPSED, OVERDUE, Hold, Ledger, Mark
-from .client import KEEPER_TX, LISTEN_CHUNK, WAIT_IDLE_SECONDS
+from .client import LISTEN_CHUNK, WAIT_IDLE_SECONDS
 from .errors import is_connection_error
 
 log = logging.getLogger("dsync")
@@ -328,30 +328,16 @@ class _Keeper:
             self._resume()
 
     async def _in_tx(self, statement: str, params: Any) -> List[tuple]:
-        """client.in_keeper_tx: statement's rows in a transaction of its own
-        that waits at most 50 ms for a locked row."""
-        self._pause()
-        try:
-            await self.conn.execute(KEEPER_TX)
-            try:
-                cur = await self.conn.execute(statement, params)
-                rows = await cur.fetchall()
-                await self.conn.execute("COMMIT")
-                return rows
-            except psycopg.errors.LockNotAvailable:
-                await self.conn.execute("ROLLBACK")
-                raise
-        finally:
-            self._resume()
+        """client.in_keeper_tx: one of sql.KEEPER_*, a transaction of its
+        own that waits at most 50 ms for a locked row."""
+        return await self._execute(statement, params)
 
     async def _renew_batch(self, batch: List[Hold]) -> None:
         """client._Keeper._renew_batch: a guarded (locked) lease waits for
         a later try alone; the others are renewed now."""
         sent = time.monotonic()
         try:
-            rows = await self._in_tx(sql.RENEW_MANY, ([h.name for h in batch],
-                                                      [h.holder for h in batch],
-                                                      [h.ttl for h in batch]))
+            rows = await self._in_tx(sql.KEEPER_RENEW_MANY, Ledger.renewal_args(batch))
         except psycopg.errors.LockNotAvailable:
             if len(batch) == 1:
                 self.ledger.blocked(batch, time.monotonic())
@@ -387,8 +373,8 @@ class _Keeper:
             releases, self.ledger.releases = self.ledger.releases, []
             if releases:
                 try:
-                    await self._in_tx(sql.RELEASE_MANY, ([n for n, _ in releases],
-                                                         [h for _, h in releases]))
+                    await self._in_tx(sql.KEEPER_RELEASE_MANY, ([n for n, _ in releases],
+                                                                [h for _, h in releases]))
                 except psycopg.errors.LockNotAvailable:
                     self.ledger.releases[:0] = releases
                     self.releases_retry_at = time.monotonic() + 0.25

@@ -40,11 +40,6 @@ log = logging.getLogger("dsync")
 WAIT_IDLE_SECONDS = 10.0
 # At most this many LISTENs in one statement.
 LISTEN_CHUNK = 500
-# The keeper's renewals and releases wait at most this long for a row a
-# transaction has locked (a guard: dsync_assert_held holds the lease's row
-# until its transaction ends), so that one long guarded transaction does
-# not hold up the renewal of every other lease of the client.
-KEEPER_TX = "BEGIN; SET LOCAL lock_timeout = '50ms'"
 
 
 def readable(fds: Sequence[Any], timeout: float) -> List[int]:
@@ -58,16 +53,10 @@ def readable(fds: Sequence[Any], timeout: float) -> List[int]:
 
 
 def in_keeper_tx(conn: psycopg.Connection, statement: str, params: Sequence[Any]) -> List[tuple]:
-    """statement's rows, in a transaction of its own with KEEPER_TX's
-    lock_timeout (LockNotAvailable if a row stayed locked that long)."""
-    conn.execute(KEEPER_TX)
-    try:
-        rows = conn.execute(statement, params).fetchall()
-        conn.execute("COMMIT")
-        return rows
-    except psycopg.errors.LockNotAvailable:
-        conn.execute("ROLLBACK")
-        raise
+    """statement's rows: one of sql.KEEPER_*, one statement in a transaction
+    of its own that waits at most 50 ms for a locked row (LockNotAvailable
+    if a row stayed locked that long)."""
+    return conn.execute(statement, params).fetchall()
 
 
 def behind_pooler(conn: psycopg.Connection) -> bool:
@@ -390,9 +379,7 @@ class _Keeper:
         renewed now."""
         sent = time.monotonic()
         try:
-            rows = in_keeper_tx(conn, sql.RENEW_MANY, ([h.name for h in batch],
-                                                      [h.holder for h in batch],
-                                                      [h.ttl for h in batch]))
+            rows = in_keeper_tx(conn, sql.KEEPER_RENEW_MANY, Ledger.renewal_args(batch))
         except psycopg.errors.LockNotAvailable:
             if len(batch) == 1:
                 with self.mutex:
@@ -415,8 +402,8 @@ class _Keeper:
         if not releases:
             return
         try:
-            in_keeper_tx(conn, sql.RELEASE_MANY, ([n for n, _ in releases],
-                                                   [h for _, h in releases]))
+            in_keeper_tx(conn, sql.KEEPER_RELEASE_MANY, ([n for n, _ in releases],
+                                                          [h for _, h in releases]))
         except BaseException as exc:
             with self.mutex:
                 self.ledger.releases[:0] = releases

@@ -393,7 +393,7 @@ def test_async_stuck_keeper_connection_loses_no_lease(server, admin, name):
         lock = client.lock(name, ttl=2)
         assert await lock.acquire()
         token = lock.token
-        pid = await asyncio.to_thread(_stop_keeper_backend, admin, app)
+        pid = await asyncio.to_thread(_stop_keeper_backend, admin, app, True)
         try:
             await asyncio.sleep(6)
             assert not lock.lost.is_set() and lock.held
@@ -403,6 +403,49 @@ def test_async_stuck_keeper_connection_loses_no_lease(server, admin, name):
                              (name,)).fetchone()[0] == token
         assert await lock.release()
         await client.close()
+    run(main())
+
+
+def test_async_keeper_stopped_between_round_trips_leaves_no_lease_locked(server, admin, name):
+    """See test_a_keeper_stopped_between_round_trips_leaves_no_lease_locked:
+    the asyncio keeper's renewal has ended its transaction when its round
+    trip ends."""
+    async def main():
+        client = AsyncClient(server.dsn())
+        lock = client.lock(name, ttl=1.5)
+        assert await lock.acquire()
+        keeper = client._keeper
+
+        async def no_rescue(batch):
+            return None
+        keeper._rescue = no_rescue
+        for _ in range(100):
+            if keeper.conn is not None:
+                break
+            await asyncio.sleep(0.05)
+        conn, stalled, resume = keeper.conn, asyncio.Event(), asyncio.Event()
+        real, renewed = conn.execute, []
+
+        async def execute(query, params=None, **kw):
+            if renewed:
+                stalled.set()
+                await resume.wait()
+            cur = await real(query, params, **kw)
+            if "dsync_renew" in str(query):
+                renewed.append(True)
+            return cur
+        conn.execute = execute
+        other = AsyncClient(server.dsn())
+        try:
+            await asyncio.wait_for(stalled.wait(), 10)
+            state = admin.execute("SELECT state FROM pg_stat_activity WHERE pid = %s",
+                                  (conn.info.backend_pid,)).fetchone()[0]
+            assert state == "idle"
+            assert await other.lock(name, ttl=5).acquire(timeout=10)
+        finally:
+            resume.set()
+            await other.close()
+            await client.close()
     run(main())
 
 

@@ -329,3 +329,49 @@ def test_a_hold_past_its_deadline_reads_lost_before_the_watchdog_runs(server, ad
     assert wait_for(lambda: seen, 5) and "no renewal could be confirmed" in seen[0]
     assert not lock.release()
     client.close()
+
+
+def _stall_after_renewal(conn, stalled, resume):
+    """Make conn's next statement after its first renewal wait for resume,
+    as a keeper stopped between two round trips (SIGSTOP, a paused VM)."""
+    real = conn.execute
+    renewed = []
+
+    def execute(query, params=None, **kw):
+        if renewed:
+            stalled.set()
+            resume.wait(30)
+        cur = real(query, params, **kw)
+        if "dsync_renew" in str(query):
+            renewed.append(True)
+        return cur
+    conn.execute = execute
+
+
+def test_a_keeper_stopped_between_round_trips_leaves_no_lease_locked(server, admin, name):
+    """The keeper stops right after a renewal's round trip.  Its renewal
+    must have ended its transaction by then: it used to be BEGIN, the
+    renewal, COMMIT in three round trips, and a keeper stopped before the
+    COMMIT left the lease's row locked, so no one could take the lease
+    once its ttl ran out (found by a process SIGSTOPped on a loaded
+    machine)."""
+    app = f"stall-{name}"[:40]
+    client = Client(server.dsn(), application_name=app)
+    _no_rescue(client)
+    lock = client.lock(name, ttl=1.5)
+    assert lock.acquire()
+    keeper = client._keeper
+    assert wait_for(lambda: keeper.conn is not None, 5)
+    stalled, resume = threading.Event(), threading.Event()
+    _stall_after_renewal(keeper.conn, stalled, resume)
+    other = Client(server.dsn())
+    try:
+        assert stalled.wait(10)
+        state = admin.execute("SELECT state FROM pg_stat_activity WHERE pid = %s",
+                              (keeper.conn.info.backend_pid,)).fetchone()[0]
+        assert state == "idle"
+        assert other.lock(name, ttl=5).acquire(timeout=10)   # once the ttl ran out
+    finally:
+        resume.set()
+        other.close()
+        client.close()

@@ -2,6 +2,7 @@
 PgBouncer in transaction mode (the dsn fixture runs each test both ways)."""
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -356,18 +357,25 @@ def test_with_a_connection_pool(dsn, name):
         _hand_off(Lock(name, pool=pool, ttl=30), Lock(name, pool=pool, ttl=30))
 
 
-def _stop_keeper_backend(admin, application_name):
-    pid = None
-    for _ in range(200):
-        row = admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
-                            (f"{application_name} keeper"[:63],)).fetchone()
-        if row:
-            pid = row[0]
-            break
-        time.sleep(0.01)
-    assert pid, "no keeper connection in pg_stat_activity"
-    os.kill(pid, signal.SIGSTOP)
-    return pid
+def _stop_keeper_backend(admin, application_name, idle=False):
+    """SIGSTOP the server process of a client's keeper; its pid.  idle:
+    stop it between two statements only, so that it holds no row lock (a
+    process stopped in a renewal's commit keeps the leases' rows locked,
+    and nothing can renew them until it runs again)."""
+    keeper = f"{application_name} keeper"[:63]
+    for _ in range(500):
+        row = admin.execute("SELECT pid, state FROM pg_stat_activity WHERE application_name = %s",
+                            (keeper,)).fetchone()
+        if row is None or (idle and row[1] != "idle"):
+            time.sleep(0.01)
+            continue
+        os.kill(row[0], signal.SIGSTOP)
+        if not idle or admin.execute("SELECT state FROM pg_stat_activity WHERE pid = %s",
+                                     (row[0],)).fetchone()[0] == "idle":
+            return row[0]
+        os.kill(row[0], signal.SIGCONT)        # it had begun a statement: again
+    raise AssertionError("no keeper connection in pg_stat_activity"
+                         + (" stopped while idle" if idle else ""))
 
 
 def _stop_client_backends(admin, application_name):
@@ -424,7 +432,7 @@ def test_a_stuck_keeper_connection_loses_no_lease(server, admin, name):
     for lock in locks:
         assert lock.acquire()
     tokens = [lock.token for lock in locks]
-    pid = _stop_keeper_backend(admin, app)
+    pid = _stop_keeper_backend(admin, app, idle=True)
     try:
         time.sleep(6)
         assert not any(lock.lost.is_set() for lock in locks)
@@ -596,6 +604,16 @@ def test_campaign_survives_cancelled_waits(server, admin, name):
     other.close()
 
 
+def _line_of(p, timeout):
+    """The next line p prints, within timeout seconds; if none comes, p
+    prints its threads' stacks (worker.py's SIGUSR1) and the test fails."""
+    if select.select([p.stdout], [], [], timeout)[0]:
+        return p.stdout.readline().strip()
+    os.kill(p.pid, signal.SIGUSR1)
+    time.sleep(1)
+    pytest.fail(f"process {p.pid} printed nothing in {timeout} s (its stacks are on stderr)")
+
+
 def test_held_and_is_leader_are_false_after_a_pause_past_the_ttl(server, name):
     """A process stopped past its ttl reads held and is_leader False the
     moment it runs again, while another process holds the lease: the
@@ -615,7 +633,7 @@ def test_held_and_is_leader_are_false_after_a_pause_past_the_ttl(server, name):
             leader.start()
             assert wait_for(lambda: leader.is_leader, 10)
             os.kill(p.pid, signal.SIGCONT)
-            assert p.stdout.readline().strip() == "resumed held=False leader=False"
+            assert _line_of(p, 30) == "resumed held=False leader=False"
             leader.stop()
             assert other.release()
             other.close()

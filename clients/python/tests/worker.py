@@ -2,7 +2,9 @@
 election candidate, an event waiter, and victims to kill while they hold
 or wait."""
 
+import faulthandler
 import os
+import signal
 import sys
 import time
 
@@ -60,7 +62,6 @@ def paused(dsn, name, ttl):
     """Hold a lock and lead a group, then print what held and is_leader
     say the moment the process runs again after a SIGSTOP (read in the
     SIGCONT handler, before the watchdog thread has its turn if it can)."""
-    import signal
     # SIGCONT goes to the main thread only (the client's threads inherit
     # the mask), so that its handler interrupts the sleep at once.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCONT})
@@ -76,9 +77,15 @@ def paused(dsn, name, ttl):
     signal.signal(signal.SIGCONT, resumed)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCONT})
     print("ready", flush=True)
-    time.sleep(3600)
+    # Short sleeps: Python 3.14 sometimes leaves a sleep that SIGCONT
+    # should interrupt asleep (2 of 20 in a loaded sid chroot), its handler
+    # then running only when the sleep ends.
+    while True:
+        time.sleep(0.05)
 
 
 if __name__ == "__main__":
+    # A test that waits too long for this process asks for its stacks.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     {"count": count, "elect": elect, "wait-event": wait_event, "hold": hold,
      "block": block, "paused": paused}[sys.argv[1]](*sys.argv[2:])
