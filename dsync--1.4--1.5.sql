@@ -88,6 +88,30 @@ BEGIN
 END
 $$;
 
+-- The event log's horizon, recorded ------------------------------------------
+
+/*
+ * The greatest seq the reaper has pruned from dsync_event_log
+ * (src/events/eventlog.c, EventLogPrune).  1.4 took the horizon to be one
+ * below the oldest row; a reaper's first number is moved up to the clock,
+ * so on a log that was empty the first event raised that horizon past
+ * numbers nobody was given, and a watcher that had seen everything was
+ * told it had missed events.  It starts at the horizon 1.4 gives now.
+ * Readable by everybody, as the log is; not dumped, as the log is not.
+ */
+CREATE SEQUENCE @extschema@.dsync_event_pruned AS bigint MINVALUE 0 NO CYCLE;
+REVOKE ALL ON SEQUENCE @extschema@.dsync_event_pruned FROM PUBLIC;
+GRANT SELECT ON SEQUENCE @extschema@.dsync_event_pruned TO PUBLIC;
+SELECT pg_catalog.setval('@extschema@.dsync_event_pruned', @extschema@.dsync_events_horizon());
+
+CREATE OR REPLACE FUNCTION @extschema@.dsync_events_horizon()
+RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT s.last_value FROM @extschema@.dsync_event_pruned s
+$$;
+
 -- The trace ephemeral leases leave ------------------------------------------
 
 /*

@@ -32,6 +32,7 @@ SELECT regress_err($$SELECT nextval('dsync_fencing_seq')$$);
 SELECT regress_err($$SELECT setval('dsync_fencing_seq', 1)$$);
 SELECT regress_err($$SELECT nextval('dsync_signal_seq')$$);
 SELECT regress_err($$SELECT nextval('dsync_event_seq')$$);
+SELECT regress_err($$SELECT setval('dsync_event_pruned', 0)$$);
 SELECT regress_err($$SELECT * FROM dsync_lease_scan$$);
 SELECT regress_err($$INSERT INTO dsync_permit (name, slot) VALUES ('owned', 1)$$);
 SELECT regress_err($$DELETE FROM dsync_signal$$);

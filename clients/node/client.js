@@ -24,7 +24,7 @@ const sql = require('./sql');
 const errors = require('./errors');
 const { ConnectionSettings } = require('./settings');
 const { Keeper } = require('./keeper');
-const { abortError } = require('./args');
+const { abortError, positive } = require('./args');
 
 // The longest a blocking call waits inside the server in one statement:
 // slices let the server's cleanup horizon move on and the client notice a
@@ -36,6 +36,11 @@ const WAIT_IDLE_MS = 10000;
 // waits are cancelled) before it ends the pools.
 const CLOSE_WAIT_MS = 5000;
 
+// Seconds a statement may go unanswered beyond the wait it asks of the
+// server (the callTimeout option): dsync's statements take milliseconds;
+// the bound is for a server process that stopped answering, and is wide
+// enough for a slow commit (a synchronous standby far away).
+const CALL_TIMEOUT = 30;
 const USED = Symbol('dsync.used');          // a pooled connection that ran a statement before
 const GUARDED = Symbol('dsync.guarded');    // has our error listener
 const CANCELLED = Symbol('dsync.cancelled');
@@ -84,8 +89,12 @@ class Client {
    * alive (the default clients set it).
    */
   constructor(opts = {}) {
-    const { poolSize = 2, listen = null, allowExitOnIdle = false } = opts;
+    const { poolSize = 2, listen = null, allowExitOnIdle = false, callTimeout = CALL_TIMEOUT } = opts;
     if (!Number.isInteger(poolSize) || poolSize < 1) throw new RangeError('poolSize must be a positive integer');
+    if (callTimeout !== null && callTimeout !== undefined) positive(callTimeout, 'callTimeout');
+    // Seconds a statement may go unanswered beyond the wait it asks of the
+    // server, before its connection is ended (null: no bound).
+    this.callTimeout = callTimeout ?? null;
     if (listen !== null && listen !== undefined && typeof listen !== 'boolean') {
       throw new TypeError('listen must be true, false or null');
     }
@@ -169,7 +178,9 @@ class Client {
    * the statement was sent.  signal: an AbortSignal that cancels the
    * statement in the server.
    */
-  async _query(text, values, what, { wait = false, retry = true, timed = null, signal = null, internal = false } = {}) {
+  async _query(text, values, what, {
+    wait = false, retry = true, timed = null, signal = null, internal = false, serverWaitMs = 0,
+  } = {}) {
     const pool = wait ? this._waitPool : this._pool;
     for (let attempt = 0; ; attempt++) {
       if (!internal) this._checkUsable();
@@ -198,16 +209,30 @@ class Client {
       if (timed) timed.sent = performance.now();
       let rows;
       let failure = null;
+      // The bound (see callTimeout): a server process that is stopped keeps
+      // its socket open and the kernel acknowledges what is sent, so only
+      // a timer of ours ends the wait, by ending the connection.
+      const boundMs = this.callTimeout === null ? null : this.callTimeout * 1000 + serverWaitMs;
+      let cut = false;
+      const timer = boundMs === null ? null : setTimeout(() => {
+        cut = true;
+        conn.connection.stream.destroy();
+      }, boundMs);
       try {
         rows = (await conn.query({ text, values, types: sql.types })).rows;
       } catch (e) {
         failure = e;
       } finally {
+        if (timer) clearTimeout(timer);
         if (wait) this._waiting.delete(conn);
         if (onAbort) signal.removeEventListener('abort', onAbort);
       }
-      const broken = failure !== null && errors.isConnectionError(failure);
+      const broken = cut || (failure !== null && errors.isConnectionError(failure));
       conn.release(broken || conn[CANCELLED] ? (failure || new Error('cancelled')) : undefined);
+      if (cut && failure !== null) {
+        throw new errors.DsyncConnectionError(`${what}: the server did not answer within ${boundMs / 1000} s `
+          + '(callTimeout); the connection was closed', { cause: failure });
+      }
       if (failure === null) return rows;
       if (signal && signal.aborted) throw abortError(signal);
       if (broken && retry && attempt === 0 && reused && !this._closing) continue;
@@ -238,7 +263,7 @@ class Client {
       const left = deadline === null ? slice : Math.min(slice, deadline - performance.now());
       if (left <= 0) break;
       token = await this._value(text, [name, holder, ttlText, sql.interval(left / 1000), info], what,
-        { wait: true, timed, signal });
+        { wait: true, timed, signal, serverWaitMs: left });
       if (deadline !== null && performance.now() >= deadline) break;
     }
     return { token, sent: timed.sent };
@@ -254,13 +279,21 @@ class Client {
     for (;;) {
       const left = deadline === null ? WAIT_SLICE_MS : Math.min(WAIT_SLICE_MS, deadline - performance.now());
       if (left <= 0) return false;
-      if (await this._value(sql.EVENT_WAIT, [name, sql.interval(left / 1000)], what, { wait: true, retry: false, signal })) {
+      if (await this._value(sql.EVENT_WAIT, [name, sql.interval(left / 1000)], what,
+        { wait: true, retry: false, signal, serverWaitMs: left })) {
         return true;
       }
     }
   }
 
   // -- the end ---------------------------------------------------------------------------
+
+  // Connects now (a statement on the pool): rejects with
+  // DsyncConnectionError at once on a wrong address or a server that is
+  // down, where a lazy first use would fail later.
+  async ping() {
+    await this._value(sql.BACKEND_PID, [], 'connecting', { retry: false });
+  }
 
   /*
    * Stops the running elections, gives back every lease held through this

@@ -73,6 +73,8 @@ class LeaderElection extends EventEmitter {
     this.error = null;
     this.lastError = null;      // the last failed attempt's error
     this.failures = 0;          // failed attempts so far (each retried)
+    this._ready = false;        // the campaign made its first attempt
+    this._readyWaiters = new Set();
   }
 
   // The Client this election runs on.
@@ -108,6 +110,37 @@ class LeaderElection extends EventEmitter {
   // Whether the campaign runs.
   get running() {
     return this._loop !== null;
+  }
+
+  // Whether the campaign has made its first attempt at the lease (won it
+  // or found it held): isLeader and leaderExists then say what the server
+  // said (grelmicro's ready).
+  get ready() {
+    return this._ready;
+  }
+
+  // Resolves true once the campaign has made its first attempt, false
+  // after timeout seconds (null: no limit) or when it stops first.
+  waitReady({ timeout = null } = {}) {
+    args.optionalSeconds(timeout, 'timeout');
+    if (this._ready) return Promise.resolve(true);
+    if (!this._loop) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      let timer = null;
+      const done = (v) => {
+        if (timer) clearTimeout(timer);
+        this._readyWaiters.delete(done);
+        resolve(v);
+      };
+      this._readyWaiters.add(done);
+      if (timeout !== null) timer = setTimeout(() => done(false), timeout * 1000);
+    });
+  }
+
+  // Ends the waits of waitReady() with v.
+  _settleReady(v) {
+    this._ready = v;
+    for (const done of [...this._readyWaiters]) done(v);
   }
 
   // This member's view (mongoelector's node_status): group, member,
@@ -230,7 +263,9 @@ class LeaderElection extends EventEmitter {
             continue;
           }
           const timeout = Math.max(0.05, Math.min(period, nextLook - performance.now()) / 1000);
-          const got = await this._lock.acquire({ timeout, signal: this._abort.signal });
+          // The first attempt only tries, so that waitReady() answers at
+          // once when another member leads.
+          const got = await this._lock.acquire({ blocking: this._ready, timeout, signal: this._abort.signal });
           failed = 0;
           if (got) {
             if (this._stopping) break;
@@ -242,6 +277,7 @@ class LeaderElection extends EventEmitter {
               this._emit('elected', this._token);
             }
           }
+          if (!this._ready) this._settleReady(true);
         } catch (e) {
           if (this._stopping) break;
           if (!(e instanceof errors.DsyncError)) throw e;
@@ -254,6 +290,7 @@ class LeaderElection extends EventEmitter {
         }
       }
     } finally {
+      this._settleReady(false);
       await this._resign();
     }
   }

@@ -20,6 +20,10 @@ class DsyncError extends Error {
 // call cannot answer false (run(), withLock, Semaphore.attach's wait).
 class AcquireTimeout extends DsyncError {}
 
+// acquire({ blocking: false }) of a lock made with raiseOnFailure found the
+// lease held (an AcquireTimeout that did not wait; redsync's ErrFailed).
+class LockExists extends AcquireTimeout {}
+
 // The lease was lost while held: expired, released by an administrator, or
 // no renewal confirmed before it could expire.  Guarded work must stop.
 class LockLost extends DsyncError {}
@@ -89,7 +93,7 @@ function fromPg(e, what) {
 }
 
 module.exports = {
-  DsyncError, AcquireTimeout, LockLost, NotHeld, SemaphoreMismatch, SemaphoreNotFound,
+  DsyncError, AcquireTimeout, LockExists, LockLost, NotHeld, SemaphoreMismatch, SemaphoreNotFound,
   DsyncConnectionError, KeeperUnavailable, ListenUnavailable, ServerError, InvalidArgument,
   isConnectionError, fromPg,
 };

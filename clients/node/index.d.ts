@@ -16,6 +16,8 @@ export interface ClientOptions extends ConnectOptions {
   listen?: boolean | null;
   /** Idle connections do not keep the process alive (default false; the default clients set it). */
   allowExitOnIdle?: boolean;
+  /** Seconds a statement may go unanswered beyond the wait it asks of the server before its connection is ended and the call fails with DsyncConnectionError (default 30; null: no bound). */
+  callTimeout?: number | null;
 }
 
 /** What an object runs on: a Client, or connection settings (a default client shared per settings). */
@@ -36,6 +38,8 @@ export interface LockOptions extends OnClientOptions {
   keepAlive?: boolean;
   /** run()'s default timeout in seconds (null: no limit). */
   timeout?: number | null;
+  /** true: acquire() rejects with LockExists (a try) or AcquireTimeout (a wait) instead of answering false (default false). */
+  raiseOnFailure?: boolean;
 }
 
 export interface AcquireOptions {
@@ -87,6 +91,7 @@ export class Client {
   constructor(opts: ClientOptions);
   readonly listen: boolean | null;
   readonly poolSize: number;
+  readonly callTimeout: number | null;
   lock(name: string, opts?: Omit<LockOptions, keyof OnClientOptions>): Lock;
   readLock(name: string, opts?: Omit<LockOptions, keyof OnClientOptions>): ReadLock;
   /** Created with permits (idempotent), or attached to an existing one when permits is undefined. */
@@ -94,6 +99,8 @@ export class Client {
   event(name: string): Event;
   election(group: string, opts?: Omit<ElectionOptions, keyof OnClientOptions>): LeaderElection;
   watch(names: string[], opts?: Omit<WatchOptions, keyof OnClientOptions>): AsyncGenerator<DsyncEvent>;
+  /** Connects now; rejects with DsyncConnectionError at once on a wrong address or a server that is down. */
+  ping(): Promise<void>;
   /** Stops its elections, gives back every held lease and every release still owed, closes every connection it opened; acquires in flight reject with DsyncError. */
   close(): Promise<void>;
 }
@@ -199,6 +206,10 @@ export class LeaderElection extends EventEmitter {
   readonly leaderExists: boolean;
   readonly token: bigint | null;
   readonly running: boolean;
+  /** The campaign has made its first attempt (won the lease or found it held). */
+  readonly ready: boolean;
+  /** true once ready; false after timeout seconds (null: no limit) or if the campaign stops first. */
+  waitReady(opts?: { timeout?: number | null }): Promise<boolean>;
   readonly status: ElectionStatus;
   error: Error | null;
   /** The last failed campaign attempt's error (each is retried), and how many failed. */
@@ -238,6 +249,7 @@ export class DsyncError extends Error {
   cause?: unknown;
 }
 export class AcquireTimeout extends DsyncError {}
+export class LockExists extends AcquireTimeout {}
 export class LockLost extends DsyncError {}
 export class NotHeld extends DsyncError {}
 export class SemaphoreMismatch extends DsyncError {}

@@ -23,6 +23,7 @@ module.exports = {
   parsePayload, channelOf, defaultHolder, types,
   DsyncError: errors.DsyncError,
   AcquireTimeout: errors.AcquireTimeout,
+  LockExists: errors.LockExists,
   LockLost: errors.LockLost,
   NotHeld: errors.NotHeld,
   SemaphoreMismatch: errors.SemaphoreMismatch,

@@ -73,7 +73,9 @@ function listenerFailed(what, err, event) {
  * client); ttl (30 s); holder (default host:pid:random); info (any JSON
  * value, shown in dsync_leases); keepAlive (true; false: held without
  * renewal, lapsing at its ttl); timeout (run()'s default, null: no limit);
- * listen (for the default client).
+ * listen (for the default client); raiseOnFailure (false; true: acquire()
+ * rejects with LockExists when a try finds the lease held, AcquireTimeout
+ * when a wait runs out, instead of answering false).
  */
 class Lock extends EventEmitter {
   // Checks every option now; connects nothing until first used.
@@ -86,6 +88,7 @@ class Lock extends EventEmitter {
     this._info = sql.jsonb(opts.info);
     this.keepAlive = opts.keepAlive !== false;
     this.timeout = args.optionalSeconds(opts.timeout, 'timeout');
+    this.raiseOnFailure = opts.raiseOnFailure === true;
     this._ttlText = sql.interval(this.ttl);
     this._on = new OnClient(opts);
     this._owners = new Owners(this.holder);
@@ -189,7 +192,12 @@ class Lock extends EventEmitter {
           this._bare.push(st);
         }
       }
-      return this._acquireFor(st, blocking, timeout, signal);
+      const got = await this._acquireFor(st, blocking, timeout, signal);
+      if (!got && this.raiseOnFailure) {
+        if (!blocking) throw new errors.LockExists(`lease "${this.name}" is held by another holder`);
+        throw new errors.AcquireTimeout(`lease "${this.name}" could not be acquired within ${timeout} s`);
+      }
+      return got;
     }
   }
 

@@ -80,7 +80,7 @@ DsyncCatalogInvalidate(Datum arg, Oid relid)
 		return;
 	if (relid == InvalidOid || relid == dsync_catalog.fencing_seq ||
 		relid == dsync_catalog.signal_seq || relid == dsync_catalog.event_seq ||
-		relid == dsync_catalog.ephemeral_seq)
+		relid == dsync_catalog.ephemeral_seq || relid == dsync_catalog.event_pruned)
 		dsync_catalog_valid = false;
 	for (int i = 0; i < DSYNC_NUM_TABLES; i++)
 		if (relid == dsync_catalog.rels[i])
@@ -243,6 +243,8 @@ DsyncCatalogFill(Oid extension)
 												 extension, RELKIND_RELATION);
 	dsync_catalog.ephemeral_seq = DsyncCatalogMember("dsync_ephemeral_seq", namespace,
 													 extension, RELKIND_SEQUENCE);
+	dsync_catalog.event_pruned = DsyncCatalogMember("dsync_event_pruned", namespace,
+													extension, RELKIND_SEQUENCE);
 
 	/*
 	 * An installation not yet updated is looked up again on every call, so
@@ -253,7 +255,8 @@ DsyncCatalogFill(Oid extension)
 		OidIsValid(dsync_catalog.rels[DSYNC_TABLE_MEMBER]) &&
 		OidIsValid(dsync_catalog.rels[DSYNC_TABLE_FENCE]) && dsync_catalog.fence_relid &&
 		OidIsValid(dsync_catalog.signal_seq) && OidIsValid(dsync_catalog.event_seq) &&
-		OidIsValid(dsync_catalog.event_log) && OidIsValid(dsync_catalog.ephemeral_seq);
+		OidIsValid(dsync_catalog.event_log) && OidIsValid(dsync_catalog.ephemeral_seq) &&
+		OidIsValid(dsync_catalog.event_pruned);
 
 	return &dsync_catalog;
 }

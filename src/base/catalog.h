@@ -89,6 +89,7 @@ typedef struct DsyncCatalog
 	Oid			event_seq;		/* 1.2 */
 	Oid			event_log;		/* 1.4 */
 	Oid			ephemeral_seq;	/* 1.5 */
+	Oid			event_pruned;	/* 1.5 */
 	bool		fence_relid;	/* 1.5: dsync_fence has relid, lease and its
 								 * index on lease */
 } DsyncCatalog;

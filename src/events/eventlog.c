@@ -21,10 +21,12 @@
  * (DsyncEventLogResume): a database nobody watches pays nothing for it.
  *
  * Rows go in with one statement per batch of notifications.  Pruning runs
- * at most once a second and deletes what is older than the retention but
- * the newest of those events: the horizon is then one below the oldest
- * row, with no need to remember what was pruned.  The reaper prunes only when it
- * sends, so a quiet database keeps its last events for longer.
+ * at most once a second, deletes what is older than the retention but the
+ * newest of those events, and records the greatest seq it deleted in the
+ * sequence dsync_event_pruned: that record is the horizon, so numbers that
+ * were skipped (a reaper's start moves the sequence up) are never taken
+ * for pruned events.  The reaper prunes only when it sends, so a quiet
+ * database keeps its last events for longer.
  *
  *-------------------------------------------------------------------------
  */
@@ -86,21 +88,27 @@ EventLogArray(Datum *elems, int n, Oid elemtype)
 /*
  * EventLogPrune
  *		Delete what is older than the retention, except the newest of those
- *		events: it marks the horizon.
+ *		events, and record the greatest seq deleted in dsync_event_pruned:
+ *		that is the horizon (dsync_events_horizon).
  *
- * The horizon (dsync_events_horizon) is one below the oldest row.  Were
- * the newest expired event deleted too, the horizon would jump to one
- * below the next event's seq, and seqs jump when a worker starts (the
- * sequence is moved up to the clock, reaper.c): a watcher that had seen
- * everything up to that event would be told it may have missed some.
+ * 1.4 took the horizon to be one below the oldest row.  Seqs jump when a
+ * reaper hands out its first number (the sequence is moved up to the
+ * clock, reaper.c), so on a log that was empty, or whose rows were all
+ * pruned, the first event raised that horizon past numbers nobody was
+ * ever given: a watcher that had seen everything was told it had missed
+ * events, and was given the state instead of what it missed.  The newest
+ * expired event is still kept, so that a 1.4 catalog (no record yet)
+ * keeps its horizon too.
  */
 static void
 EventLogPrune(const char *table)
 {
 	StringInfoData sql;
-	Datum		args[1];
-	Oid			argtypes[1] = {TIMESTAMPTZOID};
+	Datum		args[2];
+	Oid			argtypes[2] = {TIMESTAMPTZOID, REGCLASSOID};
 	TimestampTz now = GetCurrentTimestamp();
+	Oid			pruned = DsyncCatalogFromExtension()->event_pruned;
+	int			ret;
 
 	if (eventlog_pruned_at != 0 &&
 		!TimestampDifferenceExceeds(eventlog_pruned_at, now, EVENT_LOG_PRUNE_MS))
@@ -113,10 +121,12 @@ EventLogPrune(const char *table)
 	 * scan of the events within the retention.  Every name is qualified:
 	 * the reaper is a superuser, and a function or operator a user put
 	 * earlier in its search_path must not run as one.  With no retention
-	 * nothing is kept, not even the newest event: the horizon is then the
-	 * sequence's last value.
+	 * nothing is kept, not even the newest event.  Each prune deletes
+	 * only seqs above those deleted before, so the record only rises.
 	 */
 	initStringInfo(&sql);
+	if (OidIsValid(pruned))
+		appendStringInfoString(&sql, "WITH d AS (");
 	if (dsync_event_retention == 0)
 		appendStringInfo(&sql, "DELETE FROM %s WHERE $1 IS NOT NULL", table);
 	else
@@ -126,10 +136,18 @@ EventLogPrune(const char *table)
 						 "COALESCE((SELECT seq FROM %s WHERE sent_at OPERATOR(pg_catalog.>=) $1 "
 						 "ORDER BY seq LIMIT 1), 9223372036854775807))",
 						 table, table, table);
+	if (OidIsValid(pruned))
+		appendStringInfoString(&sql,
+							   " RETURNING seq) SELECT pg_catalog.setval($2, m) "
+							   "FROM (SELECT pg_catalog.max(seq) AS m FROM d) AS x "
+							   "WHERE m IS NOT NULL");
 	args[0] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now,
 															  -(int64) dsync_event_retention * 1000));
-	DsyncSqlCheck(SPI_execute_with_args(sql.data, 1, argtypes, args, NULL, false, 0),
-				  SPI_OK_DELETE, "prune its event log");
+	args[1] = ObjectIdGetDatum(pruned);
+	ret = SPI_execute_with_args(sql.data, OidIsValid(pruned) ? 2 : 1, argtypes, args, NULL,
+								false, 0);
+	DsyncSqlCheck(ret, OidIsValid(pruned) ? SPI_OK_SELECT : SPI_OK_DELETE,
+				  "prune its event log");
 	pfree(sql.data);
 }
 

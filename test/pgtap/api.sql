@@ -7,7 +7,7 @@
 SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS dsync;
-SELECT plan(183);
+SELECT plan(185);
 
 -- functions, argument types and return types
 SELECT has_function('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean', 'boolean']);
@@ -202,6 +202,7 @@ SELECT function_privs_are('dsync_stats_reset', ARRAY[]::text[], 'public', ARRAY[
 SELECT table_privs_are('dsync_stats', 'public', ARRAY['SELECT']);
 SELECT table_privs_are('dsync_permit', 'public', ARRAY[]::text[]);
 SELECT sequence_privs_are('dsync_event_seq', 'public', ARRAY['SELECT']);
+SELECT sequence_privs_are('dsync_event_pruned', 'public', ARRAY['SELECT']);
 SELECT table_privs_are('dsync_lease', 'public', ARRAY[]::text[]);
 SELECT sequence_privs_are('dsync_fencing_seq', 'public', ARRAY[]::text[]);
 SELECT table_privs_are('dsync_leases', 'public', ARRAY['SELECT']);
@@ -282,6 +283,7 @@ SELECT has_table('dsync_member');
 SELECT col_is_pk('dsync_member', ARRAY['grp', 'member']);
 SELECT has_sequence('dsync_signal_seq');
 SELECT has_sequence('dsync_event_seq');
+SELECT has_sequence('dsync_event_pruned');
 SELECT has_sequence('dsync_ephemeral_seq');
 SELECT sequence_privs_are('dsync_ephemeral_seq', 'public', ARRAY[]::text[]);
 
@@ -289,8 +291,8 @@ SELECT sequence_privs_are('dsync_ephemeral_seq', 'public', ARRAY[]::text[]);
 -- PostgreSQL 17 on, a relation's row type is a member of the extension too)
 SELECT is((SELECT count(*) FROM pg_depend d JOIN pg_extension e ON d.refobjid = e.oid
 			WHERE e.extname = 'dsync' AND d.deptype = 'e'
-			  AND d.classid <> 'pg_type'::regclass), 53::bigint,
-	'the extension owns its eight tables, foreign table, four sequences, six views, '
+			  AND d.classid <> 'pg_type'::regclass), 54::bigint,
+	'the extension owns its eight tables, foreign table, five sequences, six views, '
 	'thirty-two functions, foreign data wrapper and server');
 
 SELECT * FROM finish();

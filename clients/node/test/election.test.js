@@ -2,7 +2,7 @@
 // LeaderElection's getters never wait; leader() and members() ask.
 const { test, after } = require('node:test');
 const assert = require('node:assert');
-const { Client, LeaderElection } = require('..');
+const { Client, DsyncConnectionError, LeaderElection } = require('..');
 const { direct, uniqueName, adminQuery, waitFor } = require('./helpers');
 
 const client = new Client({ config: direct });
@@ -143,4 +143,31 @@ test('a campaign survives cancelled waits', { timeout: 40000 }, async () => {
     await slow.stop();
     await slowClient.close();
   }
+});
+
+// grelmicro's users wait for the first campaign before they read
+// isLeader: ready turns true once the first attempt is made (won, or the
+// lease found held), and waitReady() resolves then; it resolves false for
+// a campaign that is not running.  ping() connects at once.
+test('ready and waitReady() after the first attempt; ping()', { timeout: 30000 }, async () => {
+  const group = uniqueName('ready');
+  const first = client.election(group, { ttl: 15, member: 'first' });
+  const second = client.election(group, { ttl: 15, member: 'second' });
+  assert.strictEqual(first.ready, false);
+  assert.strictEqual(await first.waitReady({ timeout: 1 }), false);     // not running
+  first.start();
+  assert.strictEqual(await first.waitReady({ timeout: 10 }), true);
+  assert.ok(first.isLeader);
+  second.start();
+  assert.strictEqual(await second.waitReady({ timeout: 10 }), true);  // found it held, no wait
+  assert.strictEqual(second.ready, true);
+  assert.strictEqual(second.isLeader, false);
+  assert.strictEqual(second.leaderExists, true);
+  await second.stop();
+  assert.strictEqual(second.ready, false);
+  await first.stop();
+  await client.ping();
+  const wrong = new Client({ config: { ...direct, port: 1, host: '127.0.0.1' } });
+  await assert.rejects(wrong.ping(), (e) => e instanceof DsyncConnectionError);
+  await wrong.close();
 });

@@ -6,7 +6,7 @@ const { test, after } = require('node:test');
 const assert = require('node:assert');
 const { performance } = require('node:perf_hooks');
 const pg = require('pg');
-const { Client, DsyncError, KeeperUnavailable } = require('..');
+const { Client, DsyncConnectionError, DsyncError, KeeperUnavailable } = require('..');
 const sql = require('../sql');
 const { Ledger, Hold } = require('../ledger');
 const { direct, uniqueName, adminQuery, sleep, waitFor } = require('./helpers');
@@ -147,7 +147,11 @@ test('the watchdog marks every overdue hold lost before any listener runs; async
       throw new Error('an async listener failed');
     });
     // Every hold unconfirmed for longer than its ttl: all overdue at once.
+    // Nothing renews them meanwhile (a keeper tick or a rescue first, on
+    // a loaded machine, confirmed them again and nothing was lost).
     const keeper = c._keeper;
+    keeper._renew = async () => {};
+    keeper._rescue = async () => {};
     assert.strictEqual(keeper.watched.size, 3);
     for (const h of keeper.watched) h.confirmed -= 60000;
     keeper._armWatchdog();
@@ -507,4 +511,35 @@ test('a keeper stopped between round trips leaves no lease locked', { timeout: 3
     await other.close();
     await c.close();
   }
+});
+
+// A statement sent to a server process that is stopped (its socket stays
+// open, the kernel acknowledges, statement_timeout is its own to enforce)
+// fails with DsyncConnectionError once callTimeout has passed, and the
+// client goes on over a new connection.  It used to wait as long as the
+// process stayed stopped.
+test('a call to a stopped server process ends at callTimeout', { timeout: 30000 }, async () => {
+  const app = uniqueName('bound').slice(0, 40);
+  const c = new Client({ config: { ...direct, application_name: app }, callTimeout: 2 });
+  const name = uniqueName('bound');
+  const lock = c.lock(name, { ttl: 30 });
+  assert.ok(await lock.acquire());
+  const pids = (await adminQuery('SELECT pid FROM pg_stat_activity WHERE application_name = $1', [app])).map((r) => r.pid);
+  assert.ok(pids.length > 0);
+  for (const pid of pids) process.kill(pid, 'SIGSTOP');
+  try {
+    let timer;
+    const outcome = await Promise.race([
+      lock.locked().then((v) => v, (e) => e),
+      new Promise((resolve) => { timer = setTimeout(() => resolve('the call did not end'), 20000); }),
+    ]);
+    clearTimeout(timer);
+    assert.ok(outcome instanceof DsyncConnectionError, String(outcome));
+    assert.match(outcome.message, /did not answer within 2 s/);
+  } finally {
+    for (const pid of pids) process.kill(pid, 'SIGCONT');
+  }
+  assert.strictEqual(await lock.locked(), true);
+  assert.strictEqual(await lock.release(), true);
+  await c.close();
 });

@@ -6,7 +6,7 @@ const path = require('node:path');
 const pg = require('pg');
 const {
   Client, Lock, ReadLock, Semaphore, LeaderElection, watch, withLock, closeDefaultClients, LockLost, ListenUnavailable,
-  DsyncConnectionError,
+  DsyncConnectionError, LockExists, AcquireTimeout,
 } = require('..');
 const { direct, bouncer, uniqueName, adminQuery, stopWorkerAsleep, sleep } = require('./helpers');
 
@@ -436,4 +436,27 @@ test('properties are false after the loop was blocked past the ttl', { timeout: 
   } finally {
     await c.close();
   }
+});
+
+// redsync's users get an error when a lock is not had (ErrFailed): with
+// raiseOnFailure, a try rejects with LockExists and a wait that runs out
+// with AcquireTimeout (LockExists is one); by default both answer false.
+test('raiseOnFailure: LockExists for a try, AcquireTimeout for a wait', { timeout: 20000 }, async () => {
+  const name = uniqueName('raise');
+  const holder = new Lock(name, { config: direct, ttl: 30 });
+  assert.ok(await holder.acquire());
+  const strict = new Lock(name, { config: direct, ttl: 30, raiseOnFailure: true });
+  await assert.rejects(strict.acquire({ blocking: false }), (e) => e instanceof LockExists && e instanceof AcquireTimeout
+    && /is held by another holder/.test(e.message));
+  await assert.rejects(strict.acquire({ timeout: 0.3 }), (e) => e instanceof AcquireTimeout && !(e instanceof LockExists));
+  const lenient = new Lock(name, { config: direct, ttl: 30 });
+  assert.strictEqual(await lenient.acquire({ blocking: false }), false);
+  const sem = new Semaphore(`${name}-sem`, 1, { config: direct, ttl: 30, raiseOnFailure: true });
+  assert.ok(await sem.acquire());
+  const sem2 = new Semaphore(`${name}-sem`, 1, { config: direct, ttl: 30, raiseOnFailure: true });
+  await assert.rejects(sem2.acquire({ blocking: false }), LockExists);
+  assert.ok(await sem.release());
+  assert.ok(await holder.release());
+  assert.ok(await strict.acquire({ blocking: false }));
+  assert.ok(await strict.release());
 });

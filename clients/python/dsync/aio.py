@@ -348,7 +348,7 @@ class AsyncEvent(_OnClient):
             if wait <= c.ZERO:
                 return False
             if await client._query(sql.EVENT_WAIT, (self.name, wait), self._what("waiting for"),
-                                   wait=True, retry=False):
+                                   wait=True, retry=False, server_wait=wait.total_seconds()):
                 return True
 
     async def clear(self) -> int:

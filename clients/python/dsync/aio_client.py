@@ -25,6 +25,7 @@ import psycopg
 from . import _common as c
 from . import _sql as sql
 from . import errors
+from ._bound import CALL_TIMEOUT, AsyncBound, check_call_timeout
 from ._lanes import AsyncLane
 from ._ledger import LAPSED, OVERDUE, Hold, Ledger, Mark
 from .client import LISTEN_CHUNK, WAIT_IDLE_SECONDS
@@ -483,9 +484,11 @@ class AsyncClient:
     cancelled at its end (asyncio.run does so)."""
 
     def __init__(self, conninfo: Optional[str] = None, *, pool: Any = None, pool_size: int = 2,
-                 listen: Optional[bool] = None, **connect_kwargs: Any):
+                 listen: Optional[bool] = None, call_timeout: Optional[float] = CALL_TIMEOUT,
+                 **connect_kwargs: Any):
         if not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 1:
             raise ValueError("pool_size must be a positive int")
+        self.call_timeout = check_call_timeout(call_timeout)
         self._settings = c.ConnectionSettings(conninfo, pool, connect_kwargs)
         self.conninfo = self._settings.conninfo
         self.listen = listen
@@ -559,7 +562,8 @@ class AsyncClient:
 
     async def _query(self, statement: str, params: Sequence[Any], what: str, *,
                      wait: bool = False, retry: bool = True, rows: bool = False,
-                     timed: Optional[list] = None, shield: bool = False) -> Any:
+                     timed: Optional[list] = None, shield: bool = False,
+                     server_wait: float = 0.0) -> Any:
         """client.Client._query for asyncio.  shield: a caller cancelled
         meanwhile lets the statement finish in the background, and its
         connection goes back to the pool, instead of the connection being
@@ -568,7 +572,8 @@ class AsyncClient:
         up backends)."""
         if shield:
             task = asyncio.ensure_future(self._query(statement, params, what, wait=wait,
-                                                     retry=retry, rows=rows, timed=timed))
+                                                     retry=retry, rows=rows, timed=timed,
+                                                     server_wait=server_wait))
             task.add_done_callback(_retrieved)
             return await asyncio.shield(task)
         lane = self._waits if wait else self._statements
@@ -579,13 +584,25 @@ class AsyncClient:
                 async with lane.connection() as (conn, reused):
                     if timed is not None:
                         timed.append(time.monotonic())
+                    bound = None if self.call_timeout is None else self.call_timeout + server_wait
+                    timer = AsyncBound(conn, bound) if bound is not None else None
+                    cut = False
                     try:
-                        cur = await conn.execute(statement, params)
-                        result = await (cur.fetchall() if rows else cur.fetchone())
+                        try:
+                            cur = await conn.execute(statement, params)
+                            result = await (cur.fetchall() if rows else cur.fetchone())
+                        finally:
+                            cut = timer is not None and timer.end()
                     except psycopg.Error as exc:
+                        if cut:
+                            raise errors.DsyncConnectionError(
+                                f"{what}: the server did not answer within {bound:g} s "
+                                "(call_timeout); the connection was closed") from exc
                         if is_connection_error(exc):
                             raise
                         failure = exc
+                    if cut:
+                        await conn.close()  # answered as it was cut: not reusable
             except psycopg.Error as exc:
                 if retry and attempt == 0 and reused and is_connection_error(exc):
                     if timed is not None:
@@ -613,7 +630,7 @@ class AsyncClient:
                 break
             timed = []
             token = await self._query(statement, (name, holder, ttl, wait, info), what,
-                                      wait=True, timed=timed)
+                                      wait=True, timed=timed, server_wait=wait.total_seconds())
             if deadline is not None and time.monotonic() >= deadline:
                 break
         return (int(token) if token is not None else None), (timed[-1] if timed else 0.0)

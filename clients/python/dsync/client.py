@@ -30,6 +30,7 @@ import psycopg
 from . import _common as c
 from . import _sql as sql
 from . import errors
+from ._bound import BOUNDS, CALL_TIMEOUT, check_call_timeout
 from ._lanes import Lane
 from ._ledger import LAPSED, OVERDUE, SETTLE, Hold, Ledger, Mark
 from .errors import is_connection_error
@@ -513,13 +514,18 @@ class Client:
     wait their turn for a moment).  listen: False never LISTENs (a held
     lease's loss is then noticed at its next renewal); True requires LISTEN
     (ListenUnavailable behind a transaction pooler); None LISTENs where it
-    works.  Keyword arguments go to psycopg.connect.
+    works.  call_timeout: seconds a statement may go unanswered (beyond
+    the wait it asks of the server) before its connection is closed and
+    the call fails with DsyncConnectionError (default 30; None: no bound).
+    Keyword arguments go to psycopg.connect.
     """
 
     def __init__(self, conninfo: Optional[str] = None, *, pool: Any = None, pool_size: int = 2,
-                 listen: Optional[bool] = None, **connect_kwargs: Any):
+                 listen: Optional[bool] = None, call_timeout: Optional[float] = CALL_TIMEOUT,
+                 **connect_kwargs: Any):
         if not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 1:
             raise ValueError("pool_size must be a positive int")
+        self.call_timeout = check_call_timeout(call_timeout)
         self._settings = c.ConnectionSettings(conninfo, pool, connect_kwargs)
         self.conninfo = self._settings.conninfo
         self.listen = listen
@@ -577,12 +583,14 @@ class Client:
                                     "one that made it: make a new one in the child")
 
     def _query(self, statement: str, params: Sequence[Any], what: str, *, wait: bool = False,
-               retry: bool = True, rows: bool = False, timed: Optional[list] = None) -> Any:
+               retry: bool = True, rows: bool = False, timed: Optional[list] = None,
+               server_wait: float = 0.0) -> Any:
         """Run one statement on a connection of the caller's own: its first
         row's first value (rows: all its rows).  A stale idle connection
         (the server restarted) is replaced and, for retry, the statement
         run again on a new one.  timed: gets the monotonic time at which
-        the statement was sent."""
+        the statement was sent.  server_wait: the seconds the statement
+        asks the server to wait, beyond which call_timeout counts."""
         lane = self._waits if wait else self._statements
         for attempt in (0, 1):
             failure: Optional[psycopg.Error] = None
@@ -591,13 +599,25 @@ class Client:
                 with lane.connection() as (conn, reused):
                     if timed is not None:
                         timed.append(time.monotonic())
+                    bound = None if self.call_timeout is None else self.call_timeout + server_wait
+                    key = BOUNDS.begin(conn, bound) if bound is not None else 0
+                    cut = False
                     try:
-                        cur = conn.execute(statement, params)
-                        result = cur.fetchall() if rows else cur.fetchone()
+                        try:
+                            cur = conn.execute(statement, params)
+                            result = cur.fetchall() if rows else cur.fetchone()
+                        finally:
+                            cut = bool(key) and BOUNDS.end(key)
                     except psycopg.Error as exc:
+                        if cut:
+                            raise errors.DsyncConnectionError(
+                                f"{what}: the server did not answer within {bound:g} s "
+                                "(call_timeout); the connection was closed") from exc
                         if is_connection_error(exc):
                             raise           # the lane closes the connection
                         failure = exc       # a sound connection: the lane keeps it
+                    if cut:
+                        conn.close()        # answered as it was cut: not reusable
             except psycopg.Error as exc:
                 if retry and attempt == 0 and reused and is_connection_error(exc):
                     if timed is not None:
@@ -628,7 +648,7 @@ class Client:
                 break
             timed = []
             token = self._query(statement, (name, holder, ttl, wait, info), what, wait=True,
-                                timed=timed)
+                                timed=timed, server_wait=wait.total_seconds())
             if deadline is not None and time.monotonic() >= deadline:
                 break
         return (int(token) if token is not None else None), (timed[-1] if timed else 0.0)

@@ -426,7 +426,7 @@ class Event(_OnClient):
             if wait <= c.ZERO:
                 return False
             if self.client._query(sql.EVENT_WAIT, (self.name, wait), self._what("waiting for"),
-                                  wait=True, retry=False):
+                                  wait=True, retry=False, server_wait=wait.total_seconds()):
                 return True
 
     def clear(self) -> int:

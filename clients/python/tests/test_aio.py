@@ -302,11 +302,19 @@ def test_awatch_resumes_after_reconnect(server, admin, name):
                 if (ev.kind, ev.holder) == ("acquired", "w3"):
                     return
         task = asyncio.create_task(consume())
-        for _ in range(200):
+        # Killed only once the watch has started (its last statement
+        # before it waits is the senders' query): killed before, it takes
+        # the log's position anew and starts with the state (it used to
+        # wait for any idle moment, and saw only ('state', 'w3') then).
+        from dsync import _sql
+        for _ in range(500):
             if admin.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
-                             " AND state = 'idle'", (app,)).fetchone()[0]:
+                             " AND state = 'idle' AND query = %s",
+                             (app, _sql.SENDERS)).fetchone()[0]:
                 break
             await asyncio.sleep(0.02)
+        else:
+            raise AssertionError("the watch did not start")
         admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                       " WHERE application_name = %s", (app,))
         async with AsyncLock(name, conninfo=dsn, ttl=30, holder="w2"):

@@ -15,7 +15,8 @@ import psycopg
 import pytest
 
 from conftest import wait_for
-from dsync import AsyncClient, Client, DsyncError, KeeperUnavailable, Lock, LockLost
+from dsync import (AsyncClient, Client, DsyncConnectionError, DsyncError, KeeperUnavailable, Lock,
+                   LockLost)
 from dsync import aio_client
 from dsync import client as client_module
 from test_sync import _stop_keeper_backend
@@ -375,3 +376,66 @@ def test_a_keeper_stopped_between_round_trips_leaves_no_lease_locked(server, adm
         resume.set()
         other.close()
         client.close()
+
+
+def _stop_statement_backends(admin, application_name):
+    """SIGSTOP the server processes of a client's statement connections
+    (not its keeper's); their pids."""
+    pids = [pid for (pid,) in admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application_name,))]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    return pids
+
+
+def test_a_call_to_a_stopped_server_process_ends_at_call_timeout(server, admin, name):
+    """A statement sent to a server process that is stopped (its socket
+    stays open, the kernel acknowledges, statement_timeout is its own to
+    enforce) fails with DsyncConnectionError once call_timeout has passed,
+    and the client goes on over a new connection.  It used to wait as long
+    as the process stayed stopped (a release hung until pytest's 300 s)."""
+    app = f"bound-{name}"[:40]
+    client = Client(server.dsn(), application_name=app, call_timeout=2)
+    lock = client.lock(name, ttl=30)
+    assert lock.acquire()
+    pids = _stop_statement_backends(admin, app)
+    assert pids
+    outcome = []
+
+    def read():
+        try:
+            outcome.append(lock.locked())
+        except DsyncError as exc:
+            outcome.append(exc)
+    reader = threading.Thread(target=read, daemon=True)
+    try:
+        reader.start()
+        reader.join(20)
+        assert outcome, "the call did not end"
+        assert isinstance(outcome[0], DsyncConnectionError), outcome
+        assert "did not answer within 2 s" in str(outcome[0])
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert lock.locked() and lock.release()
+    client.close()
+
+
+def test_an_async_call_to_a_stopped_server_process_ends_at_call_timeout(server, admin, name):
+    """The asyncio twin of the test above."""
+    async def main():
+        app = f"abound-{name}"[:40]
+        client = AsyncClient(server.dsn(), application_name=app, call_timeout=2)
+        lock = client.lock(name, ttl=30)
+        assert await lock.acquire()
+        pids = await asyncio.to_thread(_stop_statement_backends, admin, app)
+        assert pids
+        try:
+            with pytest.raises(DsyncConnectionError, match="did not answer within 2 s"):
+                await asyncio.wait_for(lock.locked(), 20)
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        assert await lock.locked() and await lock.release()
+        await client.close()
+    asyncio.run(main())

@@ -84,8 +84,63 @@ def paused(dsn, name, ttl):
         time.sleep(0.05)
 
 
+def faulty(dsn, prefix, nnames, seconds, table):
+    """Take and release locks on nnames names for seconds, each section a
+    guarded read-modify-write of the name's counter in table, and print
+    what this process saw as JSON lines (acquired, committed, failed,
+    released, lost): test_faults.py checks them against the server's event
+    log while it stops this process and kills its connections."""
+    import json
+    import random
+    from dsync import Client, DsyncError
+
+    def out(**kw):
+        print(json.dumps(kw), flush=True)
+
+    def on_lost(hold):
+        out(ev="lost", name=hold.name, token=hold.token, reason=hold.lost_reason)
+
+    pid = os.getpid()
+    client = Client(dsn, application_name=f"fault-{pid}")
+    names = [f"{prefix}-{i}" for i in range(int(nnames))]
+    locks = {n: client.lock(n, ttl=2, holder=f"p{pid}", on_lost=on_lost) for n in names}
+    writer = None
+    end = time.monotonic() + float(seconds)
+    while time.monotonic() < end:
+        if writer is None or writer.closed:
+            writer = psycopg.connect(dsn, application_name=f"writer-{pid}")
+        name = random.choice(names)
+        lock = locks[name]
+        try:
+            if not lock.acquire(timeout=1):
+                continue
+        except DsyncError as exc:
+            out(ev="acquire-error", name=name, err=type(exc).__name__)
+            continue
+        token = lock.token
+        out(ev="acquired", name=name, token=token)
+        try:
+            with writer.transaction():
+                lock.guard(writer)
+                value = writer.execute(f"SELECT value FROM {table} WHERE name = %s FOR UPDATE",
+                                       (name,)).fetchone()[0]
+                time.sleep(random.uniform(0, 0.03))
+                writer.execute(f"UPDATE {table} SET value = %s WHERE name = %s",
+                               (value + 1, name))
+            out(ev="committed", name=name, token=token)
+        except (DsyncError, psycopg.Error) as exc:
+            out(ev="failed", name=name, token=token, err=type(exc).__name__)
+        try:
+            out(ev="released", name=name, token=token, ok=lock.release())
+        except DsyncError as exc:
+            out(ev="release-error", name=name, token=token, err=type(exc).__name__)
+    client.close()
+    writer.close()
+    out(ev="done")
+
+
 if __name__ == "__main__":
     # A test that waits too long for this process asks for its stacks.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     {"count": count, "elect": elect, "wait-event": wait_event, "hold": hold,
-     "block": block, "paused": paused}[sys.argv[1]](*sys.argv[2:])
+     "block": block, "paused": paused, "faulty": faulty}[sys.argv[1]](*sys.argv[2:])

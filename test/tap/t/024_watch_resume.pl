@@ -17,7 +17,7 @@
 #     run for longer than the retention does not prune a batch at once;
 #   - a watcher back within the retention after a quiet spell and a new
 #     worker (whose first seq jumps to the clock) is not told it may have
-#     missed events.
+#     missed events, nor is one that started on an empty log.
 use strict;
 use warnings;
 
@@ -96,6 +96,31 @@ sub cut_off
 			"SELECT count(*) = 0 FROM pg_stat_activity WHERE usename = 'watcher'"),
 		'the watcher is disconnected');
 }
+
+# --- a watcher that started on an empty log ------------------------------------------
+# Nothing was ever logged here, and the reaper has sent nothing yet: the
+# first event it logs has its seq moved up to the clock.  A watcher that
+# started before and missed that event must get it, not be told it may
+# have missed events (1.4's horizon, one below the oldest row, jumped
+# with that seq, and it was told so and never given the event).
+my $empty = start_watch('watch', 'empty', '--json');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE usename = 'watcher' AND state = 'idle'"
+		  . " AND query LIKE '%dsync_events_horizon() AS h%'"),
+	'a watcher started on an empty log has caught up');
+cut_off();
+q1("SELECT dsync_acquire('empty', 'e1', '1 minute')");
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) > 0 FROM dsync_events_since(0, ARRAY['empty'])"),
+	'the first event is logged');
+cmp_ok(q1("SELECT min(seq) FROM dsync_events_since(0)"), '>', 1_000_000,
+	'its seq is the clock\'s');
+q1("ALTER ROLE watcher LOGIN");
+ok(wait_output($empty, 'out', qr/"event":\s*"acquired",\s*"lease":\s*"empty"/),
+	'the watcher, back, prints the event it missed');
+unlike($empty->{err}, qr/missed/, 'and is not told it may have missed some');
+$empty->{h}->kill_kill(grace => 1);
+q1("SELECT dsync_release('empty', 'e1')");
 
 # --- 1,000 events while disconnected for 5 s ---------------------------------------
 

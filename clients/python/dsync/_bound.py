@@ -1,0 +1,134 @@
+"""A bound on every statement a client sends on its statement and wait
+connections: past it, the connection is cut and the call fails with
+DsyncConnectionError, as if the network had gone.
+
+Nothing else bounds such a call.  A server process that is stopped
+(SIGSTOP, a frozen VM, swapped out) keeps its socket open and the kernel
+acknowledges what is sent, so TCP keepalives and tcp_user_timeout see a
+healthy connection, and statement_timeout is the stopped process's own
+to enforce.  The call would wait as long as the process stays stopped.
+
+Cutting is shutdown(2) on the connection's socket: the thread (or task)
+waiting for the answer then reads the end of the stream, libpq reports
+the connection lost, and the connection is closed and replaced like any
+broken one.  One thread per process watches the deadlines of the calls in
+flight (a timer thread per call would cost more than the call); the
+asyncio client uses its loop's timers (call_later) instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+from typing import Any, Dict, Optional, Set, Tuple
+
+# Seconds a statement may go unanswered beyond the time it asked the
+# server to wait (Client's call_timeout).  dsync's statements take
+# milliseconds; the bound is for a server that stopped answering, and is
+# wide enough for a slow commit (a synchronous standby far away).
+CALL_TIMEOUT = 30.0
+
+
+def check_call_timeout(value: Optional[float]) -> Optional[float]:
+    """call_timeout as given: seconds above zero, or None for no bound."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError("call_timeout must be a number of seconds above 0, or None")
+    return float(value)
+
+
+def sever(conn: Any) -> None:
+    """Shut down conn's socket under whoever is reading it.  shutdown acts
+    on the socket, not on the descriptor, so a duplicate serves and the
+    connection's own descriptor is left for libpq to close."""
+    try:
+        fd = os.dup(conn.pgconn.socket)
+    except Exception:           # closed or never connected: nothing to cut
+        return
+    try:
+        with socket.socket(fileno=fd) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+class Bounds:
+    """The deadlines of the thread client's calls in flight, and the
+    thread that cuts the connection of a call past its deadline."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.calls: Dict[int, Tuple[float, Any]] = {}
+        self.cut: Set[int] = set()
+        self.wake_at = float("inf")
+        self.thread: Optional[threading.Thread] = None
+        self.pid = 0
+        self.last = 0
+
+    def begin(self, conn: Any, seconds: float) -> int:
+        """Watch a call on conn that must be answered within seconds; the
+        key that end() takes."""
+        deadline = time.monotonic() + seconds
+        with self.cond:
+            if self.thread is None or self.pid != os.getpid():
+                # First use, or a forked child (which has no such thread).
+                self.pid = os.getpid()
+                self.calls.clear()
+                self.cut.clear()
+                self.wake_at = float("inf")
+                self.thread = threading.Thread(target=self._run, daemon=True,
+                                               name="dsync call bounds")
+                self.thread.start()
+            self.last += 1
+            self.calls[self.last] = (deadline, conn)
+            if deadline < self.wake_at:
+                self.cond.notify()
+            return self.last
+
+    def end(self, key: int) -> bool:
+        """The call is over; whether its connection was cut."""
+        with self.cond:
+            self.calls.pop(key, None)
+            if key in self.cut:
+                self.cut.discard(key)
+                return True
+            return False
+
+    def _run(self) -> None:
+        with self.cond:
+            while True:
+                now = time.monotonic()
+                for key in [k for k, (d, _) in self.calls.items() if d <= now]:
+                    _, conn = self.calls.pop(key)
+                    self.cut.add(key)
+                    sever(conn)
+                self.wake_at = min((d for d, _ in self.calls.values()), default=float("inf"))
+                self.cond.wait(None if not self.calls else self.wake_at - now)
+
+
+BOUNDS = Bounds()
+
+
+class AsyncBound:
+    """The bound of one asyncio call: a timer of its loop that cuts the
+    call's connection."""
+
+    __slots__ = ("conn", "cut", "handle")
+
+    def __init__(self, conn: Any, seconds: float) -> None:
+        self.conn = conn
+        self.cut = False
+        self.handle = asyncio.get_running_loop().call_later(seconds, self._fire)
+
+    def _fire(self) -> None:
+        self.cut = True
+        sever(self.conn)
+
+    def end(self) -> bool:
+        """The call is over; whether its connection was cut."""
+        self.handle.cancel()
+        return self.cut
