@@ -96,13 +96,19 @@ $$;
  * below the oldest row; a reaper's first number is moved up to the clock,
  * so on a log that was empty the first event raised that horizon past
  * numbers nobody was given, and a watcher that had seen everything was
- * told it had missed events.  It starts at the horizon 1.4 gives now.
+ * told it had missed events.  It starts at the last seq handed out: the
+ * worker (already running this version's library) does not record what
+ * it prunes until this update commits, so a watcher connected across the
+ * update may be told once that it missed events, never the reverse.
  * Readable by everybody, as the log is; not dumped, as the log is not.
  */
 CREATE SEQUENCE @extschema@.dsync_event_pruned AS bigint MINVALUE 0 NO CYCLE;
 REVOKE ALL ON SEQUENCE @extschema@.dsync_event_pruned FROM PUBLIC;
 GRANT SELECT ON SEQUENCE @extschema@.dsync_event_pruned TO PUBLIC;
-SELECT pg_catalog.setval('@extschema@.dsync_event_pruned', @extschema@.dsync_events_horizon());
+SELECT pg_catalog.setval('@extschema@.dsync_event_pruned',
+	GREATEST(@extschema@.dsync_events_horizon(),
+			 (SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END
+			  FROM @extschema@.dsync_event_seq s)));
 
 CREATE OR REPLACE FUNCTION @extschema@.dsync_events_horizon()
 RETURNS bigint

@@ -41,6 +41,7 @@ const CLOSE_WAIT_MS = 5000;
 // the bound is for a server process that stopped answering, and is wide
 // enough for a slow commit (a synchronous standby far away).
 const CALL_TIMEOUT = 30;
+const MAX_CALL_TIMEOUT = 1000000;
 const USED = Symbol('dsync.used');          // a pooled connection that ran a statement before
 const GUARDED = Symbol('dsync.guarded');    // has our error listener
 const CANCELLED = Symbol('dsync.cancelled');
@@ -91,7 +92,11 @@ class Client {
   constructor(opts = {}) {
     const { poolSize = 2, listen = null, allowExitOnIdle = false, callTimeout = CALL_TIMEOUT } = opts;
     if (!Number.isInteger(poolSize) || poolSize < 1) throw new RangeError('poolSize must be a positive integer');
-    if (callTimeout !== null && callTimeout !== undefined) positive(callTimeout, 'callTimeout');
+    if (callTimeout !== null && callTimeout !== undefined) {
+      positive(callTimeout, 'callTimeout');
+      // setTimeout fires at once past 2^31 - 1 ms.
+      if (callTimeout > MAX_CALL_TIMEOUT) throw new RangeError(`callTimeout must be at most ${MAX_CALL_TIMEOUT} seconds`);
+    }
     // Seconds a statement may go unanswered beyond the wait it asks of the
     // server, before its connection is ended (null: no bound).
     this.callTimeout = callTimeout ?? null;
@@ -216,7 +221,11 @@ class Client {
       let cut = false;
       const timer = boundMs === null ? null : setTimeout(() => {
         cut = true;
-        conn.connection.stream.destroy();
+        // Cancelled too: the server process, once it runs again, must not
+        // go on with a statement (a grant) whose answer nobody reads.
+        cancelStatement(conn);
+        if (conn.connection && conn.connection.stream) conn.connection.stream.destroy();
+        else conn.end().catch(noop);            // pg-native: no socket of ours
       }, boundMs);
       try {
         rows = (await conn.query({ text, values, types: sql.types })).rows;

@@ -75,6 +75,7 @@ class LeaderElection extends EventEmitter {
     this.failures = 0;          // failed attempts so far (each retried)
     this._ready = false;        // the campaign made its first attempt
     this._readyWaiters = new Set();
+    this._ended = false;        // the campaign's loop has ended
   }
 
   // The Client this election runs on.
@@ -124,7 +125,7 @@ class LeaderElection extends EventEmitter {
   waitReady({ timeout = null } = {}) {
     args.optionalSeconds(timeout, 'timeout');
     if (this._ready) return Promise.resolve(true);
-    if (!this._loop) return Promise.resolve(false);
+    if (!this._loop || this._ended) return Promise.resolve(false);
     return new Promise((resolve) => {
       let timer = null;
       const done = (v) => {
@@ -192,6 +193,7 @@ class LeaderElection extends EventEmitter {
   start() {
     if (this._loop) return this;
     this._stopping = false;
+    this._ended = false;
     this.error = null;
     this._abort = new AbortController();
     this._scope = new Scope(null);
@@ -290,6 +292,7 @@ class LeaderElection extends EventEmitter {
         }
       }
     } finally {
+      this._ended = true;
       this._settleReady(false);
       await this._resign();
     }

@@ -121,8 +121,9 @@ EventLogPrune(const char *table)
 	 * scan of the events within the retention.  Every name is qualified:
 	 * the reaper is a superuser, and a function or operator a user put
 	 * earlier in its search_path must not run as one.  With no retention
-	 * nothing is kept, not even the newest event.  Each prune deletes
-	 * only seqs above those deleted before, so the record only rises.
+	 * nothing is kept, not even the newest event.  The record never goes
+	 * down (GREATEST): events whose NOTIFY failed are logged again later,
+	 * and may be pruned after newer ones were.
 	 */
 	initStringInfo(&sql);
 	if (OidIsValid(pruned))
@@ -138,7 +139,8 @@ EventLogPrune(const char *table)
 						 table, table, table);
 	if (OidIsValid(pruned))
 		appendStringInfoString(&sql,
-							   " RETURNING seq) SELECT pg_catalog.setval($2, m) "
+							   " RETURNING seq) SELECT pg_catalog.setval($2, GREATEST(m, "
+							   "COALESCE(pg_catalog.pg_sequence_last_value($2), 0))) "
 							   "FROM (SELECT pg_catalog.max(seq) AS m FROM d) AS x "
 							   "WHERE m IS NOT NULL");
 	args[0] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now,
@@ -149,6 +151,34 @@ EventLogPrune(const char *table)
 	DsyncSqlCheck(ret, OidIsValid(pruned) ? SPI_OK_SELECT : SPI_OK_DELETE,
 				  "prune its event log");
 	pfree(sql.data);
+}
+
+/*
+ * EventLogNotKept
+ *		With no retention, events are sent but not logged: record the
+ *		greatest of their seqs as pruned, before they are sent, so that a
+ *		watcher resuming from an earlier seq is told it missed them.  In
+ *		DsyncEventLogAppend's SPI connection.
+ */
+static void
+EventLogNotKept(List *events)
+{
+	Oid			pruned = DsyncCatalogFromExtension()->event_pruned;
+	int64		greatest = 0;
+	ListCell   *lc;
+	Datum		args[2];
+	Oid			argtypes[2] = {REGCLASSOID, INT8OID};
+
+	foreach(lc, events)
+		greatest = Max(greatest, ((DsyncEvent *) lfirst(lc))->seq);
+	if (!OidIsValid(pruned) || greatest <= 0)
+		return;
+	args[0] = ObjectIdGetDatum(pruned);
+	args[1] = Int64GetDatum(greatest);
+	DsyncSqlCheck(SPI_execute_with_args("SELECT pg_catalog.setval($1, GREATEST($2, "
+										"COALESCE(pg_catalog.pg_sequence_last_value($1), 0)))",
+										2, argtypes, args, NULL, false, 0),
+				  SPI_OK_SELECT, "record what its event log does not keep");
 }
 
 /*
@@ -231,6 +261,8 @@ DsyncEventLogAppend(List *events)
 
 	DsyncSqlConnect("write its event log");
 	PushActiveSnapshot(GetTransactionSnapshot());
+	if (dsync_event_retention == 0)
+		EventLogNotKept(events);
 	if (n > 0)
 	{
 		initStringInfo(&sql);

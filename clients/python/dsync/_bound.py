@@ -30,21 +30,41 @@ from typing import Any, Dict, Optional, Set, Tuple
 # milliseconds; the bound is for a server that stopped answering, and is
 # wide enough for a slow commit (a synchronous standby far away).
 CALL_TIMEOUT = 30.0
+# The largest call_timeout: finite, and far below what a timed wait takes.
+MAX_CALL_TIMEOUT = 1_000_000.0
 
 
 def check_call_timeout(value: Optional[float]) -> Optional[float]:
     """call_timeout as given: seconds above zero, or None for no bound."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError("call_timeout must be a number of seconds above 0, or None")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not 0 < value <= MAX_CALL_TIMEOUT:
+        raise ValueError(f"call_timeout must be a number of seconds above 0 and at most "
+                         f"{MAX_CALL_TIMEOUT:g}, or None")
     return float(value)
 
 
+def _cancel(cancel: Any) -> None:
+    try:
+        cancel.cancel()
+    except Exception:           # the server may be unreachable: the cut stands
+        pass
+
+
 def sever(conn: Any) -> None:
-    """Shut down conn's socket under whoever is reading it.  shutdown acts
-    on the socket, not on the descriptor, so a duplicate serves and the
-    connection's own descriptor is left for libpq to close."""
+    """Cancel conn's statement and shut down its socket under whoever is
+    reading it.  The cancel (sent from a thread of its own: libpq's cancel
+    blocks) reaches the server process when it runs again, so that it does
+    not go on with a statement, a grant say, whose answer nobody reads.
+    shutdown acts on the socket, not on the descriptor, so a duplicate
+    serves and the connection's own descriptor is left for libpq to close."""
+    try:
+        cancel = conn.pgconn.get_cancel()
+        threading.Thread(target=_cancel, args=(cancel,), daemon=True,
+                         name="dsync cancel").start()
+    except Exception:
+        pass
     try:
         fd = os.dup(conn.pgconn.socket)
     except Exception:           # closed or never connected: nothing to cut
@@ -61,6 +81,11 @@ class Bounds:
     thread that cuts the connection of a call past its deadline."""
 
     def __init__(self) -> None:
+        self._reset()
+        # A child forked while the lock was held must not inherit it held.
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
         self.cond = threading.Condition()
         self.calls: Dict[int, Tuple[float, Any]] = {}
         self.cut: Set[int] = set()
@@ -74,7 +99,7 @@ class Bounds:
         key that end() takes."""
         deadline = time.monotonic() + seconds
         with self.cond:
-            if self.thread is None or self.pid != os.getpid():
+            if self.thread is None or self.pid != os.getpid() or not self.thread.is_alive():
                 # First use, or a forked child (which has no such thread).
                 self.pid = os.getpid()
                 self.calls.clear()

@@ -600,10 +600,13 @@ class Client:
                     if timed is not None:
                         timed.append(time.monotonic())
                     bound = None if self.call_timeout is None else self.call_timeout + server_wait
-                    key = BOUNDS.begin(conn, bound) if bound is not None else 0
+                    key = 0
                     cut = False
                     try:
                         try:
+                            # Begun inside the try: a key left behind would
+                            # cut the connection in its next user's hands.
+                            key = BOUNDS.begin(conn, bound) if bound is not None else 0
                             cur = conn.execute(statement, params)
                             result = cur.fetchall() if rows else cur.fetchone()
                         finally:

@@ -17,7 +17,8 @@
 #     run for longer than the retention does not prune a batch at once;
 #   - a watcher back within the retention after a quiet spell and a new
 #     worker (whose first seq jumps to the clock) is not told it may have
-#     missed events, nor is one that started on an empty log.
+#     missed events, nor is one that started on an empty log;
+#   - with no retention, the events sent are past the horizon.
 use strict;
 use warnings;
 
@@ -267,5 +268,24 @@ ok(wait_output($quiet, 'out', qr/"event":\s*"released",\s*"lease":\s*"quiet"/),
 	'the watcher, back within the retention, prints the event it missed');
 unlike($quiet->{err}, qr/missed/, 'and is not told it may have missed some');
 $quiet->{h}->kill_kill(grace => 1);
+
+# --- no retention: an event sent and not kept is past the horizon --------------------
+# With dsync.event_retention = 0 nothing is logged, so nothing is pruned
+# either: the events sent are recorded as gone as they are sent, or a
+# watcher resuming from before them would not be told it missed them.
+$node->append_conf('postgresql.conf', "dsync.event_retention = 0\n");
+$node->reload;
+my $zero = start_watch('watch', 'zero', '--json');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE usename = 'watcher' AND state = 'idle'"
+		  . " AND query LIKE '%dsync_events_horizon() AS h%'"),
+	'a watcher with no retention');
+q1("SELECT dsync_acquire('zero', 'z1', '1 minute')");
+my $zero_re = qr/"seq":\s*(\d+),\s*"event":\s*"acquired",\s*"lease":\s*"zero"/;
+ok(wait_output($zero, 'out', $zero_re), 'it hears the event');
+my ($zero_seq) = $zero->{out} =~ $zero_re;
+cmp_ok(q1("SELECT dsync_events_horizon()"), '>=', $zero_seq,
+	'the event, not kept, is past the horizon');
+$zero->{h}->kill_kill(grace => 1);
 
 done_testing();
