@@ -118,6 +118,7 @@ def faulty(dsn, prefix, nnames, seconds, table):
             out(ev="acquire-error", name=name, err=type(exc).__name__)
             continue
         token = lock.token
+        taken = time.monotonic()
         out(ev="acquired", name=name, token=token)
         try:
             with writer.transaction():
@@ -132,7 +133,10 @@ def faulty(dsn, prefix, nnames, seconds, table):
         except (DsyncError, psycopg.Error) as exc:
             out(ev="failed", name=name, token=token, err=type(exc).__name__)
         try:
-            out(ev="released", name=name, token=token, ok=lock.release())
+            # held_for: past the ttl only if the process was stopped in
+            # its section (sections take milliseconds).
+            held_for = time.monotonic() - taken
+            out(ev="released", name=name, token=token, ok=lock.release(), held_for=held_for)
         except DsyncError as exc:
             out(ev="release-error", name=name, token=token, err=type(exc).__name__)
     client.close()
