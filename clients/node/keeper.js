@@ -160,7 +160,7 @@ class Keeper {
    * holder's on the server (the watchdog's verdict): give it back.
    */
   report(holds, reason, release = false) {
-    this._tell(this._declare(holds, reason, release));
+    this.tell(this._declare(holds, reason, release));
   }
 
   // The marking half of report(): every hold is marked lost (lost, held
@@ -193,12 +193,12 @@ class Keeper {
   // property read.
   _overdue(hold) {
     const fresh = hold.keepAlive ? this._declare([hold], OVERDUE, true) : this._declare([hold], LAPSED, false);
-    if (fresh.length) als.exit(() => setImmediate(() => this._tell(fresh)));
+    if (fresh.length) als.exit(() => setImmediate(() => this.tell(fresh)));
   }
 
   // The telling half: each lock object emits 'lost' (a listener's error,
   // thrown or rejected, is a warning; an async listener is not awaited).
-  _tell(fresh) {
+  tell(fresh) {
     for (const hold of fresh) hold.lock._lost(hold);
   }
 
@@ -515,7 +515,7 @@ class Keeper {
       ...this._declare(lapsed, LAPSED, false),
     ];
     this._armWatchdog();
-    this._tell(fresh);
+    this.tell(fresh);
   }
 
   // Renews holds the keeper has not renewed in time, in one statement on

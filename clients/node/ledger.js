@@ -45,6 +45,8 @@ const RESCUE_LEAD_MS = 1000;
 // Why the watchdog, or a reader before it, gives a hold up.
 const OVERDUE = 'no renewal could be confirmed before the lease could expire';
 const LAPSED = 'its ttl ran out (keepAlive: false)';
+// Why release() reports a loss nobody had heard of.
+const REFUSED = 'the server no longer held it when it was released';
 
 /*
  * One lease held by one owner: what the keeper renews and watches, and
@@ -114,6 +116,16 @@ class Hold {
     if (this.done) return false;
     this.done = true;
     this.lostReason = reason;
+    return true;
+  }
+
+  // release() found the lease gone on the server although the hold looked
+  // live (revoked, or expired while a notice of it was on its way): a loss
+  // its owner must hear of.  True if nobody reported it before (the
+  // keeper's reports stop at done, which release() sets).
+  refusedAtRelease() {
+    if (this.lostReason !== null) return false;
+    this.lostReason = REFUSED;
     return true;
   }
 

@@ -176,7 +176,8 @@ class Lock extends EventEmitter {
         await st.pending;
         continue;
       }
-      if (st && st.hold && !st.hold.done) {
+      // live(): a hold past its deadline is lost (reported now), not stacked on.
+      if (st && st.hold && st.hold.live()) {
         st.count += 1;
         return true;
       }
@@ -329,9 +330,11 @@ class Lock extends EventEmitter {
   async _releaseFor(st) {
     st.count -= 1;
     const hold = st.hold;
-    if (st.count > 0) return hold !== null && !hold.done;
+    if (st.count > 0) return hold !== null && hold.live();
     st.hold = null;
-    const wasKept = hold !== null && !hold.done;
+    // live(), not done: a process stopped past the deadline hears of the
+    // loss here ('lost') even if its watchdog has not run yet.
+    const wasKept = hold !== null && hold.live();
     const client = hold ? hold.client : this.client;
     const holder = st.holder;
     if (hold) client._keeper.remove(hold);
@@ -363,6 +366,7 @@ class Lock extends EventEmitter {
     }
     this._owners.freeName(st);
     this._forget(st);
+    if (wasKept && released !== true && hold.refusedAtRelease()) client._keeper.tell([hold]);
     return released === true && wasKept;
   }
 

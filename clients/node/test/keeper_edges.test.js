@@ -474,6 +474,28 @@ test('a stuck keeper connection loses no lease', { timeout: 30000 }, async () =>
   await c.close();
 });
 
+// The lease was taken from its holder while the keeper could not hear of
+// it (its server process stopped): release() finds it gone, answers false
+// and emits 'lost', so the owner never takes a lost lease for a clean end.
+test('a release the server refuses emits lost', { timeout: 30000 }, async () => {
+  const { c, app } = namedClient('refused');
+  const name = uniqueName('refused');
+  const lock = c.lock(name, { ttl: 30 });
+  const reasons = [];
+  lock.on('lost', (reason) => reasons.push(reason));
+  assert.ok(await lock.acquire());
+  const pid = await stopKeeperBackend(app, { idle: true });
+  try {
+    assert.deepStrictEqual(await adminQuery('SELECT dsync_force_release($1) AS f', [name]), [{ f: 1 }]);
+    assert.strictEqual(lock.held, true);          // nobody told this process yet
+    assert.strictEqual(await lock.release(), false);
+    assert.deepStrictEqual(reasons, ['the server no longer held it when it was released']);
+  } finally {
+    process.kill(pid, 'SIGCONT');
+    await c.close();
+  }
+});
+
 // The keeper stops right after a renewal's round trip.  Its renewal must
 // have ended its transaction by then: it used to be BEGIN, the renewal,
 // COMMIT in three round trips, and a keeper stopped before the COMMIT

@@ -438,6 +438,29 @@ test('properties are false after the loop was blocked past the ttl', { timeout: 
   }
 });
 
+// A loop blocked past the ttl whose first act is release(): false, and
+// 'lost' is emitted (release() used to look only at whether a loss had
+// been reported, so the owner never heard of it: found by the Python
+// client's fault run).
+test('a release after the loop was blocked past the ttl emits lost', { timeout: 30000 }, async () => {
+  const name = uniqueName('blocked-release');
+  const c = new Client({ config: direct });
+  try {
+    const lock = c.lock(name, { ttl: 1.5 });
+    assert.ok(await lock.acquire());
+    const reasons = [];
+    lock.on('lost', (reason) => reasons.push(reason));
+    const end = performance.now() + 2500;
+    while (performance.now() < end) { /* the loop is blocked */ }
+    assert.strictEqual(await lock.release(), false);
+    await sleep(200);
+    assert.strictEqual(reasons.length, 1);
+    assert.match(reasons[0], /no renewal could be confirmed/);
+  } finally {
+    await c.close();
+  }
+});
+
 // redsync's users get an error when a lock is not had (ErrFailed): with
 // raiseOnFailure, a try rejects with LockExists and a wait that runs out
 // with AcquireTimeout (LockExists is one); by default both answer false.

@@ -48,6 +48,8 @@ RESCUE_LEAD = 1.0
 # Why the watchdog, or a reader before it, gives a kept hold up.
 OVERDUE = "no renewal could be confirmed before the lease could expire"
 LAPSED = "its ttl ran out (keep_alive=False)"
+# Why release() reports a loss nobody had heard of.
+REFUSED = "the server no longer held it when it was released"
 
 
 class Hold:
@@ -113,6 +115,17 @@ class Hold:
             return False
         self.done = True
         self.lost_reason = reason
+        self.lost.set()
+        return True
+
+    def refused_at_release(self) -> bool:
+        """release() found the lease gone on the server although the hold
+        looked live (revoked, or expired while a notice of it was on its
+        way): a loss its owner must hear of.  True if nobody reported it
+        before (the keeper's reports stop at done, which release() sets)."""
+        if self.lost_reason is not None:
+            return False
+        self.lost_reason = REFUSED
         self.lost.set()
         return True
 

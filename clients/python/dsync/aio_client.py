@@ -163,8 +163,13 @@ class _Keeper:
                 self.ledger.releases.append((hold.name, hold.holder))
                 self.wake.set()
             fresh.append(hold)
+        self.tell(fresh)
+
+    def tell(self, holds: Sequence[Hold]) -> None:
+        """Run the on_lost callbacks of holds just declared lost, soon, in
+        the running loop (not inside the caller)."""
         loop = asyncio.get_running_loop()
-        for hold in fresh:
+        for hold in holds:
             loop.call_soon(self._callback, hold)
 
     def overdue(self, hold: Hold) -> None:

@@ -205,13 +205,21 @@ class _Keeper:
                         hold.given_back = True      # its name is never used again
                         self.ledger.releases.append((hold.name, hold.holder))
                     fresh.append(hold)
-            if fresh and (self.callback_thread is None or not self.callback_thread.is_alive()):
+        if release and fresh:
+            self._wake()
+        self.tell(fresh)
+
+    def tell(self, holds: Sequence[Hold]) -> None:
+        """Run the on_lost callbacks of holds just declared lost, in the
+        callback thread (started when first needed), never in the caller."""
+        if not holds:
+            return
+        with self.mutex:
+            if self.callback_thread is None or not self.callback_thread.is_alive():
                 self.callback_thread = threading.Thread(target=self._run_callbacks, daemon=True,
                                                         name="dsync callbacks")
                 self.callback_thread.start()
-        if release and fresh:
-            self._wake()
-        for hold in fresh:
+        for hold in holds:
             self.callbacks.put(hold)
 
     def overdue(self, hold: Hold) -> None:

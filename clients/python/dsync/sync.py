@@ -114,7 +114,8 @@ class Lock(_OnClient, LeaseObject):
         owner, alive, kind = current_owner()
         with self._mutex:
             st = self._owners.state(owner)
-            if st.count > 0 and st.hold is not None and not st.hold.done:
+            # live(): a hold past its deadline is lost (reported now), not stacked on.
+            if st.count > 0 and st.hold is not None and st.hold.live():
                 st.count += 1
                 return True
             if st.hold is not None and st.hold.given_back:
@@ -214,10 +215,12 @@ class Lock(_OnClient, LeaseObject):
             st.count -= 1
             hold = st.hold
             if st.count > 0:
-                return hold is not None and not hold.done
+                return hold is not None and hold.live()
             st.hold = None
             holder = st.holder
-        was_kept = hold is not None and not hold.done
+        # live(), not done: a process stopped past the deadline hears of the
+        # loss here (on_lost) even if its watchdog has not run yet.
+        was_kept = hold is not None and hold.live()
         client = self.client
         if hold is not None:
             client._keeper.remove(hold)
@@ -236,6 +239,8 @@ class Lock(_OnClient, LeaseObject):
                 self._owners.retire_name(st)        # the keeper releases it too, later
             else:
                 self._owners.free_name(st)
+        if was_kept and not released and hold.refused_at_release():
+            client._keeper.tell([hold])
         return bool(released) and was_kept
 
     def _owned_state(self) -> Optional[OwnerState]:

@@ -157,6 +157,27 @@ def test_async_properties_are_false_after_a_blocked_loop(server, name):
     run(main())
 
 
+def test_async_release_after_a_blocked_loop_reports_the_loss(server, name):
+    """A loop blocked past the ttl whose first act is release(): False,
+    and on_lost runs (the watchdog had no turn to say it)."""
+    from dsync._ledger import OVERDUE
+
+    async def main():
+        heard = []
+        lock = AsyncLock(name, conninfo=server.dsn(), ttl=1.5,
+                         on_lost=lambda hold: heard.append(hold.lost_reason))
+        assert await lock.acquire()
+        time.sleep(2.5)                              # blocks the loop
+        assert await lock.release() is False
+        for _ in range(100):
+            if heard:
+                break
+            await asyncio.sleep(0.05)
+        assert heard == [OVERDUE]
+        await lock.close()
+    run(main())
+
+
 def test_async_read_write_lock(dsn, name):
     async def main():
         r1 = AsyncReadLock(name, conninfo=dsn, ttl=30)

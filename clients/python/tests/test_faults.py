@@ -10,10 +10,7 @@ truth about every hold:
     (the client then gave it back: released);
   - a loss is *missed* if the server let a hold go and its process's
     on_lost never ran (a hold whose release failed is abandoned, and left
-    out).  One kind is counted apart, not failed: a process stopped in its
-    section past the ttl whose release() runs before its watchdog, and
-    returns False without on_lost (release() does not read the deadline;
-    found by this test, not fixed yet);
+    out);
   - no increment is lost or doubled (each name's counter equals the
     sections that committed), so no two holders wrote at once.
 
@@ -109,12 +106,10 @@ def test_history_under_pauses_and_connection_kills(server, admin):
     ends = _server_ends(admin, prefix)
     listener.close()
     committed = {}
-    true_losses = false_losses = missed = abandoned = unended = heard_at_release = 0
+    true_losses = false_losses = missed = abandoned = unended = 0
     for history in histories:
         lost = {(e["name"], e["token"]) for e in history if e["ev"] == "lost"}
         given_up = {(e["name"], e["token"]) for e in history if e["ev"] == "release-error"}
-        paused = {(e["name"], e["token"]) for e in history
-                  if e["ev"] == "released" and e["ok"] is False and e["held_for"] > 1.5}
         for e in history:
             if e["ev"] == "committed":
                 committed[e["name"]] = committed.get(e["name"], 0) + 1
@@ -129,8 +124,6 @@ def test_history_under_pauses_and_connection_kills(server, admin):
                 false_losses += end != "expired"
             elif hold in given_up:
                 abandoned += 1
-            elif end == "expired" and hold in paused:
-                heard_at_release += 1
             elif end == "expired":
                 missed += 1
     counters = dict(admin.execute(f"SELECT name, value FROM {TABLE} WHERE name LIKE %s",
@@ -138,8 +131,7 @@ def test_history_under_pauses_and_connection_kills(server, admin):
     sections = sum(committed.values())
     print(f"\nfault run: {PROCESSES} processes, {SECONDS:g} s, {done['pauses']} pauses of 3 s "
           f"(ttl 2 s), {done['kills']} connections killed; {sections} sections committed; "
-          f"losses: {true_losses} true, {false_losses} false, {missed} missed, {heard_at_release} "
-          f"heard only at a release after a pause; {abandoned} holds "
+          f"losses: {true_losses} true, {false_losses} false, {missed} missed; {abandoned} holds "
           f"abandoned (release failed); failed calls: {failures}")
     assert done["pauses"] > 0 and done["kills"] > 0
     assert sections > 0

@@ -642,6 +642,50 @@ def test_held_and_is_leader_are_false_after_a_pause_past_the_ttl(server, name):
             p.wait()
 
 
+def test_a_release_after_a_pause_past_the_ttl_reports_the_loss(server, name):
+    """A process stopped past its ttl whose first act is release(): the
+    release returns False and on_lost runs once, whoever notices first
+    (release() used to look only at whether the loss had been reported,
+    so when it ran before the watchdog and the keeper, the owner never
+    heard of it: found by test_faults)."""
+    p = subprocess.Popen([sys.executable, "-u", os.path.join(HERE, "worker.py"), "paused",
+                          server.dsn(), name, "1.5", "release"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        os.kill(p.pid, signal.SIGSTOP)
+        other = Lock(name, conninfo=server.dsn(), ttl=30, holder="other")
+        assert other.acquire(timeout=10)           # the server let the paused lease go
+        os.kill(p.pid, signal.SIGCONT)
+        assert _line_of(p, 30) == "resumed released=False reports=1"
+        assert other.release()
+        other.close()
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_release_the_server_refuses_reports_the_loss(server, admin, name):
+    """The lease was taken from its holder while the keeper could not hear
+    of it (its server process stopped): release() finds it gone, returns
+    False and runs on_lost, so the owner never takes a lost lease for a
+    clean end."""
+    app = f"refused-{name}"[:40]
+    client = Client(server.dsn(), application_name=app)
+    heard = []
+    lock = client.lock(name, ttl=30, on_lost=lambda hold: heard.append(hold.lost_reason))
+    assert lock.acquire()
+    pid = _stop_keeper_backend(admin, app, idle=True)
+    try:
+        assert admin.execute("SELECT dsync_force_release(%s)", (name,)).fetchone()[0]
+        assert lock.held                           # nobody told this process yet
+        assert lock.release() is False
+        assert wait_for(lambda: heard, 5)
+        assert heard == ["the server no longer held it when it was released"]
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        client.close()
+
+
 def test_leader_reelected_after_forced_loss(server, admin, name):
     calls = []
     e = LeaderElection(name, conninfo=server.dsn(), ttl=1.5, member="m",

@@ -6,6 +6,7 @@ import faulthandler
 import os
 import signal
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -58,14 +59,22 @@ def block(dsn, name):
     Lock(name, conninfo=dsn, ttl=30, holder="victim").acquire()
 
 
-def paused(dsn, name, ttl):
+def paused(dsn, name, ttl, first="read"):
     """Hold a lock and lead a group, then print what held and is_leader
     say the moment the process runs again after a SIGSTOP (read in the
-    SIGCONT handler, before the watchdog thread has its turn if it can)."""
+    SIGCONT handler, before the watchdog thread has its turn if it can).
+    first=release: release the lock first thing instead, and print what
+    release() returned and how many times on_lost ran."""
     # SIGCONT goes to the main thread only (the client's threads inherit
     # the mask), so that its handler interrupts the sleep at once.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCONT})
-    lock = Lock(name, conninfo=dsn, ttl=float(ttl), holder="paused")
+    heard = []
+    told = threading.Event()
+
+    def on_lost(hold):
+        heard.append(hold.lost_reason)
+        told.set()
+    lock = Lock(name, conninfo=dsn, ttl=float(ttl), holder="paused", on_lost=on_lost)
     lock.acquire()
     e = LeaderElection(name + "-group", conninfo=dsn, ttl=float(ttl), member="paused")
     e.start()
@@ -73,7 +82,13 @@ def paused(dsn, name, ttl):
         time.sleep(0.01)
 
     def resumed(_sig, _frame):
-        print(f"resumed held={lock.held} leader={e.is_leader}", flush=True)
+        if first == "release":
+            released = lock.release()
+            told.wait(10)
+            time.sleep(0.5)             # a second report would have come by now
+            print(f"resumed released={released} reports={len(heard)}", flush=True)
+        else:
+            print(f"resumed held={lock.held} leader={e.is_leader}", flush=True)
     signal.signal(signal.SIGCONT, resumed)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCONT})
     print("ready", flush=True)
@@ -94,8 +109,14 @@ def faulty(dsn, prefix, nnames, seconds, table):
     import random
     from dsync import Client, DsyncError
 
+    printing = threading.Lock()
+
     def out(**kw):
-        print(json.dumps(kw), flush=True)
+        # One write per line, under a lock: on_lost runs in the client's
+        # callback thread, and print() writes the line and its end apart.
+        with printing:
+            sys.stdout.write(json.dumps(kw) + "\n")
+            sys.stdout.flush()
 
     def on_lost(hold):
         out(ev="lost", name=hold.name, token=hold.token, reason=hold.lost_reason)
@@ -118,7 +139,6 @@ def faulty(dsn, prefix, nnames, seconds, table):
             out(ev="acquire-error", name=name, err=type(exc).__name__)
             continue
         token = lock.token
-        taken = time.monotonic()
         out(ev="acquired", name=name, token=token)
         try:
             with writer.transaction():
@@ -133,10 +153,7 @@ def faulty(dsn, prefix, nnames, seconds, table):
         except (DsyncError, psycopg.Error) as exc:
             out(ev="failed", name=name, token=token, err=type(exc).__name__)
         try:
-            # held_for: past the ttl only if the process was stopped in
-            # its section (sections take milliseconds).
-            held_for = time.monotonic() - taken
-            out(ev="released", name=name, token=token, ok=lock.release(), held_for=held_for)
+            out(ev="released", name=name, token=token, ok=lock.release())
         except DsyncError as exc:
             out(ev="release-error", name=name, token=token, err=type(exc).__name__)
     client.close()
