@@ -47,6 +47,10 @@ const OVERDUE = 'no renewal could be confirmed before the lease could expire';
 const LAPSED = 'its ttl ran out (keepAlive: false)';
 // Why release() reports a loss nobody had heard of.
 const REFUSED = 'the server no longer held it when it was released';
+// Releases and expiries kept on record per channel for marks taken before
+// them (see Ledger.news): a burst of hand-offs longer than that between an
+// acquirer's mark and its grant costs that hold a confirming renewal.
+const NEWS_KEPT = 16;
 
 /*
  * One lease held by one owner: what the keeper renews and watches, and
@@ -155,8 +159,14 @@ class Ledger {
     this.listening = new Map();       // channel -> the LISTEN's number, on this connection
     this.listens = 0;
     // Notifications heard per channel, so that one heard between an
-    // acquirer's mark and its hold's arrival is not lost on it.
+    // acquirer's mark and its hold's arrival is not lost on it; and the
+    // last releases and expiries among them ({ count, ev, trusted }), so
+    // that a hold granted meanwhile is taken as confirmed when none of
+    // them can be about it.  Under contention every hand-off is heard on
+    // the channel: without the record each grant would cost a renewal.
     this.heard = new Map();
+    this.news = new Map();              // channel -> array, oldest first
+    this.newsEvicted = new Map();       // channel -> the count of the last one dropped
     this.generation = 0;              // the keeper's connections so far
     this.connected = false;
     this.listenOk = true;             // false behind a pooler in transaction mode
@@ -181,7 +191,35 @@ class Ledger {
     if (!peers) this.byChannel.set(hold.channel, (peers = new Set()));
     peers.add(hold);
     if (this.connected && !this.listenOk) return;     // nothing to hear: renewals alone tell
-    if (mark === null || mark !== this.mark(hold.channel)) this.unverified.add(hold);
+    if (!this.heardNothingOf(hold, mark)) this.unverified.add(hold);
+  }
+
+  // Whether hold's channel was LISTENed on this connection from its mark
+  // on, and nothing heard since can be about hold: no release or expiry
+  // of its name and holder but those of another token, from dsync's
+  // sender (judge() would call them no news).
+  heardNothingOf(hold, mark) {
+    if (mark === null) return false;
+    const now = this.mark(hold.channel);
+    if (now === null) return false;
+    const [gen, listen, count] = mark.split('/');
+    const [nowGen, nowListen, nowCount] = now.split('/');
+    if (gen !== nowGen || listen !== nowListen) return false;
+    if (count === nowCount) return true;
+    const since = Number(count);
+    if ((this.newsEvicted.get(hold.channel) || 0) > since) return false;    // one is no longer on record
+    return (this.news.get(hold.channel) || []).every(({ count: n, ev, trusted }) => n <= since
+      || ev.name !== hold.name || ev.holder !== hold.holder
+      || (trusted && ev.fencing !== null && ev.fencing !== hold.token));
+  }
+
+  // Drops what was heard (on channels, or on all): marks taken before no
+  // longer match.
+  forgetHeard(channels = null) {
+    for (const record of [this.heard, this.news, this.newsEvicted]) {
+      if (channels === null) record.clear();
+      else for (const ch of channels) record.delete(ch);
+    }
   }
 
   // Stops keeping hold (released, or lost).
@@ -203,7 +241,7 @@ class Ledger {
     this.listenOk = listenOk;
     this.senders = senders;
     this.listening.clear();
-    this.heard.clear();                 // marks of the old connection differ by generation anyway
+    this.forgetHeard();                 // marks of the old connection differ by generation anyway
     this.unverified = new Set(this.holds);
   }
 
@@ -211,7 +249,7 @@ class Ledger {
   disconnected() {
     this.connected = false;
     this.listening.clear();
-    this.heard.clear();
+    this.forgetHeard();
   }
 
   // Whether an unconfirmed hold is old enough to be LISTENed for and
@@ -256,10 +294,8 @@ class Ledger {
   // channel LISTENed again (a later LISTEN has a new number, so no mark
   // taken before can match it: their counts can go too).
   unlistened(channels) {
-    for (const ch of channels) {
-      this.listening.delete(ch);
-      this.heard.delete(ch);
-    }
+    for (const ch of channels) this.listening.delete(ch);
+    this.forgetHeard(channels);
   }
 
   // Whether the keeper may renew hold to confirm it now: once settled, and
@@ -333,13 +369,21 @@ class Ledger {
   judge(channel, payload, pid) {
     // Counted for LISTENed channels only (no mark is taken on another), so
     // the counts go with the channels.
-    if (this.listening.has(channel)) this.heard.set(channel, (this.heard.get(channel) || 0) + 1);
+    const listened = this.listening.has(channel);
+    const count = (this.heard.get(channel) || 0) + 1;
+    if (listened) this.heard.set(channel, count);
     const none = { lost: [], suspect: false, unknownSender: false, kind: null };
-    const holds = this.byChannel.get(channel);
-    if (!holds) return none;
     const ev = parsePayload(channel, payload);
     if (ev === null || (ev.kind !== 'released' && ev.kind !== 'expired')) return none;
     const trusted = this.senders.has(pid);
+    if (listened) {
+      let news = this.news.get(channel);
+      if (!news) this.news.set(channel, (news = []));
+      if (news.length === NEWS_KEPT) this.newsEvicted.set(channel, news.shift().count);
+      news.push({ count, ev, trusted });
+    }
+    const holds = this.byChannel.get(channel);
+    if (!holds) return none;
     const lost = [];
     let suspect = false;
     for (const hold of holds) {
@@ -514,4 +558,5 @@ class Owners {
 
 module.exports = {
   Hold, Ledger, Scope, BareOwner, OwnerState, Owners, als, IDLE_CHANNELS, SETTLE_MS, BLOCKED_RETRY_MS, OVERDUE, LAPSED,
+  NEWS_KEPT,
 };

@@ -91,7 +91,6 @@ class Bounds:
         self.cut: Set[int] = set()
         self.wake_at = float("inf")
         self.thread: Optional[threading.Thread] = None
-        self.pid = 0
         self.last = 0
 
     def begin(self, conn: Any, seconds: float) -> int:
@@ -99,9 +98,9 @@ class Bounds:
         key that end() takes."""
         deadline = time.monotonic() + seconds
         with self.cond:
-            if self.thread is None or self.pid != os.getpid() or not self.thread.is_alive():
-                # First use, or a forked child (which has no such thread).
-                self.pid = os.getpid()
+            if self.thread is None:
+                # First use, here or in a forked child (_reset: it has no
+                # such thread).  The thread never ends.
                 self.calls.clear()
                 self.cut.clear()
                 self.wake_at = float("inf")

@@ -10,7 +10,7 @@ import select
 import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 from psycopg.types.json import Jsonb
 
@@ -105,18 +105,20 @@ def still_open(conn: Any) -> bool:
     stream makes libpq fail (the connection is gone); notifications of a
     listening connection are dropped, as its next owner asks for the state
     anyway."""
-    if conn.closed:
-        return False
+    # Few calls into libpq: each lets go of the GIL, and under contention
+    # taking it back costs a context switch (test/bench/wait_bench.py).
     try:
         poller = select.poll()              # select() fails on descriptors >= 1024
-        poller.register(conn.fileno(), select.POLLIN)
+        poller.register(conn.fileno(), select.POLLIN)   # raises if closed
+        if not poller.poll(0):
+            return True                     # nothing came: as it was left
         pg = conn.pgconn
         for _ in range(8):                  # an error message, then the end
-            if not poller.poll(0):
-                break
             pg.consume_input()
             while pg.notifies() is not None:
                 pass
+            if not poller.poll(0):
+                break
     except Exception:           # no socket any more, or the server hung up
         return False
     return not conn.closed
@@ -248,6 +250,35 @@ class Resume:
         if away is None or retention is None or away < retention:
             return None
         return LeaseEvent(kind="gap", name="", seq=self.last)
+
+
+class Contention:
+    """Names a blocking acquire of this client found taken lately.  The
+    next blocking acquire of such a name goes straight to a wait inside
+    the server instead of trying first on the statement pool: under
+    contention the try nearly always fails, and it cost a statement (a
+    round trip, a server parse and plan) per acquire, a third of what a
+    hand-off took (test/bench/wait_bench.py)."""
+
+    # How long a name counts as contended after a try found it taken: a
+    # name contended for good pays one try per that many seconds.
+    LASTS = 1.0
+    # Names remembered at most (forgotten all at once beyond it).
+    KEPT = 1024
+
+    def __init__(self) -> None:
+        self.until: Dict[str, float] = {}
+
+    def wait_at_once(self, name: str, blocking: bool, deadline: Optional[float],
+                     now: float) -> bool:
+        """Whether a blocking acquire of name should skip the try."""
+        return (blocking and self.until.get(name, 0.0) > now
+                and next_wait(True, deadline, now) > ZERO)
+
+    def found_taken(self, name: str, now: float) -> None:
+        if len(self.until) >= self.KEPT:
+            self.until.clear()
+        self.until[name] = now + self.LASTS
 
 
 def next_wait(blocking: bool, deadline: Optional[float], now: float) -> timedelta:

@@ -52,24 +52,26 @@ class Lane:
 
     def _get(self) -> Tuple[psycopg.Connection, bool]:
         self.client._check_usable()
-        stale = []
-        try:
+        while True:
+            conn = None
             with self.cond:
-                while True:
-                    while self.idle:
-                        conn, _ = self.idle.pop()           # the warmest first
-                        if c.still_open(conn) and \
-                                conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                            return conn, True
-                        self.open -= 1
-                        stale.append(conn)
-                    if self.cap is None or self.open < self.cap:
-                        self.open += 1
-                        break
+                while not self.idle and self.cap is not None and self.open >= self.cap:
                     self.cond.wait()
-        finally:
-            for conn in stale:
-                conn.close()
+                if self.idle:
+                    conn, _ = self.idle.pop()               # the warmest first
+                else:
+                    self.open += 1
+            if conn is None:
+                break
+            # Looked at outside the lock: it calls into libpq and polls.
+            # An idle connection was left IDLE (_put): only the server can
+            # have ended it since.
+            if c.still_open(conn):
+                return conn, True
+            with self.cond:
+                self.open -= 1
+                self.cond.notify()
+            conn.close()
         try:
             return self.client._connect({}), False
         except BaseException:
@@ -84,9 +86,10 @@ class Lane:
         now = time.monotonic()
         close = []
         with self.cond:
-            if ok and not conn.closed and not self.client._closed and \
-                    conn.info.status == psycopg.pq.ConnStatus.OK and \
-                    conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            # One call into libpq (each lets go of the GIL): a connection
+            # that is bad or closed is not IDLE but UNKNOWN.
+            if ok and not self.client._closed and \
+                    conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE:
                 self.idle.append((conn, now))
             else:
                 close.append(conn)

@@ -17,8 +17,9 @@ from __future__ import annotations
 import os
 import time
 import weakref
+from collections import deque
 from datetime import timedelta
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from . import _common as c
 from ._sql import channel_of
@@ -31,6 +32,10 @@ IDLE_CHANNELS = 256
 # its grant: a section shorter than that costs the keeper nothing, and a
 # burst of acquires shares one LISTEN and one renewal.
 SETTLE = 0.02
+# Releases and expiries kept on record per channel for marks taken before
+# them (see Ledger.news): a burst of hand-offs longer than that between an
+# acquirer's mark and its grant costs that hold a confirming renewal.
+NEWS_KEPT = 16
 # A renewal that found a lease locked by a transaction (a guard, see
 # dsync_assert_held) tries that lease again this much later, alone.
 BLOCKED_RETRY = 0.25
@@ -171,8 +176,15 @@ class Ledger:
         self.listening: Dict[str, int] = {}
         self.listens = 0
         # Notifications heard per channel, so that one heard between an
-        # acquirer's mark and its hold's arrival is not lost on it.
+        # acquirer's mark and its hold's arrival is not lost on it; and
+        # the last releases and expiries among them (count, event, from a
+        # known sender), so that a hold granted meanwhile is taken as
+        # confirmed when none of them can be about it.  Under contention
+        # every hand-off is heard on the channel: without the record each
+        # grant would cost the keeper a wake-up and a renewal.
         self.heard: Dict[str, int] = {}
+        self.news: Dict[str, Deque[Tuple[int, Any, bool]]] = {}
+        self.news_evicted: Dict[str, int] = {}  # the count of the last one dropped
         self.generation = 0                     # the keeper's connections so far
         self.connected = False
         self.listen_ok = True                   # False behind a transaction pooler
@@ -198,8 +210,26 @@ class Ledger:
         self.by_channel.setdefault(hold.channel, set()).add(hold)
         if self.connected and not self.listen_ok:
             return                  # nothing to hear: renewals alone tell
-        if mark is None or mark != self.mark(hold.channel):
+        if not self.heard_nothing_of(hold, mark):
             self.unverified.add(hold)
+
+    def heard_nothing_of(self, hold: Hold, mark: Mark) -> bool:
+        """Whether hold's channel was LISTENed on this connection from its
+        mark on, and nothing heard since can be about hold: no release or
+        expiry of its name and holder but those of another token, from
+        dsync's sender (judge() would call them no news)."""
+        if mark is None:
+            return False
+        now = self.mark(hold.channel)
+        if now is None or now[:2] != mark[:2]:
+            return False
+        if now[2] == mark[2]:
+            return True
+        if self.news_evicted.get(hold.channel, 0) > mark[2]:
+            return False                # one of them is no longer on record
+        return all(ev.name != hold.name or ev.holder != hold.holder or
+                   (trusted and ev.fencing is not None and ev.fencing != hold.token)
+                   for n, ev, trusted in self.news.get(hold.channel, ()) if n > mark[2])
 
     def remove(self, hold: Hold) -> None:
         self.holds.discard(hold)
@@ -221,12 +251,22 @@ class Ledger:
         self.senders = senders
         self.listening.clear()
         self.unverified = set(self.holds)
-        self.heard.clear()
+        self.forget_heard()
 
     def disconnected(self) -> None:
         self.connected = False
         self.listening.clear()
-        self.heard.clear()
+        self.forget_heard()
+
+    def forget_heard(self, channels: Optional[List[str]] = None) -> None:
+        """Drop what was heard (on channels, or on all): marks taken
+        before no longer match."""
+        for record in (self.heard, self.news, self.news_evicted):
+            if channels is None:
+                record.clear()
+            else:
+                for ch in channels:
+                    record.pop(ch, None)
 
     def settled(self, hold: Hold, now: float) -> bool:
         return now >= hold.confirmed + SETTLE
@@ -260,7 +300,7 @@ class Ledger:
         gets its channel LISTENed again."""
         for ch in channels:
             self.listening.pop(ch, None)
-            self.heard.pop(ch, None)
+        self.forget_heard(channels)
 
     # -- renewals ----------------------------------------------------------
 
@@ -317,15 +357,19 @@ class Ledger:
         known, a token that cannot be read).  The release of an earlier
         hold of the same holder (another token, from dsync's sender) is
         no news."""
-        self.heard[channel] = self.heard.get(channel, 0) + 1
-        holds = self.by_channel.get(channel)
-        if not holds:
-            return [], False
+        count = self.heard[channel] = self.heard.get(channel, 0) + 1
         ev = c.parse_payload(channel, payload)
         if ev is None or ev.kind not in ("released", "expired"):
             return [], False
-        lost, suspect = [], False
         trusted = pid in self.senders
+        news = self.news.setdefault(channel, deque())
+        if len(news) == NEWS_KEPT:
+            self.news_evicted[channel] = news.popleft()[0]
+        news.append((count, ev, trusted))
+        holds = self.by_channel.get(channel)
+        if not holds:
+            return [], False
+        lost, suspect = [], False
         for hold in holds:
             if ev.name != hold.name or ev.holder != hold.holder:
                 continue

@@ -504,6 +504,7 @@ class AsyncClient:
         self._loop: Optional["weakref.ref[asyncio.AbstractEventLoop]"] = None
         self._statements = AsyncLane(self, pool_size, pool_size, None)
         self._waits = AsyncLane(self, None, pool_size, WAIT_IDLE_SECONDS)
+        self._contention = c.Contention()
         self._keeper: Optional[_Keeper] = None
 
     @property
@@ -625,7 +626,13 @@ class AsyncClient:
         """client.Client._acquire for asyncio."""
         name, holder, ttl, info = args
         timed: list = []
-        token = await self._query(statement, (name, holder, ttl, c.ZERO, info), what, timed=timed)
+        token = None
+        now = time.monotonic()
+        if not self._contention.wait_at_once(name, blocking, deadline, now):
+            token = await self._query(statement, (name, holder, ttl, c.ZERO, info), what,
+                                      timed=timed)
+            if token is None and blocking:
+                self._contention.found_taken(name, now)
         while token is None and blocking:
             # A slice no longer than a third of the ttl: the grant is
             # reckoned from when its statement was sent, and must leave the

@@ -128,6 +128,8 @@ class _Keeper:
 
     def ensure(self, timeout: float) -> bool:
         """Wait up to timeout for the keeper to have a connection."""
+        if self.ledger.connected:
+            return True             # started, and connected (read without the lock)
         self.start()
         deadline = time.monotonic() + timeout
         with self.changed:
@@ -541,6 +543,7 @@ class Client:
         self._pid = os.getpid()
         self._statements = Lane(self, pool_size, pool_size, None)
         self._waits = Lane(self, None, pool_size, WAIT_IDLE_SECONDS)
+        self._contention = c.Contention()
         self._keeper = _Keeper(self)
 
     # -- recipes -------------------------------------------------------------------
@@ -645,11 +648,18 @@ class Client:
                  what: str) -> Tuple[Optional[int], float]:
         """Take a lease: at once on the statement pool, then, if it is not
         free and the caller waits, inside the server in slices on a wait
-        connection.  The token (None if not had) and when the statement
+        connection (at once there if a try found the name taken lately:
+        c.Contention).  The token (None if not had) and when the statement
         that got it was sent."""
         name, holder, ttl, info = args
         timed: list = []
-        token = self._query(statement, (name, holder, ttl, c.ZERO, info), what, timed=timed)
+        token = None
+        now = time.monotonic()
+        if not self._contention.wait_at_once(name, blocking, deadline, now):
+            token = self._query(statement, (name, holder, ttl, c.ZERO, info), what,
+                                timed=timed)
+            if token is None and blocking:
+                self._contention.found_taken(name, now)
         while token is None and blocking:
             # A slice no longer than a third of the ttl: the grant is
             # reckoned from when its statement was sent, and must leave the

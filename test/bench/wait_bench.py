@@ -1,0 +1,193 @@
+"""Waiting through the Python client against waiting in raw SQL: BENCH_WORKERS
+(default 16) threads on one name take it, hold it BENCH_HOLD_MS (default 0)
+and give it back, as fast as hand-offs go.
+
+    python3 test/bench/wait_bench.py        # as root, after make install
+
+Both sides wait inside the server, woken at the commit that frees the name:
+
+  - raw: each thread has its own psycopg connection (psycopg's defaults:
+    a statement run 5 times is prepared) and calls dsync_acquire(name,
+    holder, '30 s', wait => '30 s') and dsync_release;
+  - raw-unprepared: the same with prepare_threshold=None, the setting the
+    client uses so that it works through PgBouncer in transaction mode;
+  - client: one dsync.Client, one Lock object shared by the threads (a
+    module-level lock, as threading.Lock is used), lock.acquire() and
+    lock.release(); its keeper renews and LISTENs as in production;
+  - client-prepared: the same with Client(dsn, prepare_threshold=5), for
+    connections that reach the server directly (or PgBouncer 1.21+).
+
+The two alternate, BENCH_ROUNDS (default 5) rounds of BENCH_SECONDS (default
+5) each way on a fresh name, on the throwaway server of
+clients/python/tests/conftest.py (an ordinary role, default settings).
+Printed per side: hand-offs/s (median of the rounds) and the hand-off
+latency, from the moment release() returned to the moment the next
+holder's acquire() returned (p50 and p99 over every hand-off); then client
+/ raw.  Nothing is asserted: the machine is noisy, only same-run ratios
+mean anything.
+"""
+
+import os
+import statistics
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# BENCH_CLIENT: the clients/python folder of another version of the client
+# (for a figure before a change), e.g.
+#     git archive c341add clients/python | tar -x -C /tmp/before
+#     BENCH_CLIENT=/tmp/before/clients/python python3 test/bench/wait_bench.py
+sys.path.insert(0, os.environ.get("BENCH_CLIENT")
+                or os.path.join(HERE, "..", "..", "clients", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "clients", "python", "tests"))
+
+import psycopg  # noqa: E402
+
+from conftest import Server  # noqa: E402
+from dsync import Client  # noqa: E402
+
+WORKERS = int(os.environ.get("BENCH_WORKERS", "16"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
+SECONDS = float(os.environ.get("BENCH_SECONDS", "5"))
+HOLD = float(os.environ.get("BENCH_HOLD_MS", "0")) / 1000
+SIDES = os.environ.get("BENCH_SIDES",
+                       "raw,raw-unprepared,client,client-prepared").split(",")
+
+RAW_ACQUIRE = ("SELECT dsync_acquire(%s::text, %s::text, '30 s'::interval, "
+               "wait => '30 s'::interval)")
+RAW_RELEASE = "SELECT dsync_release(%s::text, %s::text)"
+
+
+class Round:
+    """What the workers of one round saw: (acquire returned, release
+    returned) per section, and when the round ends."""
+
+    def __init__(self):
+        self.mutex = threading.Lock()
+        self.sections = []
+        self.start = self.end = 0.0
+        self.stop = threading.Event()
+
+    def record(self, acquired, released):
+        with self.mutex:
+            self.sections.append((acquired, released))
+
+    def figures(self):
+        """Hand-offs/s inside the round's window, and the latency of each
+        hand-off in it (ms)."""
+        secs = sorted(s for s in self.sections if self.start <= s[0] < self.end)
+        gaps = [(secs[i + 1][0] - secs[i][1]) * 1000 for i in range(len(secs) - 1)]
+        return len(secs) / (self.end - self.start), gaps
+
+
+def run_round(work, setup, teardown):
+    """WORKERS threads running work(rnd, i) until the round's window ends."""
+    rnd = Round()
+    ctx = setup()
+    ready = threading.Barrier(WORKERS + 1)
+
+    def worker(i):
+        ready.wait()
+        work(ctx, rnd, i)
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(WORKERS)]
+    for t in threads:
+        t.start()
+    ready.wait()
+    rnd.start = time.perf_counter() + 0.5           # connections made, queue formed
+    rnd.end = rnd.start + SECONDS
+    time.sleep(SECONDS + 0.5)
+    rnd.stop.set()
+    for t in threads:
+        t.join()
+    teardown(ctx)
+    return rnd.figures()
+
+
+def raw_side(dsn, name, **kwargs):
+    """Each thread on its own connection, the two SQL calls."""
+    def setup():
+        return [psycopg.connect(dsn, autocommit=True, **kwargs) for _ in range(WORKERS)]
+
+    def work(conns, rnd, i):
+        conn, holder = conns[i], f"w{i}"
+        while not rnd.stop.is_set():
+            token = conn.execute(RAW_ACQUIRE, (name, holder)).fetchone()[0]
+            acquired = time.perf_counter()
+            assert token is not None
+            if HOLD:
+                time.sleep(HOLD)
+            conn.execute(RAW_RELEASE, (name, holder))
+            rnd.record(acquired, time.perf_counter())
+
+    def teardown(conns):
+        for conn in conns:
+            conn.close()
+    return run_round(work, setup, teardown)
+
+
+def client_side(dsn, name, **kwargs):
+    """One Client, one Lock object shared by the threads."""
+    def setup():
+        client = Client(dsn, **kwargs)
+        return client, client.lock(name, ttl=30)
+
+    def work(ctx, rnd, _i):
+        lock = ctx[1]
+        while not rnd.stop.is_set():
+            assert lock.acquire(timeout=30)
+            acquired = time.perf_counter()
+            if HOLD:
+                time.sleep(HOLD)
+            lock.release()
+            rnd.record(acquired, time.perf_counter())
+
+    def teardown(ctx):
+        ctx[0].close()
+    return run_round(work, setup, teardown)
+
+
+def pct(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(len(values) * q))]
+
+
+def main():
+    server = Server()
+    server.start()
+    sides = {"raw": raw_side,
+             "raw-unprepared": lambda d, n: raw_side(d, n, prepare_threshold=None),
+             "client": client_side,
+             "client-prepared": lambda d, n: client_side(d, n, prepare_threshold=5)}
+    try:
+        print(f"{WORKERS} threads on one name, {ROUNDS} alternating rounds of {SECONDS:g} s, "
+              f"sections of {HOLD * 1000:g} ms; PostgreSQL as initdb makes it (role app), "
+              f"psycopg {psycopg.__version__} ({psycopg.pq.__impl__}), "
+              f"Python {sys.version.split()[0]}", flush=True)
+        rates = {s: [] for s in SIDES}
+        gaps = {s: [] for s in SIDES}
+        for r in range(ROUNDS):
+            for side in SIDES:
+                rate, g = sides[side](server.dsn(), f"bench-{side}-{r}")
+                rates[side].append(rate)
+                gaps[side] += g
+                print(f"  round {r + 1} {side:15s}: {rate:7.1f} hand-offs/s, "
+                      f"p50 {pct(g, 0.5):6.2f} ms", flush=True)
+        print()
+        for side in SIDES:
+            print(f"{side:15s}: {statistics.median(rates[side]):7.1f} hand-offs/s (median of "
+                  f"rounds), hand-off p50 {pct(gaps[side], 0.5):6.2f} ms, p99 "
+                  f"{pct(gaps[side], 0.99):6.2f} ms (n={len(gaps[side])})")
+        for lib, base in (("client", "raw"), ("client", "raw-unprepared"),
+                          ("client-prepared", "raw")):
+            if lib in SIDES and base in SIDES:
+                print(f"{lib} / {base}: throughput "
+                      f"{statistics.median(rates[lib]) / statistics.median(rates[base]):.2f}x, "
+                      f"p50 latency {pct(gaps[lib], 0.5) / pct(gaps[base], 0.5):.2f}x, "
+                      f"p99 latency {pct(gaps[lib], 0.99) / pct(gaps[base], 0.99):.2f}x")
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
