@@ -12,9 +12,11 @@
 #   METADATA; every .py under clients/python/dsync ships; the same wheel
 #   twice; the sdist, and a wheel built from it; `pip install -e`; the
 #   [pool] extra (python3-psycopg-pool);
-# - in a venv without system site packages: the plain install fails,
-#   because pip cannot fetch psycopg, and says so; with --no-deps the
-#   package itself installs, and imports only once psycopg is there;
+# - in a venv without system site packages: the plain install fails at
+#   once, before pip tries the index, saying how to get psycopg (the
+#   backend's dsync_deps.py), and with DSYNC_BUILD_CHECK=0 pip's own
+#   failure to fetch psycopg; with --no-deps the package itself installs,
+#   and imports only once psycopg is there;
 # - the system's Python is left alone (no --break-system-packages).
 # pip's settings from this machine (PIP_* variables, pip.conf) and its
 # cache are set aside, as on a fresh machine.
@@ -241,12 +243,21 @@ echo "== venv without system site packages"
 "$py" -m venv "$work/plain"
 plain=$work/plain
 timed "$work/nodeps-fail.log" "${offline[@]}" "$plain/bin/pip" install ./clients/python && status=0 || status=$?
-if [ "$status" -ne 0 ] && grep -q 'No matching distribution found for psycopg' "$work/nodeps-fail.log"; then
-	ok "pip install ./clients/python fails there, offline, after ${seconds} s: pip cannot fetch psycopg"
-	grep -E '^(ERROR|WARNING: Retrying)' "$work/nodeps-fail.log" | cut -c1-120 | sed 's/^/   /' | tail -3
+if [ "$status" -ne 0 ] && grep -q 'dsync needs psycopg 3, which .* cannot import, and pip cannot fetch it' "$work/nodeps-fail.log" &&
+	grep -q 'apt-get install python3-psycopg' "$work/nodeps-fail.log" && [ -z "$(network_lines "$work/nodeps-fail.log")" ]; then
+	ok "pip install ./clients/python fails there, offline, after ${seconds} s, saying what to do, with no retry of the index"
+	grep -Eo 'dsync needs.*' "$work/nodeps-fail.log" | cut -c1-120 | sed 's/^/   /' || true
 else
 	show_log "$work/nodeps-fail.log"
-	fail "pip install ./clients/python without psycopg, offline: expected 'No matching distribution found for psycopg' (exit $status)"
+	fail "pip install ./clients/python without psycopg, offline: expected dsync's message and no retry (exit $status)"
+fi
+# With the check off, pip tries the index itself and cannot fetch psycopg.
+timed "$work/nocheck-fail.log" env DSYNC_BUILD_CHECK=0 "${offline[@]}" "$plain/bin/pip" install ./clients/python && status=0 || status=$?
+if [ "$status" -ne 0 ] && grep -q 'No matching distribution found for psycopg' "$work/nocheck-fail.log"; then
+	ok "with DSYNC_BUILD_CHECK=0 pip tries the index itself and fails after ${seconds} s: 'No matching distribution found for psycopg'"
+else
+	show_log "$work/nocheck-fail.log"
+	fail "pip install ./clients/python with DSYNC_BUILD_CHECK=0, offline: expected pip's own failure (exit $status)"
 fi
 if "${offline[@]}" "$plain/bin/pip" install -q --no-deps ./clients/python >"$work/nodeps.log" 2>&1; then
 	ok "pip install --no-deps ./clients/python installs the package itself"

@@ -26,6 +26,7 @@ import hashlib
 import io
 import os
 import re
+import sys
 import tarfile
 import time
 import zipfile
@@ -446,7 +447,20 @@ def _write_wheel(wheel_directory, version, contents):
 
 # ---------------------------------------------------------------- PEP 517 / 660 hooks
 
+def _check_dependencies():
+    """Stop at once, saying what to do, when psycopg is missing and pip
+    could only fail to fetch it (dsync_deps.py)."""
+    import dsync_deps
+    try:
+        dsync_deps.check()
+    except dsync_deps.MissingDependency as e:
+        sys.stderr.write("\n%s\n\n" % e)
+        sys.stderr.flush()
+        raise SystemExit(1)
+
+
 def get_requires_for_build_wheel(config_settings=None):
+    _check_dependencies()
     return []
 
 
@@ -455,6 +469,7 @@ def get_requires_for_build_sdist(config_settings=None):
 
 
 def get_requires_for_build_editable(config_settings=None):
+    _check_dependencies()
     return []
 
 
@@ -509,7 +524,8 @@ def build_sdist(sdist_directory, config_settings=None):
     lic = _license_file()
     if lic:
         members.append((lic[0], lic[1]))
-    members.append((os.path.abspath(__file__), backend_dir + "/" + os.path.basename(__file__)))
+    for module in sorted(m for m in os.listdir(here) if m.endswith(".py")):
+        members.append((os.path.join(here, module), backend_dir + "/" + module))
     members += [(rel, rel) for rel in _package_files()]
     contents = [(arcname, _read(os.path.join(_root(), src), "rb")) for src, arcname in members]
     contents.append(("PKG-INFO", _metadata(project, version).encode("utf-8")))
