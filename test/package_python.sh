@@ -243,13 +243,23 @@ echo "== venv without system site packages"
 "$py" -m venv "$work/plain"
 plain=$work/plain
 timed "$work/nodeps-fail.log" "${offline[@]}" "$plain/bin/pip" install ./clients/python && status=0 || status=$?
-if [ "$status" -ne 0 ] && grep -q 'dsync needs psycopg 3, which .* cannot import, and pip cannot fetch it' "$work/nodeps-fail.log" &&
+if [ "$status" -ne 0 ] && grep -q 'dsync needs psycopg 3, which .* does not have, and pip cannot fetch it' "$work/nodeps-fail.log" &&
 	grep -q 'apt-get install python3-psycopg' "$work/nodeps-fail.log" && [ -z "$(network_lines "$work/nodeps-fail.log")" ]; then
 	ok "pip install ./clients/python fails there, offline, after ${seconds} s, saying what to do, with no retry of the index"
 	grep -Eo 'dsync needs.*' "$work/nodeps-fail.log" | cut -c1-120 | sed 's/^/   /' || true
 else
 	show_log "$work/nodeps-fail.log"
 	fail "pip install ./clients/python without psycopg, offline: expected dsync's message and no retry (exit $status)"
+fi
+# A requirements file may name other sources: the check leaves it to pip.
+echo "$top/clients/python" >"$work/req.txt"
+timed "$work/req-fail.log" "${offline[@]}" "$plain/bin/pip" install -r "$work/req.txt" && status=0 || status=$?
+if [ "$status" -ne 0 ] && grep -q 'No matching distribution found for psycopg' "$work/req-fail.log" &&
+	! grep -q 'dsync needs psycopg' "$work/req-fail.log"; then
+	ok "pip install -r FILE: the check stays out of the way (pip's own failure after ${seconds} s)"
+else
+	show_log "$work/req-fail.log"
+	fail "pip install -r FILE without psycopg, offline: expected pip's own failure (exit $status)"
 fi
 # With the check off, pip tries the index itself and cannot fetch psycopg.
 timed "$work/nocheck-fail.log" env DSYNC_BUILD_CHECK=0 "${offline[@]}" "$plain/bin/pip" install ./clients/python && status=0 || status=$?

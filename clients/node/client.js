@@ -278,7 +278,9 @@ class Client {
     // and it cost a statement per acquire (test/bench/wait_bench.py).
     const now = performance.now();
     let token = null;
+    let tried = false;
     if (!(blocking && (this._contended.get(name) || 0) > now && (deadline === null || deadline > now))) {
+      tried = true;
       token = await this._value(text, [name, holder, ttlText, sql.interval(0), info], what, { timed, signal });
       if (token === null && blocking) {
         if (this._contended.size >= CONTENDED_KEPT) this._contended.clear();
@@ -286,8 +288,10 @@ class Client {
       }
     }
     while (token === null && blocking) {
-      const left = deadline === null ? slice : Math.min(slice, deadline - performance.now());
-      if (left <= 0) break;
+      // If the time ran out as the try was skipped, a wait of 0 tries now.
+      const left = Math.max(0, deadline === null ? slice : Math.min(slice, deadline - performance.now()));
+      if (left <= 0 && tried) break;
+      tried = true;
       token = await this._value(text, [name, holder, ttlText, sql.interval(left / 1000), info], what,
         { wait: true, timed, signal, serverWaitMs: left });
       if (deadline !== null && performance.now() >= deadline) break;

@@ -171,16 +171,19 @@ def parse_payload(channel: str, payload: str) -> Optional[LeaseEvent]:
     if not isinstance(name, str):
         return None
     fencing = data.get("fencing")
-    return LeaseEvent(
-        kind=str(data["event"]),
-        name=name,
-        holder=data.get("holder", data.get("member")),
-        fencing=int(fencing) if fencing is not None else None,
-        expires_at=parse_time(data.get("expires_at")),
-        seq=int(data["seq"]) if data.get("seq") is not None else None,
-        channel=channel,
-        raw=data,
-    )
+    try:
+        return LeaseEvent(
+            kind=str(data["event"]),
+            name=name,
+            holder=data.get("holder", data.get("member")),
+            fencing=int(fencing) if fencing is not None else None,
+            expires_at=parse_time(data.get("expires_at")),
+            seq=int(data["seq"]) if data.get("seq") is not None else None,
+            channel=channel,
+            raw=data,
+        )
+    except (TypeError, ValueError, AttributeError):
+        return None             # a payload anyone could NOTIFY: not dsync's
 
 
 class Resume:

@@ -357,15 +357,21 @@ class Ledger:
         known, a token that cannot be read).  The release of an earlier
         hold of the same holder (another token, from dsync's sender) is
         no news."""
-        count = self.heard[channel] = self.heard.get(channel, 0) + 1
+        # Counted and kept for LISTENed channels only (no mark is taken on
+        # another), so the record goes with the channels.
+        listened = channel in self.listening
+        count = self.heard.get(channel, 0) + 1
+        if listened:
+            self.heard[channel] = count
         ev = c.parse_payload(channel, payload)
         if ev is None or ev.kind not in ("released", "expired"):
             return [], False
         trusted = pid in self.senders
-        news = self.news.setdefault(channel, deque())
-        if len(news) == NEWS_KEPT:
-            self.news_evicted[channel] = news.popleft()[0]
-        news.append((count, ev, trusted))
+        if listened:
+            news = self.news.setdefault(channel, deque())
+            if len(news) == NEWS_KEPT:
+                self.news_evicted[channel] = news.popleft()[0]
+            news.append((count, ev, trusted))
         holds = self.by_channel.get(channel)
         if not holds:
             return [], False

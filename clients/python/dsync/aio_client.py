@@ -628,7 +628,9 @@ class AsyncClient:
         timed: list = []
         token = None
         now = time.monotonic()
+        tried = False
         if not self._contention.wait_at_once(name, blocking, deadline, now):
+            tried = True
             token = await self._query(statement, (name, holder, ttl, c.ZERO, info), what,
                                       timed=timed)
             if token is None and blocking:
@@ -639,7 +641,10 @@ class AsyncClient:
             # keeper time to renew before the watchdog's deadline.
             wait = min(c.next_wait(True, deadline, time.monotonic()), ttl / 3)
             if wait <= c.ZERO:
-                break
+                if tried:
+                    break
+                wait = c.ZERO               # the time ran out as the try was skipped: try
+            tried = True
             timed = []
             token = await self._query(statement, (name, holder, ttl, wait, info), what,
                                       wait=True, timed=timed, server_wait=wait.total_seconds())

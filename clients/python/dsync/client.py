@@ -216,11 +216,17 @@ class _Keeper:
         callback thread (started when first needed), never in the caller."""
         if not holds:
             return
-        with self.mutex:
-            if self.callback_thread is None or not self.callback_thread.is_alive():
-                self.callback_thread = threading.Thread(target=self._run_callbacks, daemon=True,
-                                                        name="dsync callbacks")
-                self.callback_thread.start()
+        try:
+            with self.mutex:
+                if self.callback_thread is None or not self.callback_thread.is_alive():
+                    self.callback_thread = threading.Thread(
+                        target=self._run_callbacks, daemon=True, name="dsync callbacks")
+                    self.callback_thread.start()
+        except RuntimeError:
+            # No new thread at interpreter shutdown: run them here.
+            for hold in holds:
+                self._callback(hold)
+            return
         for hold in holds:
             self.callbacks.put(hold)
 
@@ -237,10 +243,14 @@ class _Keeper:
             hold = self.callbacks.get()
             if hold is None:
                 return
-            try:
-                hold.lock._lost(hold)
-            except Exception:               # a callback's error is the caller's
-                log.exception("dsync: the on_lost callback of %r failed", hold)
+            self._callback(hold)
+
+    @staticmethod
+    def _callback(hold: Hold) -> None:
+        try:
+            hold.lock._lost(hold)
+        except Exception:                   # a callback's error is the caller's
+            log.exception("dsync: the on_lost callback of %r failed", hold)
 
     # -- the keeper thread -----------------------------------------------------
 
@@ -655,7 +665,9 @@ class Client:
         timed: list = []
         token = None
         now = time.monotonic()
+        tried = False
         if not self._contention.wait_at_once(name, blocking, deadline, now):
+            tried = True
             token = self._query(statement, (name, holder, ttl, c.ZERO, info), what,
                                 timed=timed)
             if token is None and blocking:
@@ -666,7 +678,10 @@ class Client:
             # keeper time to renew before the watchdog's deadline.
             wait = min(c.next_wait(True, deadline, time.monotonic()), ttl / 3)
             if wait <= c.ZERO:
-                break
+                if tried:
+                    break
+                wait = c.ZERO               # the time ran out as the try was skipped: try
+            tried = True
             timed = []
             token = self._query(statement, (name, holder, ttl, wait, info), what, wait=True,
                                 timed=timed, server_wait=wait.total_seconds())

@@ -586,3 +586,23 @@ def test_entering_a_client_or_election_fails_fast_on_a_wrong_url(server):
             async with AsyncLeaderElection("x", conninfo=bad, ttl=30):
                 pass
     asyncio.run(aio())
+
+
+def test_a_contended_acquire_whose_time_ran_out_still_tries_once(dsn):
+    """A name found taken lately is waited for at once, without a try; if
+    the caller's time ran out meanwhile, one statement (a wait of 0) is
+    still sent rather than none (found in review: 2 of 2,000 acquires with
+    a 4 µs timeout sent nothing)."""
+    from dsync import _sql as sql
+    client = Client(dsn)
+    sent = []
+
+    def query(statement, params, what, **kw):
+        sent.append(params[3])
+        return None
+    client._query = query
+    client._contention.wait_at_once = lambda *a: True
+    token, _ = client._acquire(sql.ACQUIRE, ("n", "h", timedelta(seconds=30), None), True,
+                               time.monotonic() - 1, "acquiring")
+    assert token is None and sent == [timedelta(0)]
+    client.close()

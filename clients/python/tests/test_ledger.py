@@ -106,3 +106,16 @@ def test_a_new_connection_or_listen_since_the_mark_is_confirmed():
 
 def test_no_mark_is_confirmed():
     assert not added(ledger(), None, hold())
+
+
+def test_a_notice_that_is_not_dsyncs_is_no_news_and_never_raises():
+    """Anyone may NOTIFY a channel: a payload that only looks like dsync's
+    must not stop the keeper (it used to raise, and the keeper dropped its
+    connection, again and again)."""
+    led = ledger()
+    h = hold()
+    led.add(h, led.mark(CHANNEL))
+    for payload in ('{"event": "released", "lease": "ledger-test", "holder": "me", "fencing": "abc"}',
+                    '{"event": "expired", "lease": "ledger-test", "holder": "me", "expires_at": 5}',
+                    'not json', '[]'):
+        assert led.judge(CHANNEL, payload, SENDER) == ([], False)
