@@ -251,12 +251,16 @@ test('watch reconnects after its connection is cut and replays what it missed', 
 
 test('watch with reconnect: false ends with the connection error', { timeout: 20000 }, async () => {
   const name = uniqueName('noreconnect');
+  // A name of its own: test files run side by side, and another file's
+  // watch connection used to end this wait before this one was connected
+  // (1 of 5 loaded runs).
+  const app = name.slice(0, 40);
   const outcome = (async () => {
-    for await (const ev of watch([name], { config: direct, timeout: 10, reconnect: false })) void ev;
+    for await (const ev of watch([name], { config: { ...direct, application_name: app }, timeout: 10, reconnect: false })) void ev;
   })().then(() => null, (e) => e);
-  const watching = "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'dsync watch' AND state = 'idle'";
-  for (let i = 0; i < 250 && !(await adminQuery(watching))[0].n; i++) await sleep(20);
-  await adminQuery("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'dsync watch'");
+  const watching = 'SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND state = \'idle\'';
+  for (let i = 0; i < 250 && !(await adminQuery(watching, [`${app} watch`]))[0].n; i++) await sleep(20);
+  await adminQuery('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [`${app} watch`]);
   const err = await outcome;
   assert.ok(err instanceof DsyncConnectionError, 'the watch ended with a connection error');
   assert.strictEqual(err.code, '57P01');
