@@ -17,6 +17,7 @@
  * clients/DESIGN.md tells the rules; ledger.js holds the bookkeeping.
  */
 
+const crypto = require('node:crypto');
 const net = require('node:net');
 const { performance } = require('node:perf_hooks');
 const pg = require('pg');
@@ -50,7 +51,59 @@ const MAX_CALL_TIMEOUT = 1000000;
 const USED = Symbol('dsync.used');          // a pooled connection that ran a statement before
 const GUARDED = Symbol('dsync.guarded');    // has our error listener
 const CANCELLED = Symbol('dsync.cancelled');
+// Whether a connection reaches the server itself (its backend pid is the
+// one the server gave at connect), or a pooler (PgBouncer sends a key of
+// its own): statements are prepared on the first only.
+const DIRECT = Symbol('dsync.direct');
 const noop = () => {};
+
+// Refusals of a named statement before it runs, after which it is sent
+// whole: the server does not have it (26000, at Bind), has another under
+// its name (42P05, at Parse), or its result type changed under it (an
+// extension update: 0A000 with this message, at Bind).
+const UNPREPARED = new Set(['26000', '42P05']);
+const REPLANNED = 'cached plan must not change result type';
+const statementNames = new Map();
+
+// The name a statement is prepared as: derived from its text, so that one
+// prepared under the same name is the same.
+function statementName(text) {
+  let name = statementNames.get(text);
+  if (name === undefined) {
+    name = `dsync_${crypto.createHash('sha256').update(text).digest('hex').slice(0, 24)}`;
+    statementNames.set(text, name);
+  }
+  return name;
+}
+
+/*
+ * Runs text on conn and returns its rows.  On a connection that reaches
+ * the server itself each statement is prepared once and then executed by
+ * name (the server skips parsing and planning it: test/bench/wait_bench.js);
+ * through a pooler, whose server connection changes between transactions,
+ * statements are sent whole, and so they are from then on on a connection
+ * whose server forgot one (a pool's DISCARD ALL).
+ */
+async function runStatement(conn, text, values) {
+  if (conn[DIRECT] === undefined) {
+    if (typeof conn.processID !== 'number') {
+      conn[DIRECT] = false;             // pg-native: no backend key to compare with
+    } else {
+      const pid = (await conn.query('SELECT pg_backend_pid() AS pid')).rows[0].pid;
+      conn[DIRECT] = pid === conn.processID;
+    }
+  }
+  if (conn[DIRECT]) {
+    try {
+      return (await conn.query({ name: statementName(text), text, values, types: sql.types })).rows;
+    } catch (e) {
+      const code = e && e.code;
+      if (!UNPREPARED.has(code) && !(code === '0A000' && String(e.message).includes(REPLANNED))) throw e;
+      conn[DIRECT] = false;             // not the server it was prepared on: send it whole
+    }
+  }
+  return (await conn.query({ text, values, types: sql.types })).rows;
+}
 
 /*
  * Sends PostgreSQL's cancel request for the statement running on conn (a
@@ -234,7 +287,7 @@ class Client {
         else conn.end().catch(noop);            // pg-native: no socket of ours
       }, boundMs);
       try {
-        rows = (await conn.query({ text, values, types: sql.types })).rows;
+        rows = await runStatement(conn, text, values);
       } catch (e) {
         failure = e;
       } finally {
@@ -396,4 +449,4 @@ async function closeDefaultClients() {
   await Promise.all(clients.map((c) => c.close()));
 }
 
-module.exports = { Client, defaultClient, closeDefaultClients, WAIT_SLICE_MS, cancelStatement };
+module.exports = { Client, defaultClient, closeDefaultClients, WAIT_SLICE_MS, cancelStatement, runStatement, statementName };

@@ -7,10 +7,14 @@
  *   python3 clients/with_server.py node test/bench/wait_bench.js
  *
  *   - raw: each worker has its own pg.Client and calls dsync_acquire(name,
- *     holder, '30 s', wait => '30 s') and dsync_release;
+ *     holder, '30 s', wait => '30 s') and dsync_release (node-postgres's
+ *     default: sent whole each time);
+ *   - raw-named: the same as named (prepared) statements, which the client
+ *     uses on connections that reach the server itself;
  *   - client: one dsync Client, a Lock object per worker on the same name,
  *     acquire() and release(); its keeper renews and LISTENs.
  *
+ * BENCH_SIDES picks sides (default raw,raw-named,client).
  * BENCH_ROUNDS (5) alternating rounds of BENCH_SECONDS (5) each way, on a
  * fresh name.  Printed: hand-offs/s (median of rounds) and the hand-off
  * latency from release() returned to the next holder's acquire() returned
@@ -60,7 +64,7 @@ async function round(take, give) {
   return { rate: inside.length / SECONDS, gaps };
 }
 
-async function rawSide(name) {
+async function rawSide(name, named = false) {
   const conns = [];
   for (let i = 0; i < WORKERS; i++) {
     const c = new pg.Client(direct);
@@ -69,15 +73,15 @@ async function rawSide(name) {
   }
   try {
     return await round(
-      async (i) => { await conns[i].query(ACQUIRE, [name, `w${i}`]); },
-      async (i) => { await conns[i].query(RELEASE, [name, `w${i}`]); });
+      async (i) => { await conns[i].query(named ? { name: 'a', text: ACQUIRE, values: [name, `w${i}`] } : ACQUIRE, [name, `w${i}`]); },
+      async (i) => { await conns[i].query(named ? { name: 'r', text: RELEASE, values: [name, `w${i}`] } : RELEASE, [name, `w${i}`]); });
   } finally {
     for (const c of conns) await c.end();
   }
 }
 
 async function clientSide(name) {
-  const client = new Client({ config: direct });
+  const client = new Client({ config: direct, ...(process.env.BENCH_LISTEN === '0' ? { listen: false } : {}) });
   const locks = [];
   for (let i = 0; i < WORKERS; i++) locks.push(client.lock(name, { ttl: 30 }));
   try {
@@ -94,21 +98,25 @@ const median = (v) => pct(v, 0.5);
 
 async function main() {
   console.log(`${WORKERS} async workers on one name, ${ROUNDS} alternating rounds of ${SECONDS} s; node ${process.version}, pg ${require(require.resolve('pg/package.json', { paths: [NODE_CLIENT] })).version}`);
-  const sides = { raw: rawSide, client: clientSide };
-  const rates = { raw: [], client: [] };
-  const gaps = { raw: [], client: [] };
+  const all = { raw: rawSide, 'raw-named': (n) => rawSide(n, true), client: clientSide };
+  const sides = Object.fromEntries((process.env.BENCH_SIDES || Object.keys(all).join(','))
+    .split(',').map((s) => [s, all[s]]));
+  const rates = Object.fromEntries(Object.keys(sides).map((s) => [s, []]));
+  const gaps = Object.fromEntries(Object.keys(sides).map((s) => [s, []]));
   for (let r = 0; r < ROUNDS; r++) {
     for (const side of Object.keys(sides)) {
       const out = await sides[side](`bench-js-${side}-${r}-${process.pid}`);
       rates[side].push(out.rate);
       gaps[side].push(...out.gaps);
-      console.log(`  round ${r + 1} ${side.padEnd(6)}: ${out.rate.toFixed(1).padStart(7)} hand-offs/s, p50 ${median(out.gaps).toFixed(2)} ms`);
+      console.log(`  round ${r + 1} ${side.padEnd(9)}: ${out.rate.toFixed(1).padStart(7)} hand-offs/s, p50 ${median(out.gaps).toFixed(2)} ms`);
     }
   }
   for (const side of Object.keys(sides)) {
-    console.log(`${side.padEnd(6)}: ${median(rates[side]).toFixed(1).padStart(7)} hand-offs/s (median of rounds), hand-off p50 ${median(gaps[side]).toFixed(2)} ms, p99 ${pct(gaps[side], 0.99).toFixed(2)} ms (n=${gaps[side].length})`);
+    console.log(`${side.padEnd(9)}: ${median(rates[side]).toFixed(1).padStart(7)} hand-offs/s (median of rounds), hand-off p50 ${median(gaps[side]).toFixed(2)} ms, p99 ${pct(gaps[side], 0.99).toFixed(2)} ms (n=${gaps[side].length})`);
   }
-  console.log(`client / raw: throughput ${(median(rates.client) / median(rates.raw)).toFixed(2)}x, p50 latency ${(median(gaps.client) / median(gaps.raw)).toFixed(2)}x, p99 latency ${(pct(gaps.client, 0.99) / pct(gaps.raw, 0.99)).toFixed(2)}x`);
+  for (const base of ['raw', 'raw-named'].filter((b) => sides[b] && sides.client)) {
+    console.log(`client / ${base}: throughput ${(median(rates.client) / median(rates[base])).toFixed(2)}x, p50 latency ${(median(gaps.client) / median(gaps[base])).toFixed(2)}x, p99 latency ${(pct(gaps.client, 0.99) / pct(gaps[base], 0.99)).toFixed(2)}x`);
+  }
 }
 
 main().catch((e) => { console.error(e); process.exit(1); });

@@ -13,11 +13,14 @@ Both sides wait inside the server, woken at the commit that frees the name:
     client uses so that it works through PgBouncer in transaction mode;
   - client: one dsync.Client, one Lock object shared by the threads (a
     module-level lock, as threading.Lock is used), lock.acquire() and
-    lock.release(); its keeper renews and LISTENs as in production;
-  - client-prepared: the same with Client(dsn, prepare_threshold=5), for
-    connections that reach the server directly (or PgBouncer 1.21+).
+    lock.release(); its keeper renews and LISTENs as in production (on a
+    connection that reaches the server itself it prepares its statements:
+    dsync/_wire.py);
+  - client-prepared (not run by default): the same with
+    Client(dsn, prepare_threshold=5), which the clients before 1.5's
+    dsync/_wire.py needed to prepare anything.
 
-The two alternate, BENCH_ROUNDS (default 5) rounds of BENCH_SECONDS (default
+The sides (BENCH_SIDES, comma-separated) alternate, BENCH_ROUNDS (default 5) rounds of BENCH_SECONDS (default
 5) each way on a fresh name, on the throwaway server of
 clients/python/tests/conftest.py (an ordinary role, default settings).
 Printed per side: hand-offs/s (median of the rounds) and the hand-off
@@ -51,8 +54,7 @@ WORKERS = int(os.environ.get("BENCH_WORKERS", "16"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 SECONDS = float(os.environ.get("BENCH_SECONDS", "5"))
 HOLD = float(os.environ.get("BENCH_HOLD_MS", "0")) / 1000
-SIDES = os.environ.get("BENCH_SIDES",
-                       "raw,raw-unprepared,client,client-prepared").split(",")
+SIDES = os.environ.get("BENCH_SIDES", "raw,raw-unprepared,client").split(",")
 
 RAW_ACQUIRE = ("SELECT dsync_acquire(%s::text, %s::text, '30 s'::interval, "
                "wait => '30 s'::interval)")

@@ -24,6 +24,7 @@ import psycopg
 
 from . import _common as c
 from . import _sql as sql
+from . import _wire
 from . import errors
 from ._bound import CALL_TIMEOUT, AsyncBound, check_call_timeout
 from ._lanes import AsyncLane
@@ -595,8 +596,13 @@ class AsyncClient:
                     cut = False
                     try:
                         try:
-                            cur = await conn.execute(statement, params)
-                            result = await (cur.fetchall() if rows else cur.fetchone())
+                            first = None if rows else \
+                                await _wire.first_row_async(conn, statement, params)
+                            if first is not None:
+                                result = first[0] if first else None
+                            else:
+                                cur = await conn.execute(statement, params)
+                                result = await (cur.fetchall() if rows else cur.fetchone())
                         finally:
                             cut = timer is not None and timer.end()
                     except psycopg.Error as exc:

@@ -29,6 +29,7 @@ import psycopg
 
 from . import _common as c
 from . import _sql as sql
+from . import _wire
 from . import errors
 from ._bound import BOUNDS, CALL_TIMEOUT, check_call_timeout
 from ._lanes import Lane
@@ -111,6 +112,10 @@ class _Keeper:
         """Start the watchdog, and the keeper unless not asked for, if they
         are not running (the keeper connects at once, so that it is ready
         by the time a first grant returns)."""
+        thread, watchdog = self.thread, self.watchdog
+        if (thread is not None or not keeper) and watchdog is not None and \
+                (not keeper or thread.is_alive()) and watchdog.is_alive():
+            return                  # every acquire asks: the answer without the lock
         with self.mutex:
             if self.stopping:
                 return
@@ -628,8 +633,12 @@ class Client:
                             # Begun inside the try: a key left behind would
                             # cut the connection in its next user's hands.
                             key = BOUNDS.begin(conn, bound) if bound is not None else 0
-                            cur = conn.execute(statement, params)
-                            result = cur.fetchall() if rows else cur.fetchone()
+                            first = None if rows else _wire.first_row(conn, statement, params)
+                            if first is not None:
+                                result = first[0] if first else None
+                            else:
+                                cur = conn.execute(statement, params)
+                                result = cur.fetchall() if rows else cur.fetchone()
                         finally:
                             cut = bool(key) and BOUNDS.end(key)
                     except psycopg.Error as exc:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 import weakref
@@ -44,18 +45,42 @@ class _OnClient(OnClient):
     _default_client = staticmethod(default_client)
 
 
+# The calling thread's answer of current_owner(), made once per thread: a
+# new one in a forked child (the forking thread is the child's main thread
+# there), and kept with the thread identity it was made for (gevent's
+# patching, done after this import, makes each greenlet an identity of its
+# own within one real thread).
+_this_thread = threading.local()
+
+
+def _forget_thread_owners() -> None:
+    """In a forked child: every thread's answer is made anew."""
+    global _this_thread
+    _this_thread = threading.local()
+
+
+os.register_at_fork(after_in_child=_forget_thread_owners)
+
+
 def current_owner() -> Tuple[Any, Callable[[], bool], str]:
     """Who acquires: the running asyncio task when there is one in this
     thread (a sync lock used from async code must not let the loop's tasks
     in together), else the thread.  With a test of whether it still runs,
     and what it is called in messages."""
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:
-        task = None
+    # Every acquire and release asks: no exception when no loop runs.
+    task = asyncio.current_task() if asyncio._get_running_loop() is not None else None
     if task is not None:
         ref = weakref.ref(task)
         return task, lambda: (ref() is not None and not ref().done()), "task"
+    ident = threading.get_ident()
+    known = getattr(_this_thread, "owner", None)
+    if known is None or known[0] != ident:
+        known = _this_thread.owner = (ident, _thread_owner())
+    return known[1]
+
+
+def _thread_owner() -> Tuple[Any, Callable[[], bool], str]:
+    """The calling thread as current_owner() answers for it."""
     thread = threading.current_thread()
     if thread is threading.main_thread():
         # Its holds last until the process exits (at exit the default

@@ -731,3 +731,29 @@ def test_connections_dropped_by_the_server_are_replaced(server, admin, name):
     assert lock.owned() and not lock.lost.is_set()
     assert lock.release()
     client.close()
+
+
+def test_the_owner_of_a_thread_is_made_anew_after_a_fork_and_per_identity(monkeypatch):
+    """current_owner() keeps each thread's answer, but a child forked from
+    a thread has that thread as its main thread (whose holds last until
+    exit), and gevent's patching gives each greenlet an identity of its
+    own within one real thread: neither may reuse the kept answer."""
+    from dsync import sync
+    seen = {}
+
+    def forker():
+        seen["parent"] = sync.current_owner()
+        assert sync.current_owner() is seen["parent"]       # kept
+        pid = os.fork()
+        if pid == 0:
+            child = sync.current_owner()
+            os._exit(0 if child is not seen["parent"] and child[0] is threading.main_thread()
+                     and child[1]() is True else 1)
+        seen["status"] = os.waitpid(pid, 0)[1]
+    t = threading.Thread(target=forker)
+    t.start()
+    t.join()
+    assert seen["status"] == 0
+    mine = sync.current_owner()
+    monkeypatch.setattr(threading, "get_ident", lambda: -1)  # another greenlet, as gevent says
+    assert sync.current_owner() is not mine
