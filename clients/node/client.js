@@ -85,14 +85,7 @@ function statementName(text) {
  * whose server forgot one (a pool's DISCARD ALL).
  */
 async function runStatement(conn, text, values) {
-  if (conn[DIRECT] === undefined) {
-    if (typeof conn.processID !== 'number') {
-      conn[DIRECT] = false;             // pg-native: no backend key to compare with
-    } else {
-      const pid = (await conn.query('SELECT pg_backend_pid() AS pid')).rows[0].pid;
-      conn[DIRECT] = pid === conn.processID;
-    }
-  }
+  if (conn[DIRECT] === undefined) conn[DIRECT] = !(await sql.behindPooler(conn));
   if (conn[DIRECT]) {
     try {
       return (await conn.query({ name: statementName(text), text, values, types: sql.types })).rows;

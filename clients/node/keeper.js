@@ -248,8 +248,7 @@ class Keeper {
     let senders;
     try {
       await c.connect();
-      const pid = (await c.query(sql.BACKEND_PID)).rows[0].v;
-      listenOk = this.client.listen !== false && pid === c.processID;
+      listenOk = this.client.listen !== false && !(await sql.behindPooler(c));
       if (this.client.listen === true && !listenOk) {
         throw new errors.ListenUnavailable('LISTEN does not work through this connection (a pooler in '
           + 'transaction mode); give listen: null to notice a lost lease at the next renewal instead');

@@ -159,11 +159,19 @@ function senderPidsOf(row) {
   return new Set((pids || []).filter((p) => p !== null).map(Number));
 }
 
+// Whether a connection goes through a pooler: PgBouncer sends a backend
+// key of its own, so the server's pid differs from the one pg was given
+// (pg-native gives none, and counts as a pooler: nothing relies on it).
+async function behindPooler(conn) {
+  if (typeof conn.processID !== 'number') return true;
+  return (await conn.query(BACKEND_PID)).rows[0].v !== conn.processID;
+}
+
 module.exports = {
   ACQUIRE, ACQUIRE_SHARED, RENEW, RENEW_MANY, RELEASE, RELEASE_MANY, KEEPER_RENEW_MANY,
   KEEPER_RELEASE_MANY, ASSERT_HELD, HELD, LOCKED,
   LEASE_STATE, LEADER, SEM_CREATE, SEM_PERMITS, EVENT_SET, EVENT_WAIT, EVENT_CLEAR, EVENT_IS_SET,
-  JOIN, LEAVE, MEMBERS, BACKEND_PID, SENDERS, LOG_TOP, RETENTION, CATCH_UP,
+  JOIN, LEAVE, MEMBERS, BACKEND_PID, behindPooler, SENDERS, LOG_TOP, RETENTION, CATCH_UP,
   types, channelOf, listenStatement, unlistenStatement, interval, jsonb, parseTime, parsePayload,
   senderPidsOf,
 };

@@ -13,13 +13,6 @@ const errors = require('./errors');
 const args = require('./args');
 const { ConnectionSettings } = require('./settings');
 
-// Whether the connection goes through a pooler (PgBouncer sends a backend
-// key of its own, so the server's pid differs from the one pg was given).
-async function behindPooler(client) {
-  const r = await client.query(sql.BACKEND_PID);
-  return r.rows[0].v !== client.processID;
-}
-
 // LISTENs on the channels of names, as the server names them (a watch
 // connects rarely, so it asks rather than computes); a map channel -> name.
 async function listenOn(client, names) {
@@ -129,7 +122,7 @@ async function* watch(names, opts = {}) {
     });
     try {
       await client.connect();
-      if (await behindPooler(client)) {
+      if (await sql.behindPooler(client)) {
         throw new errors.ListenUnavailable('LISTEN does not work through this connection: it goes through a '
           + 'connection pooler in transaction mode; watch needs a direct connection (or a pool in session mode)');
       }

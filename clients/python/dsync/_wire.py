@@ -108,6 +108,19 @@ def _values(conn: Any, params: Sequence[Any]) -> Optional[List[Optional[bytes]]]
         return None
 
 
+def behind_pooler(conn: psycopg.Connection) -> bool:
+    """Whether conn goes through a connection pooler (PgBouncer sends a
+    backend key of its own, so the server's pid differs from libpq's)."""
+    return conn.cursor(row_factory=tuple_row).execute(_PID).fetchone()[0] != \
+        conn.info.backend_pid
+
+
+async def behind_pooler_async(conn: psycopg.AsyncConnection) -> bool:
+    """behind_pooler() on an asyncio connection."""
+    cur = await conn.cursor(row_factory=tuple_row).execute(_PID)
+    return (await cur.fetchone())[0] != conn.info.backend_pid
+
+
 def _first_step(conn: Any, name: bytes) -> str:
     """What to send first for the statement prepared as name on conn:
     "prepare", "execute" (prepared before) or "whole"."""
@@ -146,6 +159,7 @@ def _row(conn: Any, res: pq.abc.PGresult) -> List[tuple]:
         raise _error(res, encoding=conn.info.encoding)
     if res.ntuples == 0:
         return []
+    encoding = conn.info.encoding
     row: List[Any] = []
     for col in range(res.nfields):
         data = res.get_value(0, col)
@@ -156,8 +170,8 @@ def _row(conn: Any, res: pq.abc.PGresult) -> List[tuple]:
             row.append(data == b"t")
         elif oid in (_INT8, _INT4, _INT2):
             row.append(int(data))
-        elif oid == _TEXT and conn.info.encoding != "ascii":
-            row.append(bytes(data).decode(conn.info.encoding))
+        elif oid == _TEXT and encoding != "ascii":
+            row.append(bytes(data).decode(encoding))
         else:                           # SQL_ASCII text is bytes, as execute() gives it
             from psycopg.adapt import Transformer
             tx = Transformer(conn)
@@ -188,8 +202,7 @@ def first_row(conn: psycopg.Connection, statement: str,
     if values is None:
         return None
     if conn not in _prepared:
-        pid = conn.cursor(row_factory=tuple_row).execute(_PID).fetchone()[0]
-        _prepared[conn] = set() if pid == conn.info.backend_pid else None
+        _prepared[conn] = None if behind_pooler(conn) else set()
     query, name = _numbered(statement)
     step = _first_step(conn, name)
     while True:
@@ -207,9 +220,7 @@ async def first_row_async(conn: psycopg.AsyncConnection, statement: str,
     if values is None:
         return None
     if conn not in _prepared:
-        cur = await conn.cursor(row_factory=tuple_row).execute(_PID)
-        pid = (await cur.fetchone())[0]
-        _prepared[conn] = set() if pid == conn.info.backend_pid else None
+        _prepared[conn] = None if await behind_pooler_async(conn) else set()
     query, name = _numbered(statement)
     step = _first_step(conn, name)
     while True:

@@ -35,11 +35,6 @@ from .errors import is_connection_error
 log = logging.getLogger("dsync")
 
 
-async def behind_pooler(conn: psycopg.AsyncConnection) -> bool:
-    cur = await conn.execute(sql.BACKEND_PID)
-    return (await cur.fetchone())[0] != conn.info.backend_pid
-
-
 async def sender_pids(conn: psycopg.AsyncConnection) -> Set[int]:
     cur = await conn.execute(sql.SENDERS)
     return c.sender_pids([d.name for d in cur.description], await cur.fetchone())
@@ -253,7 +248,8 @@ class _Keeper:
             conn = await self.client._connect(c.KEEPER_SETTINGS, keeper=True)
             try:
                 conn.add_notify_handler(lambda n: self._heard(n.channel, n.payload, n.pid))
-                listen_ok = self.client.listen is not False and not await behind_pooler(conn)
+                listen_ok = (self.client.listen is not False
+                             and not await _wire.behind_pooler_async(conn))
                 if self.client.listen is True and not listen_ok:
                     raise errors.ListenUnavailable(
                         "LISTEN does not work through this connection (a pooler in "

@@ -12,13 +12,9 @@ from . import _common as c
 from . import _sql as sql
 from .errors import ListenUnavailable
 from ._common import LeaseEvent, Seconds
+from ._wire import behind_pooler_async
 
 __all__ = ["awatch"]
-
-
-async def _behind_pooler(conn: psycopg.AsyncConnection) -> bool:
-    cur = await conn.execute(sql.BACKEND_PID)
-    return (await cur.fetchone())[0] != conn.info.backend_pid
 
 
 async def _listen(conn: psycopg.AsyncConnection, names: Sequence[str]) -> dict:
@@ -117,7 +113,7 @@ async def awatch(names: Sequence[str], *, conninfo: str, timeout: Optional[Secon
             continue
         notes = None
         try:
-            if await _behind_pooler(conn):
+            if await behind_pooler_async(conn):
                 raise ListenUnavailable(
                     "LISTEN does not work through this connection: it goes through a "
                     "connection pooler in transaction mode; watch needs a direct "

@@ -34,6 +34,7 @@ from . import errors
 from ._bound import BOUNDS, CALL_TIMEOUT, check_call_timeout
 from ._lanes import Lane
 from ._ledger import LAPSED, OVERDUE, SETTLE, Hold, Ledger, Mark
+from ._wire import behind_pooler
 from .errors import is_connection_error
 
 log = logging.getLogger("dsync")
@@ -61,17 +62,15 @@ def in_keeper_tx(conn: psycopg.Connection, statement: str, params: Sequence[Any]
     return conn.execute(statement, params).fetchall()
 
 
-def behind_pooler(conn: psycopg.Connection) -> bool:
-    """Whether conn goes through a connection pooler (PgBouncer sends a
-    backend key of its own, so the server's pid differs from libpq's)."""
-    pid = conn.execute(sql.BACKEND_PID).fetchone()[0]
-    return pid != conn.info.backend_pid
-
-
 def sender_pids(conn: Any) -> Set[int]:
     """The pids that send this database's events (dsync_stats)."""
     cur = conn.execute(sql.SENDERS)
     return c.sender_pids([d.name for d in cur.description], cur.fetchone())
+
+
+def _alive(thread: Optional[threading.Thread]) -> bool:
+    """Whether thread was started and still runs."""
+    return thread is not None and thread.is_alive()
 
 
 class _Keeper:
@@ -112,9 +111,7 @@ class _Keeper:
         """Start the watchdog, and the keeper unless not asked for, if they
         are not running (the keeper connects at once, so that it is ready
         by the time a first grant returns)."""
-        thread, watchdog = self.thread, self.watchdog
-        if (thread is not None or not keeper) and watchdog is not None and \
-                (not keeper or thread.is_alive()) and watchdog.is_alive():
+        if _alive(self.watchdog) and (not keeper or _alive(self.thread)):
             return                  # every acquire asks: the answer without the lock
         with self.mutex:
             if self.stopping:
