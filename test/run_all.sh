@@ -167,6 +167,16 @@ while IFS=$'\t' read -r order what out status secs one; do
 	server=$(sed -n 's/^== PostgreSQL \([0-9][0-9.]*\).*/\1/p' "$out" | head -1)
 	printf '%-26s %2d passed, %d failed  (%dm%02ds)%s\n' "$what:" "$p" "$f" \
 		$((secs / 60)) $((secs % 60)) "${server:+  server $server}"
+	# Which suite failed and the first lines that say why, here at the
+	# end: a CI log cut short in the middle still names them.  (The stress
+	# checker's self-tests print FAILED lines on purpose; they are
+	# followed by "ok ... catches", and are left out.)
+	if [ "$f" -gt 0 ]; then
+		{
+			grep -E '^-- .*: FAILED$' "$out"
+			grep -E '^not ok|Failed test|^FAILED |^t/.*(Dubious|Failed)|^E  ' "$out" | head -12
+		} | sed 's/^/    | /'
+	fi
 done < <(sort -t$'\t' -k1,1n "$log/results")
 # A major whose lane died without a result counts as failed.
 for major in $majors; do
