@@ -17,6 +17,7 @@ OBJS = \
 	src/shmem/stats.o \
 	src/wait/wait.o \
 	src/wait/waitqueue.o \
+	src/wait/queued.o \
 	src/storage/store.o \
 	src/storage/storekey.o \
 	src/storage/scan.o \
@@ -32,6 +33,7 @@ OBJS = \
 	src/leases/lease.o \
 	src/leases/leasehold.o \
 	src/leases/permit.o \
+	src/leases/queuegrant.o \
 	src/leases/semaphore.o \
 	src/leases/session.o \
 	src/leases/shared.o \
@@ -54,6 +56,7 @@ OBJS = \
 	src/workers/launcher.o \
 	src/workers/reaper.o \
 	src/workers/reaperstart.o \
+	src/workers/queuework.o \
 	src/workers/expiry.o \
 	src/workers/reap.o \
 	src/sql/dsync.o \

@@ -22,6 +22,8 @@ extern void DsyncEventRecord(DsyncEventKind kind, const DsyncRow *row);
 extern void DsyncEventRecordRaw(DsyncEventKind kind, text *name, text *holder,
 								TimestampTz expires_at);
 extern void DsyncEventRecordRenewal(void);
+extern void DsyncEventRecordGranted(const char *lease, const char *holder, const char *channel,
+									int64 token, TimestampTz claim_by);
 extern void DsyncEventPrepareNow(void);
 extern void DsyncEventPublishNow(const DsyncEvent *events, int nevents, int64 renewals);
 extern char *DsyncEventPayload(const DsyncEvent *event);

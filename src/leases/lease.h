@@ -37,6 +37,9 @@ extern void DsyncLeaseRenewRow(DsyncStore *store, DsyncRow *row, const LeaseGran
 extern void DsyncLeaseSetReleased(DsyncRow *row);
 extern void DsyncLeaseRelease(DsyncStore *store, DsyncRow *row);
 extern DsyncRow *DsyncLeaseFindPlain(DsyncStore *store, text *lease);
+extern bool DsyncQueueGrantNext(FunctionCallInfo fcinfo, text *lease);
+extern bool DsyncSharedTryGrant(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
+								bool may_take, int64 *token, TimestampTz *retry_at);
 extern bool DsyncLeaseTryGrant(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
 							   bool may_take, bool thorough, int64 *token,
 							   TimestampTz *retry_at);

@@ -355,6 +355,9 @@ dsync_release(PG_FUNCTION_ARGS)
 	if (token >= 0)
 		DsyncSessionReleased(token);
 	DsyncLazyCommitEnd();
+	/* The first queued waiter gets it in this transaction (queuegrant.c). */
+	if (token >= 0)
+		(void) DsyncQueueGrantNext(fcinfo, lease);
 	PG_RETURN_BOOL(token >= 0);
 }
 

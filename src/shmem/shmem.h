@@ -27,6 +27,7 @@
 #define DSYNC_TRANCHE_WAIT_QUEUE	"dsync wait queue"
 #define DSYNC_TRANCHE_WORKERS		"dsync workers"
 #define DSYNC_TRANCHE_EVENT_QUEUE	"dsync event queue"
+#define DSYNC_TRANCHE_QUEUED		"dsync queued waiters"
 
 /*
  * Wake-up channels: lease names hash onto them, so two names may share one;

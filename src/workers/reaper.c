@@ -67,6 +67,7 @@
 #include "reaper.h"
 #include "settings.h"
 #include "workers.h"
+#include "queued.h"
 #include "catalog.h"
 #include "stats.h"
 #include "dbslot.h"
@@ -152,6 +153,7 @@ ReaperKeepUnsent(List *events)
 		*copy = *src;
 		copy->name = pstrdup(src->name);
 		copy->holder = pstrdup(src->holder);
+		copy->channel = src->channel ? pstrdup(src->channel) : NULL;
 		reaper_unsent = lappend(reaper_unsent, copy);
 	}
 	if (list_length(reaper_unsent) > DSYNC_MAX_UNSENT)
@@ -169,6 +171,8 @@ ReaperKeepUnsent(List *events)
 				reaper_seq_skip++;
 			pfree(old->name);
 			pfree(old->holder);
+			if (old->channel)
+				pfree(old->channel);
 			pfree(old);
 		}
 		reaper_unsent = list_delete_first_n(reaper_unsent, excess);
@@ -436,7 +440,8 @@ ReaperSendUnsent(void)
 			char	   *payload = DsyncEventPayload(event);
 
 			if (payload)
-				Async_Notify(DsyncEventChannel(event->name), payload);
+				Async_Notify(event->channel ? event->channel :
+							 DsyncEventChannel(event->name), payload);
 		}
 		CommitTransactionCommand();
 		sent = true;
@@ -622,6 +627,8 @@ dsync_reaper_main(Datum arg)
 		drained = ReaperDrainQueue();
 		if (drained > 0)
 			busy_at = GetCurrentTimestamp();
+		/* Grants to queued waiters nobody else made (queuework.c). */
+		DsyncQueueWork();
 		sent_at = GetCurrentTimestamp();
 		do
 		{
@@ -661,8 +668,10 @@ dsync_reaper_main(Datum arg)
 		 * backend that queued an event before this point compared its
 		 * deadline with the old value and may not have woken us.
 		 */
-		next = ExpiryNext();
+		next = DsyncQueueWorkNext(ExpiryNext());
 		pg_atomic_write_u64(&reaper_slot->next_deadline, (uint64) next);
+		if (DsyncQueuedWorkDue(GetCurrentTimestamp()))
+			sleep_ms = 0;
 		LWLockAcquire(reaper_slot->queue_lock, LW_SHARED);
 		if (reaper_slot->queue_bytes > 0 || reaper_slot->queue_dropped > 0)
 			sleep_ms = 0;

@@ -9,6 +9,7 @@
 #define DSYNC_WORKERS_H
 
 #include "postgres.h"
+#include "utils/timestamp.h"
 #include "fmgr.h"
 
 /* launcher.c */
@@ -17,5 +18,9 @@ extern PGDLLEXPORT void dsync_launcher_main(Datum arg);
 
 /* reaper.c */
 extern PGDLLEXPORT void dsync_reaper_main(Datum arg);
+
+/* queuework.c */
+extern TimestampTz DsyncQueueWorkNext(TimestampTz next);
+extern void DsyncQueueWork(void);
 
 #endif							/* DSYNC_WORKERS_H */

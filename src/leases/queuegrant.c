@@ -1,0 +1,383 @@
+/*-------------------------------------------------------------------------
+ *
+ * queuegrant.c
+ *		Waiting without a connection: dsync_queue, dsync_claim,
+ *		dsync_unqueue, and the grant to the first queued waiter made by
+ *		whoever frees a name.
+ *
+ * The queue itself is in wait/queued.c.  Here is what grants from it: a
+ * release grants the name to the first queued waiter in its own
+ * transaction (one write transaction per hand-off), as that waiter's role
+ * (it owns the grant).  What frees a name without a release that can
+ * grant (a rollback, an expiry, a blocked backend that gave up, a grant
+ * nobody claimed) pokes the worker, which grants in dsync_queue_pass.
+ * Durable leases and semaphore permits for now.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/elog.h"
+#include "utils/timestamp.h"
+
+#include "args.h"
+#include "catalog.h"
+#include "events.h"
+#include "settings.h"
+#include "lease.h"
+#include "queued.h"
+#include "wait.h"
+
+PG_FUNCTION_INFO_V1(dsync_queue);
+PG_FUNCTION_INFO_V1(dsync_claim);
+PG_FUNCTION_INFO_V1(dsync_unqueue);
+PG_FUNCTION_INFO_V1(dsync_queue_pass);
+
+/* How often the worker drops queued waiters nobody renews. */
+#define QUEUE_SWEEP_MS		1000
+
+typedef struct QueueTryArgs
+{
+	FunctionCallInfo fcinfo;
+	text	   *lease;
+	LeaseGrant	grant;
+	Interval	ttl;
+	bool		shared;
+	int64		token;
+} QueueTryArgs;
+
+/*
+ * QueueTry
+ *		One try of a grant to a queued waiter (or to dsync_queue's caller).
+ */
+static bool
+QueueTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
+{
+	QueueTryArgs *args = arg;
+
+	if (args->shared)
+		return DsyncSharedTryGrant(args->fcinfo, args->lease, &args->grant, may_take,
+								   &args->token, retry_at);
+	return DsyncLeaseTryGrant(args->fcinfo, args->lease, &args->grant, may_take, thorough,
+							  &args->token, retry_at);
+}
+
+/*
+ * QueueTryOnce
+ *		One try, in an internal subtransaction, of a grant of lease to
+ *		holder for ttl_usec; true with *token if made.
+ */
+static bool
+QueueTryOnce(FunctionCallInfo fcinfo, text *lease, uint64 key, text *holder, int64 ttl_usec,
+			 bool shared, int64 *token)
+{
+	QueueTryArgs args;
+	DsyncWaitSpec spec;
+
+	memset(&args, 0, sizeof(args));
+	args.fcinfo = fcinfo;
+	args.lease = lease;
+	args.ttl.time = ttl_usec;
+	args.grant.holder = holder;
+	args.grant.ttl = &args.ttl;
+	args.grant.ttl_usec = ttl_usec;
+	args.grant.info_null = true;
+	args.shared = shared;
+	memset(&spec, 0, sizeof(spec));
+	spec.key = key;
+	spec.roleid = InvalidOid;
+	spec.kind = "queued";
+	spec.name = lease;
+	spec.holder = holder;
+	spec.try_fn = QueueTry;
+	spec.arg = &args;
+	if (!DsyncWaitTryOnce(&spec, true))
+		return false;
+	*token = args.token;
+	return true;
+}
+
+/*
+ * QueueGrantTo
+ *		Grant a queued waiter its lease in this transaction, as its role;
+ *		true if made.  A grant that fails with an error is not the caller's
+ *		failure (a release must not fail because of somebody else's wait):
+ *		the waiter is dropped from the line with a warning, unless the
+ *		error is a cancel or shutdown, which goes on.
+ */
+static bool
+QueueGrantTo(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *waiter)
+{
+	text	   *lease = cstring_to_text(waiter->name);
+	text	   *holder = cstring_to_text(waiter->holder);
+	MemoryContext oldcontext = CurrentMemoryContext;
+	Oid			save_userid;
+	int			save_sec;
+	volatile bool granted = false;
+	int64		token = 0;
+
+	if (!DsyncQueuedReserve(waiter))
+		return false;
+	DsyncXactChanged();
+	GetUserIdAndSecContext(&save_userid, &save_sec);
+	PG_TRY();
+	{
+		SetUserIdAndSecContext(waiter->userid, save_sec | SECURITY_LOCAL_USERID_CHANGE);
+		granted = QueueTryOnce(fcinfo, lease, waiter->key, holder, waiter->ttl_usec,
+							   waiter->mode == DSYNC_QUEUED_SHARED, &token);
+		SetUserIdAndSecContext(save_userid, save_sec);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+		DsyncQueuedWaiter gone;
+
+		SetUserIdAndSecContext(save_userid, save_sec);
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		/* The try's subtransaction is rolled back already (wait.c). */
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED ||
+			edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN ||
+			!IsTransactionState())
+			PG_RE_THROW();
+		FlushErrorState();
+		DsyncQueuedUnreserve(waiter);
+		(void) DsyncQueuedLeave(lease, holder, waiter->key, &gone);
+		ereport(WARNING,
+				(errcode(edata->sqlerrcode),
+				 errmsg("dsync dropped queued waiter \"%s\" of lease \"%s\": %s",
+						waiter->holder, waiter->name, edata->message)));
+		FreeErrorData(edata);
+		return false;
+	}
+	PG_END_TRY();
+	if (granted)
+	{
+		DsyncQueuedSetToken(waiter, token);
+		if (waiter->channel[0] != '\0')
+			DsyncEventRecordGranted(waiter->name, waiter->holder, waiter->channel, token,
+									TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+																dsync_claim_window));
+	}
+	else
+		DsyncQueuedUnreserve(waiter);
+	return granted;
+}
+
+/*
+ * DsyncQueueGrantNext
+ *		lease was freed in this transaction: grant it to its first queued
+ *		waiter, if the whole line has one first.  Costs an atomic read
+ *		when nobody is queued on the lease's channel.
+ */
+bool
+DsyncQueueGrantNext(FunctionCallInfo fcinfo, text *lease)
+{
+	uint64		key = DsyncWaitKey(lease);
+	DsyncQueuedWaiter first;
+	bool		any = false;
+
+	/*
+	 * An exclusive grant of a plain lease leaves nothing for the next one;
+	 * a shared holder or a semaphore's permit may leave room for more.
+	 */
+	while (DsyncQueuedAny(key) && DsyncQueuedFirst(key, &first) &&
+		   QueueGrantTo(fcinfo, &first))
+	{
+		any = true;
+		if (first.mode != DSYNC_QUEUED_SHARED && DsyncSemaphorePermits(fcinfo, lease) <= 1)
+			break;
+	}
+	return any;
+}
+
+/*
+ * dsync_queue
+ *		SQL: dsync_queue(lease, holder, ttl, channel, shared) RETURNS bigint
+ *
+ * Get in line for lease without staying connected: the fencing token if
+ * it is granted now, else NULL (queued, or still queued: the place is
+ * renewed for another ttl).  The grant comes later, made by whoever frees
+ * the lease, and is announced as an "acquired" event on the lease's
+ * channel and, if channel is given, as a "granted" event with the token
+ * on dsync_channel(channel), one channel a client can wait on for all its
+ * queued waits; dsync_claim takes it up.
+ */
+Datum
+dsync_queue(PG_FUNCTION_ARGS)
+{
+	text	   *lease = DsyncArgName(fcinfo, 0, "lease");
+	text	   *holder = DsyncArgName(fcinfo, 1, "holder");
+	Interval   *ttl;
+	int64		ttl_usec = DsyncArgTtl(fcinfo, 2, "ttl", false, &ttl);
+	const char *channel = "";
+	int			mode = DSYNC_QUEUED_EXCLUSIVE;
+	uint64		key;
+	DsyncQueuedWaiter me;
+	DsyncQueuedWaiter first;
+	DsyncQueuedState state;
+	int64		token;
+
+	(void) DsyncExpiry(GetCurrentTimestamp(), ttl_usec, "ttl");
+	if (PG_NARGS() > 3 && !PG_ARGISNULL(3))
+		channel = DsyncEventChannel(text_to_cstring(DsyncArgName(fcinfo, 3, "channel")));
+	if (PG_NARGS() > 4)
+	{
+		DsyncArgNotNull(fcinfo, 4, "shared");
+		if (PG_GETARG_BOOL(4))
+		{
+			DsyncCatalogRequire(DsyncCatalogGet(fcinfo), DSYNC_TABLE_PERMIT);
+			mode = DSYNC_QUEUED_SHARED;
+		}
+	}
+	DsyncPreventWrite("dsync_queue()");
+	key = DsyncWaitKey(lease);
+	state = DsyncQueuedJoin(lease, holder, key, mode, true, ttl_usec, channel, &me);
+	if (state == DSYNC_QUEUED_GRANTED)
+	{
+		if (DsyncQueuedClaim(lease, holder, key, &me) == DSYNC_QUEUED_GRANTED)
+			PG_RETURN_INT64(me.token);
+		PG_RETURN_NULL();
+	}
+	if (state != DSYNC_QUEUED_GONE)
+		PG_RETURN_NULL();
+
+	/*
+	 * Queued first, then one try if first in line: a release that looked
+	 * at the line before we joined it finds our try blocked on its row,
+	 * and its commit's wake-up pokes the worker, which grants.
+	 */
+	if (DsyncQueuedFirst(key, &first) && first.ticket == me.ticket &&
+		QueueTryOnce(fcinfo, lease, key, holder, ttl_usec, mode == DSYNC_QUEUED_SHARED, &token))
+	{
+		DsyncQueuedWaiter left;
+
+		(void) DsyncQueuedLeave(lease, holder, key, &left);
+		PG_RETURN_INT64(token);
+	}
+	PG_RETURN_NULL();
+}
+
+/*
+ * dsync_claim
+ *		SQL: dsync_claim(lease, holder, OUT state text, OUT fencing bigint)
+ *
+ * Where a queued waiter stands: 'queued' (its place renewed for another
+ * ttl), 'granted' with the token (claimed now: the lease is the caller's
+ * to renew and release), or 'gone' (never queued, left, not renewed in
+ * time, not claimed in time, or lost in a restart: queue again).
+ */
+Datum
+dsync_claim(PG_FUNCTION_ARGS)
+{
+	text	   *lease = DsyncArgName(fcinfo, 0, "lease");
+	text	   *holder = DsyncArgName(fcinfo, 1, "holder");
+	TupleDesc	tupdesc;
+	Datum		values[2];
+	bool		nulls[2] = {false, true};
+	DsyncQueuedWaiter me;
+	DsyncQueuedState state;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("dsync_claim() must be called where a record is expected")));
+	tupdesc = BlessTupleDesc(tupdesc);
+	state = DsyncQueuedClaim(lease, holder, DsyncWaitKey(lease), &me);
+	switch (state)
+	{
+		case DSYNC_QUEUED_WAITING:
+		case DSYNC_QUEUED_GRANTING:
+			values[0] = CStringGetTextDatum("queued");
+			break;
+		case DSYNC_QUEUED_GRANTED:
+			values[0] = CStringGetTextDatum("granted");
+			values[1] = Int64GetDatum(me.token);
+			nulls[1] = false;
+			break;
+		default:
+			values[0] = CStringGetTextDatum("gone");
+			break;
+	}
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/*
+ * dsync_unqueue
+ *		SQL: dsync_unqueue(lease, holder) RETURNS boolean
+ *
+ * Leave the line: true if (lease, holder) was queued.  A grant made to it
+ * and not claimed yet is released (and passed on) in this transaction.
+ */
+Datum
+dsync_unqueue(PG_FUNCTION_ARGS)
+{
+	text	   *lease = DsyncArgName(fcinfo, 0, "lease");
+	text	   *holder = DsyncArgName(fcinfo, 1, "holder");
+	DsyncQueuedWaiter me;
+	DsyncQueuedState state;
+
+	state = DsyncQueuedLeave(lease, holder, DsyncWaitKey(lease), &me);
+	if (state == DSYNC_QUEUED_GRANTED)
+	{
+		DsyncPreventWrite("dsync_unqueue()");
+		if (DsyncLeaseReleaseGrant(DsyncCatalogGet(fcinfo), lease, holder, me.token,
+								   true) == DSYNC_RELEASE_DONE)
+			(void) DsyncQueueGrantNext(fcinfo, lease);
+	}
+	PG_RETURN_BOOL(state != DSYNC_QUEUED_GONE);
+}
+
+/*
+ * dsync_queue_pass
+ *		SQL: dsync_queue_pass() RETURNS integer (administrators; the worker
+ *		runs it when poked or when a claim window ends)
+ *
+ * Pass on the grants not claimed in time, grant to the first queued
+ * waiters of names that may have been freed with nobody to grant them,
+ * and now and then drop the waiters nobody renews.  Returns how many
+ * grants it made.
+ */
+Datum
+dsync_queue_pass(PG_FUNCTION_ARGS)
+{
+	static TimestampTz last_sweep = 0;
+	TimestampTz now = GetCurrentTimestamp();
+	const DsyncCatalog *catalog = DsyncCatalogGet(fcinfo);
+	List	   *due;
+	List	   *heads;
+	ListCell   *lc;
+	int			granted = 0;
+
+	DsyncPreventWrite("dsync_queue_pass()");
+	due = DsyncQueuedTakeDue(now);
+	foreach(lc, due)
+	{
+		DsyncQueuedWaiter *w = lfirst(lc);
+		text	   *lease = cstring_to_text(w->name);
+
+		if (DsyncLeaseReleaseGrant(catalog, lease, cstring_to_text(w->holder), w->token,
+								   false) == DSYNC_RELEASE_DONE &&
+			DsyncQueueGrantNext(fcinfo, lease))
+			granted++;
+	}
+	heads = DsyncQueuedTakePoked();
+	foreach(lc, heads)
+	{
+		DsyncQueuedWaiter *w = lfirst(lc);
+		DsyncQueuedWaiter first;
+
+		if (DsyncQueuedFirst(w->key, &first) && QueueGrantTo(fcinfo, &first))
+			granted++;
+	}
+	if (TimestampDifferenceExceeds(last_sweep, now, QUEUE_SWEEP_MS))
+	{
+		(void) DsyncQueuedSweep(now);
+		last_sweep = now;
+	}
+	PG_RETURN_INT32(granted);
+}

@@ -1,0 +1,1080 @@
+/*-------------------------------------------------------------------------
+ *
+ * queued.c
+ *		Waiters queued without a connection: entries in shared memory, in
+ *		the same FIFO as blocked backends, granted by whoever frees the name.
+ *
+ * A client queues (dsync_queue) and goes away; its entry takes a ticket
+ * from the counter blocked backends take theirs from, so both kinds are
+ * served in arrival order.  The entry stays in line while its client
+ * renews it (dsync_claim, within its ttl); one that is not renewed lapses
+ * and is skipped and dropped when it would reach the front, or by the
+ * worker's sweep, with no timer of its own.
+ *
+ * Life of an entry:
+ *	WAITING		in line.
+ *	GRANTING	a transaction that freed the name granted it the lease in the
+ *				same transaction (leases/queuegrant.c).  Out of line: a
+ *				rollback puts it back (at its old ticket), a commit makes it
+ *				GRANTED.
+ *	GRANTED		the grant committed.  Its client claims it (dsync_claim: the
+ *				entry goes, the lease stays), or the worker passes it on at
+ *				claim_by (dsync.claim_window after the commit): the entry
+ *				goes and the lease is released, in one transaction that
+ *				grants the next in line.
+ *
+ * State: two shared hash tables under one LWLock ("dsync queued waiters"):
+ * the names with queued waiters (each with its entries in ticket order) and
+ * the entries by (database, name, holder).  Per wake channel, a count of
+ * WAITING entries (read without the lock: a channel with none costs
+ * blocked backends nothing) and a "poked" flag: a wake-up that may have
+ * freed a name with queued waiters and granted nobody asks the worker to
+ * look (DsyncQueuedPoke).  Per backend, the entries its transaction is
+ * granting, with their subtransaction level.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "common/hashfn.h"
+#include "lib/ilist.h"
+#include "miscadmin.h"
+#include "nodes/pg_list.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "queued.h"
+#include "wait.h"
+#include "wait_int.h"
+#include "dbslot.h"
+#include "settings.h"
+#include "shmem.h"
+
+typedef struct QueuedNameTag
+{
+	Oid			dbid;
+	uint32		pad;			/* zero: hashed as bytes */
+	uint64		key;
+} QueuedNameTag;
+
+typedef struct QueuedName
+{
+	QueuedNameTag tag;
+	dlist_head	waiters;		/* QueuedEntry, ticket order */
+} QueuedName;
+
+typedef struct QueuedTag
+{
+	Oid			dbid;
+	uint32		pad;
+	uint64		key;
+	uint64		holder_key;
+} QueuedTag;
+
+typedef struct QueuedEntry
+{
+	QueuedTag	tag;
+	dlist_node	node;			/* in its name's waiters */
+	dlist_node	granted_node;	/* in granted, while GRANTED */
+	DsyncQueuedWaiter w;
+} QueuedEntry;
+
+typedef struct QueuedControl
+{
+	LWLock	   *lock;
+	dlist_head	granted;		/* GRANTED entries, unclaimed */
+	pg_atomic_uint32 waiting[DSYNC_WAKE_CHANNELS];	/* WAITING entries */
+	/* Per database slot, a bit per channel: its worker must look there. */
+	pg_atomic_uint64 poked[FLEXIBLE_ARRAY_MEMBER];
+} QueuedControl;
+
+#define POKE_WORDS	(DSYNC_WAKE_CHANNELS / 64)
+
+static QueuedControl *queued_control = NULL;
+static HTAB *queued_names = NULL;
+static HTAB *queued_entries = NULL;
+
+/* The entries this backend's transaction is granting. */
+typedef struct QueuedPending
+{
+	QueuedTag	tag;
+	int			nest_level;
+} QueuedPending;
+
+static List *queued_pending = NIL;
+
+/* Channels whose queued head this backend's commit just granted. */
+static uint64 granted_now[DSYNC_WAKE_CHANNELS / 64];
+
+/*
+ * QueuedMax
+ *		Entries the tables are sized for (at least one, so that a server
+ *		with queueing off still has valid tables).
+ */
+static int
+QueuedMax(void)
+{
+	return Max(dsync_max_queued_waiters, 1);
+}
+
+/*
+ * QueuedControlSize
+ *		Bytes of the control block, with its poke bits.
+ */
+static Size
+QueuedControlSize(void)
+{
+	return add_size(offsetof(QueuedControl, poked),
+					mul_size(mul_size(dsync_max_databases, POKE_WORDS),
+							 sizeof(pg_atomic_uint64)));
+}
+
+/*
+ * DsyncQueuedShmemSize
+ *		Bytes of shared memory for the queued waiters.
+ */
+Size
+DsyncQueuedShmemSize(void)
+{
+	Size		size = MAXALIGN(QueuedControlSize());
+
+	size = add_size(size, hash_estimate_size(QueuedMax(), sizeof(QueuedName)));
+	return add_size(size, hash_estimate_size(QueuedMax(), sizeof(QueuedEntry)));
+}
+
+/*
+ * DsyncQueuedShmemRequest
+ *		Ask for the space and the lock (from the shared memory request hook).
+ */
+void
+DsyncQueuedShmemRequest(void)
+{
+	RequestAddinShmemSpace(DsyncQueuedShmemSize());
+	RequestNamedLWLockTranche(DSYNC_TRANCHE_QUEUED, 1);
+}
+
+/*
+ * DsyncQueuedShmemInit
+ *		Create or attach to the control block and the two tables; the caller
+ *		holds AddinShmemInitLock.
+ */
+void
+DsyncQueuedShmemInit(void)
+{
+	HASHCTL		ctl;
+	bool		found;
+
+	queued_control = ShmemInitStruct("dsync queued waiters", QueuedControlSize(), &found);
+	if (!found)
+	{
+		queued_control->lock = &(GetNamedLWLockTranche(DSYNC_TRANCHE_QUEUED))->lock;
+		dlist_init(&queued_control->granted);
+		for (int i = 0; i < DSYNC_WAKE_CHANNELS; i++)
+			pg_atomic_init_u32(&queued_control->waiting[i], 0);
+		for (int i = 0; i < dsync_max_databases * POKE_WORDS; i++)
+			pg_atomic_init_u64(&queued_control->poked[i], 0);
+	}
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(QueuedNameTag);
+	ctl.entrysize = sizeof(QueuedName);
+	queued_names = ShmemInitHash("dsync queued names", QueuedMax(), QueuedMax(), &ctl,
+								 HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	ctl.keysize = sizeof(QueuedTag);
+	ctl.entrysize = sizeof(QueuedEntry);
+	queued_entries = ShmemInitHash("dsync queued entries", QueuedMax(), QueuedMax(), &ctl,
+								   HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+}
+
+/*
+ * QueuedMakeTag
+ *		The hash keys of (this database, key, holder).
+ */
+static void
+QueuedMakeTag(QueuedTag *tag, QueuedNameTag *name_tag, uint64 key, const char *holder,
+			  size_t holder_len)
+{
+	memset(tag, 0, sizeof(*tag));
+	tag->dbid = MyDatabaseId;
+	tag->key = key;
+	tag->holder_key = hash_bytes_extended((const unsigned char *) holder, holder_len, key);
+	if (name_tag)
+	{
+		memset(name_tag, 0, sizeof(*name_tag));
+		name_tag->dbid = MyDatabaseId;
+		name_tag->key = key;
+	}
+}
+
+/*
+ * QueuedChannel
+ *		The wake channel of a key.
+ */
+static inline int
+QueuedChannel(uint64 key)
+{
+	return (int) (key % DSYNC_WAKE_CHANNELS);
+}
+
+/*
+ * QueuedFind
+ *		The entry of (name, holder) in this database, checked against the
+ *		strings (the tag is a hash), or NULL.  Under the lock.
+ */
+static QueuedEntry *
+QueuedFind(text *name, text *holder, uint64 key)
+{
+	QueuedTag	tag;
+	QueuedEntry *entry;
+
+	QueuedMakeTag(&tag, NULL, key, VARDATA_ANY(holder), VARSIZE_ANY_EXHDR(holder));
+	entry = hash_search(queued_entries, &tag, HASH_FIND, NULL);
+	if (entry == NULL)
+		return NULL;
+	if (strlen(entry->w.holder) != VARSIZE_ANY_EXHDR(holder) ||
+		memcmp(entry->w.holder, VARDATA_ANY(holder), VARSIZE_ANY_EXHDR(holder)) != 0 ||
+		strlen(entry->w.name) != VARSIZE_ANY_EXHDR(name) ||
+		memcmp(entry->w.name, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name)) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("dsync queued waiter hash collision"),
+				 errhint("Use another holder name.")));
+	return entry;
+}
+
+/*
+ * QueuedUnlink
+ *		Take an entry out of its name's line and its table (and out of the
+ *		granted list, or the waiting count, as its state says), leaving
+ *		the name's entry.  Under the lock, exclusive.
+ */
+static void
+QueuedUnlink(QueuedEntry *entry)
+{
+	QueuedTag	tag = entry->tag;
+
+	if (entry->w.state == DSYNC_QUEUED_WAITING)
+		pg_atomic_fetch_sub_u32(&queued_control->waiting[QueuedChannel(tag.key)], 1);
+	if (entry->w.state == DSYNC_QUEUED_GRANTED)
+		dlist_delete(&entry->granted_node);
+	dlist_delete(&entry->node);
+	(void) hash_search(queued_entries, &tag, HASH_REMOVE, NULL);
+}
+
+/*
+ * QueuedDropNameIfEmpty
+ *		Drop a name's entry once it has no queued waiters.  Under the lock,
+ *		exclusive.
+ */
+static void
+QueuedDropNameIfEmpty(uint64 key, Oid dbid)
+{
+	QueuedNameTag name_tag;
+	QueuedName *qname;
+
+	memset(&name_tag, 0, sizeof(name_tag));
+	name_tag.dbid = dbid;
+	name_tag.key = key;
+	qname = hash_search(queued_names, &name_tag, HASH_FIND, NULL);
+	if (qname != NULL && dlist_is_empty(&qname->waiters))
+		(void) hash_search(queued_names, &name_tag, HASH_REMOVE, NULL);
+}
+
+/*
+ * QueuedRemove
+ *		Take an entry out of both tables (and out of the granted list, or
+ *		the waiting count, as its state says).  Under the lock, exclusive.
+ */
+static void
+QueuedRemove(QueuedEntry *entry)
+{
+	QueuedTag	tag = entry->tag;
+
+	QueuedUnlink(entry);
+	QueuedDropNameIfEmpty(tag.key, tag.dbid);
+}
+
+/*
+ * DsyncQueuedJoin
+ *		Queue (name, holder) at the back of the name's line, or renew its
+ *		place if it is queued already (same ticket).  Returns the entry's
+ *		state before the call (GONE: queued now) with a copy in *out.
+ */
+DsyncQueuedState
+DsyncQueuedJoin(text *name, text *holder, uint64 key, int mode, bool durable,
+				int64 ttl_usec, const char *channel, DsyncQueuedWaiter *out)
+{
+	QueuedTag	tag;
+	QueuedNameTag name_tag;
+	QueuedEntry *entry;
+	QueuedName *qname;
+	bool		found;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (dsync_max_queued_waiters == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("queueing without a connection is turned off"),
+				 errhint("Set dsync.max_queued_waiters above 0 and restart the server.")));
+	QueuedMakeTag(&tag, &name_tag, key, VARDATA_ANY(holder), VARSIZE_ANY_EXHDR(holder));
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	entry = QueuedFind(name, holder, key);
+	if (entry != NULL)
+	{
+		DsyncQueuedState was = entry->w.state;
+
+		if (was == DSYNC_QUEUED_WAITING)
+			entry->w.alive_until = now + ttl_usec;
+		*out = entry->w;
+		LWLockRelease(queued_control->lock);
+		return was;
+	}
+	entry = hash_search(queued_entries, &tag, HASH_ENTER_NULL, &found);
+	qname = entry == NULL ? NULL :
+		hash_search(queued_names, &name_tag, HASH_ENTER_NULL, &found);
+	if (qname == NULL)
+	{
+		if (entry != NULL)
+			(void) hash_search(queued_entries, &tag, HASH_REMOVE, NULL);
+		LWLockRelease(queued_control->lock);
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("too many queued waiters"),
+				 errdetail("dsync.max_queued_waiters (%d) are queued in all databases.",
+						   dsync_max_queued_waiters),
+				 errhint("Raise dsync.max_queued_waiters, or wait in a backend (dsync_acquire with a wait).")));
+	}
+	if (!found)
+		dlist_init(&qname->waiters);
+	memset(&entry->w, 0, sizeof(entry->w));
+	entry->w.state = DSYNC_QUEUED_WAITING;
+	entry->w.dbid = MyDatabaseId;
+	entry->w.userid = GetUserId();
+	entry->w.key = key;
+	entry->w.ticket = pg_atomic_fetch_add_u64(&dsync_shared->next_ticket, 1);
+	entry->w.mode = mode;
+	entry->w.durable = durable;
+	entry->w.ttl_usec = ttl_usec;
+	entry->w.since = now;
+	entry->w.alive_until = now + ttl_usec;
+	strlcpy(entry->w.channel, channel, sizeof(entry->w.channel));
+	text_to_cstring_buffer(name, entry->w.name, sizeof(entry->w.name));
+	text_to_cstring_buffer(holder, entry->w.holder, sizeof(entry->w.holder));
+	/* Tickets rise under the lock, so the tail is the right place. */
+	dlist_push_tail(&qname->waiters, &entry->node);
+	pg_atomic_fetch_add_u32(&queued_control->waiting[QueuedChannel(key)], 1);
+	*out = entry->w;
+	LWLockRelease(queued_control->lock);
+	return DSYNC_QUEUED_GONE;
+}
+
+/*
+ * QueuedHead
+ *		The first live WAITING entry of key in this database, dropping the
+ *		lapsed ones before it if the lock is held exclusively.  Under the
+ *		lock.
+ */
+static QueuedEntry *
+QueuedHead(uint64 key, bool exclusive, TimestampTz now)
+{
+	QueuedNameTag name_tag;
+	QueuedName *qname;
+	dlist_mutable_iter iter;
+
+	memset(&name_tag, 0, sizeof(name_tag));
+	name_tag.dbid = MyDatabaseId;
+	name_tag.key = key;
+	qname = hash_search(queued_names, &name_tag, HASH_FIND, NULL);
+	if (qname == NULL)
+		return NULL;
+	dlist_foreach_modify(iter, &qname->waiters)
+	{
+		QueuedEntry *entry = dlist_container(QueuedEntry, node, iter.cur);
+
+		if (entry->w.state != DSYNC_QUEUED_WAITING)
+			continue;
+		if (entry->w.alive_until > now)
+			return entry;
+		if (exclusive)
+			QueuedUnlink(entry);
+	}
+	if (exclusive)
+		QueuedDropNameIfEmpty(key, MyDatabaseId);
+	return NULL;
+}
+
+/*
+ * DsyncQueuedAny
+ *		Whether key's channel has WAITING entries (a moment's reading).
+ */
+bool
+DsyncQueuedAny(uint64 key)
+{
+	return queued_control != NULL &&
+		pg_atomic_read_u32(&queued_control->waiting[QueuedChannel(key)]) > 0;
+}
+
+/*
+ * DsyncQueuedFirstTicket
+ *		The ticket of the first live queued waiter of key in this database,
+ *		PG_UINT64_MAX if none: blocked backends with a later ticket let it
+ *		go first.
+ */
+uint64
+DsyncQueuedFirstTicket(uint64 key)
+{
+	QueuedEntry *entry;
+	uint64		ticket = PG_UINT64_MAX;
+
+	if (!DsyncQueuedAny(key))
+		return ticket;
+	LWLockAcquire(queued_control->lock, LW_SHARED);
+	entry = QueuedHead(key, false, GetCurrentTimestamp());
+	if (entry != NULL)
+		ticket = entry->w.ticket;
+	LWLockRelease(queued_control->lock);
+	return ticket;
+}
+
+/*
+ * DsyncQueuedFirst
+ *		The queued waiter of key that is first in the name's whole line
+ *		(no blocked backend ahead of it, none stepped aside counted), if
+ *		any: the one a transaction that frees the name grants to.
+ */
+bool
+DsyncQueuedFirst(uint64 key, DsyncQueuedWaiter *out)
+{
+	QueuedEntry *entry;
+	bool		ahead = false;
+
+	if (!DsyncQueuedAny(key))
+		return false;
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	entry = QueuedHead(key, true, GetCurrentTimestamp());
+	if (entry != NULL)
+		*out = entry->w;
+	LWLockRelease(queued_control->lock);
+	if (entry == NULL)
+		return false;
+
+	LWLockAcquire(dsync_shared->lock, LW_SHARED);
+	for (int i = 0; i < dsync_shared->nslots && !ahead; i++)
+	{
+		DsyncWaiterSlot *slot = &dsync_shared->slots[i];
+
+		ahead = slot->in_use && !slot->aside && slot->key == key &&
+			slot->dbid == MyDatabaseId && slot->roleid == InvalidOid &&
+			slot->ticket < out->ticket;
+	}
+	LWLockRelease(dsync_shared->lock);
+	return !ahead;
+}
+
+/*
+ * QueuedEntryOf
+ *		The entry a copy was made from, if it is still there.  Under the
+ *		lock.
+ */
+static QueuedEntry *
+QueuedEntryOf(const DsyncQueuedWaiter *waiter)
+{
+	QueuedTag	tag;
+	QueuedEntry *entry;
+
+	QueuedMakeTag(&tag, NULL, waiter->key, waiter->holder, strlen(waiter->holder));
+	entry = hash_search(queued_entries, &tag, HASH_FIND, NULL);
+	if (entry == NULL || entry->w.ticket != waiter->ticket)
+		return NULL;
+	return entry;
+}
+
+/*
+ * DsyncQueuedReserve
+ *		Take a WAITING entry out of line for a grant this transaction is
+ *		about to try: false if it is not waiting any more.  Until the
+ *		transaction (or the savepoint it is in) ends, it is GRANTING.
+ */
+bool
+DsyncQueuedReserve(const DsyncQueuedWaiter *waiter)
+{
+	QueuedEntry *entry;
+	QueuedPending *pending;
+	MemoryContext oldcontext;
+
+	oldcontext = MemoryContextSwitchTo(TopMemoryContext);
+	pending = palloc(sizeof(QueuedPending));
+	queued_pending = lappend(queued_pending, pending);
+	MemoryContextSwitchTo(oldcontext);
+
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	entry = QueuedEntryOf(waiter);
+	if (entry == NULL || entry->w.state != DSYNC_QUEUED_WAITING)
+	{
+		LWLockRelease(queued_control->lock);
+		queued_pending = list_delete_last(queued_pending);
+		pfree(pending);
+		return false;
+	}
+	entry->w.state = DSYNC_QUEUED_GRANTING;
+	entry->w.cancelled = false;
+	pg_atomic_fetch_sub_u32(&queued_control->waiting[QueuedChannel(entry->tag.key)], 1);
+	pending->tag = entry->tag;
+	pending->nest_level = GetCurrentTransactionNestLevel();
+	LWLockRelease(queued_control->lock);
+	return true;
+}
+
+/*
+ * DsyncQueuedSetToken
+ *		The token of the grant made to a reserved entry.
+ */
+void
+DsyncQueuedSetToken(const DsyncQueuedWaiter *waiter, int64 token)
+{
+	QueuedEntry *entry;
+
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	entry = QueuedEntryOf(waiter);
+	if (entry != NULL && entry->w.state == DSYNC_QUEUED_GRANTING)
+		entry->w.token = token;
+	LWLockRelease(queued_control->lock);
+}
+
+/*
+ * QueuedBackInLine
+ *		A grant to entry did not happen (its try failed, or the transaction
+ *		or savepoint that made it rolled back): back in line at its own
+ *		ticket, unless its client left meanwhile.  Under the lock.
+ */
+static void
+QueuedBackInLine(QueuedEntry *entry)
+{
+	if (entry->w.state != DSYNC_QUEUED_GRANTING)
+		return;
+	entry->w.token = 0;
+	if (entry->w.cancelled)
+	{
+		entry->w.state = DSYNC_QUEUED_GONE;
+		QueuedRemove(entry);
+		return;
+	}
+	entry->w.state = DSYNC_QUEUED_WAITING;
+	pg_atomic_fetch_add_u32(&queued_control->waiting[QueuedChannel(entry->tag.key)], 1);
+}
+
+/*
+ * QueuedWorkerBy
+ *		See that this database's worker looks at the queue by t (a claim
+ *		deadline): lower the slot's next deadline and wake the worker, or
+ *		the launcher if none runs.  In a commit callback: cannot fail.
+ */
+static void
+QueuedWorkerBy(TimestampTz t)
+{
+	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+	uint64		old;
+
+	if (slot == NULL)
+		return;
+	old = pg_atomic_read_u64(&slot->next_deadline);
+	while (old == 0 || (TimestampTz) old > t)
+	{
+		if (pg_atomic_compare_exchange_u64(&slot->next_deadline, &old, (uint64) t))
+		{
+			if (slot->pgprocno >= 0)
+				SetLatch(&ProcGlobal->allProcs[slot->pgprocno].procLatch);
+			else
+				DsyncLauncherWake();
+			break;
+		}
+	}
+}
+
+/*
+ * QueuedPendingDone
+ *		Settle the pending entries at or below nest level (all if 0): made
+ *		GRANTED if commit, else back in line.
+ */
+static void
+QueuedPendingDone(int nest_level, bool commit)
+{
+	ListCell   *lc;
+	List	   *keep = NIL;
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz first_claim = 0;
+
+	if (queued_pending == NIL)
+		return;
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	foreach(lc, queued_pending)
+	{
+		QueuedPending *pending = lfirst(lc);
+		QueuedEntry *entry;
+
+		if (nest_level > 0 && pending->nest_level < nest_level)
+		{
+			keep = lappend(keep, pending);
+			continue;
+		}
+		entry = hash_search(queued_entries, &pending->tag, HASH_FIND, NULL);
+		if (entry != NULL && entry->w.state == DSYNC_QUEUED_GRANTING)
+		{
+			if (commit)
+			{
+				entry->w.state = DSYNC_QUEUED_GRANTED;
+				entry->w.claim_by = entry->w.cancelled ? now :
+					TimestampTzPlusMilliseconds(now, dsync_claim_window);
+				dlist_push_tail(&queued_control->granted, &entry->granted_node);
+				if (first_claim == 0 || entry->w.claim_by < first_claim)
+					first_claim = entry->w.claim_by;
+				granted_now[QueuedChannel(entry->tag.key) / 64] |=
+					UINT64CONST(1) << (QueuedChannel(entry->tag.key) % 64);
+			}
+			else
+				QueuedBackInLine(entry);
+		}
+		pfree(pending);
+	}
+	LWLockRelease(queued_control->lock);
+	if (first_claim != 0)
+		QueuedWorkerBy(first_claim);
+	list_free(queued_pending);
+	queued_pending = NIL;
+	/* Built in TopMemoryContext, as the list it replaces. */
+	if (keep != NIL)
+	{
+		MemoryContext oldcontext = MemoryContextSwitchTo(TopMemoryContext);
+
+		queued_pending = list_copy(keep);
+		MemoryContextSwitchTo(oldcontext);
+		list_free(keep);
+	}
+}
+
+/*
+ * DsyncQueuedUnreserve
+ *		The grant to a reserved entry was not made: back in line.
+ */
+void
+DsyncQueuedUnreserve(const DsyncQueuedWaiter *waiter)
+{
+	ListCell   *lc;
+	QueuedEntry *entry;
+
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	entry = QueuedEntryOf(waiter);
+	if (entry != NULL)
+	{
+		foreach(lc, queued_pending)
+		{
+			QueuedPending *pending = lfirst(lc);
+
+			if (memcmp(&pending->tag, &entry->tag, sizeof(QueuedTag)) == 0)
+			{
+				queued_pending = foreach_delete_current(queued_pending, lc);
+				pfree(pending);
+				break;
+			}
+		}
+		QueuedBackInLine(entry);
+	}
+	LWLockRelease(queued_control->lock);
+}
+
+/*
+ * DsyncQueuedAtSubAbort
+ *		A savepoint at nest_level rolled back: its grants to queued waiters
+ *		are undone, and they are back in line.
+ */
+void
+DsyncQueuedAtSubAbort(int nest_level)
+{
+	QueuedPendingDone(nest_level, false);
+}
+
+/*
+ * DsyncQueuedAtSubCommit
+ *		A savepoint at nest_level was released: its grants now belong to
+ *		its parent.
+ */
+void
+DsyncQueuedAtSubCommit(int nest_level)
+{
+	ListCell   *lc;
+
+	foreach(lc, queued_pending)
+	{
+		QueuedPending *pending = lfirst(lc);
+
+		if (pending->nest_level >= nest_level)
+			pending->nest_level = nest_level - 1;
+	}
+}
+
+/*
+ * DsyncQueuedAtEnd
+ *		The top-level transaction ended: its grants to queued waiters are
+ *		GRANTED (their claim window starts now) or back in line.  Runs
+ *		after commit, so nothing here may fail.
+ */
+void
+DsyncQueuedAtEnd(bool commit)
+{
+	QueuedPendingDone(0, commit);
+}
+
+/*
+ * DsyncQueuedClaim
+ *		The client of (name, holder) asks where it stands: WAITING (its
+ *		place renewed for another ttl), GRANTING (granted by a transaction
+ *		not yet committed: ask again), GRANTED (claimed now: the entry is
+ *		gone, the lease is the client's, *out has the token) or GONE.
+ */
+DsyncQueuedState
+DsyncQueuedClaim(text *name, text *holder, uint64 key, DsyncQueuedWaiter *out)
+{
+	QueuedEntry *entry;
+	DsyncQueuedState state = DSYNC_QUEUED_GONE;
+	TimestampTz now = GetCurrentTimestamp();
+
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	entry = QueuedFind(name, holder, key);
+	if (entry != NULL && entry->w.userid == GetUserId())
+	{
+		state = entry->w.state;
+		if (state == DSYNC_QUEUED_WAITING && entry->w.alive_until <= now)
+		{
+			QueuedRemove(entry);
+			state = DSYNC_QUEUED_GONE;
+		}
+		else
+		{
+			if (state == DSYNC_QUEUED_WAITING)
+				entry->w.alive_until = now + entry->w.ttl_usec;
+			*out = entry->w;
+			if (state == DSYNC_QUEUED_GRANTED)
+				QueuedRemove(entry);
+		}
+	}
+	LWLockRelease(queued_control->lock);
+	return state;
+}
+
+/*
+ * DsyncQueuedLeave
+ *		The client of (name, holder) gives up: a WAITING entry leaves the
+ *		line, a GRANTED one goes (the caller releases its lease, token in
+ *		*out), a GRANTING one is passed on as soon as its grant commits.
+ *		Returns the state it was in.
+ */
+DsyncQueuedState
+DsyncQueuedLeave(text *name, text *holder, uint64 key, DsyncQueuedWaiter *out)
+{
+	QueuedEntry *entry;
+	DsyncQueuedState state = DSYNC_QUEUED_GONE;
+
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	entry = QueuedFind(name, holder, key);
+	if (entry != NULL && entry->w.userid == GetUserId())
+	{
+		state = entry->w.state;
+		*out = entry->w;
+		if (state == DSYNC_QUEUED_GRANTING)
+			entry->w.cancelled = true;
+		else
+			QueuedRemove(entry);
+	}
+	LWLockRelease(queued_control->lock);
+	if (state == DSYNC_QUEUED_WAITING)
+		DsyncWakeNow(key);		/* a backend behind it may be first now */
+	return state;
+}
+
+/*
+ * DsyncQueuedTakeDue
+ *		The GRANTED entries of this database whose claim window has passed,
+ *		taken out (a claim now finds them gone): the caller passes each
+ *		lease on.  A list of palloc'd copies.
+ */
+List *
+DsyncQueuedTakeDue(TimestampTz now)
+{
+	dlist_mutable_iter iter;
+	List	   *due = NIL;
+
+	if (queued_control == NULL || dlist_is_empty(&queued_control->granted))
+		return NIL;
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	dlist_foreach_modify(iter, &queued_control->granted)
+	{
+		QueuedEntry *entry = dlist_container(QueuedEntry, granted_node, iter.cur);
+		DsyncQueuedWaiter *copy;
+
+		if (entry->w.dbid != MyDatabaseId || entry->w.claim_by > now)
+			continue;
+		copy = palloc(sizeof(DsyncQueuedWaiter));
+		*copy = entry->w;
+		due = lappend(due, copy);
+		QueuedRemove(entry);
+	}
+	LWLockRelease(queued_control->lock);
+	return due;
+}
+
+/*
+ * DsyncQueuedNextClaim
+ *		The earliest claim deadline of dbid's unclaimed grants (0: none).
+ */
+TimestampTz
+DsyncQueuedNextClaim(Oid dbid)
+{
+	dlist_iter	iter;
+	TimestampTz next = 0;
+
+	if (queued_control == NULL || dlist_is_empty(&queued_control->granted))
+		return 0;
+	LWLockAcquire(queued_control->lock, LW_SHARED);
+	dlist_foreach(iter, &queued_control->granted)
+	{
+		QueuedEntry *entry = dlist_container(QueuedEntry, granted_node, iter.cur);
+
+		if (entry->w.dbid == dbid && (next == 0 || entry->w.claim_by < next))
+			next = entry->w.claim_by;
+	}
+	LWLockRelease(queued_control->lock);
+	return next;
+}
+
+/*
+ * DsyncQueuedPoke
+ *		channel was woken (a commit, rollback or departure that may have
+ *		freed a name): if a queued waiter may be first on it now and no
+ *		grant to one was just committed there, ask this database's worker
+ *		to look.
+ */
+void
+DsyncQueuedPoke(int channel)
+{
+	DsyncDbSlot *slot;
+	uint64		bit = UINT64CONST(1) << (channel % 64);
+	int			slotno;
+
+	if (queued_control == NULL ||
+		pg_atomic_read_u32(&queued_control->waiting[channel]) == 0)
+		return;
+	if (granted_now[channel / 64] & bit)
+		return;
+	slot = DsyncDbSlotFind(MyDatabaseId);
+	if (slot == NULL)
+		return;
+	slotno = slot - dsync_workers->slots;
+	pg_atomic_fetch_or_u64(&queued_control->poked[slotno * POKE_WORDS + channel / 64], bit);
+	if (slot->pgprocno >= 0)
+		SetLatch(&ProcGlobal->allProcs[slot->pgprocno].procLatch);
+	else
+	{
+		pg_atomic_write_u64(&slot->next_deadline, (uint64) GetCurrentTimestamp());
+		DsyncLauncherWake();
+	}
+}
+
+/*
+ * QueuedMyPokes
+ *		The first of this database's poke words, or NULL if it has no slot.
+ */
+static pg_atomic_uint64 *
+QueuedMyPokes(void)
+{
+	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+
+	if (queued_control == NULL || slot == NULL)
+		return NULL;
+	return &queued_control->poked[(slot - dsync_workers->slots) * POKE_WORDS];
+}
+
+/*
+ * DsyncQueuedWorkDue
+ *		Whether this database's worker has queue work now: a poke, or a
+ *		claim window that has ended.
+ */
+bool
+DsyncQueuedWorkDue(TimestampTz now)
+{
+	pg_atomic_uint64 *pokes = QueuedMyPokes();
+	TimestampTz claim;
+
+	if (pokes == NULL)
+		return false;
+	for (int i = 0; i < POKE_WORDS; i++)
+		if (pg_atomic_read_u64(&pokes[i]) != 0)
+			return true;
+	claim = DsyncQueuedNextClaim(MyDatabaseId);
+	return claim != 0 && claim <= now;
+}
+
+/*
+ * DsyncQueuedPokeDone
+ *		Forget the channels this backend's commit granted on (called once
+ *		its wake-ups are out).
+ */
+void
+DsyncQueuedPokeDone(void)
+{
+	memset(granted_now, 0, sizeof(granted_now));
+}
+
+/*
+ * DsyncQueuedTakePoked
+ *		The first live WAITING entries of this database's names on poked
+ *		channels (a list of palloc'd copies); the flags are cleared.
+ */
+List *
+DsyncQueuedTakePoked(void)
+{
+	HASH_SEQ_STATUS status;
+	QueuedName *qname;
+	List	   *heads = NIL;
+	uint64		chans[POKE_WORDS];
+	bool		any = false;
+	pg_atomic_uint64 *pokes = QueuedMyPokes();
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (pokes == NULL)
+		return NIL;
+	for (int i = 0; i < POKE_WORDS; i++)
+	{
+		chans[i] = pg_atomic_read_u64(&pokes[i]) != 0 ?
+			pg_atomic_exchange_u64(&pokes[i], 0) : 0;
+		any |= chans[i] != 0;
+	}
+	if (!any)
+		return NIL;
+	LWLockAcquire(queued_control->lock, LW_SHARED);
+	hash_seq_init(&status, queued_names);
+	while ((qname = hash_seq_search(&status)) != NULL)
+	{
+		QueuedEntry *entry;
+		DsyncQueuedWaiter *copy;
+
+		int			channel = QueuedChannel(qname->tag.key);
+
+		if (qname->tag.dbid != MyDatabaseId ||
+			(chans[channel / 64] & (UINT64CONST(1) << (channel % 64))) == 0)
+			continue;
+		entry = QueuedHead(qname->tag.key, false, now);
+		if (entry == NULL)
+			continue;
+		copy = palloc(sizeof(DsyncQueuedWaiter));
+		*copy = entry->w;
+		heads = lappend(heads, copy);
+	}
+	LWLockRelease(queued_control->lock);
+	return heads;
+}
+
+/*
+ * DsyncQueuedSweep
+ *		Drop this database's WAITING entries whose client stopped renewing
+ *		them; returns how many.
+ */
+int
+DsyncQueuedSweep(TimestampTz now)
+{
+	HASH_SEQ_STATUS status;
+	QueuedEntry *entry;
+	List	   *lapsed = NIL;
+	ListCell   *lc;
+
+	if (queued_control == NULL)
+		return 0;
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	hash_seq_init(&status, queued_entries);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if (entry->w.dbid == MyDatabaseId && entry->w.state == DSYNC_QUEUED_WAITING &&
+			entry->w.alive_until <= now)
+			lapsed = lappend(lapsed, entry);
+	/* Removed after the scan: dynahash allows removing only the current one. */
+	foreach(lc, lapsed)
+		QueuedRemove(lfirst(lc));
+	LWLockRelease(queued_control->lock);
+	return list_length(lapsed);
+}
+
+/*
+ * DsyncQueuedCopyAll
+ *		Copies of this database's entries (for dsync_waiters); returns how
+ *		many, *out palloc'd.
+ */
+int
+DsyncQueuedCopyAll(DsyncQueuedWaiter **out)
+{
+	HASH_SEQ_STATUS status;
+	QueuedEntry *entry;
+	int			n = 0;
+	int			size = 16;
+	TimestampTz now = GetCurrentTimestamp();
+
+	*out = palloc(sizeof(DsyncQueuedWaiter) * size);
+	if (queued_control == NULL)
+		return 0;
+	LWLockAcquire(queued_control->lock, LW_SHARED);
+	hash_seq_init(&status, queued_entries);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		if (entry->w.dbid != MyDatabaseId)
+			continue;
+		if (entry->w.state == DSYNC_QUEUED_WAITING && entry->w.alive_until <= now)
+			continue;
+		if (n == size)
+		{
+			size *= 2;
+			/* repalloc may fail: the lock goes with the error. */
+			*out = repalloc(*out, sizeof(DsyncQueuedWaiter) * size);
+		}
+		(*out)[n++] = entry->w;
+	}
+	LWLockRelease(queued_control->lock);
+	return n;
+}
+
+/*
+ * DsyncQueuedForgetDatabase
+ *		DROP EXTENSION committed: the database's entries go.
+ */
+void
+DsyncQueuedForgetDatabase(Oid dbid)
+{
+	HASH_SEQ_STATUS status;
+	QueuedEntry *entry;
+	QueuedEntry *gone[64];
+	int			n;
+
+	if (queued_control == NULL)
+		return;
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	do
+	{
+		n = 0;
+		hash_seq_init(&status, queued_entries);
+		while ((entry = hash_seq_search(&status)) != NULL)
+		{
+			if (entry->w.dbid != dbid)
+				continue;
+			gone[n++] = entry;
+			if (n == lengthof(gone))
+			{
+				hash_seq_term(&status);
+				break;
+			}
+		}
+		for (int i = 0; i < n; i++)
+			QueuedRemove(gone[i]);
+	} while (n == lengthof(gone));
+	LWLockRelease(queued_control->lock);
+}
