@@ -18,6 +18,7 @@ OBJS = \
 	src/wait/wait.o \
 	src/wait/waitqueue.o \
 	src/wait/queued.o \
+	src/wait/queuedgrant.o \
 	src/storage/store.o \
 	src/storage/storekey.o \
 	src/storage/scan.o \
@@ -27,6 +28,7 @@ OBJS = \
 	src/storage/boundmap.o \
 	src/storage/fencing.o \
 	src/events/events.o \
+	src/events/payload.o \
 	src/events/eventlog.o \
 	src/events/listen.o \
 	src/events/channel.o \
