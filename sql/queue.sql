@@ -170,3 +170,13 @@ RESET ROLE;
 SELECT * FROM dsync_claim('o', 'b');
 SELECT dsync_unqueue('o', 'b');
 SELECT dsync_release('o', 'a');
+-- a member of the role that queued acts for it, as for leases
+SET ROLE regress_dsync_alice;
+SELECT dsync_acquire('o', 'a', '1 minute') IS NOT NULL AS held;
+SELECT dsync_queue('o', 'b', '1 minute') IS NULL AS queued_b;
+SELECT dsync_release('o', 'a');
+SELECT holder, owner::regrole FROM dsync_leases WHERE lease = 'o';
+SET ROLE regress_dsync_carol;
+SELECT state FROM dsync_claim('o', 'b');
+SELECT dsync_release('o', 'b');
+RESET ROLE;

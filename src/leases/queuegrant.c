@@ -134,7 +134,6 @@ QueueGrantTo(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *waiter)
 	PG_CATCH();
 	{
 		ErrorData  *edata;
-		DsyncQueuedWaiter gone;
 
 		SetUserIdAndSecContext(save_userid, save_sec);
 		MemoryContextSwitchTo(oldcontext);
@@ -146,7 +145,7 @@ QueueGrantTo(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *waiter)
 			PG_RE_THROW();
 		FlushErrorState();
 		DsyncQueuedUnreserve(waiter);
-		(void) DsyncQueuedLeave(lease, holder, waiter->key, &gone);
+		DsyncQueuedDrop(waiter);
 		ereport(WARNING,
 				(errcode(edata->sqlerrcode),
 				 errmsg("dsync dropped queued waiter \"%s\" of lease \"%s\": %s",

@@ -47,6 +47,7 @@
 #include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
@@ -437,6 +438,29 @@ QueuedEntryOf(const DsyncQueuedWaiter *waiter)
 }
 
 /*
+ * QueuedOwnerFor
+ *		The role that queued (name, holder), if the caller acts for it (is
+ *		a member of it, as for leases), else InvalidOid.  Looked up under
+ *		the lock and checked after it is released (a catalog lookup); the
+ *		caller acts only on an entry of that same role.
+ */
+static Oid
+QueuedOwnerFor(text *name, text *holder, uint64 key)
+{
+	QueuedEntry *entry;
+	Oid			owner = InvalidOid;
+
+	LWLockAcquire(queued_control->lock, LW_SHARED);
+	entry = QueuedFind(name, holder, key);
+	if (entry != NULL)
+		owner = entry->w.userid;
+	LWLockRelease(queued_control->lock);
+	if (OidIsValid(owner) && owner != GetUserId() && !has_privs_of_role(GetUserId(), owner))
+		return InvalidOid;
+	return owner;
+}
+
+/*
  * DsyncQueuedClaim
  *		The client of (name, holder) asks where it stands: WAITING (its
  *		place renewed for another ttl), GRANTING (granted by a transaction
@@ -449,10 +473,13 @@ DsyncQueuedClaim(text *name, text *holder, uint64 key, DsyncQueuedWaiter *out)
 	QueuedEntry *entry;
 	DsyncQueuedState state = DSYNC_QUEUED_GONE;
 	TimestampTz now = GetCurrentTimestamp();
+	Oid			owner = QueuedOwnerFor(name, holder, key);
 
+	if (!OidIsValid(owner))
+		return state;
 	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
 	entry = QueuedFind(name, holder, key);
-	if (entry != NULL && entry->w.userid == GetUserId())
+	if (entry != NULL && entry->w.userid == owner)
 	{
 		state = entry->w.state;
 		if (state == DSYNC_QUEUED_WAITING && entry->w.alive_until <= now)
@@ -485,10 +512,13 @@ DsyncQueuedLeave(text *name, text *holder, uint64 key, DsyncQueuedWaiter *out)
 {
 	QueuedEntry *entry;
 	DsyncQueuedState state = DSYNC_QUEUED_GONE;
+	Oid			owner = QueuedOwnerFor(name, holder, key);
 
+	if (!OidIsValid(owner))
+		return state;
 	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
 	entry = QueuedFind(name, holder, key);
-	if (entry != NULL && entry->w.userid == GetUserId())
+	if (entry != NULL && entry->w.userid == owner)
 	{
 		state = entry->w.state;
 		*out = entry->w;
@@ -501,6 +531,23 @@ DsyncQueuedLeave(text *name, text *holder, uint64 key, DsyncQueuedWaiter *out)
 	if (state == DSYNC_QUEUED_WAITING)
 		DsyncWakeNow(key);		/* a backend behind it may be first now */
 	return state;
+}
+
+/*
+ * DsyncQueuedDrop
+ *		Take a waiter out of the line whatever role asks (a grant to it
+ *		failed with an error: queuegrant.c), unless it is granted already.
+ */
+void
+DsyncQueuedDrop(const DsyncQueuedWaiter *waiter)
+{
+	QueuedEntry *entry;
+
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	entry = QueuedEntryOf(waiter);
+	if (entry != NULL && entry->w.state == DSYNC_QUEUED_WAITING)
+		QueuedRemove(entry);
+	LWLockRelease(queued_control->lock);
 }
 
 /*

@@ -76,6 +76,7 @@ extern TimestampTz DsyncQueuedNextClaim(Oid dbid);
 extern void DsyncQueuedPoke(int channel);
 extern void DsyncQueuedPokeDone(void);
 extern bool DsyncQueuedWorkDue(TimestampTz now);
+extern void DsyncQueuedDrop(const DsyncQueuedWaiter *waiter);
 extern int	DsyncQueuedCopyAll(DsyncQueuedWaiter **out);
 extern void DsyncQueuedForgetDatabase(Oid dbid);
 
