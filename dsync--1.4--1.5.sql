@@ -262,13 +262,14 @@ CREATE FUNCTION @extschema@.dsync_claim(
 	lease text,
 	holder text,
 	OUT state text,
-	OUT fencing bigint)
+	OUT fencing bigint,
+	OUT expires_in interval)
 RETURNS record
 AS 'MODULE_PATHNAME', 'dsync_claim'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.dsync_claim(text, text) IS
-'where a queued waiter stands: queued (place renewed), granted (with the token, claimed now) or gone';
+'where a queued waiter stands: queued (place renewed), granted (with the token and the most time the lease has left; claimed now) or gone';
 
 CREATE FUNCTION @extschema@.dsync_unqueue(
 	lease text,

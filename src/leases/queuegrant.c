@@ -119,6 +119,7 @@ QueueGrantTo(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *waiter)
 	int			save_sec;
 	volatile bool granted = false;
 	int64		token = 0;
+	TimestampTz before = GetCurrentTimestamp();
 
 	if (!DsyncQueuedReserve(waiter))
 		return false;
@@ -156,7 +157,7 @@ QueueGrantTo(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *waiter)
 	PG_END_TRY();
 	if (granted)
 	{
-		DsyncQueuedSetToken(waiter, token);
+		DsyncQueuedSetToken(waiter, token, before + waiter->ttl_usec);
 		if (waiter->channel[0] != '\0')
 			DsyncEventRecordGranted(waiter->name, waiter->holder, waiter->channel, token,
 									TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
@@ -236,6 +237,7 @@ dsync_queue(PG_FUNCTION_ARGS)
 	DsyncPreventWrite("dsync_queue()");
 	key = DsyncWaitKey(lease);
 	state = DsyncQueuedJoin(lease, holder, key, mode, true, ttl_usec, channel, &me);
+	/* Granted and not claimed yet: queueing again claims it. */
 	if (state == DSYNC_QUEUED_GRANTED)
 	{
 		if (DsyncQueuedClaim(lease, holder, key, &me) == DSYNC_QUEUED_GRANTED)
@@ -263,11 +265,14 @@ dsync_queue(PG_FUNCTION_ARGS)
 
 /*
  * dsync_claim
- *		SQL: dsync_claim(lease, holder, OUT state text, OUT fencing bigint)
+ *		SQL: dsync_claim(lease, holder, OUT state text, OUT fencing bigint,
+ *		OUT expires_in interval)
  *
  * Where a queued waiter stands: 'queued' (its place renewed for another
  * ttl), 'granted' with the token (claimed now: the lease is the caller's
- * to renew and release), or 'gone' (never queued, left, not renewed in
+ * to renew and release) and how long it has left at most (from the server's
+ * clock now: a client that adds it to when it sent the call is never late),
+ * or 'gone' (never queued, left, not renewed in
  * time, not claimed in time, or lost in a restart: queue again).
  */
 Datum
@@ -276,8 +281,8 @@ dsync_claim(PG_FUNCTION_ARGS)
 	text	   *lease = DsyncArgName(fcinfo, 0, "lease");
 	text	   *holder = DsyncArgName(fcinfo, 1, "holder");
 	TupleDesc	tupdesc;
-	Datum		values[2];
-	bool		nulls[2] = {false, true};
+	Datum		values[3];
+	bool		nulls[3] = {false, true, true};
 	DsyncQueuedWaiter me;
 	DsyncQueuedState state;
 
@@ -297,6 +302,13 @@ dsync_claim(PG_FUNCTION_ARGS)
 			values[0] = CStringGetTextDatum("granted");
 			values[1] = Int64GetDatum(me.token);
 			nulls[1] = false;
+			{
+				Interval   *left = palloc0(sizeof(Interval));
+
+				left->time = Max(me.expires_by - GetCurrentTimestamp(), 0);
+				values[2] = IntervalPGetDatum(left);
+				nulls[2] = false;
+			}
 			break;
 		default:
 			values[0] = CStringGetTextDatum("gone");

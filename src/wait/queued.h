@@ -42,6 +42,8 @@ typedef struct DsyncQueuedWaiter
 	TimestampTz since;
 	TimestampTz alive_until;	/* WAITING: gone unless renewed by then */
 	TimestampTz claim_by;		/* GRANTED: passed on unless claimed by then */
+	TimestampTz expires_by;		/* GRANTING, GRANTED: the grant's expiry is
+								 * no later (the clock before the try + ttl) */
 	int64		token;			/* GRANTING, GRANTED */
 	bool		cancelled;		/* GRANTING: left meanwhile; pass it on */
 	char		channel[NAMEDATALEN];	/* where its grant is announced */
@@ -60,7 +62,8 @@ extern bool DsyncQueuedFirst(uint64 key, DsyncQueuedWaiter *out);
 extern uint64 DsyncQueuedFirstTicket(uint64 key);
 extern bool DsyncQueuedAny(uint64 key);
 extern bool DsyncQueuedReserve(const DsyncQueuedWaiter *waiter);
-extern void DsyncQueuedSetToken(const DsyncQueuedWaiter *waiter, int64 token);
+extern void DsyncQueuedSetToken(const DsyncQueuedWaiter *waiter, int64 token,
+								TimestampTz expires_by);
 extern void DsyncQueuedUnreserve(const DsyncQueuedWaiter *waiter);
 extern void DsyncQueuedAtSubCommit(int nest_level);
 extern void DsyncQueuedAtSubAbort(int nest_level);

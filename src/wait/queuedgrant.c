@@ -87,17 +87,21 @@ DsyncQueuedReserve(const DsyncQueuedWaiter *waiter)
 
 /*
  * DsyncQueuedSetToken
- *		The token of the grant made to a reserved entry.
+ *		The token of the grant made to a reserved entry, and a time its
+ *		lease expires no later than.
  */
 void
-DsyncQueuedSetToken(const DsyncQueuedWaiter *waiter, int64 token)
+DsyncQueuedSetToken(const DsyncQueuedWaiter *waiter, int64 token, TimestampTz expires_by)
 {
 	QueuedEntry *entry;
 
 	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
 	entry = QueuedEntryOf(waiter);
 	if (entry != NULL && entry->w.state == DSYNC_QUEUED_GRANTING)
+	{
 		entry->w.token = token;
+		entry->w.expires_by = expires_by;
+	}
 	LWLockRelease(queued_control->lock);
 }
 
