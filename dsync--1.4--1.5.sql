@@ -256,7 +256,16 @@ AS 'MODULE_PATHNAME', 'dsync_queue'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.dsync_queue(text, text, interval, text, boolean) IS
-'get in line for lease without staying connected: the fencing token if granted now, else NULL (queued; renew the place with dsync_claim within ttl; the grant is announced on dsync_channel(channel))';
+'get in line for lease without staying connected: the fencing token if granted now, else NULL (queued; renew the place with dsync_claim within ttl; the grant is announced on dsync_queue_channel(channel))';
+
+CREATE FUNCTION @extschema@.dsync_queue_channel(
+	name text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'dsync_queue_channel'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.dsync_queue_channel(text) IS
+'the channel to LISTEN on for grants to waiters queued with dsync_queue(..., channel => name)';
 
 CREATE FUNCTION @extschema@.dsync_claim(
 	lease text,

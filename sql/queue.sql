@@ -85,6 +85,7 @@ BEGIN
 END $$;
 SELECT dsync_leader('w') IS NULL AS passed_on;
 SELECT * FROM dsync_claim('w', 'b');
+SELECT dsync_renew('w', 'b') IS NULL AS renewal_finds_it_lost;
 
 -- a place nobody renews lapses after its ttl and is passed over
 SELECT dsync_acquire('l', 'a', '1 minute') IS NOT NULL AS held;
@@ -125,6 +126,7 @@ SELECT holder, mode FROM dsync_leases WHERE lease = 'rw' ORDER BY holder;
 SELECT dsync_release('rw', 'w2');
 SELECT holder, mode FROM dsync_leases WHERE lease = 'rw' ORDER BY holder;
 SELECT dsync_release('rw', 'r3');
+-- released: their grants were claimed by the releases, nothing is left
 SELECT dsync_unqueue('rw', h) FROM unnest(ARRAY['r1', 'r2', 'w2', 'r3']) AS h;
 
 -- semaphore permits
@@ -138,27 +140,25 @@ SELECT dsync_unqueue('sem', h) FROM unnest(ARRAY['c', 'd', 'e']) AS h;
 SELECT dsync_release('sem', 'b');
 SELECT dsync_semaphore_drop('sem');
 
--- the grant is announced on the waiter's own channel, with its token
--- (a watcher that just left keeps events logged for dsync.event_retention,
--- so dsync_events_since shows it without a notification reaching psql)
-LISTEN "dsync:queue-test";
-UNLISTEN *;
+-- the channel a grant is announced on (tests of the notification itself:
+-- test/tap/t/044_queue_faults.pl and the clients' tests): not one of the
+-- event channels, so listening there is not listening to events
+SELECT dsync_queue_channel('worker-7');
+SELECT length(dsync_queue_channel(repeat('x', 100))) AS hashed_length,
+	   dsync_queue_channel(repeat('x', 100)) LIKE 'dsyncq#%' AS hashed;
+SELECT regress_err($$SELECT dsync_queue_channel('')$$);
+-- a release claims the grant: there is nothing left to claim
 SELECT dsync_acquire('n', 'a', '1 minute') IS NOT NULL AS held;
 SELECT dsync_queue('n', 'b', '1 minute', channel => 'queue-test') IS NULL AS queued_b;
 SELECT dsync_release('n', 'a');
-DO $$
-BEGIN
-	FOR i IN 1..300 LOOP
-		EXIT WHEN EXISTS (SELECT FROM dsync_events_since(0) WHERE channel = 'dsync:queue-test');
-		PERFORM pg_sleep(0.1);
-	END LOOP;
-END $$;
-SELECT channel, payload->>'event' AS event, payload->>'lease' AS lease,
-	   payload->>'holder' AS holder,
-	   (payload->>'fencing')::bigint = (SELECT fencing FROM dsync_leases WHERE lease = 'n') AS token,
-	   (payload->>'claim_by')::timestamptz > sent_at AS claim_by_later
-  FROM dsync_events_since(0) WHERE channel = 'dsync:queue-test';
-SELECT (dsync_claim('n', 'b')).state;
+SELECT dsync_release('n', 'b');
+SELECT * FROM dsync_claim('n', 'b');
+-- so does a renewal
+SELECT dsync_acquire('n', 'a', '1 minute') IS NOT NULL AS held;
+SELECT dsync_queue('n', 'b', '1 minute') IS NULL AS queued_b;
+SELECT dsync_release('n', 'a');
+SELECT dsync_renew('n', 'b') IS NOT NULL AS renewed;
+SELECT * FROM dsync_claim('n', 'b');
 SELECT dsync_release('n', 'b');
 
 -- another role cannot claim or cancel somebody's place

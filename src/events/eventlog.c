@@ -253,8 +253,7 @@ DsyncEventLogAppend(List *events)
 				continue;
 			seqs[n] = Int64GetDatum(event->seq);
 			names[n] = CStringGetTextDatum(event->name);
-			channels[n] = CStringGetTextDatum(event->channel ? event->channel :
-											  DsyncEventChannel(event->name));
+			channels[n] = CStringGetTextDatum(DsyncEventChannel(event->name));
 			payloads[n] = CStringGetTextDatum(payload);
 			n++;
 		}

@@ -119,34 +119,6 @@ DsyncEventRecord(DsyncEventKind kind, const DsyncRow *row)
 }
 
 /*
- * DsyncEventRecordGranted
- *		Note the grant this transaction made to a queued waiter, to be sent
- *		on the waiter's own channel (already a NOTIFY channel name) with
- *		its token and when the grant passes on unless claimed.
- */
-void
-DsyncEventRecordGranted(const char *lease, const char *holder, const char *channel,
-						int64 token, TimestampTz claim_by)
-{
-	MemoryContext oldcontext;
-	DsyncPendingEvent *pe;
-
-	DsyncEventRegisterCallbacks();
-	oldcontext = MemoryContextSwitchTo(TopTransactionContext);
-	pe = palloc0(sizeof(DsyncPendingEvent));
-	pe->nest_level = GetCurrentTransactionNestLevel();
-	pe->event.kind = DSYNC_EVENT_GRANTED;
-	pe->event.slot = -1;
-	pe->event.name = pstrdup(lease);
-	pe->event.holder = pstrdup(holder);
-	pe->event.channel = pstrdup(channel);
-	pe->event.fencing = token;
-	pe->event.expires_at = claim_by;
-	pending_events = lappend(pending_events, pe);
-	MemoryContextSwitchTo(oldcontext);
-}
-
-/*
  * DsyncEventRecordRaw
  *		Note an event that is not about a lease row: group membership
  *		(name is the group, holder the member) and signals (no holder).
@@ -378,7 +350,6 @@ EventUnheard(DsyncEventKind kind)
 		case DSYNC_EVENT_LEFT:
 		case DSYNC_EVENT_MEMBER_EXPIRED:
 		case DSYNC_EVENT_SET:
-		case DSYNC_EVENT_GRANTED:
 			return DSYNC_EVENT_NONE;
 		default:
 			return kind;

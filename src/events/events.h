@@ -22,8 +22,6 @@ extern void DsyncEventRecord(DsyncEventKind kind, const DsyncRow *row);
 extern void DsyncEventRecordRaw(DsyncEventKind kind, text *name, text *holder,
 								TimestampTz expires_at);
 extern void DsyncEventRecordRenewal(void);
-extern void DsyncEventRecordGranted(const char *lease, const char *holder, const char *channel,
-									int64 token, TimestampTz claim_by);
 extern void DsyncEventPrepareNow(void);
 extern void DsyncEventPublishNow(const DsyncEvent *events, int nevents, int64 renewals);
 extern char *DsyncEventPayload(const DsyncEvent *event);
@@ -31,6 +29,7 @@ extern bool DsyncEventHasDeadline(DsyncEventKind kind);
 extern bool DsyncEventIsAnnounced(DsyncEventKind kind);
 extern bool DsyncEventIsRelease(DsyncEventKind kind);
 extern const char *DsyncEventChannel(const char *name);
+extern const char *DsyncQueueChannel(const char *name);
 extern bool DsyncIsEventChannel(const char *channel);
 extern bool DsyncTimeLower(pg_atomic_uint64 *value, TimestampTz t, TimestampTz *result);
 extern bool DsyncDeadlineLower(DsyncDbSlot *slot, TimestampTz deadline);

@@ -109,15 +109,6 @@ DsyncEventPayload(const DsyncEvent *event)
 				DsyncEventTimestamp(&buf, event->expires_at);
 			}
 			break;
-		case DSYNC_EVENT_GRANTED:
-			appendStringInfoString(&buf, "\"event\":\"granted\",\"lease\":");
-			escape_json(&buf, event->name);
-			appendStringInfoString(&buf, ",\"holder\":");
-			escape_json(&buf, event->holder);
-			appendStringInfo(&buf, ",\"fencing\":" INT64_FORMAT, event->fencing);
-			appendStringInfoString(&buf, ",\"claim_by\":");
-			DsyncEventTimestamp(&buf, event->expires_at);
-			break;
 		case DSYNC_EVENT_SET:
 			appendStringInfoString(&buf, "\"event\":\"set\",\"name\":");
 			escape_json(&buf, event->name);

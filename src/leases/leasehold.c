@@ -29,6 +29,7 @@
 #include "lazycommit.h"
 #include "lease.h"
 #include "lease_int.h"
+#include "queued.h"
 #include "events.h"
 #include "ephemeral.h"
 
@@ -198,6 +199,9 @@ dsync_renew(PG_FUNCTION_ARGS)
 	int64		token;
 
 	DsyncPreventWrite("dsync_renew()");
+	/* A renewal claims a grant made to a queued waiter, unless too late. */
+	if (DsyncQueuedUse(lease, holder) == DSYNC_QUEUED_PASSING)
+		PG_RETURN_NULL();
 
 	switch (DsyncEphemeralRenew(DsyncCatalogGet(fcinfo), lease, holder, ttl, ttl_usec, &expiry))
 	{
@@ -352,6 +356,9 @@ dsync_release(PG_FUNCTION_ARGS)
 	DsyncLazyCommitBegin();
 	token = LeaseHeldCall(fcinfo, "dsync_release()", LockTupleNoKeyExclusive,
 						  true, &lease, &holder);
+	/* Released, a grant made to a queued waiter needs no claim any more. */
+	if (token >= 0)
+		(void) DsyncQueuedUse(lease, holder);
 	if (token >= 0)
 		DsyncSessionReleased(token);
 	DsyncLazyCommitEnd();

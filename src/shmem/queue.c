@@ -31,14 +31,13 @@ typedef struct DsyncQueueEntry
 	uint16		kind;
 	uint16		namelen;
 	uint16		holderlen;
-	uint16		channellen;		/* GRANTED: the channel's bytes follow */
 	int32		slot;
 	int64		fencing;
 	TimestampTz expires_at;
 	char		data[FLEXIBLE_ARRAY_MEMBER];
 } DsyncQueueEntry;
 
-StaticAssertDecl(MAXALIGN(offsetof(DsyncQueueEntry, data) + 2 * DSYNC_NAME_MAX_BYTES + NAMEDATALEN) <=
+StaticAssertDecl(MAXALIGN(offsetof(DsyncQueueEntry, data) + 2 * DSYNC_NAME_MAX_BYTES) <=
 				 DSYNC_CHUNK_DATA, "an entry must fit in a chunk");
 
 /*
@@ -49,7 +48,7 @@ Size
 DsyncQueueEntrySize(const DsyncEvent *event)
 {
 	return MAXALIGN(offsetof(DsyncQueueEntry, data) + strlen(event->name) +
-					strlen(event->holder) + (event->channel ? strlen(event->channel) : 0));
+					strlen(event->holder));
 }
 
 /*
@@ -135,7 +134,6 @@ DsyncQueueAppend(DsyncDbSlot *slot, const DsyncEvent *event)
 {
 	int			namelen = strlen(event->name);
 	int			holderlen = strlen(event->holder);
-	int			channellen = event->channel ? strlen(event->channel) : 0;
 	uint32		len = DsyncQueueEntrySize(event);
 	DsyncChunk *last;
 	DsyncQueueEntry *entry;
@@ -165,14 +163,11 @@ DsyncQueueAppend(DsyncDbSlot *slot, const DsyncEvent *event)
 	entry->kind = (uint16) event->kind;
 	entry->namelen = namelen;
 	entry->holderlen = holderlen;
-	entry->channellen = channellen;
 	entry->slot = event->slot;
 	entry->fencing = event->fencing;
 	entry->expires_at = event->expires_at;
 	memcpy(entry->data, event->name, namelen);
 	memcpy(entry->data + namelen, event->holder, holderlen);
-	if (channellen > 0)
-		memcpy(entry->data + namelen + holderlen, event->channel, channellen);
 	last->used += len;
 	slot->queue_bytes += len;
 	return true;
@@ -251,8 +246,6 @@ DsyncQueueDrain(DsyncDbSlot *slot, List **events, uint64 *dropped,
 		event->expires_at = entry->expires_at;
 		event->name = pnstrdup(entry->data, entry->namelen);
 		event->holder = pnstrdup(entry->data + entry->namelen, entry->holderlen);
-		event->channel = entry->channellen == 0 ? NULL :
-			pnstrdup(entry->data + entry->namelen + entry->holderlen, entry->channellen);
 		*events = lappend(*events, event);
 		off += entry->len;
 		n++;

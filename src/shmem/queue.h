@@ -38,8 +38,7 @@ typedef enum DsyncEventKind
 	DSYNC_EVENT_PERMIT_RELEASED,	/* as RELEASED, for a semaphore permit */
 	DSYNC_EVENT_RENEWED,		/* not announced or queued: counted only */
 	DSYNC_EVENT_IDLE,			/* as RELEASED, not announced: nobody listened */
-	DSYNC_EVENT_PERMIT_IDLE,	/* as PERMIT_RELEASED, not announced */
-	DSYNC_EVENT_GRANTED			/* to a queued waiter, on its own channel */
+	DSYNC_EVENT_PERMIT_IDLE		/* as PERMIT_RELEASED, not announced */
 } DsyncEventKind;
 
 typedef struct DsyncEvent
@@ -51,7 +50,6 @@ typedef struct DsyncEvent
 	TimestampTz expires_at;		/* released: when it was released */
 	char	   *name;
 	char	   *holder;
-	char	   *channel;		/* GRANTED: where it is sent; else NULL */
 } DsyncEvent;
 
 /* queue.c: event queues in a shared pool of chunks */

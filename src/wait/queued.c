@@ -128,6 +128,7 @@ DsyncQueuedShmemInit(void)
 	{
 		queued_control->lock = &(GetNamedLWLockTranche(DSYNC_TRANCHE_QUEUED))->lock;
 		dlist_init(&queued_control->granted);
+		pg_atomic_init_u32(&queued_control->ngranted, 0);
 		for (int i = 0; i < DSYNC_WAKE_CHANNELS; i++)
 			pg_atomic_init_u32(&queued_control->waiting[i], 0);
 		for (int i = 0; i < dsync_max_databases * POKE_WORDS; i++)
@@ -203,8 +204,11 @@ QueuedUnlink(QueuedEntry *entry)
 
 	if (entry->w.state == DSYNC_QUEUED_WAITING)
 		pg_atomic_fetch_sub_u32(&queued_control->waiting[QueuedChannel(tag.key)], 1);
-	if (entry->w.state == DSYNC_QUEUED_GRANTED)
+	if (entry->w.state == DSYNC_QUEUED_GRANTED || entry->w.state == DSYNC_QUEUED_PASSING)
+	{
 		dlist_delete(&entry->granted_node);
+		pg_atomic_fetch_sub_u32(&queued_control->ngranted, 1);
+	}
 	dlist_delete(&entry->node);
 	(void) hash_search(queued_entries, &tag, HASH_REMOVE, NULL);
 }
@@ -482,7 +486,9 @@ DsyncQueuedClaim(text *name, text *holder, uint64 key, DsyncQueuedWaiter *out)
 	if (entry != NULL && entry->w.userid == owner)
 	{
 		state = entry->w.state;
-		if (state == DSYNC_QUEUED_WAITING && entry->w.alive_until <= now)
+		if (state == DSYNC_QUEUED_PASSING)
+			state = DSYNC_QUEUED_GONE;	/* too late: being passed on */
+		else if (state == DSYNC_QUEUED_WAITING && entry->w.alive_until <= now)
 		{
 			QueuedRemove(entry);
 			state = DSYNC_QUEUED_GONE;
@@ -524,6 +530,8 @@ DsyncQueuedLeave(text *name, text *holder, uint64 key, DsyncQueuedWaiter *out)
 		*out = entry->w;
 		if (state == DSYNC_QUEUED_GRANTING)
 			entry->w.cancelled = true;
+		else if (state == DSYNC_QUEUED_PASSING)
+			state = DSYNC_QUEUED_GONE;	/* the worker lets it go already */
 		else
 			QueuedRemove(entry);
 	}

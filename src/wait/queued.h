@@ -21,7 +21,9 @@ typedef enum DsyncQueuedState
 	DSYNC_QUEUED_GONE = 0,		/* not queued: never, left, lapsed or passed on */
 	DSYNC_QUEUED_WAITING,		/* in line */
 	DSYNC_QUEUED_GRANTING,		/* granted by a transaction still in progress */
-	DSYNC_QUEUED_GRANTED		/* granted, committed, not claimed yet */
+	DSYNC_QUEUED_GRANTED,		/* granted, committed, not claimed yet */
+	DSYNC_QUEUED_PASSING		/* not claimed in time: the worker's transaction
+								 * passing it on is in progress */
 } DsyncQueuedState;
 
 /* What a queued waiter asked for. */
@@ -73,6 +75,7 @@ extern DsyncQueuedState DsyncQueuedClaim(text *name, text *holder, uint64 key,
 extern DsyncQueuedState DsyncQueuedLeave(text *name, text *holder, uint64 key,
 										 DsyncQueuedWaiter *out);
 extern List *DsyncQueuedTakeDue(TimestampTz now);
+extern DsyncQueuedState DsyncQueuedUse(text *name, text *holder);
 extern List *DsyncQueuedTakePoked(void);
 extern int	DsyncQueuedSweep(TimestampTz now);
 extern TimestampTz DsyncQueuedNextClaim(Oid dbid);

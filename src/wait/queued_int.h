@@ -50,7 +50,8 @@ typedef struct QueuedEntry
 typedef struct QueuedControl
 {
 	LWLock	   *lock;
-	dlist_head	granted;		/* GRANTED entries, unclaimed */
+	dlist_head	granted;		/* GRANTED and PASSING entries */
+	pg_atomic_uint32 ngranted;	/* how many: none, no lookup on renewals */
 	pg_atomic_uint32 waiting[DSYNC_WAKE_CHANNELS];	/* WAITING entries */
 	/* Per database slot, a bit per channel: its worker must look there. */
 	pg_atomic_uint64 poked[FLEXIBLE_ARRAY_MEMBER];

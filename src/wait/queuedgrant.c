@@ -41,6 +41,7 @@ typedef struct QueuedPending
 {
 	QueuedTag	tag;
 	int			nest_level;
+	bool		passing;		/* the worker passes it on (else: granting) */
 } QueuedPending;
 
 static List *queued_pending = NIL;
@@ -81,6 +82,7 @@ DsyncQueuedReserve(const DsyncQueuedWaiter *waiter)
 	pg_atomic_fetch_sub_u32(&queued_control->waiting[QueuedChannel(entry->tag.key)], 1);
 	pending->tag = entry->tag;
 	pending->nest_level = GetCurrentTransactionNestLevel();
+	pending->passing = false;
 	LWLockRelease(queued_control->lock);
 	return true;
 }
@@ -182,7 +184,20 @@ QueuedPendingDone(int nest_level, bool commit)
 			continue;
 		}
 		entry = hash_search(queued_entries, &pending->tag, HASH_FIND, NULL);
-		if (entry != NULL && entry->w.state == DSYNC_QUEUED_GRANTING)
+		if (entry != NULL && pending->passing && entry->w.state == DSYNC_QUEUED_PASSING)
+		{
+			/* Passed on, or (rolled back) to be tried again a window later. */
+			if (commit)
+				QueuedRemove(entry);
+			else
+			{
+				entry->w.state = DSYNC_QUEUED_GRANTED;
+				entry->w.claim_by = TimestampTzPlusMilliseconds(now, dsync_claim_window);
+				if (first_claim == 0 || entry->w.claim_by < first_claim)
+					first_claim = entry->w.claim_by;
+			}
+		}
+		else if (entry != NULL && !pending->passing && entry->w.state == DSYNC_QUEUED_GRANTING)
 		{
 			if (commit)
 			{
@@ -190,6 +205,7 @@ QueuedPendingDone(int nest_level, bool commit)
 				entry->w.claim_by = entry->w.cancelled ? now :
 					TimestampTzPlusMilliseconds(now, dsync_claim_window);
 				dlist_push_tail(&queued_control->granted, &entry->granted_node);
+				pg_atomic_fetch_add_u32(&queued_control->ngranted, 1);
 				if (first_claim == 0 || entry->w.claim_by < first_claim)
 					first_claim = entry->w.claim_by;
 				granted_now[QueuedChannel(entry->tag.key) / 64] |=
@@ -291,8 +307,10 @@ DsyncQueuedAtEnd(bool commit)
 /*
  * DsyncQueuedTakeDue
  *		The GRANTED entries of this database whose claim window has passed,
- *		taken out (a claim now finds them gone): the caller passes each
- *		lease on.  A list of palloc'd copies.
+ *		made PASSING (a claim, renewal or departure now finds them gone)
+ *		until this transaction ends: the caller passes each lease on in it.
+ *		If it commits they go; if not, each gets another window.  A list of
+ *		palloc'd copies.
  */
 List *
 DsyncQueuedTakeDue(TimestampTz now)
@@ -308,15 +326,57 @@ DsyncQueuedTakeDue(TimestampTz now)
 		QueuedEntry *entry = dlist_container(QueuedEntry, granted_node, iter.cur);
 		DsyncQueuedWaiter *copy;
 
-		if (entry->w.dbid != MyDatabaseId || entry->w.claim_by > now)
+		QueuedPending *pending;
+		MemoryContext oldcontext;
+
+		if (entry->w.dbid != MyDatabaseId || entry->w.state != DSYNC_QUEUED_GRANTED ||
+			entry->w.claim_by > now)
 			continue;
 		copy = palloc(sizeof(DsyncQueuedWaiter));
 		*copy = entry->w;
 		due = lappend(due, copy);
-		QueuedRemove(entry);
+		/* Out of memory here leaves it GRANTED: passed on next time. */
+		oldcontext = MemoryContextSwitchTo(TopMemoryContext);
+		pending = palloc(sizeof(QueuedPending));
+		pending->tag = entry->tag;
+		pending->nest_level = GetCurrentTransactionNestLevel();
+		pending->passing = true;
+		queued_pending = lappend(queued_pending, pending);
+		MemoryContextSwitchTo(oldcontext);
+		entry->w.state = DSYNC_QUEUED_PASSING;
 	}
 	LWLockRelease(queued_control->lock);
+	if (due != NIL)
+		DsyncXactChanged();		/* the end of this transaction settles them */
 	return due;
+}
+
+/*
+ * DsyncQueuedUse
+ *		The holder of a grant made to a queued waiter renews or releases it:
+ *		as good as a claim, if it is not being passed on already (then
+ *		PASSING: a renewal must report the lease lost).  Costs an atomic
+ *		read while no grant awaits its claim.
+ */
+DsyncQueuedState
+DsyncQueuedUse(text *name, text *holder)
+{
+	QueuedEntry *entry;
+	DsyncQueuedState state = DSYNC_QUEUED_GONE;
+
+	if (queued_control == NULL || pg_atomic_read_u32(&queued_control->ngranted) == 0)
+		return state;
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	entry = QueuedFind(name, holder, DsyncWaitKey(name));
+	if (entry != NULL && (entry->w.state == DSYNC_QUEUED_GRANTED ||
+						  entry->w.state == DSYNC_QUEUED_PASSING))
+	{
+		state = entry->w.state;
+		if (state == DSYNC_QUEUED_GRANTED)
+			QueuedRemove(entry);
+	}
+	LWLockRelease(queued_control->lock);
+	return state;
 }
 
 /*
@@ -336,7 +396,8 @@ DsyncQueuedNextClaim(Oid dbid)
 	{
 		QueuedEntry *entry = dlist_container(QueuedEntry, granted_node, iter.cur);
 
-		if (entry->w.dbid == dbid && (next == 0 || entry->w.claim_by < next))
+		if (entry->w.dbid == dbid && entry->w.state == DSYNC_QUEUED_GRANTED &&
+			(next == 0 || entry->w.claim_by < next))
 			next = entry->w.claim_by;
 	}
 	LWLockRelease(queued_control->lock);

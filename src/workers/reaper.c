@@ -153,7 +153,6 @@ ReaperKeepUnsent(List *events)
 		*copy = *src;
 		copy->name = pstrdup(src->name);
 		copy->holder = pstrdup(src->holder);
-		copy->channel = src->channel ? pstrdup(src->channel) : NULL;
 		reaper_unsent = lappend(reaper_unsent, copy);
 	}
 	if (list_length(reaper_unsent) > DSYNC_MAX_UNSENT)
@@ -171,8 +170,6 @@ ReaperKeepUnsent(List *events)
 				reaper_seq_skip++;
 			pfree(old->name);
 			pfree(old->holder);
-			if (old->channel)
-				pfree(old->channel);
 			pfree(old);
 		}
 		reaper_unsent = list_delete_first_n(reaper_unsent, excess);
@@ -440,8 +437,7 @@ ReaperSendUnsent(void)
 			char	   *payload = DsyncEventPayload(event);
 
 			if (payload)
-				Async_Notify(event->channel ? event->channel :
-							 DsyncEventChannel(event->name), payload);
+				Async_Notify(DsyncEventChannel(event->name), payload);
 		}
 		CommitTransactionCommand();
 		sent = true;

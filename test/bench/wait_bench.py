@@ -16,6 +16,13 @@ Both sides wait inside the server, woken at the commit that frees the name:
     lock.release(); its keeper renews and LISTENs as in production (on a
     connection that reaches the server itself it prepares its statements:
     dsync/_wire.py);
+  - raw-queue: each thread has its own connection for its statements and
+    waits without a backend: dsync_queue(name, holder, '30 s', 'wb'); on
+    NULL it waits for the "granted" notification (with the token), which
+    one listener connection of the process receives and hands to it (or
+    1 s, then asks with dsync_claim), and later calls dsync_release, which
+    claims the grant and whose transaction grants the next in line (the
+    figure issue 41 compares with raw);
   - client-prepared (not run by default): the same with
     Client(dsn, prepare_threshold=5), which the clients before 1.5's
     dsync/_wire.py needed to prepare anything.
@@ -30,7 +37,9 @@ holder's acquire() returned (p50 and p99 over every hand-off); then client
 mean anything.
 """
 
+import json
 import os
+import select
 import statistics
 import sys
 import threading
@@ -59,6 +68,8 @@ SIDES = os.environ.get("BENCH_SIDES", "raw,raw-unprepared,client").split(",")
 RAW_ACQUIRE = ("SELECT dsync_acquire(%s::text, %s::text, '30 s'::interval, "
                "wait => '30 s'::interval)")
 RAW_RELEASE = "SELECT dsync_release(%s::text, %s::text)"
+QUEUE = "SELECT dsync_queue(%s::text, %s::text, '30 s'::interval, %s::text)"
+CLAIM = "SELECT state, fencing FROM dsync_claim(%s::text, %s::text)"
 
 
 class Round:
@@ -128,6 +139,72 @@ def raw_side(dsn, name, **kwargs):
     return run_round(work, setup, teardown)
 
 
+def queue_side(dsn, name, **kwargs):
+    """Each thread on its own connection for its statements, queued
+    without a backend; one listener connection for the process, whose
+    thread hands each "granted" notification to its waiter (as a client
+    library does: one LISTEN per process, not per waiter)."""
+    def setup():
+        conns = [psycopg.connect(dsn, autocommit=True, **kwargs) for _ in range(WORKERS)]
+        listener = psycopg.connect(dsn, autocommit=True, **kwargs)
+        channel = listener.execute("SELECT dsync_queue_channel(%s)", ("wb",)).fetchone()[0]
+        listener.execute(f'LISTEN "{channel}"')
+        events = [threading.Event() for _ in range(WORKERS)]
+        tokens = [None] * WORKERS
+        done = threading.Event()
+
+        def dispatch():
+            pg = listener.pgconn
+            while not done.is_set():
+                if not select.select([pg.socket], [], [], 0.2)[0]:
+                    continue
+                pg.consume_input()
+                while True:
+                    n = pg.notifies()
+                    if n is None:
+                        break
+                    grant = json.loads(n.extra)
+                    i = int(grant["holder"][1:])
+                    tokens[i] = grant["fencing"]
+                    events[i].set()
+        t = threading.Thread(target=dispatch)
+        t.start()
+        return conns, listener, events, tokens, done, t
+
+    def work(ctx, rnd, i):
+        conn, events, tokens, holder = ctx[0][i], ctx[2], ctx[3], f"w{i}"
+        while not rnd.stop.is_set():
+            events[i].clear()
+            tokens[i] = None
+            token = conn.execute(QUEUE, (name, holder, "wb")).fetchone()[0]
+            while token is None:
+                # The grant, committed, comes with its token; the release
+                # below claims it (as a renewal would), well within
+                # dsync.claim_window.  Without word in 1 s: ask.
+                if events[i].wait(1.0) and tokens[i] is not None:
+                    token = tokens[i]
+                    break
+                events[i].clear()
+                state, fencing = conn.execute(CLAIM, (name, holder)).fetchone()
+                if state == "granted":
+                    token = fencing
+                else:
+                    assert state == "queued", state
+            acquired = time.perf_counter()
+            if HOLD:
+                time.sleep(HOLD)
+            conn.execute(RAW_RELEASE, (name, holder))
+            rnd.record(acquired, time.perf_counter())
+
+    def teardown(ctx):
+        conns, listener, _events, _tokens, done, t = ctx
+        done.set()
+        t.join()
+        for conn in conns + [listener]:
+            conn.close()
+    return run_round(work, setup, teardown)
+
+
 def client_side(dsn, name, **kwargs):
     """One Client, one Lock object shared by the threads."""
     def setup():
@@ -159,6 +236,7 @@ def main():
     server.start()
     sides = {"raw": raw_side,
              "raw-unprepared": lambda d, n: raw_side(d, n, prepare_threshold=None),
+             "raw-queue": queue_side,
              "client": client_side,
              "client-prepared": lambda d, n: client_side(d, n, prepare_threshold=5)}
     try:
@@ -181,7 +259,7 @@ def main():
                   f"rounds), hand-off p50 {pct(gaps[side], 0.5):6.2f} ms, p99 "
                   f"{pct(gaps[side], 0.99):6.2f} ms (n={len(gaps[side])})")
         for lib, base in (("client", "raw"), ("client", "raw-unprepared"),
-                          ("client-prepared", "raw")):
+                          ("client-prepared", "raw"), ("raw-queue", "raw")):
             if lib in SIDES and base in SIDES:
                 print(f"{lib} / {base}: throughput "
                       f"{statistics.median(rates[lib]) / statistics.median(rates[base]):.2f}x, "
