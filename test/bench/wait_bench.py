@@ -27,6 +27,10 @@ Both sides wait inside the server, woken at the commit that frees the name:
     Client(dsn, prepare_threshold=5), which the clients before 1.5's
     dsync/_wire.py needed to prepare anything.
 
+Printed per round and side: the transaction ids handed out per hand-off
+(every write transaction of the server's, the worker's too).  BENCH_COMMIT
+(on, off): synchronous_commit of the sides' connections.
+
 The sides (BENCH_SIDES, comma-separated) alternate, BENCH_ROUNDS (default 5) rounds of BENCH_SECONDS (default
 5) each way on a fresh name, on the throwaway server of
 clients/python/tests/conftest.py (an ordinary role, default settings).
@@ -64,6 +68,9 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 SECONDS = float(os.environ.get("BENCH_SECONDS", "5"))
 HOLD = float(os.environ.get("BENCH_HOLD_MS", "0")) / 1000
 SIDES = os.environ.get("BENCH_SIDES", "raw,raw-unprepared,client").split(",")
+# BENCH_COMMIT=off: every connection of the sides commits with
+# synchronous_commit = off (the worker keeps the server's setting).
+COMMIT = os.environ.get("BENCH_COMMIT", "on")
 
 RAW_ACQUIRE = ("SELECT dsync_acquire(%s::text, %s::text, '30 s'::interval, "
                "wait => '30 s'::interval)")
@@ -94,10 +101,16 @@ class Round:
         return len(secs) / (self.end - self.start), gaps
 
 
-def run_round(work, setup, teardown):
-    """WORKERS threads running work(rnd, i) until the round's window ends."""
+XMAX = "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
+
+
+def run_round(work, setup, teardown, dsn):
+    """WORKERS threads running work(rnd, i) until the round's window ends;
+    also how many transaction ids the server handed out per section (every
+    write transaction of anybody's, the worker's too)."""
     rnd = Round()
     ctx = setup()
+    probe = psycopg.connect(dsn, autocommit=True)
     ready = threading.Barrier(WORKERS + 1)
 
     def worker(i):
@@ -109,12 +122,17 @@ def run_round(work, setup, teardown):
     ready.wait()
     rnd.start = time.perf_counter() + 0.5           # connections made, queue formed
     rnd.end = rnd.start + SECONDS
-    time.sleep(SECONDS + 0.5)
+    time.sleep(0.5)
+    xid0 = probe.execute(XMAX).fetchone()[0]
+    time.sleep(SECONDS)
+    xid1 = probe.execute(XMAX).fetchone()[0]
     rnd.stop.set()
     for t in threads:
         t.join()
     teardown(ctx)
-    return rnd.figures()
+    probe.close()
+    rate, gaps = rnd.figures()
+    return rate, gaps, (xid1 - xid0) / max(1, rate * SECONDS)
 
 
 def raw_side(dsn, name, **kwargs):
@@ -136,7 +154,7 @@ def raw_side(dsn, name, **kwargs):
     def teardown(conns):
         for conn in conns:
             conn.close()
-    return run_round(work, setup, teardown)
+    return run_round(work, setup, teardown, dsn)
 
 
 def queue_side(dsn, name, **kwargs):
@@ -202,7 +220,7 @@ def queue_side(dsn, name, **kwargs):
         t.join()
         for conn in conns + [listener]:
             conn.close()
-    return run_round(work, setup, teardown)
+    return run_round(work, setup, teardown, dsn)
 
 
 def client_side(dsn, name, **kwargs):
@@ -223,7 +241,7 @@ def client_side(dsn, name, **kwargs):
 
     def teardown(ctx):
         ctx[0].close()
-    return run_round(work, setup, teardown)
+    return run_round(work, setup, teardown, dsn)
 
 
 def pct(values, q):
@@ -241,23 +259,30 @@ def main():
              "client-prepared": lambda d, n: client_side(d, n, prepare_threshold=5)}
     try:
         print(f"{WORKERS} threads on one name, {ROUNDS} alternating rounds of {SECONDS:g} s, "
-              f"sections of {HOLD * 1000:g} ms; PostgreSQL as initdb makes it (role app), "
+              f"sections of {HOLD * 1000:g} ms, synchronous_commit {COMMIT}; "
+              f"PostgreSQL as initdb makes it (role app), "
               f"psycopg {psycopg.__version__} ({psycopg.pq.__impl__}), "
               f"Python {sys.version.split()[0]}", flush=True)
         rates = {s: [] for s in SIDES}
         gaps = {s: [] for s in SIDES}
+        xids = {s: [] for s in SIDES}
         for r in range(ROUNDS):
             for side in SIDES:
-                rate, g = sides[side](server.dsn(), f"bench-{side}-{r}")
+                dsn = server.dsn()
+                if COMMIT == "off":
+                    dsn += " options='-c synchronous_commit=off'"
+                rate, g, x = sides[side](dsn, f"bench-{side}-{r}")
                 rates[side].append(rate)
                 gaps[side] += g
+                xids[side].append(x)
                 print(f"  round {r + 1} {side:15s}: {rate:7.1f} hand-offs/s, "
-                      f"p50 {pct(g, 0.5):6.2f} ms", flush=True)
+                      f"p50 {pct(g, 0.5):6.2f} ms, {x:.2f} xids per hand-off", flush=True)
         print()
         for side in SIDES:
             print(f"{side:15s}: {statistics.median(rates[side]):7.1f} hand-offs/s (median of "
                   f"rounds), hand-off p50 {pct(gaps[side], 0.5):6.2f} ms, p99 "
-                  f"{pct(gaps[side], 0.99):6.2f} ms (n={len(gaps[side])})")
+                  f"{pct(gaps[side], 0.99):6.2f} ms (n={len(gaps[side])}), "
+                  f"{statistics.median(xids[side]):.2f} xids per hand-off")
         for lib, base in (("client", "raw"), ("client", "raw-unprepared"),
                           ("client-prepared", "raw"), ("raw-queue", "raw")):
             if lib in SIDES and base in SIDES:
