@@ -116,8 +116,14 @@ prove-installcheck:
 
 # Each module includes the headers of what it uses; the compiler records
 # which (-MMD), so an edit rebuilds only the modules that depend on it.
+# The bitcode of each module (.bc, for the server's JIT) writes its list to
+# a file of its own: written to the same .d, the bitcode's list (written
+# last) left the object depending on its .c alone, so a header's edit left
+# objects of another layout behind.
 override CPPFLAGS += -MMD -MP
--include $(OBJS:.o=.d)
+-include $(OBJS:.o=.d) $(OBJS:.o=.bc.d)
+%.bc : %.c
+	$(COMPILE.c.bc) -MF $(@:.bc=.bc.d) -o $@ $<
 
 # The command-line tool: cli/, a PGXS PROGRAM of its own (cli/Makefile),
 # built, installed and cleaned with the extension.
@@ -132,4 +138,4 @@ clean: clean-cli
 clean-cli:
 	$(MAKE) -C cli clean PG_CONFIG='$(PG_CONFIG)'
 
-EXTRA_CLEAN = $(OBJS:.o=.d)
+EXTRA_CLEAN = $(OBJS:.o=.d) $(OBJS:.o=.bc.d)

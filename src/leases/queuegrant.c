@@ -29,6 +29,7 @@
 
 #include "args.h"
 #include "catalog.h"
+#include "lazycommit.h"
 #include "events.h"
 #include "lease.h"
 #include "queued.h"
@@ -184,6 +185,8 @@ QueueGrantTo(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *waiter)
 	if (granted)
 	{
 		DsyncQueuedSetToken(waiter, token, before + waiter->ttl_usec);
+		/* As durable as the waiter's own grant would have been. */
+		DsyncCommitAtLeast(waiter->commit_level);
 		if (waiter->channel[0] != '\0')
 			QueueNotifyGranted(waiter, token);
 	}

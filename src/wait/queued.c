@@ -307,6 +307,7 @@ DsyncQueuedJoin(text *name, text *holder, uint64 key, int mode, bool durable,
 	entry->w.mode = mode;
 	entry->w.durable = durable;
 	entry->w.ttl_usec = ttl_usec;
+	entry->w.commit_level = synchronous_commit;
 	entry->w.since = now;
 	entry->w.alive_until = now + ttl_usec;
 	strlcpy(entry->w.channel, channel, sizeof(entry->w.channel));

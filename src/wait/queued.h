@@ -41,6 +41,7 @@ typedef struct DsyncQueuedWaiter
 	int			mode;			/* DSYNC_QUEUED_EXCLUSIVE or _SHARED */
 	bool		durable;
 	int64		ttl_usec;		/* of the grant, and of the place in line */
+	int			commit_level;	/* synchronous_commit the waiter queued with */
 	TimestampTz since;
 	TimestampTz alive_until;	/* WAITING: gone unless renewed by then */
 	TimestampTz claim_by;		/* GRANTED: passed on unless claimed by then */

@@ -13,10 +13,13 @@
 #     queue again), the holder keeps its lease, and a grant committed
 #     before the crash stays with its waiter, whose queueing again returns
 #     the same token.
-#  5. Failover to a synchronous standby: the grant a release made to a
-#     queued waiter is on the standby when the release returns; on the
-#     promoted standby the waiter holds it with that token, and the next
-#     grant's token is greater.
+#  5. A synchronous standby: a grant the worker makes (at an expiry) to a
+#     waiter that queued with synchronous_commit = on waits for the standby
+#     before anybody sees it, though the worker commits its own work
+#     without a flush.  Failover: the grant a release made to a queued
+#     waiter is on the standby when the release returns; on the promoted
+#     standby the waiter holds it with that token, and the next grant's
+#     token is greater.
 use strict;
 use warnings;
 
@@ -125,6 +128,18 @@ $node->append_conf('postgresql.conf', "synchronous_standby_names = 'queue_standb
 $node->reload;
 ok(wait_for($node, "SELECT count(*) = 1 FROM pg_stat_replication WHERE sync_state = 'sync'"),
 	'the standby is synchronous');
+my $walsender = q1($node, "SELECT pid FROM pg_stat_replication");
+q1($node, "SELECT dsync_acquire('qg', 'h', '1 s')");
+q1($node, "SELECT dsync_queue('qg', 'w', '60 s')");
+is(kill('STOP', $walsender), 1, 'the standby\'s walsender is stalled');
+ok( wait_for($node,
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'dsync reaper' "
+		  . "AND datname = 'postgres' AND wait_event = 'SyncRep'"),
+	'the worker\'s grant at the expiry waits for the standby');
+is(q1($node, "SELECT dsync_leader('qg') IS NULL"), 't', 'and is not seen before it confirms');
+kill('CONT', $walsender);
+ok(wait_for($node, "SELECT dsync_leader('qg') = 'w'"), 'then it is');
+q1($node, "SELECT dsync_release('qg', 'w')");
 q1($node, "SELECT dsync_acquire('qf', 'h', '60 s')");
 q1($node, "SELECT dsync_queue('qf', 'w', '60 s')");
 q1($node, "SELECT dsync_release('qf', 'h')");
