@@ -181,6 +181,7 @@ def killer():
 def main():
     os.environ["PGAPPNAME"] = "qs"
     with psycopg.connect(autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS dsync")
         conn.execute("DROP TABLE IF EXISTS qs_counter")
         conn.execute("CREATE TABLE qs_counter (n int, last_token bigint)")
         conn.execute("INSERT INTO qs_counter VALUES (0, 0)")
