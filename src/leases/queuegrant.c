@@ -34,6 +34,7 @@
 #include "lease.h"
 #include "queued.h"
 #include "wait.h"
+#include "compat.h"
 
 PG_FUNCTION_INFO_V1(dsync_queue);
 PG_FUNCTION_INFO_V1(dsync_claim);

@@ -60,6 +60,7 @@
 #include "dbslot.h"
 #include "settings.h"
 #include "shmem.h"
+#include "compat.h"
 
 QueuedControl *queued_control = NULL;
 HTAB	   *queued_names = NULL;

@@ -35,6 +35,7 @@
 #include "dbslot.h"
 #include "settings.h"
 #include "shmem.h"
+#include "compat.h"
 
 /* The entries this backend's transaction is granting. */
 typedef struct QueuedPending

@@ -30,6 +30,7 @@
 #include "catalog.h"
 #include "queued.h"
 #include "workers.h"
+#include "compat.h"
 
 /*
  * DsyncQueueWorkNext
