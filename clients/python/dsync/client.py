@@ -791,7 +791,18 @@ class Client:
         c.Contention).  The token (None if not had) and when the statement
         that got it was sent."""
         name, holder, ttl, info = args
-        if blocking and self.queue:
+        timed: list = []
+        token = None
+        now = time.monotonic()
+        tried = False
+        if not self._contention.wait_at_once(name, blocking, deadline, now):
+            tried = True
+            token = self._query(statement, (name, holder, ttl, c.ZERO, info), what,
+                                timed=timed)
+            if token is None and blocking:
+                self._contention.found_taken(name, now)
+        # Not had at once: wait in the line, without a connection, where we can.
+        if token is None and blocking and self.queue:
             got = self._queue_wait(name, holder, ttl, statement == sql.ACQUIRE_SHARED,
                                    deadline, what)
             if got is not None:
@@ -803,16 +814,6 @@ class Client:
                     if token is not None and int(token) == got[0]:
                         return got[0], max(got[1], sent)
                 return got
-        timed: list = []
-        token = None
-        now = time.monotonic()
-        tried = False
-        if not self._contention.wait_at_once(name, blocking, deadline, now):
-            tried = True
-            token = self._query(statement, (name, holder, ttl, c.ZERO, info), what,
-                                timed=timed)
-            if token is None and blocking:
-                self._contention.found_taken(name, now)
         while token is None and blocking:
             # A slice no longer than a third of the ttl: the grant is
             # reckoned from when its statement was sent, and must leave the
