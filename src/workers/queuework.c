@@ -47,6 +47,31 @@ DsyncQueueWorkNext(TimestampTz next)
 }
 
 /*
+ * QueueWorkStep
+ *		The pass itself, in DsyncReaperTransaction's transaction: the SQL
+ *		function, found by name in the extension's schema.
+ */
+static void
+QueueWorkStep(void)
+{
+	Oid			fn = InvalidOid;
+
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (OidIsValid(get_extension_oid("dsync", true)))
+	{
+		const DsyncCatalog *catalog = DsyncCatalogFromExtension();
+		char	   *schema = get_namespace_name(catalog->namespace);
+
+		if (schema != NULL)
+			fn = LookupFuncName(list_make2(makeString(schema), makeString("dsync_queue_pass")),
+								0, NULL, true);
+	}
+	if (OidIsValid(fn))
+		(void) OidFunctionCall0(fn);
+	PopActiveSnapshot();
+}
+
+/*
  * DsyncQueueWork
  *		Run a queue pass in a transaction of its own if one is due; an
  *		error is reported and the pass tried again at the next wake-up.
@@ -54,39 +79,6 @@ DsyncQueueWorkNext(TimestampTz next)
 void
 DsyncQueueWork(void)
 {
-	MemoryContext oldcontext = CurrentMemoryContext;
-
-	if (!DsyncQueuedWorkDue(GetCurrentTimestamp()))
-		return;
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	PG_TRY();
-	{
-		Oid			fn = InvalidOid;
-
-		PushActiveSnapshot(GetTransactionSnapshot());
-		if (OidIsValid(get_extension_oid("dsync", true)))
-		{
-			const DsyncCatalog *catalog = DsyncCatalogFromExtension();
-			char	   *schema = get_namespace_name(catalog->namespace);
-
-			if (schema != NULL)
-				fn = LookupFuncName(list_make2(makeString(schema),
-											   makeString("dsync_queue_pass")),
-									0, NULL, true);
-		}
-		if (OidIsValid(fn))
-			(void) OidFunctionCall0(fn);
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(oldcontext);
-		EmitErrorReport();
-		FlushErrorState();
-		AbortCurrentTransaction();
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(oldcontext);
+	if (DsyncQueuedWorkDue(GetCurrentTimestamp()))
+		(void) DsyncReaperTransaction(QueueWorkStep);
 }

@@ -298,7 +298,7 @@ ReaperNumber(void)
 }
 
 /*
- * ReaperTransaction
+ * DsyncReaperTransaction
  *		Run step in a transaction of its own and commit it; a failure is
  *		logged and rolled back, never fatal to the worker.  True if it
  *		committed.
@@ -308,8 +308,8 @@ ReaperNumber(void)
  * at the worker's start, making the event log's sent_at wrong and its
  * pruning by age drop events it must keep.
  */
-static bool
-ReaperTransaction(void (*step) (void))
+bool
+DsyncReaperTransaction(void (*step) (void))
 {
 	MemoryContext oldcontext = CurrentMemoryContext;
 	volatile bool committed = false;
@@ -339,7 +339,7 @@ ReaperTransaction(void (*step) (void))
  *		What a worker starting to serve the database takes over: release
  *		the session leases whose backends are gone (a crash, a promotion,
  *		an exit that could not clean up), and find out whether a watcher
- *		may be coming back for the event log.  In ReaperTransaction: a
+ *		may be coming back for the event log.  In DsyncReaperTransaction: a
  *		failure leaves the leases to their ttl.
  */
 static void
@@ -354,7 +354,7 @@ ReaperResume(void)
 /*
  * ReaperLogUnsent
  *		Give the kept events their numbers and write them to the event log
- *		(eventlog.c), in a transaction of their own (ReaperTransaction) that
+ *		(eventlog.c), in a transaction of their own (DsyncReaperTransaction) that
  *		is durable before any of them is announced: a listener must never
  *		see an event that a crash or failover then takes out of the log,
  *		where others catch up.  It runs before the notify lock is taken, so
@@ -402,7 +402,7 @@ ReaperSendUnsent(void)
 
 	if (reaper_unsent == NIL || GetCurrentTimestamp() < reaper_notify_retry)
 		return;
-	if (!ReaperTransaction(ReaperLogUnsent))
+	if (!DsyncReaperTransaction(ReaperLogUnsent))
 	{
 		reaper_notify_retry = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														  DSYNC_NOTIFY_RETRY_MS);
@@ -591,7 +591,7 @@ dsync_reaper_main(Datum arg)
 		proc_exit(0);
 	}
 
-	(void) ReaperTransaction(ReaperResume);
+	(void) DsyncReaperTransaction(ReaperResume);
 
 	ReaperSetState(DSYNC_DB_ACTIVE);
 	ereport(DEBUG1, (errmsg("dsync reaper started")));

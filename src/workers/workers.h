@@ -23,4 +23,7 @@ extern PGDLLEXPORT void dsync_reaper_main(Datum arg);
 extern TimestampTz DsyncQueueWorkNext(TimestampTz next);
 extern void DsyncQueueWork(void);
 
+/* reaper.c */
+extern bool DsyncReaperTransaction(void (*step) (void));
+
 #endif							/* DSYNC_WORKERS_H */
