@@ -11,6 +11,11 @@
  * queuegrant.c, wait/queued.c).  The pass is the SQL function, called
  * through its OID, so that it finds the extension as any call does.
  *
+ * An expiry the worker clears is granted to the first queued waiter in
+ * the clearing transaction itself (DsyncQueueNoteFreed, then
+ * DsyncQueueGrantFreed before its commit), as a release is: one write
+ * transaction per hand-off there too.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -24,11 +29,15 @@
 #include "nodes/value.h"
 #include "parser/parse_func.h"
 #include "utils/lsyscache.h"
+#include "storage/proc.h"
+#include "utils/datum.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
 #include "catalog.h"
+#include "lease.h"
 #include "queued.h"
+#include "wait.h"
 #include "workers.h"
 #include "compat.h"
 
@@ -81,4 +90,71 @@ DsyncQueueWork(void)
 {
 	if (DsyncQueuedWorkDue(GetCurrentTimestamp()))
 		(void) DsyncReaperTransaction(QueueWorkStep);
+}
+
+/* Names this transaction cleared that have queued waiters (reap.c). */
+static List *freed_names = NIL;
+static LocalTransactionId freed_lxid = InvalidLocalTransactionId;
+
+/*
+ * DsyncQueueNoteFreed
+ *		A reap cleared name's holder in this transaction: if queued waiters
+ *		may want it, note it for DsyncQueueGrantFreed.  Costs an atomic read
+ *		when none are queued on its channel.
+ */
+void
+DsyncQueueNoteFreed(text *name)
+{
+	MemoryContext oldcontext;
+
+	if (!DsyncQueuedAny(DsyncWaitKey(name)))
+		return;
+	if (freed_lxid != MyProc->lxid)
+	{
+		freed_names = NIL;		/* a list of a transaction that ended */
+		freed_lxid = MyProc->lxid;
+	}
+	oldcontext = MemoryContextSwitchTo(CurTransactionContext);
+	freed_names = lappend(freed_names, DatumGetTextPP(datumCopy(PointerGetDatum(name), false, -1)));
+	MemoryContextSwitchTo(oldcontext);
+}
+
+/*
+ * DsyncQueueGrantFreed
+ *		Before the reaping transaction commits: grant each name it noted to
+ *		its first queued waiter.  fcinfo: the calling SQL function's
+ *		(dsync_reap), or NULL for the worker, which calls it as
+ *		dsync_queue_pass would be called (to find the extension by).
+ */
+void
+DsyncQueueGrantFreed(FunctionCallInfo fcinfo)
+{
+	List	   *names;
+	ListCell   *lc;
+	FmgrInfo	flinfo;
+	LOCAL_FCINFO(own, 0);
+
+	if (freed_names == NIL || freed_lxid != MyProc->lxid)
+	{
+		freed_names = NIL;
+		return;
+	}
+	names = freed_names;
+	freed_names = NIL;
+	if (fcinfo == NULL)
+	{
+		const DsyncCatalog *catalog = DsyncCatalogFromExtension();
+		char	   *schema = get_namespace_name(catalog->namespace);
+		Oid			fn = schema == NULL ? InvalidOid :
+			LookupFuncName(list_make2(makeString(schema), makeString("dsync_queue_pass")),
+						   0, NULL, true);
+
+		if (!OidIsValid(fn))
+			return;				/* the worker's pass will grant them */
+		fmgr_info(fn, &flinfo);
+		InitFunctionCallInfoData(*own, &flinfo, 0, InvalidOid, NULL, NULL);
+		fcinfo = own;
+	}
+	foreach(lc, names)
+		(void) DsyncQueueGrantNext(fcinfo, (text *) lfirst(lc));
 }

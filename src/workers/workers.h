@@ -22,6 +22,8 @@ extern PGDLLEXPORT void dsync_reaper_main(Datum arg);
 /* queuework.c */
 extern TimestampTz DsyncQueueWorkNext(TimestampTz next);
 extern void DsyncQueueWork(void);
+extern void DsyncQueueNoteFreed(text *name);
+extern void DsyncQueueGrantFreed(FunctionCallInfo fcinfo);
 
 /* reaper.c */
 extern bool DsyncReaperTransaction(void (*step) (void));
