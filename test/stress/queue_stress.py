@@ -85,12 +85,24 @@ def turn(conn, holder, token, kind, start):
         conn.execute("UPDATE qs_counter SET n = n + 1, last_token = %s", (token,))
     time.sleep(random.uniform(0, 0.01))
     end = time.monotonic()
-    # One turn in twenty is left to expire: the worker grants the next one.
-    if random.random() >= 0.05:
+    # One turn in twenty is left to expire (shortened to 200 ms first): the
+    # worker grants the next one in the transaction that clears it.
+    left_to_expire = random.random() < 0.05
+    if left_to_expire:
+        conn.execute("SELECT dsync_renew(%s, %s, '200 milliseconds')", (LEASE, holder))
+    else:
         conn.execute("SELECT dsync_release(%s, %s)", (LEASE, holder))
     with history_lock:
         history.append((start, end, token, holder, kind))
         counts["writes"] += 1
+    if left_to_expire:
+        raise LeftToExpire()
+
+
+class LeftToExpire(Exception):
+    """The turn left its lease to expire: the client takes another holder
+    name, or it would get that lease again (reentrant, the same token)
+    while it lasts."""
 
 
 def queued_turn(conn, listener, holder, channel, rng):
@@ -103,7 +115,7 @@ def queued_turn(conn, listener, holder, channel, rng):
         note("queued")
         return
     behaviour = rng.random()
-    if behaviour < 0.08:
+    if behaviour < 0.03:
         note("vanished")             # never claims, never renews
         return
     deadline = time.monotonic() + (1.0 if behaviour < 0.2 else 10.0)
@@ -132,10 +144,11 @@ def queued_turn(conn, listener, holder, channel, rng):
 
 def client(i):
     rng = random.Random(seed + i)
-    holder = f"c{i}"
     channel = f"qs-{i}"
+    turns = 0
     conn = listener = None
     while time.monotonic() < stop_at:
+        holder = f"c{i}.{turns}"
         try:
             if conn is None:
                 conn = connect()
@@ -152,6 +165,8 @@ def client(i):
                 note("backend")
             else:
                 queued_turn(conn, listener, holder, channel, rng)
+        except LeftToExpire:
+            turns += 1
         except psycopg.OperationalError:
             note("reconnects")
             for c_ in (conn, listener):
