@@ -50,6 +50,8 @@ typedef enum DsyncReleaseResult
 	DSYNC_RELEASE_BUSY			/* a guard has it locked, and we were not to wait */
 } DsyncReleaseResult;
 
+extern DsyncReleaseResult DsyncLeasePassOn(const DsyncCatalog *catalog, text *lease,
+										  text *holder, int64 token, TimestampTz granted_upto);
 extern DsyncReleaseResult DsyncLeaseReleaseGrant(const DsyncCatalog *catalog, text *lease,
 												 text *holder, int64 token, bool wait);
 

@@ -31,6 +31,7 @@
 #include "catalog.h"
 #include "lazycommit.h"
 #include "events.h"
+#include "fence.h"
 #include "lease.h"
 #include "queued.h"
 #include "wait.h"
@@ -82,6 +83,8 @@ QueueTryOnce(FunctionCallInfo fcinfo, text *lease, uint64 key, text *holder, int
 	QueueTryArgs args;
 	DsyncWaitSpec spec;
 
+	/* A fence another try found busy is that try's business, not ours. */
+	DsyncFenceForgetBusy();
 	memset(&args, 0, sizeof(args));
 	args.fcinfo = fcinfo;
 	args.lease = lease;
@@ -185,7 +188,7 @@ QueueGrantTo(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *waiter)
 	PG_END_TRY();
 	if (granted)
 	{
-		DsyncQueuedSetToken(waiter, token, before + waiter->ttl_usec);
+		DsyncQueuedSetToken(waiter, token, before + waiter->ttl_usec, GetCurrentTimestamp());
 		/* As durable as the waiter's own grant would have been. */
 		DsyncCommitAtLeast(waiter->commit_level);
 		if (waiter->channel[0] != '\0')
@@ -265,28 +268,28 @@ dsync_queue(PG_FUNCTION_ARGS)
 	DsyncPreventWrite("dsync_queue()");
 	key = DsyncWaitKey(lease);
 	state = DsyncQueuedJoin(lease, holder, key, mode, true, ttl_usec, channel, &me);
-	/* Granted and not claimed yet: queueing again claims it. */
-	if (state == DSYNC_QUEUED_GRANTED)
-	{
-		if (DsyncQueuedClaim(lease, holder, key, &me) == DSYNC_QUEUED_GRANTED)
-			PG_RETURN_INT64(me.token);
-		PG_RETURN_NULL();
-	}
+	/*
+	 * Queued already (its place renewed), or granted and not taken up:
+	 * dsync_claim says which, and how long a grant has left.
+	 */
 	if (state != DSYNC_QUEUED_GONE)
 		PG_RETURN_NULL();
 
 	/*
-	 * Queued first, then one try if first in line: a release that looked
-	 * at the line before we joined it finds our try blocked on its row,
-	 * and its commit's wake-up pokes the worker, which grants.
+	 * Queued first, then one try if first in line, with the entry reserved
+	 * (so that nobody else grants it meanwhile): a release that looked at
+	 * the line before we joined it finds our try blocked on its row, and
+	 * its commit's wake-up pokes the worker, which grants.
 	 */
-	if (DsyncQueuedFirst(key, &first) && first.ticket == me.ticket &&
-		QueueTryOnce(fcinfo, lease, key, holder, ttl_usec, mode == DSYNC_QUEUED_SHARED, &token))
+	if (DsyncQueuedFirst(key, &first) && first.ticket == me.ticket && DsyncQueuedReserve(&me))
 	{
-		DsyncQueuedWaiter left;
-
-		(void) DsyncQueuedLeave(lease, holder, key, &left);
-		PG_RETURN_INT64(token);
+		if (QueueTryOnce(fcinfo, lease, key, holder, ttl_usec, mode == DSYNC_QUEUED_SHARED,
+						 &token))
+		{
+			DsyncQueuedDropOwn(&me);
+			PG_RETURN_INT64(token);
+		}
+		DsyncQueuedUnreserve(&me);
 	}
 	PG_RETURN_NULL();
 }
@@ -360,10 +363,11 @@ dsync_unqueue(PG_FUNCTION_ARGS)
 	DsyncQueuedWaiter me;
 	DsyncQueuedState state;
 
+	/* Before the entry goes: a grant left would then stay until its ttl. */
+	DsyncPreventWrite("dsync_unqueue()");
 	state = DsyncQueuedLeave(lease, holder, DsyncWaitKey(lease), &me);
 	if (state == DSYNC_QUEUED_GRANTED)
 	{
-		DsyncPreventWrite("dsync_unqueue()");
 		if (DsyncLeaseReleaseGrant(DsyncCatalogGet(fcinfo), lease, holder, me.token,
 								   true) == DSYNC_RELEASE_DONE)
 			(void) DsyncQueueGrantNext(fcinfo, lease);
@@ -399,8 +403,8 @@ dsync_queue_pass(PG_FUNCTION_ARGS)
 		DsyncQueuedWaiter *w = lfirst(lc);
 		text	   *lease = cstring_to_text(w->name);
 
-		if (DsyncLeaseReleaseGrant(catalog, lease, cstring_to_text(w->holder), w->token,
-								   false) == DSYNC_RELEASE_DONE &&
+		if (DsyncLeasePassOn(catalog, lease, cstring_to_text(w->holder), w->token,
+							 w->granted_upto) == DSYNC_RELEASE_DONE &&
 			DsyncQueueGrantNext(fcinfo, lease))
 			granted++;
 	}

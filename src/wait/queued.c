@@ -203,7 +203,7 @@ QueuedUnlink(QueuedEntry *entry)
 {
 	QueuedTag	tag = entry->tag;
 
-	if (entry->w.state == DSYNC_QUEUED_WAITING)
+	if (entry->w.state == DSYNC_QUEUED_WAITING || entry->w.state == DSYNC_QUEUED_GRANTING)
 		pg_atomic_fetch_sub_u32(&queued_control->waiting[QueuedChannel(tag.key)], 1);
 	if (entry->w.state == DSYNC_QUEUED_GRANTED || entry->w.state == DSYNC_QUEUED_PASSING)
 	{
@@ -272,6 +272,21 @@ DsyncQueuedJoin(text *name, text *holder, uint64 key, int mode, bool durable,
 	QueuedMakeTag(&tag, &name_tag, key, VARDATA_ANY(holder), VARSIZE_ANY_EXHDR(holder));
 	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
 	entry = QueuedFind(name, holder, key);
+	if (entry != NULL && entry->w.userid != GetUserId())
+	{
+		Oid			owner = entry->w.userid;
+
+		/* Checked without the lock (a catalog lookup), then looked up again. */
+		LWLockRelease(queued_control->lock);
+		if (!has_privs_of_role(GetUserId(), owner))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_IN_USE),
+					 errmsg("holder \"%s\" is queued for lease \"%s\" by another role",
+							text_to_cstring(holder), text_to_cstring(name)),
+					 errhint("Give each client a holder name of its own.")));
+		LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+		entry = QueuedFind(name, holder, key);
+	}
 	if (entry != NULL)
 	{
 		DsyncQueuedState was = entry->w.state;
@@ -345,6 +360,17 @@ QueuedHead(uint64 key, bool exclusive, TimestampTz now)
 	{
 		QueuedEntry *entry = dlist_container(QueuedEntry, node, iter.cur);
 
+		/*
+		 * Being granted by another backend: nobody after it is first
+		 * meanwhile.  One this backend grants (a shared holder, a permit)
+		 * leaves room for the next.
+		 */
+		if (entry->w.state == DSYNC_QUEUED_GRANTING)
+		{
+			if (entry->w.granting_pid != MyProcPid)
+				return NULL;
+			continue;
+		}
 		if (entry->w.state != DSYNC_QUEUED_WAITING)
 			continue;
 		if (entry->w.alive_until > now)
@@ -488,6 +514,14 @@ DsyncQueuedClaim(text *name, text *holder, uint64 key, DsyncQueuedWaiter *out)
 	if (entry != NULL && entry->w.userid == owner)
 	{
 		state = entry->w.state;
+		if (state == DSYNC_QUEUED_GRANTING && QueuedSettledGrantOf(entry))
+		{
+			/* Committed, not settled yet: taken up all the same. */
+			*out = entry->w;
+			DsyncQueuedTakeUp(entry);
+			LWLockRelease(queued_control->lock);
+			return DSYNC_QUEUED_GRANTED;
+		}
 		if (state == DSYNC_QUEUED_PASSING)
 			state = DSYNC_QUEUED_GONE;	/* too late: being passed on */
 		else if (state == DSYNC_QUEUED_WAITING && entry->w.alive_until <= now)
@@ -541,6 +575,63 @@ DsyncQueuedLeave(text *name, text *holder, uint64 key, DsyncQueuedWaiter *out)
 	if (state == DSYNC_QUEUED_WAITING)
 		DsyncWakeNow(key);		/* a backend behind it may be first now */
 	return state;
+}
+
+/*
+ * DsyncQueuedForgetGrant
+ *		dsync_force_release took the lease from holder: a grant made to it
+ *		as a queued waiter and not taken up is not to be claimed any more.
+ */
+void
+DsyncQueuedForgetGrant(text *name, text *holder)
+{
+	QueuedEntry *entry;
+	uint64		key = DsyncWaitKey(name);
+
+	if (!DsyncQueuedAny(key) && pg_atomic_read_u32(&queued_control->ngranted) == 0)
+		return;
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	entry = QueuedFind(name, holder, key);
+	if (entry != NULL && entry->w.state == DSYNC_QUEUED_GRANTED)
+		QueuedRemove(entry);
+	else if (entry != NULL && entry->w.state == DSYNC_QUEUED_GRANTING)
+		entry->w.cancelled = true;
+	LWLockRelease(queued_control->lock);
+}
+
+/*
+ * DsyncQueuedEvict
+ *		dsync_force_release(..., cancel_waits => true): the places in key's
+ *		line of the role owner go (as its blocked backends' waits end).
+ */
+void
+DsyncQueuedEvict(uint64 key, Oid owner)
+{
+	QueuedNameTag name_tag;
+	QueuedName *qname;
+	dlist_mutable_iter iter;
+
+	if (!DsyncQueuedAny(key))
+		return;
+	memset(&name_tag, 0, sizeof(name_tag));
+	name_tag.dbid = MyDatabaseId;
+	name_tag.key = key;
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	qname = hash_search(queued_names, &name_tag, HASH_FIND, NULL);
+	if (qname != NULL)
+	{
+		dlist_foreach_modify(iter, &qname->waiters)
+		{
+			QueuedEntry *entry = dlist_container(QueuedEntry, node, iter.cur);
+
+			if (entry->w.userid == owner && entry->w.state == DSYNC_QUEUED_WAITING)
+				QueuedUnlink(entry);
+			else if (entry->w.userid == owner && entry->w.state == DSYNC_QUEUED_GRANTING)
+				entry->w.cancelled = true;
+		}
+		QueuedDropNameIfEmpty(key, MyDatabaseId);
+	}
+	LWLockRelease(queued_control->lock);
 }
 
 /*

@@ -49,6 +49,12 @@ typedef struct DsyncQueuedWaiter
 								 * no later (the clock before the try + ttl) */
 	int64		token;			/* GRANTING, GRANTED */
 	bool		cancelled;		/* GRANTING: left meanwhile; pass it on */
+	bool		claimed;		/* GRANTING: taken up once its transaction
+								 * committed; goes instead of being GRANTED */
+	TransactionId granting_xid; /* GRANTING: the granting transaction */
+	int			granting_pid;	/* GRANTING: the backend granting it */
+	TimestampTz granted_upto;	/* GRANTING, GRANTED: the grant's row was
+								 * written no later (a later renewed_at: renewed) */
 	char		channel[NAMEDATALEN];	/* where its grant is announced */
 	char		name[DSYNC_NAME_MAX_BYTES + 1];
 	char		holder[DSYNC_NAME_MAX_BYTES + 1];
@@ -66,7 +72,10 @@ extern uint64 DsyncQueuedFirstTicket(uint64 key);
 extern bool DsyncQueuedAny(uint64 key);
 extern bool DsyncQueuedReserve(const DsyncQueuedWaiter *waiter);
 extern void DsyncQueuedSetToken(const DsyncQueuedWaiter *waiter, int64 token,
-								TimestampTz expires_by);
+								TimestampTz expires_by, TimestampTz granted_upto);
+extern void DsyncQueuedDropOwn(const DsyncQueuedWaiter *waiter);
+extern void DsyncQueuedForgetGrant(text *name, text *holder);
+extern void DsyncQueuedEvict(uint64 key, Oid owner);
 extern void DsyncQueuedUnreserve(const DsyncQueuedWaiter *waiter);
 extern void DsyncQueuedAtSubCommit(int nest_level);
 extern void DsyncQueuedAtSubAbort(int nest_level);
@@ -76,7 +85,7 @@ extern DsyncQueuedState DsyncQueuedClaim(text *name, text *holder, uint64 key,
 extern DsyncQueuedState DsyncQueuedLeave(text *name, text *holder, uint64 key,
 										 DsyncQueuedWaiter *out);
 extern List *DsyncQueuedTakeDue(TimestampTz now);
-extern DsyncQueuedState DsyncQueuedUse(text *name, text *holder);
+extern void DsyncQueuedUse(text *name, text *holder);
 extern List *DsyncQueuedTakePoked(void);
 extern int	DsyncQueuedSweep(TimestampTz now);
 extern TimestampTz DsyncQueuedNextClaim(Oid dbid);

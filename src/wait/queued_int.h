@@ -81,5 +81,7 @@ extern void QueuedDropNameIfEmpty(uint64 key, Oid dbid);
 extern void QueuedRemove(QueuedEntry *entry);
 extern QueuedEntry *QueuedHead(uint64 key, bool exclusive, TimestampTz now);
 extern QueuedEntry *QueuedEntryOf(const DsyncQueuedWaiter *waiter);
+extern bool QueuedSettledGrantOf(QueuedEntry *entry);
+extern void DsyncQueuedTakeUp(QueuedEntry *entry);
 
 #endif							/* DSYNC_QUEUED_INT_H */

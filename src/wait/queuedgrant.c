@@ -78,9 +78,12 @@ DsyncQueuedReserve(const DsyncQueuedWaiter *waiter)
 		pfree(pending);
 		return false;
 	}
+	/* Still counted in waiting: a release must poke for it if it comes back. */
 	entry->w.state = DSYNC_QUEUED_GRANTING;
 	entry->w.cancelled = false;
-	pg_atomic_fetch_sub_u32(&queued_control->waiting[QueuedChannel(entry->tag.key)], 1);
+	entry->w.claimed = false;
+	entry->w.granting_xid = GetTopTransactionIdIfAny();
+	entry->w.granting_pid = MyProcPid;
 	pending->tag = entry->tag;
 	pending->nest_level = GetCurrentTransactionNestLevel();
 	pending->passing = false;
@@ -94,7 +97,8 @@ DsyncQueuedReserve(const DsyncQueuedWaiter *waiter)
  *		lease expires no later than.
  */
 void
-DsyncQueuedSetToken(const DsyncQueuedWaiter *waiter, int64 token, TimestampTz expires_by)
+DsyncQueuedSetToken(const DsyncQueuedWaiter *waiter, int64 token, TimestampTz expires_by,
+					TimestampTz granted_upto)
 {
 	QueuedEntry *entry;
 
@@ -104,6 +108,9 @@ DsyncQueuedSetToken(const DsyncQueuedWaiter *waiter, int64 token, TimestampTz ex
 	{
 		entry->w.token = token;
 		entry->w.expires_by = expires_by;
+		entry->w.granted_upto = granted_upto;
+		/* The grant wrote: the transaction has its id now. */
+		entry->w.granting_xid = GetTopTransactionIdIfAny();
 	}
 	LWLockRelease(queued_control->lock);
 }
@@ -122,12 +129,10 @@ QueuedBackInLine(QueuedEntry *entry)
 	entry->w.token = 0;
 	if (entry->w.cancelled)
 	{
-		entry->w.state = DSYNC_QUEUED_GONE;
-		QueuedRemove(entry);
+		QueuedRemove(entry);	/* as GRANTING: counted out of waiting */
 		return;
 	}
 	entry->w.state = DSYNC_QUEUED_WAITING;
-	pg_atomic_fetch_add_u32(&queued_control->waiting[QueuedChannel(entry->tag.key)], 1);
 }
 
 /*
@@ -167,12 +172,12 @@ static void
 QueuedPendingDone(int nest_level, bool commit)
 {
 	ListCell   *lc;
-	List	   *keep = NIL;
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz first_claim = 0;
 
 	if (queued_pending == NIL)
 		return;
+	/* No allocation here: it may run in an abort, after an error. */
 	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
 	foreach(lc, queued_pending)
 	{
@@ -180,10 +185,7 @@ QueuedPendingDone(int nest_level, bool commit)
 		QueuedEntry *entry;
 
 		if (nest_level > 0 && pending->nest_level < nest_level)
-		{
-			keep = lappend(keep, pending);
 			continue;
-		}
 		entry = hash_search(queued_entries, &pending->tag, HASH_FIND, NULL);
 		if (entry != NULL && pending->passing && entry->w.state == DSYNC_QUEUED_PASSING)
 		{
@@ -200,9 +202,12 @@ QueuedPendingDone(int nest_level, bool commit)
 		}
 		else if (entry != NULL && !pending->passing && entry->w.state == DSYNC_QUEUED_GRANTING)
 		{
-			if (commit)
+			if (commit && entry->w.claimed)
+				QueuedRemove(entry);	/* taken up already: nothing to wait for */
+			else if (commit)
 			{
 				entry->w.state = DSYNC_QUEUED_GRANTED;
+				pg_atomic_fetch_sub_u32(&queued_control->waiting[QueuedChannel(entry->tag.key)], 1);
 				entry->w.claim_by = entry->w.cancelled ? now :
 					TimestampTzPlusMilliseconds(now, dsync_claim_window);
 				dlist_push_tail(&queued_control->granted, &entry->granted_node);
@@ -215,22 +220,12 @@ QueuedPendingDone(int nest_level, bool commit)
 			else
 				QueuedBackInLine(entry);
 		}
+		queued_pending = foreach_delete_current(queued_pending, lc);
 		pfree(pending);
 	}
 	LWLockRelease(queued_control->lock);
 	if (first_claim != 0)
 		QueuedWorkerBy(first_claim);
-	list_free(queued_pending);
-	queued_pending = NIL;
-	/* Built in TopMemoryContext, as the list it replaces. */
-	if (keep != NIL)
-	{
-		MemoryContext oldcontext = MemoryContextSwitchTo(TopMemoryContext);
-
-		queued_pending = list_copy(keep);
-		MemoryContextSwitchTo(oldcontext);
-		list_free(keep);
-	}
 }
 
 /*
@@ -259,6 +254,37 @@ DsyncQueuedUnreserve(const DsyncQueuedWaiter *waiter)
 			}
 		}
 		QueuedBackInLine(entry);
+	}
+	LWLockRelease(queued_control->lock);
+}
+
+/*
+ * DsyncQueuedDropOwn
+ *		dsync_queue's own try, made with its entry reserved, got the lease
+ *		for its caller: the entry goes (the caller has the token).
+ */
+void
+DsyncQueuedDropOwn(const DsyncQueuedWaiter *waiter)
+{
+	ListCell   *lc;
+	QueuedEntry *entry;
+
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	entry = QueuedEntryOf(waiter);
+	if (entry != NULL)
+	{
+		foreach(lc, queued_pending)
+		{
+			QueuedPending *pending = lfirst(lc);
+
+			if (memcmp(&pending->tag, &entry->tag, sizeof(QueuedTag)) == 0)
+			{
+				queued_pending = foreach_delete_current(queued_pending, lc);
+				pfree(pending);
+				break;
+			}
+		}
+		QueuedRemove(entry);
 	}
 	LWLockRelease(queued_control->lock);
 }
@@ -353,31 +379,58 @@ DsyncQueuedTakeDue(TimestampTz now)
 }
 
 /*
- * DsyncQueuedUse
- *		The holder of a grant made to a queued waiter renews or releases it:
- *		as good as a claim, if it is not being passed on already (then
- *		PASSING: a renewal must report the lease lost).  Costs an atomic
- *		read while no grant awaits its claim.
+ * QueuedSettledGrantOf
+ *		Whether entry is a grant its holder may take up: GRANTED, or
+ *		GRANTING by a transaction that has committed (it is visible before
+ *		that transaction's end settles the entry).  Under the lock; reads
+ *		the commit log.
  */
-DsyncQueuedState
+bool
+QueuedSettledGrantOf(QueuedEntry *entry)
+{
+	if (entry->w.state == DSYNC_QUEUED_GRANTED)
+		return true;
+	return entry->w.state == DSYNC_QUEUED_GRANTING && !entry->w.cancelled &&
+		TransactionIdIsValid(entry->w.granting_xid) &&
+		TransactionIdDidCommit(entry->w.granting_xid);
+}
+
+/*
+ * DsyncQueuedTakeUp
+ *		Take up entry's grant (it is QueuedSettledGrantOf): a GRANTED entry
+ *		goes, a GRANTING one goes when its transaction's end settles it.
+ *		Under the lock.
+ */
+void
+DsyncQueuedTakeUp(QueuedEntry *entry)
+{
+	if (entry->w.state == DSYNC_QUEUED_GRANTED)
+		QueuedRemove(entry);
+	else
+		entry->w.claimed = true;
+}
+
+/*
+ * DsyncQueuedUse
+ *		The holder of a grant made to a queued waiter renewed or released
+ *		it: as good as a claim.  Costs an atomic read while no grant awaits
+ *		its claim.  (A renewal the worker's pass-on meets does not lose the
+ *		lease: the pass-on lets a renewed grant be, DsyncLeaseReleaseGrant.)
+ */
+void
 DsyncQueuedUse(text *name, text *holder)
 {
 	QueuedEntry *entry;
-	DsyncQueuedState state = DSYNC_QUEUED_GONE;
 
-	if (queued_control == NULL || pg_atomic_read_u32(&queued_control->ngranted) == 0)
-		return state;
+	if (queued_control == NULL ||
+		(pg_atomic_read_u32(&queued_control->ngranted) == 0 &&
+		 !DsyncQueuedAny(DsyncWaitKey(name))))
+		return;
 	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
 	entry = QueuedFind(name, holder, DsyncWaitKey(name));
-	if (entry != NULL && (entry->w.state == DSYNC_QUEUED_GRANTED ||
-						  entry->w.state == DSYNC_QUEUED_PASSING))
-	{
-		state = entry->w.state;
-		if (state == DSYNC_QUEUED_GRANTED)
-			QueuedRemove(entry);
-	}
+	if (entry != NULL && QueuedSettledGrantOf(entry))
+		DsyncQueuedTakeUp(entry);
 	LWLockRelease(queued_control->lock);
-	return state;
 }
 
 /*

@@ -125,6 +125,7 @@ DsyncWaitEvict(uint64 key, Oid owner)
 		}
 	}
 	LWLockRelease(dsync_shared->lock);
+	DsyncQueuedEvict(key, owner);
 }
 
 /*

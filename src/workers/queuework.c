@@ -109,12 +109,13 @@ DsyncQueueNoteFreed(text *name)
 
 	if (!DsyncQueuedAny(DsyncWaitKey(name)))
 		return;
-	if (freed_lxid != MyProc->lxid)
+	if (freed_lxid != DsyncLocalXid())
 	{
 		freed_names = NIL;		/* a list of a transaction that ended */
-		freed_lxid = MyProc->lxid;
+		freed_lxid = DsyncLocalXid();
 	}
-	oldcontext = MemoryContextSwitchTo(CurTransactionContext);
+	/* Not a savepoint's context: a rolled-back one would free it under us. */
+	oldcontext = MemoryContextSwitchTo(TopTransactionContext);
 	freed_names = lappend(freed_names, DatumGetTextPP(datumCopy(PointerGetDatum(name), false, -1)));
 	MemoryContextSwitchTo(oldcontext);
 }
@@ -134,7 +135,7 @@ DsyncQueueGrantFreed(FunctionCallInfo fcinfo)
 	FmgrInfo	flinfo;
 	LOCAL_FCINFO(own, 0);
 
-	if (freed_names == NIL || freed_lxid != MyProc->lxid)
+	if (freed_names == NIL || freed_lxid != DsyncLocalXid())
 	{
 		freed_names = NIL;
 		return;
