@@ -347,7 +347,9 @@ def test_no_hang_when_another_thread_asks(dsn, name):
     for t in threads:
         t.join(60)
     assert len(answers) == 400
-    assert answers[-1][0] == "m"
+    # The 400 calls can all be answered before the first campaign wins (a
+    # loaded machine, through PgBouncer): the elector leads by and by.
+    assert wait_for(lambda: e.leader() == "m", 10)
     e.stop()
 
 
