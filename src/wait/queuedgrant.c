@@ -482,13 +482,11 @@ DsyncQueuedPoke(int channel)
 		return;
 	slotno = slot - dsync_workers->slots;
 	pg_atomic_fetch_or_u64(&queued_control->poked[slotno * POKE_WORDS + channel / 64], bit);
-	if (slot->pgprocno >= 0)
-		SetLatch(&ProcGlobal->allProcs[slot->pgprocno].procLatch);
-	else
-	{
-		pg_atomic_write_u64(&slot->next_deadline, (uint64) GetCurrentTimestamp());
-		DsyncLauncherWake();
-	}
+	/*
+	 * Due now, in the slot too: a worker leaving just now would otherwise
+	 * take the poke with it, and the launcher starts one for what is due.
+	 */
+	QueuedWorkerBy(GetCurrentTimestamp());
 }
 
 /*

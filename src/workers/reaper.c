@@ -538,6 +538,9 @@ ReaperIdle(TimestampTz next, TimestampTz now)
 		return false;
 	if (now < TimestampTzPlusMilliseconds(busy_at, dsync_worker_idle_timeout))
 		return false;
+	/* A poke or an unclaimed grant is work (queuework.c). */
+	if (DsyncQueuedWorkDue(now) || DsyncQueuedNextClaim(MyDatabaseId) != 0)
+		return false;
 	return next == 0 || next > TimestampTzPlusMilliseconds(now, dsync_worker_idle_timeout);
 }
 
