@@ -169,8 +169,9 @@ while IFS=$'\t' read -r order what out status secs one; do
 		$((secs / 60)) $((secs % 60)) "${server:+  server $server}"
 	# Which suite failed and the first lines that say why, here at the
 	# end: a CI log cut short in the middle still names them.  (The stress
-	# checker's self-tests print FAILED lines on purpose; they are
-	# followed by "ok ... catches", and are left out.)
+	# checkers' self-tests print FAILED lines on purpose, each followed by
+	# "the failure above is expected"; they show here too, under the
+	# suite's own "-- ...: FAILED" line, which is what names the failure.)
 	if [ "$f" -gt 0 ]; then
 		{
 			grep -E '^-- .*: FAILED$' "$out"

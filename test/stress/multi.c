@@ -128,8 +128,8 @@ multi_client_main(int id, time_t deadline)
 	 * nothing, in the line of one name at a time, and promises no turn to
 	 * each caller (a set of three can lose every round to sets of two).
 	 * Progress is checked over all clients instead (half of them at
-	 * least, below); in CI, beside another lane, one client of twelve had
-	 * no set in 18 tries of 1 s.
+	 * least, below); in a full test/run_all.sh, beside another lane, one
+	 * client of twelve had no set in 18 tries of 1 s.
 	 */
 	exit(0);
 }
