@@ -438,13 +438,15 @@ ListenWorks(const Options *opt, PGconn *conn)
  *		Say what a connection pooler means for this command: a blocked wait
  *		holds a server connection for as long as it lasts, and LISTEN does
  *		not work in transaction mode (fatal for watch, which prints events;
- *		lock and elect then learn of a lost lease at the next renewal).
+ *		lock and elect then wait in a backend, and learn of a lost lease at
+ *		the next renewal).  Returns whether LISTEN works here, which lock
+ *		and elect need to wait in the lease's line (queue.c).
  */
-void
+bool
 CheckPooler(const Options *opt, PGconn *conn, bool watching)
 {
 	if (!BehindPooler(conn))
-		return;
+		return true;
 	if (!ListenWorks(opt, conn))
 	{
 		if (watching)
@@ -455,9 +457,12 @@ CheckPooler(const Options *opt, PGconn *conn, bool watching)
 				  "or to a pool in session mode");
 		Note("connected through a pooler in transaction mode, where LISTEN does not "
 			 "work: a lease taken away by someone else is noticed at the next renewal "
-			 "(every ttl/3), not at once");
+			 "(every ttl/3), not at once, and waiting for the lease holds one server "
+			 "connection of the pool for as long as the wait lasts");
+		return false;
 	}
-	if (!watching)
+	if (!watching && opt->no_queue)
 		Note("connected through a connection pooler: waiting for the lease holds one "
 			 "server connection of the pool for as long as the wait lasts");
+	return true;
 }

@@ -149,7 +149,8 @@ HoldingStart(Holding *h, const Options *opt)
 	h->conn = Connect(opt, false);
 	if (h->conn == NULL)
 		return false;
-	CheckPooler(opt, h->conn, false);
+	h->queue = CheckPooler(opt, h->conn, false) && !opt->no_queue &&
+		QueueListen(h->conn);
 	return true;
 }
 
@@ -183,7 +184,16 @@ CommandLock(Options *opt)
 		PQclear(res);
 	}
 
-	token = Acquire(h.conn, opt, opt->name, opt->wait_ms, &h, &signo, NULL);
+	if (h.queue && opt->wait_ms != 0)
+		token = QueueAcquire(h.conn, opt, opt->name, opt->wait_ms, &h, &signo, NULL, false);
+	else
+		token = Acquire(h.conn, opt, opt->name, opt->wait_ms, &h, &signo, NULL);
+	if (token && opt->info && h.queue && opt->wait_ms != 0)
+	{
+		/* A queued grant carries no info: set it with a reentrant acquire. */
+		free(token);
+		token = Acquire(h.conn, opt, opt->name, 0, &h, &signo, NULL);
+	}
 	if (signo)
 	{
 		Note("interrupted while waiting for \"%s\"", opt->name);
@@ -257,7 +267,7 @@ CommandElect(Options *opt)
 		int			signo = 0;
 		bool		conn_lost = false;
 
-		/* Campaign: block in the server, a third of the ttl at a time. */
+		/* Campaign a third of the ttl at a time: in line, or blocked in the server. */
 		while (token == NULL)
 		{
 			if (h.conn == NULL || PQstatus(h.conn) != CONNECTION_OK)
@@ -272,6 +282,8 @@ CommandElect(Options *opt)
 						return 128 + signo;
 					continue;
 				}
+				if (h.queue && !QueueListen(h.conn))
+					h.queue = false;
 			}
 			if (!Join(&h))
 				continue;
@@ -280,7 +292,18 @@ CommandElect(Options *opt)
 				Release(&h, opt->name);
 				return 128 + h.stop_signal;
 			}
-			token = Acquire(h.conn, opt, opt->name, opt->ttl_ms / 3, &h, &signo, &conn_lost);
+			/* In line, the place is kept from one slice to the next. */
+			if (h.queue)
+				token = QueueAcquire(h.conn, opt, opt->name, opt->ttl_ms / 3, &h, &signo,
+									 &conn_lost, true);
+			else
+				token = Acquire(h.conn, opt, opt->name, opt->ttl_ms / 3, &h, &signo,
+								&conn_lost);
+			if (token && opt->info && h.queue)
+			{
+				free(token);
+				token = Acquire(h.conn, opt, opt->name, 0, &h, &signo, &conn_lost);
+			}
 			if (signo)
 			{
 				if (token)

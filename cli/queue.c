@@ -1,0 +1,315 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue.c
+ *		Waiting for a lease in its line without a running statement
+ *		(dsync_queue, dsync_claim, dsync_unqueue): the tool's connection
+ *		stays idle while it waits, so through a pooler in session mode or
+ *		on a busy server a waiting tool costs no active backend.  The
+ *		server grants the lease to us when our turn comes and announces
+ *		it on a channel of our own; between announcements we renew our
+ *		place every third of the ttl with dsync_claim, which also says
+ *		whether we were granted (announcements are only hints).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dsync_cli.h"
+
+/* Our channel's key: one per process (dsync_queue's channel argument). */
+static char queue_key[64];
+
+/*
+ * QueueSignal
+ *		A signal while queued: remember it, to give up (SIGCHLD is not one
+ *		of ours: no command runs yet).
+ */
+static void
+QueueSignal(int signo, void *arg)
+{
+	if (signo != SIGCHLD)
+		*(int *) arg = signo;
+}
+
+/*
+ * QueueListen
+ *		LISTEN on the channel grants to us are announced on.  False if the
+ *		server has no dsync_queue (an extension older than 1.5): the caller
+ *		then waits in a backend.  A failure for another reason is fatal,
+ *		as in Acquire.
+ */
+bool
+QueueListen(PGconn *conn)
+{
+	const char *params[1] = {queue_key};
+	PGresult   *res;
+	bool		timed_out;
+	char	   *ident;
+	char	   *sql;
+	const char *state;
+
+	if (queue_key[0] == '\0')
+	{
+		/* Two tools on two hosts may share a pid: add the clock. */
+		srand((unsigned int) NowMs() ^ ((unsigned int) getpid() << 12));
+		snprintf(queue_key, sizeof(queue_key), "cli-%d-%08x", (int) getpid(),
+				 (unsigned int) rand());
+	}
+	res = Query(conn, "SELECT dsync_queue_channel($1)", 1, params, NowMs() + 10000,
+				NULL, NULL, &timed_out);
+	if (res == NULL)
+		return false;			/* the caller's own query reports the connection */
+	state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+	{
+		if (state && strcmp(state, "42883") == 0)
+		{
+			PQclear(res);
+			return false;
+		}
+		FatalResult("could not get in line", conn, res);
+	}
+	ident = PQescapeIdentifier(conn, PQgetvalue(res, 0, 0), strlen(PQgetvalue(res, 0, 0)));
+	PQclear(res);
+	if (ident == NULL)
+		return false;
+	sql = malloc(strlen(ident) + 8);
+	if (sql == NULL)
+		Fatal(EXIT_OSERR, "out of memory");
+	sprintf(sql, "LISTEN %s", ident);
+	PQfreemem(ident);
+	res = Query(conn, sql, 0, NULL, NowMs() + 10000, NULL, NULL, &timed_out);
+	free(sql);
+	if (res == NULL)
+		return false;
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		FatalResult("could not listen for grants", conn, res);
+	PQclear(res);
+	return true;
+}
+
+/*
+ * QueueRun
+ *		Run one of the queue's statements; NULL (and *conn_lost set, or a
+ *		fatal exit when the caller cannot reconnect) if the connection is
+ *		gone.  Signals meanwhile are remembered in *signo.
+ */
+static PGresult *
+QueueRun(PGconn *conn, const char *sql, int nparams, const char *const *params,
+		 const char *lease, int *signo, bool *conn_lost)
+{
+	PGresult   *res;
+	bool		timed_out;
+
+	res = Query(conn, sql, nparams, params, -1, QueueSignal, signo, &timed_out);
+	if (res == NULL || PQstatus(conn) != CONNECTION_OK)
+	{
+		if (res)
+			PQclear(res);
+		if (conn_lost)
+		{
+			Note("connection lost while waiting: %s", PQerrorMessage(conn));
+			*conn_lost = true;
+			return NULL;
+		}
+		Fatal(EXIT_UNAVAILABLE, "connection lost while acquiring: %s", PQerrorMessage(conn));
+	}
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+	{
+		char		what[600];
+
+		snprintf(what, sizeof(what), "could not acquire \"%s\"", lease);
+		FatalResult(what, conn, res);
+	}
+	return res;
+}
+
+/*
+ * QueueJoin
+ *		Take our place in the line (or renew it: queuing again keeps it).
+ *		Returns the token if the lease is ours now, else NULL.
+ */
+static char *
+QueueJoin(PGconn *conn, const Options *opt, const char *lease, Holding *h,
+		  int *signo, bool *conn_lost)
+{
+	char		ttl[64];
+	const char *params[5];
+	PGresult   *res;
+	char	   *token = NULL;
+	int64_t		sent = NowMs();
+
+	params[0] = lease;
+	params[1] = opt->holder;
+	params[2] = IntervalParam(opt->ttl_ms, ttl, sizeof(ttl));
+	params[3] = queue_key;
+	params[4] = opt->shared ? "true" : "false";
+	res = QueueRun(conn,
+				   "SELECT t, extract(epoch FROM l.expires_at - clock_timestamp()) * 1000,"
+				   "       extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000"
+				   "  FROM dsync_queue($1, $2, $3::interval, $4, $5::boolean) AS t"
+				   "  LEFT JOIN dsync_leases l ON l.lease = $1 AND l.holder = $2",
+				   5, params, lease, signo, conn_lost);
+	if (res == NULL)
+		return NULL;
+	if (!PQgetisnull(res, 0, 0))
+	{
+		token = strdup(PQgetvalue(res, 0, 0));
+		if (h)
+			SetExpiry(h, sent + (int64_t) atof(PQgetvalue(res, 0, 2)),
+					  PQgetisnull(res, 0, 1) ? (double) opt->ttl_ms :
+					  atof(PQgetvalue(res, 0, 1)));
+	}
+	PQclear(res);
+	return token;
+}
+
+/*
+ * QueueClaim
+ *		Ask where we stand: 'q' (still queued; the place is renewed), 'g'
+ *		(granted: *token set, and the grant is now claimed) or 'x' (gone
+ *		from the line: queue again); 0 if the connection went.
+ */
+static char
+QueueClaim(PGconn *conn, const Options *opt, const char *lease, Holding *h,
+		   char **token, int *signo, bool *conn_lost)
+{
+	const char *params[2] = {lease, opt->holder};
+	PGresult   *res;
+	int64_t		sent = NowMs();
+	char		state;
+
+	res = QueueRun(conn,
+				   "SELECT state, fencing, extract(epoch FROM expires_in) * 1000"
+				   "  FROM dsync_claim($1, $2)",
+				   2, params, lease, signo, conn_lost);
+	if (res == NULL)
+		return 0;
+	state = PQgetvalue(res, 0, 0)[0];
+	if (state == 'g')
+	{
+		*token = strdup(PQgetvalue(res, 0, 1));
+		if (h)
+			SetExpiry(h, sent, atof(PQgetvalue(res, 0, 2)));
+	}
+	else if (state != 'q')
+		state = 'x';
+	PQclear(res);
+	return state;
+}
+
+/*
+ * QueueLeave
+ *		Leave the line (a grant we did not claim is passed on).  Best
+ *		effort: a place nobody renews lapses at its ttl anyway.
+ */
+static void
+QueueLeave(PGconn *conn, const Options *opt, const char *lease)
+{
+	const char *params[2] = {lease, opt->holder};
+	PGresult   *res;
+	bool		timed_out;
+
+	if (PQstatus(conn) != CONNECTION_OK)
+		return;
+	res = Query(conn, "SELECT dsync_unqueue($1, $2)", 2, params, NowMs() + 5000,
+				NULL, NULL, &timed_out);
+	if (res)
+		PQclear(res);
+}
+
+/*
+ * QueueWaitIdle
+ *		Sleep on the idle connection until a notification, a signal or
+ *		wake_ms.  False if the connection went.
+ */
+static bool
+QueueWaitIdle(PGconn *conn, int64_t wake_ms, int *signo)
+{
+	struct pollfd fds[2];
+	int64_t		left = wake_ms - NowMs();
+	int			sig;
+	PGnotify   *notify;
+	bool		any = false;
+
+	/* One may have come in with the last answer. */
+	while ((notify = PQnotifies(conn)) != NULL)
+	{
+		any = true;
+		PQfreemem(notify);
+	}
+	if (any || left <= 0)
+		return true;
+	fds[0].fd = PQsocket(conn);
+	fds[0].events = POLLIN;
+	fds[0].revents = 0;
+	fds[1].fd = signal_pipe[0];
+	fds[1].events = POLLIN;
+	fds[1].revents = 0;
+	if (poll(fds, 2, (int) (left > 1000000 ? 1000000 : left)) < 0 && errno != EINTR)
+		Fatal(EXIT_OSERR, "poll failed: %s", strerror(errno));
+	if (fds[1].revents & POLLIN)
+		while ((sig = ReadSignal()) != 0)
+			QueueSignal(sig, signo);
+	if ((fds[0].revents & (POLLIN | POLLERR | POLLHUP)) && PQconsumeInput(conn) == 0)
+		return false;
+	while ((notify = PQnotifies(conn)) != NULL)
+		PQfreemem(notify);
+	return true;
+}
+
+/*
+ * QueueAcquire
+ *		Acquire's contract (token, or NULL if wait_ms ran out or a signal
+ *		came), waiting in the line instead of in a backend.  With
+ *		keep_place, a wait that runs out leaves us in line, for a caller
+ *		that comes back at once (elect's campaign); otherwise, and on a
+ *		signal, we leave it.
+ */
+char *
+QueueAcquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms,
+			 Holding *h, int *signo, bool *conn_lost, bool keep_place)
+{
+	int64_t		deadline = wait_ms < 0 ? -1 : NowMs() + wait_ms;
+	char	   *token;
+
+	*signo = 0;
+	token = QueueJoin(conn, opt, lease, h, signo, conn_lost);
+	while (token == NULL && !(conn_lost && *conn_lost))
+	{
+		int64_t		now = NowMs();
+		int64_t		wake = now + opt->ttl_ms / 3;
+		char		state;
+
+		if (*signo || (deadline >= 0 && now >= deadline))
+		{
+			if (*signo || !keep_place)
+				QueueLeave(conn, opt, lease);
+			return NULL;
+		}
+		if (deadline >= 0 && deadline < wake)
+			wake = deadline;
+		if (!QueueWaitIdle(conn, wake, signo))
+		{
+			if (conn_lost)
+			{
+				Note("connection lost while waiting: %s", PQerrorMessage(conn));
+				*conn_lost = true;
+				return NULL;
+			}
+			Fatal(EXIT_UNAVAILABLE, "connection lost while acquiring: %s",
+				  PQerrorMessage(conn));
+		}
+		if (*signo)
+			continue;			/* leave the line, above */
+		state = QueueClaim(conn, opt, lease, h, &token, signo, conn_lost);
+		if (state == 'x')
+			token = QueueJoin(conn, opt, lease, h, signo, conn_lost);
+	}
+	return token;
+}
