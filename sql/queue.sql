@@ -181,3 +181,15 @@ SET ROLE regress_dsync_carol;
 SELECT state FROM dsync_claim('o', 'b');
 SELECT dsync_release('o', 'b');
 RESET ROLE;
+
+-- a place left to lapse is not revived by queuing again: it goes to the back
+SELECT dsync_acquire('lap', 'owner', '1 hour') IS NOT NULL AS held;
+SELECT dsync_queue('lap', 'a', '500 ms') IS NULL AS queued_a;
+SELECT dsync_queue('lap', 'b', '1 minute') IS NULL AS queued_b;
+SELECT pg_sleep(0.7);
+SELECT dsync_queue('lap', 'a', '1 minute') IS NULL AS queued_a_again;
+SELECT string_agg(holder, ',' ORDER BY since) AS line FROM dsync_waiters WHERE name = 'lap';
+SELECT dsync_release('lap', 'owner');
+SELECT state FROM dsync_claim('lap', 'b');
+SELECT state FROM dsync_claim('lap', 'a');
+SELECT dsync_unqueue('lap', 'a'), dsync_release('lap', 'b');

@@ -287,6 +287,12 @@ DsyncQueuedJoin(text *name, text *holder, uint64 key, int mode, bool durable,
 		LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
 		entry = QueuedFind(name, holder, key);
 	}
+	if (entry != NULL && entry->w.state == DSYNC_QUEUED_WAITING && entry->w.alive_until <= now)
+	{
+		/* A lapsed place is not revived: queue at the back, as anyone new. */
+		QueuedRemove(entry);
+		entry = NULL;
+	}
 	if (entry != NULL)
 	{
 		DsyncQueuedState was = entry->w.state;
@@ -297,13 +303,21 @@ DsyncQueuedJoin(text *name, text *holder, uint64 key, int mode, bool durable,
 		LWLockRelease(queued_control->lock);
 		return was;
 	}
-	entry = hash_search(queued_entries, &tag, HASH_ENTER_NULL, &found);
-	qname = entry == NULL ? NULL :
-		hash_search(queued_names, &name_tag, HASH_ENTER_NULL, &found);
-	if (qname == NULL)
+	for (int attempt = 0;; attempt++)
 	{
+		entry = hash_search(queued_entries, &tag, HASH_ENTER_NULL, &found);
+		qname = entry == NULL ? NULL :
+			hash_search(queued_names, &name_tag, HASH_ENTER_NULL, &found);
+		if (qname != NULL)
+			break;
 		if (entry != NULL)
 			(void) hash_search(queued_entries, &tag, HASH_REMOVE, NULL);
+		/* Full: lapsed places nobody swept yet make room, in any database. */
+		if (attempt > 0 || QueuedSweepLocked(now, InvalidOid) == 0)
+			break;
+	}
+	if (qname == NULL)
+	{
 		LWLockRelease(queued_control->lock);
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),

@@ -79,6 +79,7 @@ extern QueuedEntry *QueuedFind(text *name, text *holder, uint64 key);
 extern void QueuedUnlink(QueuedEntry *entry);
 extern void QueuedDropNameIfEmpty(uint64 key, Oid dbid);
 extern void QueuedRemove(QueuedEntry *entry);
+extern int	QueuedSweepLocked(TimestampTz now, Oid dbid);
 extern QueuedEntry *QueuedHead(uint64 key, bool exclusive, TimestampTz now);
 extern QueuedEntry *QueuedEntryOf(const DsyncQueuedWaiter *waiter);
 extern bool QueuedSettledGrantOf(QueuedEntry *entry);

@@ -584,6 +584,34 @@ DsyncQueuedTakePoked(void)
 }
 
 /*
+ * QueuedSweepLocked
+ *		Drop the WAITING entries of database dbid (InvalidOid: of every
+ *		database) whose client stopped renewing them; returns how many.
+ *		Under the lock, exclusive.
+ */
+int
+QueuedSweepLocked(TimestampTz now, Oid dbid)
+{
+	HASH_SEQ_STATUS status;
+	QueuedEntry *entry;
+	List	   *lapsed = NIL;
+	ListCell   *lc;
+	int			n;
+
+	hash_seq_init(&status, queued_entries);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if ((dbid == InvalidOid || entry->w.dbid == dbid) &&
+			entry->w.state == DSYNC_QUEUED_WAITING && entry->w.alive_until <= now)
+			lapsed = lappend(lapsed, entry);
+	/* Removed after the scan: dynahash allows removing only the current one. */
+	foreach(lc, lapsed)
+		QueuedRemove(lfirst(lc));
+	n = list_length(lapsed);
+	list_free(lapsed);
+	return n;
+}
+
+/*
  * DsyncQueuedSweep
  *		Drop this database's WAITING entries whose client stopped renewing
  *		them; returns how many.
@@ -591,23 +619,13 @@ DsyncQueuedTakePoked(void)
 int
 DsyncQueuedSweep(TimestampTz now)
 {
-	HASH_SEQ_STATUS status;
-	QueuedEntry *entry;
-	List	   *lapsed = NIL;
-	ListCell   *lc;
+	int			n;
 
 	if (queued_control == NULL)
 		return 0;
 	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
-	hash_seq_init(&status, queued_entries);
-	while ((entry = hash_seq_search(&status)) != NULL)
-		if (entry->w.dbid == MyDatabaseId && entry->w.state == DSYNC_QUEUED_WAITING &&
-			entry->w.alive_until <= now)
-			lapsed = lappend(lapsed, entry);
-	/* Removed after the scan: dynahash allows removing only the current one. */
-	foreach(lc, lapsed)
-		QueuedRemove(lfirst(lc));
+	n = QueuedSweepLocked(now, MyDatabaseId);
 	LWLockRelease(queued_control->lock);
-	return list_length(lapsed);
+	return n;
 }
 

@@ -20,10 +20,13 @@
 #     waiter is on the standby when the release returns; on the promoted
 #     standby the waiter holds it with that token, and the next grant's
 #     token is greater.
+#  6. A full table: places that lapsed unswept (nothing woke the worker)
+#     make room for a new waiter, in any database; live ones do not.
 use strict;
 use warnings;
 
 use IPC::Run;
+use Time::HiRes qw(usleep);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -151,5 +154,24 @@ is(q1($standby, "SELECT dsync_queue('qf', 'w', '60 s')"), $t_w, 'with its token'
 q1($standby, "SELECT dsync_release('qf', 'w')");
 ok(q1($standby, "SELECT dsync_acquire('qf', 'x', '60 s')") > $t_w,
 	'the next grant\'s token is greater');
+
+# 6. A full table.
+$standby->append_conf('postgresql.conf', 'dsync.max_queued_waiters = 3');
+$standby->restart;
+$standby->safe_psql('postgres', 'CREATE DATABASE other');
+$standby->safe_psql('other', 'CREATE EXTENSION dsync');
+q1($standby, "SELECT dsync_acquire('full', 'h', '60 s')");
+$standby->safe_psql('other', "SELECT dsync_acquire('full', 'h', '60 s')");
+q1($standby, "SELECT dsync_queue('full', 'w' || i, '300 ms') FROM generate_series(1, 2) i");
+$standby->safe_psql('other', "SELECT dsync_queue('full', 'w3', '300 ms')");
+my ($rc, $out, $err) = $standby->psql('postgres', "SELECT dsync_queue('full', 'w4', '60 s')");
+like($err, qr/too many queued waiters/, 'a table full of live places refuses a fourth');
+usleep(500_000);
+is(q1($standby, "SELECT dsync_queue('full', 'w4', '60 s') IS NULL"), 't',
+	'once they lapsed, unswept, a new waiter finds room');
+is($standby->safe_psql('other', "SELECT dsync_queue('full', 'w5', '60 s') IS NULL"), 't',
+	'in another database too');
+is(q1($standby, "SELECT string_agg(holder, ',') FROM dsync_waiters WHERE name = 'full'"), 'w4',
+	'and only the live place is listed');
 
 done_testing();
