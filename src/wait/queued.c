@@ -130,6 +130,7 @@ DsyncQueuedShmemInit(void)
 		queued_control->lock = &(GetNamedLWLockTranche(DSYNC_TRANCHE_QUEUED))->lock;
 		dlist_init(&queued_control->granted);
 		pg_atomic_init_u32(&queued_control->ngranted, 0);
+		pg_atomic_init_u64(&queued_control->grants, 0);
 		for (int i = 0; i < DSYNC_WAKE_CHANNELS; i++)
 			pg_atomic_init_u32(&queued_control->waiting[i], 0);
 		for (int i = 0; i < dsync_max_databases * POKE_WORDS; i++)

@@ -89,6 +89,7 @@ extern void DsyncQueuedUse(text *name, text *holder);
 extern List *DsyncQueuedTakePoked(void);
 extern int	DsyncQueuedSweep(TimestampTz now);
 extern TimestampTz DsyncQueuedNextClaim(Oid dbid);
+extern uint64 DsyncQueuedGrants(void);
 extern void DsyncQueuedPoke(int channel);
 extern void DsyncQueuedPokeDone(void);
 extern bool DsyncQueuedWorkDue(TimestampTz now);

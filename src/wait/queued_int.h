@@ -52,6 +52,7 @@ typedef struct QueuedControl
 	LWLock	   *lock;
 	dlist_head	granted;		/* GRANTED and PASSING entries */
 	pg_atomic_uint32 ngranted;	/* how many: none, no lookup on renewals */
+	pg_atomic_uint64 grants;	/* grants committed so far (queuework.c) */
 	pg_atomic_uint32 waiting[DSYNC_WAKE_CHANNELS];	/* WAITING entries */
 	/* Per database slot, a bit per channel: its worker must look there. */
 	pg_atomic_uint64 poked[FLEXIBLE_ARRAY_MEMBER];

@@ -212,6 +212,7 @@ QueuedPendingDone(int nest_level, bool commit)
 					TimestampTzPlusMilliseconds(now, dsync_claim_window);
 				dlist_push_tail(&queued_control->granted, &entry->granted_node);
 				pg_atomic_fetch_add_u32(&queued_control->ngranted, 1);
+				pg_atomic_fetch_add_u64(&queued_control->grants, 1);
 				if (first_claim == 0 || entry->w.claim_by < first_claim)
 					first_claim = entry->w.claim_by;
 				granted_now[QueuedChannel(entry->tag.key) / 64] |=
@@ -456,6 +457,17 @@ DsyncQueuedNextClaim(Oid dbid)
 	}
 	LWLockRelease(queued_control->lock);
 	return next;
+}
+
+/*
+ * DsyncQueuedGrants
+ *		How many grants to queued waiters have committed, in all databases
+ *		(a counter that only rises).
+ */
+uint64
+DsyncQueuedGrants(void)
+{
+	return queued_control == NULL ? 0 : pg_atomic_read_u64(&queued_control->grants);
 }
 
 /*

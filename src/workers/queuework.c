@@ -37,6 +37,7 @@
 #include "catalog.h"
 #include "lease.h"
 #include "queued.h"
+#include "settings.h"
 #include "wait.h"
 #include "workers.h"
 #include "compat.h"
@@ -44,12 +45,31 @@
 /*
  * DsyncQueueWorkNext
  *		next (0: none) lowered to this database's next claim deadline.
+ *
+ * While grants are being made, also to a claim window from now, though
+ * every grant so far was claimed: a granting transaction wakes the worker
+ * only if its claim deadline comes before the one in the slot (leases/
+ * queuegrant.c), so under a stream of hand-offs the worker wakes once a
+ * window, not once a hand-off (a signal and two context switches each).
+ * Each grant's deadline is still kept: the worker is up before it, and
+ * plans for it then.
  */
 TimestampTz
 DsyncQueueWorkNext(TimestampTz next)
 {
+	static uint64 seen_grants = 0;
 	TimestampTz claim = DsyncQueuedNextClaim(MyDatabaseId);
+	uint64		grants = DsyncQueuedGrants();
 
+	if (grants != seen_grants)
+	{
+		TimestampTz again = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														dsync_claim_window);
+
+		seen_grants = grants;
+		if (claim == 0 || again < claim)
+			claim = again;
+	}
 	if (claim != 0 && (next == 0 || claim < next))
 		return claim;
 	return next;

@@ -669,6 +669,21 @@ dsync_reaper_main(Datum arg)
 		 */
 		next = DsyncQueueWorkNext(ExpiryNext());
 		pg_atomic_write_u64(&reaper_slot->next_deadline, (uint64) next);
+		/*
+		 * A grant listed after that read of the claims compared its deadline
+		 * with the slot's old one, and may not have woken us: read them
+		 * again now that the slot says what we sleep until.
+		 */
+		pg_memory_barrier();
+		{
+			TimestampTz again = DsyncQueueWorkNext(next);
+
+			if (again != 0 && (next == 0 || again < next))
+			{
+				next = again;
+				pg_atomic_write_u64(&reaper_slot->next_deadline, (uint64) next);
+			}
+		}
 		if (DsyncQueuedWorkDue(GetCurrentTimestamp()))
 			sleep_ms = 0;
 		LWLockAcquire(reaper_slot->queue_lock, LW_SHARED);
