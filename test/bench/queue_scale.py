@@ -10,7 +10,9 @@ For each size N of BENCH_SIZES (default 100,1000,10000,100000):
 and prints, per size and shape:
 
   join        seconds to queue the N waiters (one statement);
-  worker kB   the dsync worker's RssAnon (private memory) with N queued;
+  worker +kB  what the dsync worker's RssAnon (private memory) grew by from
+              before the N joined (the names already held) to after the
+              idle time and the passes;
   idle cpu    CPU time, in ms per second, of every server process while the
               N waiters sit queued for BENCH_IDLE seconds (nothing renews:
               their ttl is 10 minutes); no per-waiter timer means flat;
@@ -100,11 +102,15 @@ def measure(conn, listener, worker, tag, n, shape):
     if shape == "many":
         q("SELECT count(dsync_acquire(%s || i, 'owner', '1 hour')) FROM generate_series(1, %s) i",
           (prefix, n))
+        time.sleep(0.5)
+        wkb0 = rss_anon_kb(worker) if worker else 0
         t0 = time.perf_counter()
         q("SELECT count(*) FROM generate_series(1, %s) i"
           " WHERE dsync_queue(%s || i, 'w', '10 min', %s) IS NULL", (n, prefix, CHANNEL_KEY))
     else:
         q("SELECT dsync_acquire(%s, 'owner', '1 hour')", (prefix,))
+        time.sleep(0.5)
+        wkb0 = rss_anon_kb(worker) if worker else 0
         t0 = time.perf_counter()
         q("SELECT count(*) FROM generate_series(1, %s) i"
           " WHERE dsync_queue(%s, 'w' || i, '10 min', %s) IS NULL", (n, prefix, CHANNEL_KEY))
@@ -113,13 +119,12 @@ def measure(conn, listener, worker, tag, n, shape):
     before = server_cpu_ms(pids)
     time.sleep(IDLE)
     idle = (server_cpu_ms(pids) - before) / IDLE
-    wkb = rss_anon_kb(worker) if worker else 0
     passes = []
     for _ in range(5):
         t = time.perf_counter()
         q("SELECT dsync_queue_pass()")
         passes.append((time.perf_counter() - t) * 1000)
-    lat = []
+    wkb = (rss_anon_kb(worker) - wkb0) if worker else 0
     if shape == "many":
         picks = random.sample(range(1, n + 1), min(SAMPLES, n))
         for i in picks:
@@ -180,7 +185,7 @@ def main():
               conn.execute("SHOW shared_memory_size").fetchone()[0],
               conn.execute("SHOW dsync.max_queued_waiters").fetchone()[0]))
     print(f"{'':>5} {'':>4} {'N':>7} {'queued':>7} {'join':>9} "
-          f"{'worker':>11} {'idle cpu':>12} {'pass':>11} {'hand-off p50 / p99':>18}")
+          f"{'worker +':>11} {'idle cpu':>12} {'pass':>11} {'hand-off p50 / p99':>18}")
     for n in SIZES:
         for shape in ("many", "one"):
             measure(conn, listener, worker, "size", n, shape)
