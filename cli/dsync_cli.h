@@ -122,8 +122,8 @@ extern void SetupSignals(void);
 extern PGresult *WaitResult(PGconn *conn, int64_t deadline_ms, void (*on_signal) (int, void *), void *arg, bool *timed_out);
 
 /* queue.c */
-extern bool QueueListen(PGconn *conn);
-extern char *QueueAcquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms, Holding *h, int *signo, bool *conn_lost, bool keep_place);
+extern int	QueueListen(PGconn *conn);
+extern char *QueueAcquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms, Holding *h, int *signo, bool *conn_lost, bool keep_place, bool *refused);
 
 /* hold.c */
 extern int ChildExitCode(int status);

@@ -134,6 +134,26 @@ Acquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms,
 }
 
 /*
+ * AcquireInfo
+ *		A grant from the line carries no info: set it with a reentrant
+ *		acquire, which returns the same token.  Returns that token (token
+ *		is freed), or NULL if the lease was lost meanwhile; a signal that
+ *		comes during it is added to *signo, never forgotten.
+ */
+static char *
+AcquireInfo(PGconn *conn, const Options *opt, Holding *h, char *token, int *signo,
+			bool *conn_lost)
+{
+	int			late = 0;
+	char	   *again = Acquire(conn, opt, opt->name, 0, h, &late, conn_lost);
+
+	free(token);
+	if (late)
+		*signo = late;
+	return again;
+}
+
+/*
  * HoldingStart
  *		A fresh holding state for the lease or group opt names, connected;
  *		false if the server cannot be reached.
@@ -150,7 +170,7 @@ HoldingStart(Holding *h, const Options *opt)
 	if (h->conn == NULL)
 		return false;
 	h->queue = CheckPooler(opt, h->conn, false) && !opt->no_queue &&
-		QueueListen(h->conn);
+		QueueListen(h->conn) > 0;
 	return true;
 }
 
@@ -164,6 +184,7 @@ CommandLock(Options *opt)
 	Holding		h;
 	char	   *token;
 	int			signo;
+	bool		refused;
 
 	if (!HoldingStart(&h, opt))
 		return EXIT_UNAVAILABLE;
@@ -184,16 +205,19 @@ CommandLock(Options *opt)
 		PQclear(res);
 	}
 
-	if (h.queue && opt->wait_ms != 0)
-		token = QueueAcquire(h.conn, opt, opt->name, opt->wait_ms, &h, &signo, NULL, false);
-	else
-		token = Acquire(h.conn, opt, opt->name, opt->wait_ms, &h, &signo, NULL);
-	if (token && opt->info && h.queue && opt->wait_ms != 0)
+	token = NULL;
+	signo = 0;
+	refused = !h.queue || opt->wait_ms == 0;
+	if (!refused)
 	{
-		/* A queued grant carries no info: set it with a reentrant acquire. */
-		free(token);
-		token = Acquire(h.conn, opt, opt->name, 0, &h, &signo, NULL);
+		token = QueueAcquire(h.conn, opt, opt->name, opt->wait_ms, &h, &signo, NULL, false,
+							 &refused);
+		h.queue = !refused;
+		if (token && opt->info && !signo)
+			token = AcquireInfo(h.conn, opt, &h, token, &signo, NULL);
 	}
+	if (refused)
+		token = Acquire(h.conn, opt, opt->name, opt->wait_ms, &h, &signo, NULL);
 	if (signo)
 	{
 		Note("interrupted while waiting for \"%s\"", opt->name);
@@ -266,6 +290,8 @@ CommandElect(Options *opt)
 		char	   *token = NULL;
 		int			signo = 0;
 		bool		conn_lost = false;
+		bool		refused;
+		int			listened;
 
 		/* Campaign a third of the ttl at a time: in line, or blocked in the server. */
 		while (token == NULL)
@@ -282,8 +308,17 @@ CommandElect(Options *opt)
 						return 128 + signo;
 					continue;
 				}
-				if (h.queue && !QueueListen(h.conn))
-					h.queue = false;
+				if (h.queue && (listened = QueueListen(h.conn)) <= 0)
+				{
+					if (listened == 0)
+						h.queue = false;	/* no dsync_queue there */
+					else
+					{
+						PQfinish(h.conn);	/* the connection failed: again */
+						h.conn = NULL;
+						continue;
+					}
+				}
 			}
 			if (!Join(&h))
 				continue;
@@ -293,17 +328,18 @@ CommandElect(Options *opt)
 				return 128 + h.stop_signal;
 			}
 			/* In line, the place is kept from one slice to the next. */
-			if (h.queue)
+			refused = !h.queue;
+			if (!refused)
+			{
 				token = QueueAcquire(h.conn, opt, opt->name, opt->ttl_ms / 3, &h, &signo,
-									 &conn_lost, true);
-			else
+									 &conn_lost, true, &refused);
+				h.queue = !refused;
+				if (token && opt->info && !signo)
+					token = AcquireInfo(h.conn, opt, &h, token, &signo, &conn_lost);
+			}
+			if (refused)
 				token = Acquire(h.conn, opt, opt->name, opt->ttl_ms / 3, &h, &signo,
 								&conn_lost);
-			if (token && opt->info && h.queue)
-			{
-				free(token);
-				token = Acquire(h.conn, opt, opt->name, 0, &h, &signo, &conn_lost);
-			}
 			if (signo)
 			{
 				if (token)

@@ -24,6 +24,16 @@
 /* Our channel's key: one per process (dsync_queue's channel argument). */
 static char queue_key[64];
 
+/* The server's dsync.claim_window: a missed announcement costs at most it. */
+static int64_t claim_window_ms = 2000;
+
+/* A signal that came while no wait was under way, for the next one. */
+static int	early_signo;
+
+/* dsync_queue refused to queue (turned off, or full): wait in a backend. */
+#define QUEUE_REFUSED(state) \
+	((state) != NULL && (strcmp((state), "0A000") == 0 || strcmp((state), "53400") == 0))
+
 /*
  * QueueSignal
  *		A signal while queued: remember it, to give up (SIGCHLD is not one
@@ -38,12 +48,13 @@ QueueSignal(int signo, void *arg)
 
 /*
  * QueueListen
- *		LISTEN on the channel grants to us are announced on.  False if the
- *		server has no dsync_queue (an extension older than 1.5): the caller
- *		then waits in a backend.  A failure for another reason is fatal,
- *		as in Acquire.
+ *		LISTEN on the channel grants to us are announced on, and read the
+ *		server's claim window.  1 if done; 0 if the server has no
+ *		dsync_queue (an extension older than 1.5: the caller then waits in
+ *		a backend); -1 if the connection failed meanwhile.  Another error
+ *		is fatal, as in Acquire.
  */
-bool
+int
 QueueListen(PGconn *conn)
 {
 	const char *params[1] = {queue_key};
@@ -60,57 +71,86 @@ QueueListen(PGconn *conn)
 		snprintf(queue_key, sizeof(queue_key), "cli-%d-%08x", (int) getpid(),
 				 (unsigned int) rand());
 	}
-	res = Query(conn, "SELECT dsync_queue_channel($1)", 1, params, NowMs() + 10000,
-				NULL, NULL, &timed_out);
+	res = Query(conn,
+				"SELECT dsync_queue_channel($1),"
+				"       extract(epoch FROM current_setting('dsync.claim_window')::interval) * 1000",
+				1, params, NowMs() + 10000, QueueSignal, &early_signo, &timed_out);
 	if (res == NULL)
-		return false;			/* the caller's own query reports the connection */
+		return -1;
 	state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
 		if (state && strcmp(state, "42883") == 0)
 		{
 			PQclear(res);
-			return false;
+			return 0;
 		}
 		FatalResult("could not get in line", conn, res);
 	}
+	if (atof(PQgetvalue(res, 0, 1)) >= 1)
+		claim_window_ms = (int64_t) atof(PQgetvalue(res, 0, 1));
 	ident = PQescapeIdentifier(conn, PQgetvalue(res, 0, 0), strlen(PQgetvalue(res, 0, 0)));
 	PQclear(res);
 	if (ident == NULL)
-		return false;
+		return -1;
 	sql = malloc(strlen(ident) + 8);
 	if (sql == NULL)
 		Fatal(EXIT_OSERR, "out of memory");
 	sprintf(sql, "LISTEN %s", ident);
 	PQfreemem(ident);
-	res = Query(conn, sql, 0, NULL, NowMs() + 10000, NULL, NULL, &timed_out);
+	res = Query(conn, sql, 0, NULL, NowMs() + 10000, QueueSignal, &early_signo, &timed_out);
 	free(sql);
 	if (res == NULL)
-		return false;
+		return -1;
 	if (PQresultStatus(res) != PGRES_COMMAND_OK)
 		FatalResult("could not listen for grants", conn, res);
 	PQclear(res);
-	return true;
+	return 1;
 }
 
 /*
  * QueueRun
- *		Run one of the queue's statements; NULL (and *conn_lost set, or a
- *		fatal exit when the caller cannot reconnect) if the connection is
- *		gone.  Signals meanwhile are remembered in *signo.
+ *		Run one of the queue's statements.  NULL if the connection went
+ *		(*conn_lost set, or a fatal exit when the caller cannot reconnect),
+ *		if a signal came meanwhile (the statement is cancelled: a try of
+ *		dsync_queue may wait a moment on a row a release is committing),
+ *		or if dsync_queue refused to queue (*refused set).
  */
 static PGresult *
 QueueRun(PGconn *conn, const char *sql, int nparams, const char *const *params,
-		 const char *lease, int *signo, bool *conn_lost)
+		 const char *lease, int *signo, bool *conn_lost, bool *refused)
 {
 	PGresult   *res;
 	bool		timed_out;
 
-	res = Query(conn, sql, nparams, params, -1, QueueSignal, signo, &timed_out);
+	if (!PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
+		res = NULL;
+	else
+		for (;;)
+		{
+			res = WaitResult(conn, NowMs() + 100, QueueSignal, signo, &timed_out);
+			if (res != NULL || !timed_out)
+				break;
+			if (*signo)
+			{
+				PGcancel   *cancel = PQgetCancel(conn);
+				char		err[256];
+
+				if (cancel)
+				{
+					PQcancel(cancel, err, sizeof(err));
+					PQfreeCancel(cancel);
+				}
+				res = WaitResult(conn, NowMs() + 5000, NULL, NULL, &timed_out);
+				break;
+			}
+		}
 	if (res == NULL || PQstatus(conn) != CONNECTION_OK)
 	{
 		if (res)
 			PQclear(res);
+		if (*signo && PQstatus(conn) == CONNECTION_OK)
+			return NULL;
 		if (conn_lost)
 		{
 			Note("connection lost while waiting: %s", PQerrorMessage(conn));
@@ -121,8 +161,21 @@ QueueRun(PGconn *conn, const char *sql, int nparams, const char *const *params,
 	}
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
+		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
 		char		what[600];
 
+		if (*signo)
+		{
+			PQclear(res);		/* cancelled */
+			return NULL;
+		}
+		if (refused && QUEUE_REFUSED(state))
+		{
+			Note("waiting in a backend: %s", PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
+			PQclear(res);
+			*refused = true;
+			return NULL;
+		}
 		snprintf(what, sizeof(what), "could not acquire \"%s\"", lease);
 		FatalResult(what, conn, res);
 	}
@@ -136,7 +189,7 @@ QueueRun(PGconn *conn, const char *sql, int nparams, const char *const *params,
  */
 static char *
 QueueJoin(PGconn *conn, const Options *opt, const char *lease, Holding *h,
-		  int *signo, bool *conn_lost)
+		  int *signo, bool *conn_lost, bool *refused)
 {
 	char		ttl[64];
 	const char *params[5];
@@ -154,7 +207,7 @@ QueueJoin(PGconn *conn, const Options *opt, const char *lease, Holding *h,
 				   "       extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000"
 				   "  FROM dsync_queue($1, $2, $3::interval, $4, $5::boolean) AS t"
 				   "  LEFT JOIN dsync_leases l ON l.lease = $1 AND l.holder = $2",
-				   5, params, lease, signo, conn_lost);
+				   5, params, lease, signo, conn_lost, refused);
 	if (res == NULL)
 		return NULL;
 	if (!PQgetisnull(res, 0, 0))
@@ -187,7 +240,7 @@ QueueClaim(PGconn *conn, const Options *opt, const char *lease, Holding *h,
 	res = QueueRun(conn,
 				   "SELECT state, fencing, extract(epoch FROM expires_in) * 1000"
 				   "  FROM dsync_claim($1, $2)",
-				   2, params, lease, signo, conn_lost);
+				   2, params, lease, signo, conn_lost, NULL);
 	if (res == NULL)
 		return 0;
 	state = PQgetvalue(res, 0, 0)[0];
@@ -218,7 +271,7 @@ QueueLeave(PGconn *conn, const Options *opt, const char *lease)
 	if (PQstatus(conn) != CONNECTION_OK)
 		return;
 	res = Query(conn, "SELECT dsync_unqueue($1, $2)", 2, params, NowMs() + 5000,
-				NULL, NULL, &timed_out);
+				QueueSignal, &early_signo, &timed_out);
 	if (res)
 		PQclear(res);
 }
@@ -269,21 +322,32 @@ QueueWaitIdle(PGconn *conn, int64_t wake_ms, int *signo)
  *		came), waiting in the line instead of in a backend.  With
  *		keep_place, a wait that runs out leaves us in line, for a caller
  *		that comes back at once (elect's campaign); otherwise, and on a
- *		signal, we leave it.
+ *		signal, we leave it.  NULL with *refused set if the server would
+ *		not queue us (queueing turned off, or its table full): the caller
+ *		waits in a backend instead.
+ *
+ * Between announcements we ask every third of the ttl (which keeps our
+ * place), and at least twice a claim window: a grant whose announcement
+ * we missed is still ours when we ask.
  */
 char *
 QueueAcquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms,
-			 Holding *h, int *signo, bool *conn_lost, bool keep_place)
+			 Holding *h, int *signo, bool *conn_lost, bool keep_place, bool *refused)
 {
 	int64_t		deadline = wait_ms < 0 ? -1 : NowMs() + wait_ms;
+	int64_t		every = opt->ttl_ms / 3;
 	char	   *token;
 
-	*signo = 0;
-	token = QueueJoin(conn, opt, lease, h, signo, conn_lost);
-	while (token == NULL && !(conn_lost && *conn_lost))
+	if (claim_window_ms / 2 < every)
+		every = claim_window_ms / 2 > 100 ? claim_window_ms / 2 : 100;
+	*signo = early_signo;
+	early_signo = 0;
+	*refused = false;
+	token = *signo ? NULL : QueueJoin(conn, opt, lease, h, signo, conn_lost, refused);
+	while (token == NULL && !*refused && !(conn_lost && *conn_lost))
 	{
 		int64_t		now = NowMs();
-		int64_t		wake = now + opt->ttl_ms / 3;
+		int64_t		wake = now + every;
 		char		state;
 
 		if (*signo || (deadline >= 0 && now >= deadline))
@@ -309,7 +373,7 @@ QueueAcquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_m
 			continue;			/* leave the line, above */
 		state = QueueClaim(conn, opt, lease, h, &token, signo, conn_lost);
 		if (state == 'x')
-			token = QueueJoin(conn, opt, lease, h, signo, conn_lost);
+			token = QueueJoin(conn, opt, lease, h, signo, conn_lost, refused);
 	}
 	return token;
 }

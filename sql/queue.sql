@@ -193,3 +193,10 @@ SELECT dsync_release('lap', 'owner');
 SELECT state FROM dsync_claim('lap', 'b');
 SELECT state FROM dsync_claim('lap', 'a');
 SELECT dsync_unqueue('lap', 'a'), dsync_release('lap', 'b');
+
+-- a holder that queues for what it holds gets its token back, even behind others
+SELECT dsync_acquire('re', 'a', '1 minute') IS NOT NULL AS held;
+SELECT dsync_queue('re', 'b', '1 minute') IS NULL AS queued_b;
+SELECT dsync_queue('re', 'a', '1 minute') = (SELECT fencing FROM dsync_leases WHERE lease = 're') AS same_token;
+SELECT string_agg(holder, ',') AS line FROM dsync_waiters WHERE name = 're';
+SELECT dsync_unqueue('re', 'b'), dsync_release('re', 'a');

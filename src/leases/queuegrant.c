@@ -74,11 +74,13 @@ QueueTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 /*
  * QueueTryOnce
  *		One try, in an internal subtransaction, of a grant of lease to
- *		holder for ttl_usec; true with *token if made.
+ *		holder for ttl_usec; true with *token if made.  may_take false:
+ *		others are ahead in line, so only a holder that has it already
+ *		(a reentrant grant) gets it.
  */
 static bool
 QueueTryOnce(FunctionCallInfo fcinfo, text *lease, uint64 key, text *holder, int64 ttl_usec,
-			 bool shared, int64 *token)
+			 bool shared, bool may_take, int64 *token)
 {
 	QueueTryArgs args;
 	DsyncWaitSpec spec;
@@ -102,7 +104,7 @@ QueueTryOnce(FunctionCallInfo fcinfo, text *lease, uint64 key, text *holder, int
 	spec.holder = holder;
 	spec.try_fn = QueueTry;
 	spec.arg = &args;
-	if (!DsyncWaitTryOnce(&spec, true))
+	if (!DsyncWaitTryOnce(&spec, may_take))
 		return false;
 	*token = args.token;
 	return true;
@@ -160,7 +162,7 @@ QueueGrantTo(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *waiter)
 	{
 		SetUserIdAndSecContext(waiter->userid, save_sec | SECURITY_LOCAL_USERID_CHANGE);
 		granted = QueueTryOnce(fcinfo, lease, waiter->key, holder, waiter->ttl_usec,
-							   waiter->mode == DSYNC_QUEUED_SHARED, &token);
+							   waiter->mode == DSYNC_QUEUED_SHARED, true, &token);
 		SetUserIdAndSecContext(save_userid, save_sec);
 	}
 	PG_CATCH();
@@ -284,12 +286,25 @@ dsync_queue(PG_FUNCTION_ARGS)
 	if (DsyncQueuedFirst(key, &first) && first.ticket == me.ticket && DsyncQueuedReserve(&me))
 	{
 		if (QueueTryOnce(fcinfo, lease, key, holder, ttl_usec, mode == DSYNC_QUEUED_SHARED,
-						 &token))
+						 true, &token))
 		{
 			DsyncQueuedDropOwn(&me);
 			PG_RETURN_INT64(token);
 		}
 		DsyncQueuedUnreserve(&me);
+	}
+
+	/*
+	 * Behind others: a holder that has the lease already (its client lost
+	 * the answer that granted it, and queues again) gets it back at once,
+	 * as dsync_acquire would give it, instead of waiting behind others for
+	 * what it holds.
+	 */
+	else if (QueueTryOnce(fcinfo, lease, key, holder, ttl_usec, mode == DSYNC_QUEUED_SHARED,
+						  false, &token))
+	{
+		DsyncQueuedDrop(&me);
+		PG_RETURN_INT64(token);
 	}
 	PG_RETURN_NULL();
 }

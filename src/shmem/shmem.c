@@ -109,6 +109,7 @@ DsyncWorkerShmemInit(void)
 		slot->pgprocno = -1;
 		pg_atomic_init_u64(&slot->next_deadline, 0);
 		pg_atomic_init_u64(&slot->ephemeral_deadline, 0);
+		pg_atomic_init_u64(&slot->queued_grants, 0);
 		pg_atomic_init_u64(&slot->watcher_left_at, 0);
 		pg_atomic_init_u32(&slot->held_map_ready, 0);
 		pg_atomic_init_u32(&slot->bound_map_ready, 0);

@@ -130,7 +130,7 @@ DsyncQueuedShmemInit(void)
 		queued_control->lock = &(GetNamedLWLockTranche(DSYNC_TRANCHE_QUEUED))->lock;
 		dlist_init(&queued_control->granted);
 		pg_atomic_init_u32(&queued_control->ngranted, 0);
-		pg_atomic_init_u64(&queued_control->grants, 0);
+		queued_control->full_swept_at = 0;
 		for (int i = 0; i < DSYNC_WAKE_CHANNELS; i++)
 			pg_atomic_init_u32(&queued_control->waiting[i], 0);
 		for (int i = 0; i < dsync_max_databases * POKE_WORDS; i++)
@@ -273,6 +273,12 @@ DsyncQueuedJoin(text *name, text *holder, uint64 key, int mode, bool durable,
 	QueuedMakeTag(&tag, &name_tag, key, VARDATA_ANY(holder), VARSIZE_ANY_EXHDR(holder));
 	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
 	entry = QueuedFind(name, holder, key);
+	if (entry != NULL && entry->w.state == DSYNC_QUEUED_WAITING && entry->w.alive_until <= now)
+	{
+		/* A lapsed place is not revived: queue at the back, as anyone new. */
+		QueuedRemove(entry);
+		entry = NULL;
+	}
 	if (entry != NULL && entry->w.userid != GetUserId())
 	{
 		Oid			owner = entry->w.userid;
@@ -290,8 +296,7 @@ DsyncQueuedJoin(text *name, text *holder, uint64 key, int mode, bool durable,
 	}
 	if (entry != NULL && entry->w.state == DSYNC_QUEUED_WAITING && entry->w.alive_until <= now)
 	{
-		/* A lapsed place is not revived: queue at the back, as anyone new. */
-		QueuedRemove(entry);
+		QueuedRemove(entry);	/* it lapsed while we checked the role */
 		entry = NULL;
 	}
 	if (entry != NULL)
@@ -313,8 +318,15 @@ DsyncQueuedJoin(text *name, text *holder, uint64 key, int mode, bool durable,
 			break;
 		if (entry != NULL)
 			(void) hash_search(queued_entries, &tag, HASH_REMOVE, NULL);
-		/* Full: lapsed places nobody swept yet make room, in any database. */
-		if (attempt > 0 || QueuedSweepLocked(now, InvalidOid) == 0)
+		/*
+		 * Full: lapsed places nobody swept yet make room, in any database.
+		 * A scan of the whole table, so at most once in a while: a table
+		 * full of live places would otherwise be scanned by every refusal.
+		 */
+		if (attempt > 0 || now < queued_control->full_swept_at + QUEUED_FULL_SWEEP_USEC)
+			break;
+		queued_control->full_swept_at = now;
+		if (QueuedSweepLocked(now, InvalidOid) == 0)
 			break;
 	}
 	if (qname == NULL)

@@ -52,13 +52,16 @@ typedef struct QueuedControl
 	LWLock	   *lock;
 	dlist_head	granted;		/* GRANTED and PASSING entries */
 	pg_atomic_uint32 ngranted;	/* how many: none, no lookup on renewals */
-	pg_atomic_uint64 grants;	/* grants committed so far (queuework.c) */
+	TimestampTz full_swept_at;	/* last sweep for room (under the lock) */
 	pg_atomic_uint32 waiting[DSYNC_WAKE_CHANNELS];	/* WAITING entries */
 	/* Per database slot, a bit per channel: its worker must look there. */
 	pg_atomic_uint64 poked[FLEXIBLE_ARRAY_MEMBER];
 } QueuedControl;
 
 #define POKE_WORDS	(DSYNC_WAKE_CHANNELS / 64)
+
+/* A full table is swept for lapsed places at most this often. */
+#define QUEUED_FULL_SWEEP_USEC	(100 * 1000)
 
 extern PGDLLIMPORT QueuedControl *queued_control;
 extern PGDLLIMPORT HTAB *queued_names;

@@ -174,6 +174,7 @@ QueuedPendingDone(int nest_level, bool commit)
 	ListCell   *lc;
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz first_claim = 0;
+	uint64		ngrants = 0;
 
 	if (queued_pending == NIL)
 		return;
@@ -212,7 +213,7 @@ QueuedPendingDone(int nest_level, bool commit)
 					TimestampTzPlusMilliseconds(now, dsync_claim_window);
 				dlist_push_tail(&queued_control->granted, &entry->granted_node);
 				pg_atomic_fetch_add_u32(&queued_control->ngranted, 1);
-				pg_atomic_fetch_add_u64(&queued_control->grants, 1);
+				ngrants++;
 				if (first_claim == 0 || entry->w.claim_by < first_claim)
 					first_claim = entry->w.claim_by;
 				granted_now[QueuedChannel(entry->tag.key) / 64] |=
@@ -225,6 +226,13 @@ QueuedPendingDone(int nest_level, bool commit)
 		pfree(pending);
 	}
 	LWLockRelease(queued_control->lock);
+	if (ngrants > 0)
+	{
+		DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+
+		if (slot != NULL)
+			pg_atomic_fetch_add_u64(&slot->queued_grants, ngrants);
+	}
 	if (first_claim != 0)
 		QueuedWorkerBy(first_claim);
 }
@@ -461,13 +469,15 @@ DsyncQueuedNextClaim(Oid dbid)
 
 /*
  * DsyncQueuedGrants
- *		How many grants to queued waiters have committed, in all databases
- *		(a counter that only rises).
+ *		How many grants to queued waiters have committed in this database
+ *		(a counter that only rises, reset when its slot is).
  */
 uint64
 DsyncQueuedGrants(void)
 {
-	return queued_control == NULL ? 0 : pg_atomic_read_u64(&queued_control->grants);
+	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+
+	return slot == NULL ? 0 : pg_atomic_read_u64(&slot->queued_grants);
 }
 
 /*

@@ -26,7 +26,7 @@ use strict;
 use warnings;
 
 use IPC::Run;
-use Time::HiRes qw(usleep);
+use Time::HiRes qw(usleep time);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -162,11 +162,20 @@ $standby->safe_psql('postgres', 'CREATE DATABASE other');
 $standby->safe_psql('other', 'CREATE EXTENSION dsync');
 q1($standby, "SELECT dsync_acquire('full', 'h', '60 s')");
 $standby->safe_psql('other', "SELECT dsync_acquire('full', 'h', '60 s')");
-q1($standby, "SELECT dsync_queue('full', 'w' || i, '300 ms') FROM generate_series(1, 2) i");
-$standby->safe_psql('other', "SELECT dsync_queue('full', 'w3', '300 ms')");
+q1($standby, "SELECT dsync_queue('full', 'w' || i, '8 s') FROM generate_series(1, 2) i");
+$standby->safe_psql('other', "SELECT dsync_queue('full', 'w3', '8 s')");
+my $queued_at = time;
 my ($rc, $out, $err) = $standby->psql('postgres', "SELECT dsync_queue('full', 'w4', '60 s')");
 like($err, qr/too many queued waiters/, 'a table full of live places refuses a fourth');
-usleep(500_000);
+my $tool = IPC::Run::start(
+	[ 'dsync', '--dsn', $standby->connstr('postgres'), 'lock', 'full', '--wait', '500ms',
+		'--', 'true' ],
+	'<', \undef, '>', \my $tout, '2>', \my $terr);
+$tool->finish;
+is($tool->result(0), 75, 'dsync lock on a full table waits in a backend instead (and its wait runs out)');
+like($terr, qr/waiting in a backend: too many queued waiters/, 'and says why');
+cmp_ok(time - $queued_at, '<', 8, '(all while the places were live)');
+usleep(8_200_000);
 is(q1($standby, "SELECT dsync_queue('full', 'w4', '60 s') IS NULL"), 't',
 	'once they lapsed, unswept, a new waiter finds room');
 is($standby->safe_psql('other', "SELECT dsync_queue('full', 'w5', '60 s') IS NULL"), 't',
