@@ -320,6 +320,39 @@ WaitResult(PGconn *conn, int64_t deadline_ms, void (*on_signal) (int, void *),
 }
 
 /*
+ * WaitCancellable
+ *		Wait for the result of a query sent, with no deadline, until a
+ *		signal recorded in *signo by on_signal asks to give up: then cancel
+ *		the statement and take its outcome (within 5 s).  NULL if the
+ *		connection failed.
+ */
+PGresult *
+WaitCancellable(PGconn *conn, void (*on_signal) (int, void *), int *signo)
+{
+	PGresult   *res;
+	bool		timed_out;
+
+	for (;;)
+	{
+		res = WaitResult(conn, NowMs() + 100, on_signal, signo, &timed_out);
+		if (res != NULL || !timed_out)
+			return res;
+		if (*signo)
+		{
+			PGcancel   *cancel = PQgetCancel(conn);
+			char		err[256];
+
+			if (cancel)
+			{
+				PQcancel(cancel, err, sizeof(err));
+				PQfreeCancel(cancel);
+			}
+			return WaitResult(conn, NowMs() + 5000, NULL, NULL, &timed_out);
+		}
+	}
+}
+
+/*
  * Query
  *		Run a parameterised query and wait for it (see WaitResult).
  */

@@ -119,6 +119,7 @@ extern PGresult *Query(PGconn *conn, const char *sql, int nparams, const char *c
 extern int ReadSignal(void);
 extern void SetSignalHandlers(void (*handler) (int), void (*pipe_handler) (int));
 extern void SetupSignals(void);
+extern PGresult *WaitCancellable(PGconn *conn, void (*on_signal) (int, void *), int *signo);
 extern PGresult *WaitResult(PGconn *conn, int64_t deadline_ms, void (*on_signal) (int, void *), void *arg, bool *timed_out);
 
 /* queue.c */

@@ -46,7 +46,6 @@ Acquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms,
 	char		wait[64];
 	const char *params[5];
 	PGresult   *res;
-	bool		timed_out;
 	char	   *token = NULL;
 	int64_t		sent = NowMs();
 
@@ -73,26 +72,7 @@ Acquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms,
 						   "  LEFT JOIN dsync_leases l ON l.lease = $1 AND l.holder = $2",
 						   5, NULL, params, NULL, NULL, 0))
 		Fatal(EXIT_UNAVAILABLE, "could not send the acquire: %s", PQerrorMessage(conn));
-	for (;;)
-	{
-		res = WaitResult(conn, NowMs() + 100, LockSignalWhileWaiting, signo, &timed_out);
-		if (res != NULL || !timed_out)
-			break;
-		if (*signo)
-		{
-			/* Give up waiting: cancel the statement and take its outcome. */
-			PGcancel   *cancel = PQgetCancel(conn);
-			char		err[256];
-
-			if (cancel)
-			{
-				PQcancel(cancel, err, sizeof(err));
-				PQfreeCancel(cancel);
-			}
-			res = WaitResult(conn, NowMs() + 5000, NULL, NULL, &timed_out);
-			break;
-		}
-	}
+	res = WaitCancellable(conn, LockSignalWhileWaiting, signo);
 	if (res == NULL)
 	{
 		if (*signo)

@@ -120,31 +120,10 @@ static PGresult *
 QueueRun(PGconn *conn, const char *sql, int nparams, const char *const *params,
 		 const char *lease, int *signo, bool *conn_lost, bool *refused)
 {
-	PGresult   *res;
-	bool		timed_out;
+	PGresult   *res = NULL;
 
-	if (!PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
-		res = NULL;
-	else
-		for (;;)
-		{
-			res = WaitResult(conn, NowMs() + 100, QueueSignal, signo, &timed_out);
-			if (res != NULL || !timed_out)
-				break;
-			if (*signo)
-			{
-				PGcancel   *cancel = PQgetCancel(conn);
-				char		err[256];
-
-				if (cancel)
-				{
-					PQcancel(cancel, err, sizeof(err));
-					PQfreeCancel(cancel);
-				}
-				res = WaitResult(conn, NowMs() + 5000, NULL, NULL, &timed_out);
-				break;
-			}
-		}
+	if (PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
+		res = WaitCancellable(conn, QueueSignal, signo);
 	if (res == NULL || PQstatus(conn) != CONNECTION_OK)
 	{
 		if (res)

@@ -238,30 +238,42 @@ QueuedPendingDone(int nest_level, bool commit)
 }
 
 /*
+ * QueuedForgetPending
+ *		This transaction no longer grants to entry: forget its pending
+ *		record, so that the commit or abort does not settle it.
+ */
+static void
+QueuedForgetPending(QueuedEntry *entry)
+{
+	ListCell   *lc;
+
+	foreach(lc, queued_pending)
+	{
+		QueuedPending *pending = lfirst(lc);
+
+		if (memcmp(&pending->tag, &entry->tag, sizeof(QueuedTag)) == 0)
+		{
+			queued_pending = foreach_delete_current(queued_pending, lc);
+			pfree(pending);
+			break;
+		}
+	}
+}
+
+/*
  * DsyncQueuedUnreserve
  *		The grant to a reserved entry was not made: back in line.
  */
 void
 DsyncQueuedUnreserve(const DsyncQueuedWaiter *waiter)
 {
-	ListCell   *lc;
 	QueuedEntry *entry;
 
 	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
 	entry = QueuedEntryOf(waiter);
 	if (entry != NULL)
 	{
-		foreach(lc, queued_pending)
-		{
-			QueuedPending *pending = lfirst(lc);
-
-			if (memcmp(&pending->tag, &entry->tag, sizeof(QueuedTag)) == 0)
-			{
-				queued_pending = foreach_delete_current(queued_pending, lc);
-				pfree(pending);
-				break;
-			}
-		}
+		QueuedForgetPending(entry);
 		QueuedBackInLine(entry);
 	}
 	LWLockRelease(queued_control->lock);
@@ -275,24 +287,13 @@ DsyncQueuedUnreserve(const DsyncQueuedWaiter *waiter)
 void
 DsyncQueuedDropOwn(const DsyncQueuedWaiter *waiter)
 {
-	ListCell   *lc;
 	QueuedEntry *entry;
 
 	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
 	entry = QueuedEntryOf(waiter);
 	if (entry != NULL)
 	{
-		foreach(lc, queued_pending)
-		{
-			QueuedPending *pending = lfirst(lc);
-
-			if (memcmp(&pending->tag, &entry->tag, sizeof(QueuedTag)) == 0)
-			{
-				queued_pending = foreach_delete_current(queued_pending, lc);
-				pfree(pending);
-				break;
-			}
-		}
+		QueuedForgetPending(entry);
 		QueuedRemove(entry);
 	}
 	LWLockRelease(queued_control->lock);
