@@ -121,7 +121,7 @@ static const DsyncIntSetting dsync_int_settings[] = {
 		&dsync_event_retention, 300, 0, 365 * 86400, PGC_SIGHUP, GUC_UNIT_S},
 	{"dsync.max_queued_waiters",
 		"Most waiters queued without a connection (dsync_queue) at once, in all databases.",
-		"Each takes about 700 bytes of shared memory; 0 turns queueing off.",
+		"Each takes about 800 bytes of shared memory; 0 turns queueing off.",
 		&dsync_max_queued_waiters, 10000, 0, 10000000, PGC_POSTMASTER, 0},
 	{"dsync.claim_window",
 		"How long a grant made to a queued waiter waits to be claimed before it passes on.",

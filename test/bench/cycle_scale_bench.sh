@@ -128,6 +128,7 @@ for commit in "${COMMIT_MODES[@]}"; do
 		[ -e "${files[0]}" ] || continue
 		total=$(cat "${files[@]}" | wc -l)
 		printf '%2s clients, synchronous_commit %-3s (%s samples): %s\n' "$clients" "$commit" "$total" \
-			"$(cat "${files[@]}" | sort | uniq -c | sort -rn | head -6 | awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $2, $1 }')"
+			"$(cat "${files[@]}" | sort | uniq -c | sort -rn | head -6 |
+				awk '{ n = $1; sub(/^ *[0-9]+ /, ""); printf "%s%s %s", (NR > 1 ? ", " : ""), $0, n }')"
 	done
 done

@@ -125,6 +125,7 @@ def measure(conn, listener, worker, tag, n, shape):
         q("SELECT dsync_queue_pass()")
         passes.append((time.perf_counter() - t) * 1000)
     wkb = (rss_anon_kb(worker) - wkb0) if worker else 0
+    lat = []
     if shape == "many":
         picks = random.sample(range(1, n + 1), min(SAMPLES, n))
         for i in picks:
