@@ -17,6 +17,8 @@ OBJS = \
 	src/shmem/stats.o \
 	src/wait/wait.o \
 	src/wait/waitqueue.o \
+	src/wait/queued.o \
+	src/wait/queuedgrant.o \
 	src/storage/store.o \
 	src/storage/storekey.o \
 	src/storage/scan.o \
@@ -26,12 +28,14 @@ OBJS = \
 	src/storage/boundmap.o \
 	src/storage/fencing.o \
 	src/events/events.o \
+	src/events/payload.o \
 	src/events/eventlog.o \
 	src/events/listen.o \
 	src/events/channel.o \
 	src/leases/lease.o \
 	src/leases/leasehold.o \
 	src/leases/permit.o \
+	src/leases/queuegrant.o \
 	src/leases/semaphore.o \
 	src/leases/session.o \
 	src/leases/shared.o \
@@ -54,6 +58,7 @@ OBJS = \
 	src/workers/launcher.o \
 	src/workers/reaper.o \
 	src/workers/reaperstart.o \
+	src/workers/queuework.o \
 	src/workers/expiry.o \
 	src/workers/reap.o \
 	src/sql/dsync.o \
@@ -111,8 +116,14 @@ prove-installcheck:
 
 # Each module includes the headers of what it uses; the compiler records
 # which (-MMD), so an edit rebuilds only the modules that depend on it.
+# The bitcode of each module (.bc, for the server's JIT) writes its list to
+# a file of its own: written to the same .d, the bitcode's list (written
+# last) left the object depending on its .c alone, so a header's edit left
+# objects of another layout behind.
 override CPPFLAGS += -MMD -MP
--include $(OBJS:.o=.d)
+-include $(OBJS:.o=.d) $(OBJS:.o=.bc.d)
+%.bc : %.c
+	$(COMPILE.c.bc) -MF $(@:.bc=.bc.d) -o $@ $<
 
 # The command-line tool: cli/, a PGXS PROGRAM of its own (cli/Makefile),
 # built, installed and cleaned with the extension.
@@ -127,4 +138,4 @@ clean: clean-cli
 clean-cli:
 	$(MAKE) -C cli clean PG_CONFIG='$(PG_CONFIG)'
 
-EXTRA_CLEAN = $(OBJS:.o=.d)
+EXTRA_CLEAN = $(OBJS:.o=.d) $(OBJS:.o=.bc.d)

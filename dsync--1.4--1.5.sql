@@ -239,3 +239,63 @@ COMMENT ON FUNCTION @extschema@.dsync_fence_restored() IS
 CREATE TRIGGER dsync_fence_restored BEFORE INSERT ON @extschema@.dsync_fence
 	FOR EACH ROW EXECUTE FUNCTION @extschema@.dsync_fence_restored();
 ALTER TABLE @extschema@.dsync_fence ENABLE ALWAYS TRIGGER dsync_fence_restored;
+
+/*
+ * Waiting without a connection (src/leases/queuegrant.c, src/wait/queued.c):
+ * a waiter queues and goes; whoever frees the name grants it to the first
+ * queued waiter in its own transaction; the waiter claims the grant.
+ */
+CREATE FUNCTION @extschema@.dsync_queue(
+	lease text,
+	holder text,
+	ttl interval DEFAULT '30 seconds',
+	channel text DEFAULT NULL,
+	shared boolean DEFAULT false)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'dsync_queue'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.dsync_queue(text, text, interval, text, boolean) IS
+'get in line for lease without staying connected: the fencing token if granted now, else NULL (queued; renew the place with dsync_claim within ttl; the grant is announced on dsync_queue_channel(channel))';
+
+CREATE FUNCTION @extschema@.dsync_queue_channel(
+	name text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'dsync_queue_channel'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.dsync_queue_channel(text) IS
+'the channel to LISTEN on for grants to waiters queued with dsync_queue(..., channel => name)';
+
+CREATE FUNCTION @extschema@.dsync_claim(
+	lease text,
+	holder text,
+	OUT state text,
+	OUT fencing bigint,
+	OUT expires_in interval)
+RETURNS record
+AS 'MODULE_PATHNAME', 'dsync_claim'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.dsync_claim(text, text) IS
+'where a queued waiter stands: queued (place renewed), granted (with the token and the most time the lease has left; claimed now) or gone';
+
+CREATE FUNCTION @extschema@.dsync_unqueue(
+	lease text,
+	holder text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'dsync_unqueue'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.dsync_unqueue(text, text) IS
+'leave the line; a grant not yet claimed is released and passed on; true if it was queued';
+
+CREATE FUNCTION @extschema@.dsync_queue_pass()
+RETURNS integer
+AS 'MODULE_PATHNAME', 'dsync_queue_pass'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.dsync_queue_pass() IS
+'administrators: pass on unclaimed grants and grant to queued waiters nobody granted (the worker runs it)';
+
+REVOKE ALL ON FUNCTION @extschema@.dsync_queue_pass() FROM PUBLIC;

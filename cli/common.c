@@ -320,6 +320,39 @@ WaitResult(PGconn *conn, int64_t deadline_ms, void (*on_signal) (int, void *),
 }
 
 /*
+ * WaitCancellable
+ *		Wait for the result of a query sent, with no deadline, until a
+ *		signal recorded in *signo by on_signal asks to give up: then cancel
+ *		the statement and take its outcome (within 5 s).  NULL if the
+ *		connection failed.
+ */
+PGresult *
+WaitCancellable(PGconn *conn, void (*on_signal) (int, void *), int *signo)
+{
+	PGresult   *res;
+	bool		timed_out;
+
+	for (;;)
+	{
+		res = WaitResult(conn, NowMs() + 100, on_signal, signo, &timed_out);
+		if (res != NULL || !timed_out)
+			return res;
+		if (*signo)
+		{
+			PGcancel   *cancel = PQgetCancel(conn);
+			char		err[256];
+
+			if (cancel)
+			{
+				PQcancel(cancel, err, sizeof(err));
+				PQfreeCancel(cancel);
+			}
+			return WaitResult(conn, NowMs() + 5000, NULL, NULL, &timed_out);
+		}
+	}
+}
+
+/*
  * Query
  *		Run a parameterised query and wait for it (see WaitResult).
  */
@@ -438,13 +471,15 @@ ListenWorks(const Options *opt, PGconn *conn)
  *		Say what a connection pooler means for this command: a blocked wait
  *		holds a server connection for as long as it lasts, and LISTEN does
  *		not work in transaction mode (fatal for watch, which prints events;
- *		lock and elect then learn of a lost lease at the next renewal).
+ *		lock and elect then wait in a backend, and learn of a lost lease at
+ *		the next renewal).  Returns whether LISTEN works here, which lock
+ *		and elect need to wait in the lease's line (queue.c).
  */
-void
+bool
 CheckPooler(const Options *opt, PGconn *conn, bool watching)
 {
 	if (!BehindPooler(conn))
-		return;
+		return true;
 	if (!ListenWorks(opt, conn))
 	{
 		if (watching)
@@ -455,9 +490,12 @@ CheckPooler(const Options *opt, PGconn *conn, bool watching)
 				  "or to a pool in session mode");
 		Note("connected through a pooler in transaction mode, where LISTEN does not "
 			 "work: a lease taken away by someone else is noticed at the next renewal "
-			 "(every ttl/3), not at once");
+			 "(every ttl/3), not at once, and waiting for the lease holds one server "
+			 "connection of the pool for as long as the wait lasts");
+		return false;
 	}
-	if (!watching)
+	if (!watching && opt->no_queue)
 		Note("connected through a connection pooler: waiting for the lease holds one "
 			 "server connection of the pool for as long as the wait lasts");
+	return true;
 }

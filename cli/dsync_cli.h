@@ -10,6 +10,7 @@
  *	hold.c		running the command while holding a lease: renewing,
  *				listening, stopping the command when the lease is lost
  *	lock.c		dsync lock and dsync elect: acquiring, joining, campaigning
+ *	queue.c		waiting in a lease's line without a running statement
  *	watch.c		dsync watch and dsync status
  *
  *-------------------------------------------------------------------------
@@ -70,6 +71,7 @@ typedef struct Options
 	int64_t		grace_ms;
 	int			permits;
 	bool		shared;			/* lock --shared: dsync_acquire_shared */
+	bool		no_queue;		/* --no-queue: wait in a backend */
 	bool		json;
 	char	  **command;
 } Options;
@@ -98,12 +100,13 @@ typedef struct Holding
 	int64_t		renew_at;
 	bool		renew_failing;	/* the last renewal could not reach the server */
 	int			stop_signal;	/* a signal asked us to stop (elect: campaigning) */
+	bool		queue;			/* wait in the line (queue.c), not in a backend */
 } Holding;
 
 /* common.c */
 extern int	signal_pipe[2];
 extern const char *progname;
-extern void CheckPooler(const Options *opt, PGconn *conn, bool watching);
+extern bool CheckPooler(const Options *opt, PGconn *conn, bool watching);
 extern PGconn *Connect(const Options *opt, bool quiet);
 extern PGconn *ConnectBy(const Options *opt, bool quiet, int64_t deadline_ms);
 extern char *DefaultHolder(void);
@@ -116,7 +119,12 @@ extern PGresult *Query(PGconn *conn, const char *sql, int nparams, const char *c
 extern int ReadSignal(void);
 extern void SetSignalHandlers(void (*handler) (int), void (*pipe_handler) (int));
 extern void SetupSignals(void);
+extern PGresult *WaitCancellable(PGconn *conn, void (*on_signal) (int, void *), int *signo);
 extern PGresult *WaitResult(PGconn *conn, int64_t deadline_ms, void (*on_signal) (int, void *), void *arg, bool *timed_out);
+
+/* queue.c */
+extern int	QueueListen(PGconn *conn);
+extern char *QueueAcquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms, Holding *h, int *signo, bool *conn_lost, bool keep_place, bool *refused);
 
 /* hold.c */
 extern int ChildExitCode(int status);

@@ -422,9 +422,13 @@ Release(Holding *h, const char *group)
 	}
 	if (h->conn == NULL)
 		return;
+	/* In line (elect keeps its place between slices): leave it first. */
 	res = Query(h->conn,
-				group ? "SELECT dsync_release($1, $2), dsync_leave($1, $2)" :
-				"SELECT dsync_release($1, $2)",
+				h->queue ?
+				(group ? "SELECT dsync_unqueue($1, $2), dsync_release($1, $2), dsync_leave($1, $2)" :
+				 "SELECT dsync_unqueue($1, $2), dsync_release($1, $2)") :
+				(group ? "SELECT dsync_release($1, $2), dsync_leave($1, $2)" :
+				 "SELECT dsync_release($1, $2)"),
 				2, params, NowMs() + 5000, NULL, NULL, &timed_out);
 	if (res)
 		PQclear(res);

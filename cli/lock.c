@@ -46,7 +46,6 @@ Acquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms,
 	char		wait[64];
 	const char *params[5];
 	PGresult   *res;
-	bool		timed_out;
 	char	   *token = NULL;
 	int64_t		sent = NowMs();
 
@@ -73,26 +72,7 @@ Acquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms,
 						   "  LEFT JOIN dsync_leases l ON l.lease = $1 AND l.holder = $2",
 						   5, NULL, params, NULL, NULL, 0))
 		Fatal(EXIT_UNAVAILABLE, "could not send the acquire: %s", PQerrorMessage(conn));
-	for (;;)
-	{
-		res = WaitResult(conn, NowMs() + 100, LockSignalWhileWaiting, signo, &timed_out);
-		if (res != NULL || !timed_out)
-			break;
-		if (*signo)
-		{
-			/* Give up waiting: cancel the statement and take its outcome. */
-			PGcancel   *cancel = PQgetCancel(conn);
-			char		err[256];
-
-			if (cancel)
-			{
-				PQcancel(cancel, err, sizeof(err));
-				PQfreeCancel(cancel);
-			}
-			res = WaitResult(conn, NowMs() + 5000, NULL, NULL, &timed_out);
-			break;
-		}
-	}
+	res = WaitCancellable(conn, LockSignalWhileWaiting, signo);
 	if (res == NULL)
 	{
 		if (*signo)
@@ -134,6 +114,26 @@ Acquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms,
 }
 
 /*
+ * AcquireInfo
+ *		A grant from the line carries no info: set it with a reentrant
+ *		acquire, which returns the same token.  Returns that token (token
+ *		is freed), or NULL if the lease was lost meanwhile; a signal that
+ *		comes during it is added to *signo, never forgotten.
+ */
+static char *
+AcquireInfo(PGconn *conn, const Options *opt, Holding *h, char *token, int *signo,
+			bool *conn_lost)
+{
+	int			late = 0;
+	char	   *again = Acquire(conn, opt, opt->name, 0, h, &late, conn_lost);
+
+	free(token);
+	if (late)
+		*signo = late;
+	return again;
+}
+
+/*
  * HoldingStart
  *		A fresh holding state for the lease or group opt names, connected;
  *		false if the server cannot be reached.
@@ -149,7 +149,8 @@ HoldingStart(Holding *h, const Options *opt)
 	h->conn = Connect(opt, false);
 	if (h->conn == NULL)
 		return false;
-	CheckPooler(opt, h->conn, false);
+	h->queue = CheckPooler(opt, h->conn, false) && !opt->no_queue &&
+		QueueListen(h->conn) > 0;
 	return true;
 }
 
@@ -163,6 +164,7 @@ CommandLock(Options *opt)
 	Holding		h;
 	char	   *token;
 	int			signo;
+	bool		refused;
 
 	if (!HoldingStart(&h, opt))
 		return EXIT_UNAVAILABLE;
@@ -183,7 +185,19 @@ CommandLock(Options *opt)
 		PQclear(res);
 	}
 
-	token = Acquire(h.conn, opt, opt->name, opt->wait_ms, &h, &signo, NULL);
+	token = NULL;
+	signo = 0;
+	refused = !h.queue || opt->wait_ms == 0;
+	if (!refused)
+	{
+		token = QueueAcquire(h.conn, opt, opt->name, opt->wait_ms, &h, &signo, NULL, false,
+							 &refused);
+		h.queue = !refused;
+		if (token && opt->info && !signo)
+			token = AcquireInfo(h.conn, opt, &h, token, &signo, NULL);
+	}
+	if (refused)
+		token = Acquire(h.conn, opt, opt->name, opt->wait_ms, &h, &signo, NULL);
 	if (signo)
 	{
 		Note("interrupted while waiting for \"%s\"", opt->name);
@@ -256,8 +270,10 @@ CommandElect(Options *opt)
 		char	   *token = NULL;
 		int			signo = 0;
 		bool		conn_lost = false;
+		bool		refused;
+		int			listened;
 
-		/* Campaign: block in the server, a third of the ttl at a time. */
+		/* Campaign a third of the ttl at a time: in line, or blocked in the server. */
 		while (token == NULL)
 		{
 			if (h.conn == NULL || PQstatus(h.conn) != CONNECTION_OK)
@@ -272,6 +288,17 @@ CommandElect(Options *opt)
 						return 128 + signo;
 					continue;
 				}
+				if (h.queue && (listened = QueueListen(h.conn)) <= 0)
+				{
+					if (listened == 0)
+						h.queue = false;	/* no dsync_queue there */
+					else
+					{
+						PQfinish(h.conn);	/* the connection failed: again */
+						h.conn = NULL;
+						continue;
+					}
+				}
 			}
 			if (!Join(&h))
 				continue;
@@ -280,7 +307,19 @@ CommandElect(Options *opt)
 				Release(&h, opt->name);
 				return 128 + h.stop_signal;
 			}
-			token = Acquire(h.conn, opt, opt->name, opt->ttl_ms / 3, &h, &signo, &conn_lost);
+			/* In line, the place is kept from one slice to the next. */
+			refused = !h.queue;
+			if (!refused)
+			{
+				token = QueueAcquire(h.conn, opt, opt->name, opt->ttl_ms / 3, &h, &signo,
+									 &conn_lost, true, &refused);
+				h.queue = !refused;
+				if (token && opt->info && !signo)
+					token = AcquireInfo(h.conn, opt, &h, token, &signo, &conn_lost);
+			}
+			if (refused)
+				token = Acquire(h.conn, opt, opt->name, opt->ttl_ms / 3, &h, &signo,
+								&conn_lost);
 			if (signo)
 			{
 				if (token)

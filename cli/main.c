@@ -20,7 +20,8 @@
  * uses "time left", measured from before it sent the request.
  *
  * All waiting is done with poll() on the connection's socket, a self-pipe
- * for signals, and timers; lease waits block inside the server.  While
+ * for signals, and timers; lease waits stand in the lease's line on an
+ * idle connection (queue.c), or block inside the server where they cannot.  While
  * holding, the tool LISTENs on the lease's channel, so that a release or
  * takeover by anybody (dsync_force_release) is acted on within
  * milliseconds, not at the next renewal.  On Linux the command is killed
@@ -55,9 +56,9 @@ Usage(FILE *out)
 			"\n"
 			"Usage:\n"
 			"  dsync [--dsn DSN] lock NAME [--ttl 30s] [--wait DURATION] [--permits N | --shared]\n"
-			"                   [--holder ID] [--grace 5s] -- COMMAND [ARGS...]\n"
+			"                   [--holder ID] [--grace 5s] [--no-queue] -- COMMAND [ARGS...]\n"
 			"  dsync [--dsn DSN] elect GROUP [--ttl 15s] [--id ID] [--info JSON]\n"
-			"                   [--grace 5s] -- COMMAND [ARGS...]\n"
+			"                   [--grace 5s] [--no-queue] -- COMMAND [ARGS...]\n"
 			"  dsync [--dsn DSN] watch GROUP|NAME [--json]\n"
 			"  dsync [--dsn DSN] status [NAME]\n"
 			"  dsync --help | --version\n"
@@ -70,6 +71,10 @@ Usage(FILE *out)
 			"       with an exclusive one.\n"
 			"elect  joins GROUP and campaigns for its lease; runs COMMAND only while\n"
 			"       leader, and campaigns again if leadership is lost.\n"
+			"       lock and elect wait in the lease's line on an idle connection\n"
+			"       (dsync_queue); --no-queue waits in a running statement instead, as\n"
+			"       they do anyway where LISTEN does not work (a pooler in transaction\n"
+			"       mode) or the extension is older than 1.5.\n"
 			"watch  prints lease, membership and event notifications as they happen.\n"
 			"status shows live leases: holder, fencing token, time left, waiters.\n"
 			"\n"
@@ -194,6 +199,7 @@ main(int argc, char **argv)
 		{"info", required_argument, NULL, 'I'},
 		{"grace", required_argument, NULL, 'g'},
 		{"json", no_argument, NULL, 'j'},
+		{"no-queue", no_argument, NULL, 'Q'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0}
@@ -273,6 +279,9 @@ main(int argc, char **argv)
 				case 'j':
 					opt.json = true;
 					break;
+				case 'Q':
+					opt.no_queue = true;
+					break;
 				case 'h':
 				case 'V':
 					return HelpOrVersion(c);
@@ -325,8 +334,8 @@ main(int argc, char **argv)
 	if (optind < argc)
 		UsageError("unexpected argument \"%s\"", argv[optind]);
 	if (opt.command || opt.holder || opt.info || ttl_given || opt.wait_ms >= 0 ||
-		opt.permits != 1 || opt.shared)
-		UsageError("%s takes no --ttl, --wait, --permits, --shared, --holder, --id or --info", cmd);
+		opt.permits != 1 || opt.shared || opt.no_queue)
+		UsageError("%s takes no --ttl, --wait, --permits, --shared, --holder, --id, --info or --no-queue", cmd);
 	if (command == DSYNC_CMD_WATCH)
 	{
 		if (opt.name == NULL)

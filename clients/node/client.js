@@ -141,7 +141,9 @@ class Client {
    * alive (the default clients set it).
    */
   constructor(opts = {}) {
-    const { poolSize = 2, listen = null, allowExitOnIdle = false, callTimeout = CALL_TIMEOUT } = opts;
+    const {
+      poolSize = 2, listen = null, allowExitOnIdle = false, callTimeout = CALL_TIMEOUT, queue = true,
+    } = opts;
     if (!Number.isInteger(poolSize) || poolSize < 1) throw new RangeError('poolSize must be a positive integer');
     if (callTimeout !== null && callTimeout !== undefined) {
       positive(callTimeout, 'callTimeout');
@@ -156,6 +158,11 @@ class Client {
     }
     this._settings = new ConnectionSettings(opts);
     this.listen = listen ?? null;
+    // Blocking acquires wait in the line without a connection where the
+    // keeper can LISTEN for their grants (dsync_queue), else in a backend.
+    this.queue = queue !== false;
+    this._queueKey = `js-${crypto.randomBytes(12).toString('hex')}`;
+    this._queueChannel = `dsyncq:${this._queueKey}`;
     this.poolSize = poolSize;
     this._ownPool = !this._settings.pool;
     this._pool = this._settings.pool || new pg.Pool({
@@ -333,6 +340,24 @@ class Client {
         this._contended.set(name, now + CONTENDED_MS);
       }
     }
+    // Not had at once: wait in the line, without a connection, where we can.
+    if (token === null && blocking && this.queue) {
+      const got = await this._queueWait(name, holder, ttlText, ttlMs, text === sql.ACQUIRE_SHARED,
+        deadline, what, signal);
+      if (got) {
+        if (got.token !== null && info !== null && info !== undefined) {
+          // A queued grant carries no info: the holder's acquire again
+          // (reentrant: the same token) sets it.
+          const t = {};
+          const again = await this._value(text, [name, holder, ttlText, sql.interval(0), info], what,
+            { timed: t, signal });
+          if (again !== null && BigInt(again) === BigInt(got.token)) {
+            return { token: got.token, sent: Math.max(got.sent, t.sent) };
+          }
+        }
+        return got;
+      }
+    }
     while (token === null && blocking) {
       // If the time ran out as the try was skipped, a wait of 0 tries now.
       const left = Math.max(0, deadline === null ? slice : Math.min(slice, deadline - performance.now()));
@@ -343,6 +368,65 @@ class Client {
       if (deadline !== null && performance.now() >= deadline) break;
     }
     return { token, sent: timed.sent };
+  }
+
+  /*
+   * Waits in name's line without a connection (dsync_queue): the keeper
+   * wakes this call when its grant is announced, and it claims it; every
+   * third of the ttl it asks anyway, which keeps its place.  Returns null
+   * if it cannot queue (the keeper cannot LISTEN: a pooler in transaction
+   * mode), for the caller to wait in a backend.  Leaving for any reason
+   * (time out, abort, an error) leaves the line, and a grant made
+   * meanwhile and not claimed is given back by the server.
+   */
+  async _queueWait(name, holder, ttlText, ttlMs, shared, deadline, what, signal) {
+    const keeper = this._keeper;
+    const left = deadline === null ? null : deadline - performance.now();
+    const w = await keeper.queueJoin(name, holder,
+      left === null ? Math.min(2000, ttlMs / 3) : Math.max(0, Math.min(2000, ttlMs / 3, left)));
+    if (!w) return null;
+    let granted = false;
+    try {
+      let timed = {};
+      let token = await this._value(sql.QUEUE, [name, holder, ttlText, this._queueKey, shared], what,
+        { timed, signal });
+      if (token !== null) {
+        granted = true;
+        return { token, sent: timed.sent };
+      }
+      for (;;) {
+        const now = performance.now();
+        if (deadline !== null && now >= deadline) return { token: null, sent: undefined };
+        const wait = deadline === null ? ttlMs / 3 : Math.min(ttlMs / 3, deadline - now);
+        await w.wait(Math.max(0, wait), signal);
+        if (signal && signal.aborted) throw abortError(signal);
+        timed = {};
+        const rows = await this._query(sql.CLAIM, [name, holder], what, { timed, signal });
+        const { state, fencing, expires_in: expiresIn } = rows[0];
+        if (state === 'granted') {
+          granted = true;
+          // The lease ends no later than expires_in after the claim was
+          // sent: as if granted ttl before that.
+          return { token: fencing, sent: timed.sent + expiresIn * 1000 - ttlMs };
+        }
+        if (state === 'gone') {
+          // The place lapsed or was lost (a restart): queue again.
+          timed = {};
+          token = await this._value(sql.QUEUE, [name, holder, ttlText, this._queueKey, shared], what,
+            { timed, signal });
+          if (token !== null) {
+            granted = true;
+            return { token, sent: timed.sent };
+          }
+        }
+      }
+    } finally {
+      keeper.queueLeave(w);
+      if (!granted) {
+        // The place lapses at its ttl if this fails; a grant passes on.
+        await this._value(sql.UNQUEUE, [name, holder], what).catch(noop);
+      }
+    }
   }
 
   /*

@@ -18,6 +18,8 @@ export interface ClientOptions extends ConnectOptions {
   allowExitOnIdle?: boolean;
   /** Seconds a statement may go unanswered beyond the wait it asks of the server before its connection is ended and the call fails with DsyncConnectionError (default 30; null: no bound). */
   callTimeout?: number | null;
+  /** Blocking acquires wait in the name's line without a connection (dsync_queue), woken by the keeper, where it can LISTEN (default true); false: they wait in a backend. */
+  queue?: boolean;
 }
 
 /** What an object runs on: a Client, or connection settings (a default client shared per settings). */
@@ -92,6 +94,7 @@ export class Client {
   readonly listen: boolean | null;
   readonly poolSize: number;
   readonly callTimeout: number | null;
+  readonly queue: boolean;
   lock(name: string, opts?: Omit<LockOptions, keyof OnClientOptions>): Lock;
   readLock(name: string, opts?: Omit<LockOptions, keyof OnClientOptions>): ReadLock;
   /** Created with permits (idempotent), or attached to an existing one when permits is undefined. */

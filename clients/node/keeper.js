@@ -39,6 +39,51 @@ function lockTimedOut(e) {
 const noop = () => {};
 
 // The keeper and the watchdog of one Client.
+// The key of a queued wait in Keeper.queued.
+function queueKey(name, holder) {
+  return `${name.length}:${name}${holder}`;
+}
+
+/*
+ * A call waiting in a name's line without a connection: woken when its
+ * grant is announced (or the keeper reconnected and announcements may have
+ * been missed), it asks the server itself.
+ */
+class QueuedWait {
+  constructor(name, holder) {
+    this.name = name;
+    this.holder = holder;
+    this._woken = false;
+    this._resolve = null;
+  }
+
+  wake() {
+    this._woken = true;
+    if (this._resolve) this._resolve();
+  }
+
+  // Resolves when woken (at once if woken since the last wait), after ms,
+  // or when signal aborts.
+  wait(ms, signal) {
+    if (this._woken) {
+      this._woken = false;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        if (signal) signal.removeEventListener('abort', done);
+        this._resolve = null;
+        this._woken = false;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      if (signal) signal.addEventListener('abort', done, { once: true });
+      this._resolve = done;
+    });
+  }
+}
+
 class Keeper {
   // Nothing runs until the first start().
   constructor(client) {
@@ -64,6 +109,10 @@ class Keeper {
     this._rescuing = null;           // a rescue renewal in flight (a promise)
     this._pauseDone = null;
     this._releasesRetryAt = -Infinity;   // releases found a row locked: not sent again before
+    // Calls waiting in a line without a connection, by name and holder;
+    // the keeper LISTENs on the client's queue channel while it can.
+    this.queued = new Map();
+    this.queueListening = false;
   }
 
   // -- what lock objects call ------------------------------------------------
@@ -77,6 +126,37 @@ class Keeper {
     this.wanted = true;
     if (!this.loop) this.loop = als.exit(() => this._run());
     if (!this.conn) this._wake();
+  }
+
+  /*
+   * Registers a call about to wait in name's line, once the keeper LISTENs
+   * for its grants (up to timeoutMs): null if it cannot, and the caller
+   * waits in a backend instead.
+   */
+  async queueJoin(name, holder, timeoutMs) {
+    if (!(await this.ensure(timeoutMs)) || !this.queueListening || this.stopping) return null;
+    const w = new QueuedWait(name, holder);
+    this.queued.set(queueKey(name, holder), w);
+    this.wanted = true;
+    return w;
+  }
+
+  queueLeave(w) {
+    const key = queueKey(w.name, w.holder);
+    if (this.queued.get(key) === w) this.queued.delete(key);
+  }
+
+  // A grant announced on the queue channel: its waiter claims it (the
+  // announcement is a hint; the claim is the word).
+  _queueHeard(payload) {
+    let w;
+    try {
+      const grant = JSON.parse(payload);
+      w = this.queued.get(queueKey(grant.lease, grant.holder));
+    } catch (e) {
+      return;
+    }
+    if (w) w.wake();
   }
 
   // The mark an acquirer takes before its statement (Ledger.mark).
@@ -212,7 +292,7 @@ class Keeper {
       let attempt = false;
       try {
         if (!this.conn) {
-          if (!(this.wanted || this.ledger.holds.size || this.ledger.releases.length)) {
+          if (!(this.wanted || this.ledger.holds.size || this.ledger.releases.length || this.queued.size)) {
             await this._sleep(null);
             continue;
           }
@@ -254,6 +334,7 @@ class Keeper {
           + 'transaction mode); give listen: null to notice a lost lease at the next renewal instead');
       }
       senders = sql.senderPidsOf((await c.query(sql.SENDERS)).rows[0]);
+      if (listenOk) await c.query(`LISTEN "${this.client._queueChannel}"`);
       if (this.stopping) throw new errors.DsyncError('the dsync client is closed');
     } catch (e) {
       this.connecting = null;
@@ -266,8 +347,11 @@ class Keeper {
     this.conn = c;
     this.connectedAt = performance.now();
     this.error = null;
-    if (!this.ledger.holds.size && !this.ledger.releases.length) this.wanted = false;
+    if (!this.ledger.holds.size && !this.ledger.releases.length && !this.queued.size) this.wanted = false;
     this.ledger.connectedAnew(listenOk, senders);
+    this.queueListening = listenOk;
+    // Grants announced while it was away went unheard: every waiter asks.
+    for (const w of this.queued.values()) w.wake();
     this._refs();
     this._changed();
   }
@@ -285,8 +369,9 @@ class Keeper {
     const c = this.conn;
     this.conn = null;
     this.ledger.disconnected();
+    this.queueListening = false;
     if (e) this.error = e;
-    if (!this.ledger.holds.size && !this.ledger.releases.length) this.wanted = false;
+    if (!this.ledger.holds.size && !this.ledger.releases.length && !this.queued.size) this.wanted = false;
     if (c) c.end().catch(noop);
     this._changed();
   }
@@ -398,6 +483,10 @@ class Keeper {
   // A notification on the keeper's connection, judged at once.
   _heard(c, msg) {
     if (c !== this.conn) return;
+    if (msg.channel === this.client._queueChannel) {
+      this._queueHeard(msg.payload);
+      return;
+    }
     const verdict = this.ledger.judge(msg.channel, msg.payload, msg.processId);
     if (verdict.lost.length) this.report(verdict.lost, `the lease was ${verdict.kind}`);
     if (verdict.suspect) {

@@ -18,6 +18,12 @@ const RENEW = 'SELECT dsync_renew($1::text, $2::text, $3::interval) AS v';
 const RENEW_MANY = 'SELECT dsync_renew(u.n, u.h, u.t) AS v'
   + ' FROM unnest($1::text[], $2::text[], $3::interval[]) WITH ORDINALITY AS u(n, h, t, i) ORDER BY u.i';
 const RELEASE = 'SELECT dsync_release($1::text, $2::text) AS v';
+// Waiting without a connection (dsync 1.5): get in line, see where the
+// place stands (renewing it), leave the line.
+const QUEUE = 'SELECT dsync_queue($1::text, $2::text, $3::interval, $4::text, $5::boolean) AS v';
+const CLAIM = 'SELECT state, fencing, extract(epoch FROM expires_in)::float8 AS expires_in'
+  + ' FROM dsync_claim($1::text, $2::text)';
+const UNQUEUE = 'SELECT dsync_unqueue($1::text, $2::text) AS v';
 const RELEASE_MANY = 'SELECT count(*) FILTER (WHERE dsync_release(u.n, u.h)) AS v'
   + ' FROM unnest($1::text[], $2::text[]) AS u(n, h)';
 // The keeper's renewals and releases wait at most 50 ms for a row another
@@ -169,6 +175,7 @@ async function behindPooler(conn) {
 
 module.exports = {
   ACQUIRE, ACQUIRE_SHARED, RENEW, RENEW_MANY, RELEASE, RELEASE_MANY, KEEPER_RENEW_MANY,
+  QUEUE, CLAIM, UNQUEUE,
   KEEPER_RELEASE_MANY, ASSERT_HELD, HELD, LOCKED,
   LEASE_STATE, LEADER, SEM_CREATE, SEM_PERMITS, EVENT_SET, EVENT_WAIT, EVENT_CLEAR, EVENT_IS_SET,
   JOIN, LEAVE, MEMBERS, BACKEND_PID, behindPooler, SENDERS, LOG_TOP, RETENTION, CATCH_UP,

@@ -52,6 +52,16 @@
 #endif
 
 /*
+ * This backend's local transaction id: a field of PGPROC before 17, of its
+ * virtual transaction id from 17 on.
+ */
+#if PG_VERSION_NUM >= 170000
+#define DsyncLocalXid()			(MyProc->vxid.lxid)
+#else
+#define DsyncLocalXid()			(MyProc->lxid)
+#endif
+
+/*
  * A wait event set that lives as long as the backend: tied to a memory
  * context before 17, to a resource owner (none) from 17 on.
  */

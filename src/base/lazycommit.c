@@ -59,6 +59,7 @@
 #include "access/xlog_internal.h"
 #include "miscadmin.h"
 #include "replication/syncrep.h"
+#include "utils/guc.h"
 
 #include "lazycommit.h"
 #include "syncstandby.h"
@@ -74,6 +75,7 @@ typedef enum LazyState
 static LazyState lazy_state = LAZY_NONE;
 static XLogRecPtr lazy_end = InvalidXLogRecPtr; /* XactLastRecEnd after the last release */
 static int	lazy_saved = -1;	/* synchronous_commit to put back; -1: none */
+
 
 /*
  * LazyCommitXactCallback
@@ -161,6 +163,28 @@ DsyncLazyCommitEnd(void)
 		return;
 	lazy_end = XactLastRecEnd;
 	lazy_state = LAZY_OK;
+}
+
+/*
+ * DsyncCommitAtLeast
+ *		This transaction must commit with synchronous_commit at least level
+ *		(a SYNCHRONOUS_COMMIT_* value): it granted a lease to a queued
+ *		waiter, who acts on it once told, so the grant is made as durable
+ *		as that waiter asked its own to be (queuegrant.c), whatever the
+ *		granting session (or the worker, which commits its own work without
+ *		a flush) has set.  Set for the rest of the transaction, as SET LOCAL
+ *		would: the wait for a standby follows the setting's assign hook,
+ *		not the variable alone.
+ */
+void
+DsyncCommitAtLeast(int level)
+{
+	static const char *const names[] = {"off", "local", "remote_write", "on", "remote_apply"};
+
+	if (level <= synchronous_commit || level < 0 || level >= (int) lengthof(names))
+		return;
+	(void) set_config_option("synchronous_commit", names[level], PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
 }
 
 /*

@@ -14,6 +14,7 @@
 extern void DsyncLazyCommitInit(void);
 extern void DsyncLazyCommitBegin(void);
 extern void DsyncLazyCommitEnd(void);
+extern void DsyncCommitAtLeast(int level);
 extern void DsyncLazyCommitCarry(XLogRecPtr lsn);
 extern void DsyncLazyCommitFlushAll(void);
 

@@ -30,6 +30,8 @@ int			dsync_worker_idle_timeout = 60000;
 int			dsync_ephemeral_max_leases = 100000;
 int			dsync_ephemeral_max_ttl = 60;
 int			dsync_event_retention = 300;
+int			dsync_max_queued_waiters = 10000;
+int			dsync_claim_window = 2000;
 
 /*
  * The integer settings, as a table: they differ only in their values.
@@ -117,6 +119,14 @@ static const DsyncIntSetting dsync_int_settings[] = {
 		"The worker writes every event it sends to dsync_event_log and prunes "
 		"what is older, keeping at least the newest.  0 keeps no new events.",
 		&dsync_event_retention, 300, 0, 365 * 86400, PGC_SIGHUP, GUC_UNIT_S},
+	{"dsync.max_queued_waiters",
+		"Most waiters queued without a connection (dsync_queue) at once, in all databases.",
+		"Each takes about 800 bytes of shared memory; 0 turns queueing off.",
+		&dsync_max_queued_waiters, 10000, 0, 10000000, PGC_POSTMASTER, 0},
+	{"dsync.claim_window",
+		"How long a grant made to a queued waiter waits to be claimed before it passes on.",
+		"A queued waiter that has gone costs the name at most this long.",
+		&dsync_claim_window, 2000, 10, 3600000, PGC_SIGHUP, GUC_UNIT_MS},
 };
 
 /*

@@ -23,6 +23,8 @@ extern int	dsync_worker_idle_timeout;
 extern int	dsync_ephemeral_max_leases;
 extern int	dsync_ephemeral_max_ttl;
 extern int	dsync_event_retention;
+extern int	dsync_max_queued_waiters;
+extern int	dsync_claim_window;
 
 extern void DsyncDefineSettings(void);
 

@@ -9,6 +9,11 @@
  * across servers and versions, never truncated by LISTEN, and unable to
  * collide with a readable channel because the sixth byte differs.
  *
+ * A queued waiter's grant is announced on a channel of another family,
+ * "dsyncq:" or "dsyncq#" (dsync_queue_channel): listening there is not
+ * listening to dsync's events, so it does not make the database's events
+ * be sent and logged for nobody.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -21,30 +26,38 @@
 #include "events.h"
 
 PG_FUNCTION_INFO_V1(dsync_channel);
+PG_FUNCTION_INFO_V1(dsync_queue_channel);
 
 #define DSYNC_CHANNEL_PREFIX	"dsync:"
 #define DSYNC_HASHED_PREFIX		"dsync#"
 #define DSYNC_PREFIX_LEN		6
 #define DSYNC_HASH_HEX_LEN		56
+#define DSYNC_QUEUE_PREFIX		"dsyncq:"
+#define DSYNC_QUEUE_HASHED_PREFIX	"dsyncq#"
+#define DSYNC_QUEUE_PREFIX_LEN	7
+
+StaticAssertDecl(DSYNC_QUEUE_PREFIX_LEN + DSYNC_HASH_HEX_LEN < NAMEDATALEN,
+				 "a hashed queue channel must fit a channel name");
 
 /*
- * DsyncEventChannel
- *		The LISTEN channel of a name, as a palloc'd string: readable when it
- *		fits PostgreSQL's channel length, a SHA-256 based name otherwise
- *		(so that long names sharing a prefix do not share a channel).
+ * ChannelOf
+ *		name's channel in a family (its readable and hashed prefixes, of
+ *		prefix_len bytes), as a palloc'd string: readable when it fits
+ *		PostgreSQL's channel length, a SHA-256 based name otherwise (so that
+ *		long names sharing a prefix do not share a channel).
  */
-const char *
-DsyncEventChannel(const char *name)
+static const char *
+ChannelOf(const char *name, const char *readable, const char *hashed, int prefix_len)
 {
 	int			len = strlen(name);
 	pg_cryptohash_ctx *ctx;
 	uint8		digest[PG_SHA256_DIGEST_LENGTH];
 	char	   *channel = palloc(NAMEDATALEN);
 
-	if (DSYNC_PREFIX_LEN + len < NAMEDATALEN)
+	if (prefix_len + len < NAMEDATALEN)
 	{
-		memcpy(channel, DSYNC_CHANNEL_PREFIX, DSYNC_PREFIX_LEN);
-		memcpy(channel + DSYNC_PREFIX_LEN, name, len + 1);
+		memcpy(channel, readable, prefix_len);
+		memcpy(channel + prefix_len, name, len + 1);
 		return channel;
 	}
 
@@ -58,10 +71,31 @@ DsyncEventChannel(const char *name)
 								 pg_cryptohash_error(ctx))));
 	pg_cryptohash_free(ctx);
 
-	memcpy(channel, DSYNC_HASHED_PREFIX, DSYNC_PREFIX_LEN);
-	hex_encode((const char *) digest, DSYNC_HASH_HEX_LEN / 2, channel + DSYNC_PREFIX_LEN);
-	channel[DSYNC_PREFIX_LEN + DSYNC_HASH_HEX_LEN] = '\0';
+	memcpy(channel, hashed, prefix_len);
+	hex_encode((const char *) digest, DSYNC_HASH_HEX_LEN / 2, channel + prefix_len);
+	channel[prefix_len + DSYNC_HASH_HEX_LEN] = '\0';
 	return channel;
+}
+
+/*
+ * DsyncEventChannel
+ *		The LISTEN channel of a lease, group or event name.
+ */
+const char *
+DsyncEventChannel(const char *name)
+{
+	return ChannelOf(name, DSYNC_CHANNEL_PREFIX, DSYNC_HASHED_PREFIX, DSYNC_PREFIX_LEN);
+}
+
+/*
+ * DsyncQueueChannel
+ *		The LISTEN channel a queued waiter's grant is announced on.
+ */
+const char *
+DsyncQueueChannel(const char *name)
+{
+	return ChannelOf(name, DSYNC_QUEUE_PREFIX, DSYNC_QUEUE_HASHED_PREFIX,
+					 DSYNC_QUEUE_PREFIX_LEN);
 }
 
 /*
@@ -85,4 +119,18 @@ dsync_channel(PG_FUNCTION_ARGS)
 	text	   *name = DsyncArgName(fcinfo, 0, "name");
 
 	PG_RETURN_TEXT_P(cstring_to_text(DsyncEventChannel(text_to_cstring(name))));
+}
+
+/*
+ * dsync_queue_channel
+ *		SQL: dsync_queue_channel(name) RETURNS text: the channel to LISTEN
+ *		on for grants to waiters queued with dsync_queue(..., channel =>
+ *		name).
+ */
+Datum
+dsync_queue_channel(PG_FUNCTION_ARGS)
+{
+	text	   *name = DsyncArgName(fcinfo, 0, "name");
+
+	PG_RETURN_TEXT_P(cstring_to_text(DsyncQueueChannel(text_to_cstring(name))));
 }

@@ -29,6 +29,7 @@ extern bool DsyncEventHasDeadline(DsyncEventKind kind);
 extern bool DsyncEventIsAnnounced(DsyncEventKind kind);
 extern bool DsyncEventIsRelease(DsyncEventKind kind);
 extern const char *DsyncEventChannel(const char *name);
+extern const char *DsyncQueueChannel(const char *name);
 extern bool DsyncIsEventChannel(const char *channel);
 extern bool DsyncTimeLower(pg_atomic_uint64 *value, TimestampTz t, TimestampTz *result);
 extern bool DsyncDeadlineLower(DsyncDbSlot *slot, TimestampTz deadline);

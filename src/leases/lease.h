@@ -37,6 +37,9 @@ extern void DsyncLeaseRenewRow(DsyncStore *store, DsyncRow *row, const LeaseGran
 extern void DsyncLeaseSetReleased(DsyncRow *row);
 extern void DsyncLeaseRelease(DsyncStore *store, DsyncRow *row);
 extern DsyncRow *DsyncLeaseFindPlain(DsyncStore *store, text *lease);
+extern bool DsyncQueueGrantNext(FunctionCallInfo fcinfo, text *lease);
+extern bool DsyncSharedTryGrant(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
+								bool may_take, int64 *token, TimestampTz *retry_at);
 extern bool DsyncLeaseTryGrant(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
 							   bool may_take, bool thorough, int64 *token,
 							   TimestampTz *retry_at);
@@ -47,6 +50,8 @@ typedef enum DsyncReleaseResult
 	DSYNC_RELEASE_BUSY			/* a guard has it locked, and we were not to wait */
 } DsyncReleaseResult;
 
+extern DsyncReleaseResult DsyncLeasePassOn(const DsyncCatalog *catalog, text *lease,
+										  text *holder, int64 token, TimestampTz granted_upto);
 extern DsyncReleaseResult DsyncLeaseReleaseGrant(const DsyncCatalog *catalog, text *lease,
 												 text *holder, int64 token, bool wait);
 

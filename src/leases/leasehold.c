@@ -29,6 +29,7 @@
 #include "lazycommit.h"
 #include "lease.h"
 #include "lease_int.h"
+#include "queued.h"
 #include "events.h"
 #include "ephemeral.h"
 
@@ -215,6 +216,8 @@ dsync_renew(PG_FUNCTION_ARGS)
 	{
 		case LEASE_FAST_DONE:
 			LeaseStoresClose(&stores);
+			/* Renewed: as good as a claim of a grant made to a queued waiter. */
+			DsyncQueuedUse(lease, holder);
 			PG_RETURN_TIMESTAMPTZ(expiry);
 		case LEASE_FAST_NOT_HELD:
 			break;
@@ -234,6 +237,7 @@ dsync_renew(PG_FUNCTION_ARGS)
 
 	if (row == NULL)
 		PG_RETURN_NULL();
+	DsyncQueuedUse(lease, holder);
 	PG_RETURN_TIMESTAMPTZ(expiry);
 }
 
@@ -290,15 +294,13 @@ LeaseHeldCall(FunctionCallInfo fcinfo, const char *fname, LockTupleMode mode,
 }
 
 /*
- * DsyncLeaseReleaseGrant
- *		Release the grant holder got with token (its plain lease or its
- *		permit), if it still holds it: a session lease whose backend ended
- *		(session.c), released whatever role the backend acts as by then.
- *		wait: wait for a guard of the lease to end; else report it BUSY.
+ * LeaseReleaseGrantIf
+ *		Release the grant holder got with token, if it still holds it and,
+ *		unless renewed_upto is 0, has not renewed it since renewed_upto.
  */
-DsyncReleaseResult
-DsyncLeaseReleaseGrant(const DsyncCatalog *catalog, text *lease, text *holder, int64 token,
-					   bool wait)
+static DsyncReleaseResult
+LeaseReleaseGrantIf(const DsyncCatalog *catalog, text *lease, text *holder, int64 token,
+					bool wait, TimestampTz renewed_upto)
 {
 	LeaseStores stores;
 	DsyncReleaseResult result = DSYNC_RELEASE_NOT_HELD;
@@ -324,7 +326,9 @@ DsyncLeaseReleaseGrant(const DsyncCatalog *catalog, text *lease, text *holder, i
 		if (locked != TM_Ok)
 			continue;
 		if (DsyncRowIsLive(row, GetCurrentTimestamp()) && DsyncRowHolderIs(row, holder) &&
-			DatumGetInt64(row->values[Anum_lease_fencing - 1]) == token)
+			DatumGetInt64(row->values[Anum_lease_fencing - 1]) == token &&
+			(renewed_upto == 0 ||
+			 DatumGetTimestampTz(row->values[Anum_lease_renewed_at - 1]) <= renewed_upto))
 		{
 			DsyncLeaseRelease(store, row);
 			result = DSYNC_RELEASE_DONE;
@@ -333,6 +337,35 @@ DsyncLeaseReleaseGrant(const DsyncCatalog *catalog, text *lease, text *holder, i
 	}
 	LeaseStoresClose(&stores);
 	return result;
+}
+
+/*
+ * DsyncLeaseReleaseGrant
+ *		Release the grant holder got with token (its plain lease or its
+ *		permit), if it still holds it: a session lease whose backend ended
+ *		(session.c), released whatever role the backend acts as by then.
+ *		wait: wait for a guard of the lease to end; else report it BUSY.
+ */
+DsyncReleaseResult
+DsyncLeaseReleaseGrant(const DsyncCatalog *catalog, text *lease, text *holder, int64 token,
+					   bool wait)
+{
+	return LeaseReleaseGrantIf(catalog, lease, holder, token, wait, 0);
+}
+
+/*
+ * DsyncLeasePassOn
+ *		Release a grant made to a queued waiter that was not claimed in
+ *		time (queuegrant.c), unless its holder has renewed it since it was
+ *		made (granted_upto: no later than the grant's row was written): a
+ *		renewal is a claim, and one that got in first keeps the lease.
+ *		Never waits for a guard (BUSY).
+ */
+DsyncReleaseResult
+DsyncLeasePassOn(const DsyncCatalog *catalog, text *lease, text *holder, int64 token,
+				 TimestampTz granted_upto)
+{
+	return LeaseReleaseGrantIf(catalog, lease, holder, token, false, granted_upto);
 }
 
 /*
@@ -352,9 +385,15 @@ dsync_release(PG_FUNCTION_ARGS)
 	DsyncLazyCommitBegin();
 	token = LeaseHeldCall(fcinfo, "dsync_release()", LockTupleNoKeyExclusive,
 						  true, &lease, &holder);
+	/* Released, a grant made to a queued waiter needs no claim any more. */
+	if (token >= 0)
+		DsyncQueuedUse(lease, holder);
 	if (token >= 0)
 		DsyncSessionReleased(token);
 	DsyncLazyCommitEnd();
+	/* The first queued waiter gets it in this transaction (queuegrant.c). */
+	if (token >= 0)
+		(void) DsyncQueueGrantNext(fcinfo, lease);
 	PG_RETURN_BOOL(token >= 0);
 }
 
@@ -474,6 +513,8 @@ LeaseForceReleaseIn(DsyncStore *store, text *lease, text *holder, bool cancel_wa
 			if (cancel_waits)
 				DsyncWaitEvict(DsyncWaitKey(lease),
 							   DatumGetObjectId(row->values[Anum_lease_owner - 1]));
+			/* A grant made to it as a queued waiter is not to be claimed now. */
+			DsyncQueuedForgetGrant(lease, DatumGetTextPP(row->values[Anum_lease_holder - 1]));
 			DsyncLeaseRelease(store, row);
 			released++;
 		}

@@ -349,6 +349,28 @@ SharedTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 }
 
 /*
+ * DsyncSharedTryGrant
+ *		One try of a shared grant of lease to grant's holder, never waiting
+ *		for another transaction (a queued waiter's, queuegrant.c).
+ */
+bool
+DsyncSharedTryGrant(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
+					bool may_take, int64 *token, TimestampTz *retry_at)
+{
+	SharedTryArgs args;
+
+	args.fcinfo = fcinfo;
+	args.lease = lease;
+	args.grant = grant;
+	args.hash = DsyncNameHash(lease);
+	args.token = 0;
+	if (!SharedTry(&args, may_take, false, retry_at))
+		return false;
+	*token = args.token;
+	return true;
+}
+
+/*
  * dsync_acquire_shared
  *		SQL: dsync_acquire_shared(lease, holder, ttl, wait, info, session)
  *		RETURNS bigint (1.4)

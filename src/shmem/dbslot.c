@@ -100,6 +100,7 @@ DsyncDbSlotAllocate(Oid dbid, bool reuse_absent)
 	pg_atomic_write_u32(&slot->wanted, 0);
 	pg_atomic_write_u64(&slot->next_deadline, 0);
 	pg_atomic_write_u64(&slot->ephemeral_deadline, 0);
+	pg_atomic_write_u64(&slot->queued_grants, 0);
 	/*
 	 * Until its worker has looked at the event log (DsyncEventLogResume),
 	 * assume a watcher was there before a restart or failover and is

@@ -72,6 +72,7 @@ typedef struct DsyncDbSlot
 	 * that ephemeral leases nobody listens to never touch the queue.
 	 */
 	pg_atomic_uint64 ephemeral_deadline;
+	pg_atomic_uint64 queued_grants;	/* grants to queued waiters so far (wait/queued.c) */
 
 	/*
 	 * When a watcher last left (0: never): for dsync.event_retention after

@@ -83,18 +83,17 @@ DsyncWorkerShmemSize(void)
 
 /*
  * DsyncWorkerShmemInit
- *		Lay out the database slots, each with its queue lock, and the
- *		event pool.  The named tranche holds dsync's main lock, the worker
- *		lock, then one lock per slot's queue.
+ *		Lay out the database slots, each with its event queue lock, and
+ *		the event pool.
  */
 static void
 DsyncWorkerShmemInit(void)
 {
-	LWLockPadded *locks = GetNamedLWLockTranche("dsync");
+	LWLockPadded *queue_locks = GetNamedLWLockTranche(DSYNC_TRANCHE_EVENT_QUEUE);
 	DsyncChunk *chunks;
 
 	memset(dsync_workers, 0, DsyncWorkerShmemSize());
-	dsync_workers->lock = &locks[1].lock;
+	dsync_workers->lock = &(GetNamedLWLockTranche(DSYNC_TRANCHE_WORKERS))->lock;
 	dsync_workers->nslots = dsync_max_databases;
 	dsync_workers->launcher_pgprocno = -1;
 	chunks = (DsyncChunk *) ((char *) dsync_workers +
@@ -105,11 +104,12 @@ DsyncWorkerShmemInit(void)
 	{
 		DsyncDbSlot *slot = &dsync_workers->slots[i];
 
-		slot->queue_lock = &locks[2 + i].lock;
+		slot->queue_lock = &queue_locks[i].lock;
 		slot->queue_first = slot->queue_last = -1;
 		slot->pgprocno = -1;
 		pg_atomic_init_u64(&slot->next_deadline, 0);
 		pg_atomic_init_u64(&slot->ephemeral_deadline, 0);
+		pg_atomic_init_u64(&slot->queued_grants, 0);
 		pg_atomic_init_u64(&slot->watcher_left_at, 0);
 		pg_atomic_init_u32(&slot->held_map_ready, 0);
 		pg_atomic_init_u32(&slot->bound_map_ready, 0);
@@ -124,16 +124,20 @@ DsyncWorkerShmemInit(void)
 
 /*
  * DsyncCoreShmemRequest
- *		Reserve the two segments and dsync's named lock tranche: its main
- *		lock, the worker lock, then one lock per database slot's queue.
- *		The shared-memory request hook (sql/dsync.c) calls this first.
+ *		Reserve the two segments and dsync's lock tranches, one per kind of
+ *		lock, so that a wait on one is named in pg_stat_activity's
+ *		wait_event (LWLock "dsync wait queue", "dsync workers" or "dsync
+ *		event queue") rather than all of them as "dsync".  The shared-memory
+ *		request hook (sql/dsync.c) calls this first.
  */
 void
 DsyncCoreShmemRequest(void)
 {
 	RequestAddinShmemSpace(DsyncShmemSize());
 	RequestAddinShmemSpace(DsyncWorkerShmemSize());
-	RequestNamedLWLockTranche("dsync", 2 + dsync_max_databases);
+	RequestNamedLWLockTranche(DSYNC_TRANCHE_WAIT_QUEUE, 1);
+	RequestNamedLWLockTranche(DSYNC_TRANCHE_WORKERS, 1);
+	RequestNamedLWLockTranche(DSYNC_TRANCHE_EVENT_QUEUE, dsync_max_databases);
 }
 
 /*
@@ -150,7 +154,7 @@ DsyncCoreShmemAttach(void)
 	if (!found)
 	{
 		memset(dsync_shared, 0, DsyncShmemSize());
-		dsync_shared->lock = &(GetNamedLWLockTranche("dsync"))->lock;
+		dsync_shared->lock = &(GetNamedLWLockTranche(DSYNC_TRANCHE_WAIT_QUEUE))->lock;
 		pg_atomic_init_u64(&dsync_shared->next_ticket, 1);
 		pg_atomic_init_u64(&dsync_shared->semaphore_generation, 0);
 		/* Session leases of backends from before a crash are of another epoch. */

@@ -19,6 +19,17 @@
 #include "args.h"
 
 /*
+ * dsync's LWLock tranches, as pg_stat_activity.wait_event names them: the
+ * waiter slots and queue (DsyncShared.lock), the database slots
+ * (DsyncWorkerShared.lock), and each database's event queue (one lock per
+ * slot).  The ephemeral leases have "dsync ephemeral" (leases/).
+ */
+#define DSYNC_TRANCHE_WAIT_QUEUE	"dsync wait queue"
+#define DSYNC_TRANCHE_WORKERS		"dsync workers"
+#define DSYNC_TRANCHE_EVENT_QUEUE	"dsync event queue"
+#define DSYNC_TRANCHE_QUEUED		"dsync queued waiters"
+
+/*
  * Wake-up channels: lease names hash onto them, so two names may share one;
  * wakers broadcast and sleepers re-check (wait/wait.c).
  */

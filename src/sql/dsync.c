@@ -14,6 +14,7 @@
 #include "storage/shmem.h"
 
 #include "shmem.h"
+#include "queued.h"
 #include "settings.h"
 #include "wait.h"
 #include "locate.h"
@@ -46,6 +47,7 @@ DsyncShmemRequest(void)
 	RequestAddinShmemSpace(DsyncBoundMapShmemSize());
 	RequestAddinShmemSpace(DsyncListenShmemSize());
 	DsyncEphemeralShmemRequest();
+	DsyncQueuedShmemRequest();
 }
 
 /*
@@ -64,6 +66,7 @@ DsyncShmemStartup(void)
 	DsyncBoundMapShmemInit();
 	DsyncListenShmemInit();
 	DsyncEphemeralShmemInit();
+	DsyncQueuedShmemInit();
 	LWLockRelease(AddinShmemInitLock);
 }
 

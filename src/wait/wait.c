@@ -32,6 +32,7 @@
 
 #include "wait.h"
 #include "wait_int.h"
+#include "queued.h"
 #include "xactcb.h"
 #include "stats.h"
 #include "dbslot.h"
@@ -315,6 +316,8 @@ DsyncWakeChannelQuiet(int channel, bool quiet)
 	bool		overflow = false;
 
 	pg_atomic_fetch_add_u64(&dsync_shared->wakes[channel], 1);
+	/* A queued waiter has no backend to wake: its grant is the worker's. */
+	DsyncQueuedPoke(channel);
 	if (pg_atomic_read_u32(&dsync_shared->waiting[channel]) == 0)
 		return;
 
@@ -469,10 +472,14 @@ DsyncWaitReleaseCallback(ResourceReleasePhase phase, bool isCommit,
 	{
 		if (dsync_database_gone_hook)
 			dsync_database_gone_hook(MyDatabaseId);
+		DsyncQueuedForgetDatabase(MyDatabaseId);
 		DsyncWakeDatabase(MyDatabaseId);
 	}
+	/* Grants to queued waiters settle before anybody is woken. */
+	DsyncQueuedAtEnd(isCommit);
 	if (wake_pending)
 		DsyncWakeBroadcast(wake_at_end, isCommit && quiet_pending);
+	DsyncQueuedPokeDone();
 	memset(wake_at_end, 0, sizeof(wake_at_end));
 	wake_pending = false;
 	quiet_pending = false;
@@ -494,6 +501,10 @@ static void
 DsyncWaitSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 						 SubTransactionId parentSubid, void *arg)
 {
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		DsyncQueuedAtSubAbort(GetCurrentTransactionNestLevel());
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+		DsyncQueuedAtSubCommit(GetCurrentTransactionNestLevel());
 	if (event == SUBXACT_EVENT_ABORT_SUB && wake_pending && !in_internal_attempt)
 	{
 		wake_after_subabort = true;

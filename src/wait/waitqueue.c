@@ -29,6 +29,7 @@
 
 #include "wait.h"
 #include "wait_int.h"
+#include "queued.h"
 #include "stats.h"
 #include "dbslot.h"
 #include "shmem.h"
@@ -80,7 +81,8 @@ DsyncWaitMayTake(uint64 key, Oid roleid)
 	uint64		my_ticket;
 	bool		ahead = false;
 
-	if (pg_atomic_read_u32(&dsync_shared->waiting[key % DSYNC_WAKE_CHANNELS]) == 0)
+	if (pg_atomic_read_u32(&dsync_shared->waiting[key % DSYNC_WAKE_CHANNELS]) == 0 &&
+		!DsyncQueuedAny(key))
 		return true;
 
 	LWLockAcquire(dsync_shared->lock, LW_SHARED);
@@ -93,6 +95,9 @@ DsyncWaitMayTake(uint64 key, Oid roleid)
 			slot->dbid == MyDatabaseId && slot->roleid == roleid && slot->ticket < my_ticket;
 	}
 	LWLockRelease(dsync_shared->lock);
+	/* Signals (a role's queue) have no queued waiters. */
+	if (!ahead && roleid == InvalidOid && DsyncQueuedAny(key))
+		ahead = DsyncQueuedFirstTicket(key) < my_ticket;
 	return !ahead;
 }
 
@@ -120,6 +125,7 @@ DsyncWaitEvict(uint64 key, Oid owner)
 		}
 	}
 	LWLockRelease(dsync_shared->lock);
+	DsyncQueuedEvict(key, owner);
 }
 
 /*
@@ -297,10 +303,24 @@ DsyncWaiterOrder(const void *a, const void *b)
 }
 
 /*
+ * DsyncQueuedOrder
+ *		qsort comparator: queue order (ticket) of queued waiters.
+ */
+static int
+DsyncQueuedOrder(const void *a, const void *b)
+{
+	uint64		ta = ((const DsyncQueuedWaiter *) a)->ticket;
+	uint64		tb = ((const DsyncQueuedWaiter *) b)->ticket;
+
+	return (ta > tb) - (ta < tb);
+}
+
+/*
  * dsync_waiter_rows
  *		SQL: dsync_waiter_rows() RETURNS TABLE(pid, kind, name, holder,
  *		since): who is blocked in a dsync wait in this database now, in
- *		queue order.  The slots are copied under the lock and formatted
+ *		queue order, with the waiters queued without a connection (no pid,
+ *		kind 'queued').  The slots are copied under the lock and formatted
  *		after it is released.
  */
 Datum
@@ -308,7 +328,10 @@ dsync_waiter_rows(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	DsyncWaiterSlot *copy;
+	DsyncQueuedWaiter *queued;
+	int			nqueued;
 	int			n = 0;
+	int			q = 0;
 
 	InitMaterializedSRF(fcinfo, 0);
 
@@ -322,18 +345,39 @@ dsync_waiter_rows(PG_FUNCTION_ARGS)
 			copy[n++] = *slot;
 	}
 	LWLockRelease(dsync_shared->lock);
+	nqueued = DsyncQueuedCopyAll(&queued);
 
+	/* Both kinds in one line, by ticket; queued ones have no pid. */
 	qsort(copy, n, sizeof(DsyncWaiterSlot), DsyncWaiterOrder);
-	for (int i = 0; i < n; i++)
+	qsort(queued, nqueued, sizeof(DsyncQueuedWaiter), DsyncQueuedOrder);
+	for (int i = 0; i < n || q < nqueued;)
 	{
 		Datum		values[5];
 		bool		nulls[5] = {false, false, false, false, false};
 
-		values[0] = Int32GetDatum(copy[i].pid);
-		values[1] = CStringGetTextDatum(copy[i].kind);
-		values[2] = CStringGetTextDatum(copy[i].name);
-		values[3] = CStringGetTextDatum(copy[i].holder);
-		values[4] = TimestampTzGetDatum(copy[i].since);
+		if (q < nqueued && queued[q].state != DSYNC_QUEUED_WAITING)
+		{
+			q++;				/* granted: not waiting any more */
+			continue;
+		}
+		if (i < n && (q == nqueued || copy[i].ticket < queued[q].ticket))
+		{
+			values[0] = Int32GetDatum(copy[i].pid);
+			values[1] = CStringGetTextDatum(copy[i].kind);
+			values[2] = CStringGetTextDatum(copy[i].name);
+			values[3] = CStringGetTextDatum(copy[i].holder);
+			values[4] = TimestampTzGetDatum(copy[i].since);
+			i++;
+		}
+		else
+		{
+			nulls[0] = true;
+			values[1] = CStringGetTextDatum("queued");
+			values[2] = CStringGetTextDatum(queued[q].name);
+			values[3] = CStringGetTextDatum(queued[q].holder);
+			values[4] = TimestampTzGetDatum(queued[q].since);
+			q++;
+		}
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 

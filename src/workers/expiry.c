@@ -54,6 +54,7 @@
 #include "utils/snapmgr.h"
 
 #include "reaper.h"
+#include "workers.h"
 #include "catalog.h"
 #include "dbslot.h"
 #include "settings.h"
@@ -720,6 +721,8 @@ ExpiryReapDue(DsyncDbSlot *slot, bool *more)
 	for (int kind = 2; kind >= 0; kind--)
 		if (has[kind])
 			DsyncStoreClose(&stores[kind]);
+	/* Cleared holders' names go to their first queued waiters now. */
+	DsyncQueueGrantFreed(NULL);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	slot->reaper_xid = InvalidTransactionId;

@@ -36,6 +36,7 @@
 #include "lease.h"
 #include "events.h"
 #include "reaper.h"
+#include "workers.h"
 
 PG_FUNCTION_INFO_V1(dsync_reap);
 
@@ -173,6 +174,7 @@ ReapRow(DsyncStore *store, DsyncRow *row, TimestampTz now, DsyncDbSlot *slot,
 	DsyncEventRecord(DSYNC_EVENT_EXPIRED, row);
 	DsyncLeaseSetReleased(row);
 	DsyncStoreUpdate(store, row);
+	DsyncQueueNoteFreed(DatumGetTextPP(row->values[Anum_lease_name - 1]));
 	*next = ReapIdleDeadline(row);
 	return REAP_CLEARED;
 }
@@ -240,5 +242,6 @@ dsync_reap(PG_FUNCTION_ARGS)
 		cleared += ReapTable(fcinfo, DSYNC_TABLE_PERMIT);
 	if (OidIsValid(catalog->rels[DSYNC_TABLE_MEMBER]))
 		cleared += ReapTable(fcinfo, DSYNC_TABLE_MEMBER);
+	DsyncQueueGrantFreed(fcinfo);
 	PG_RETURN_INT64(cleared);
 }

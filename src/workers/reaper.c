@@ -67,6 +67,7 @@
 #include "reaper.h"
 #include "settings.h"
 #include "workers.h"
+#include "queued.h"
 #include "catalog.h"
 #include "stats.h"
 #include "dbslot.h"
@@ -297,7 +298,7 @@ ReaperNumber(void)
 }
 
 /*
- * ReaperTransaction
+ * DsyncReaperTransaction
  *		Run step in a transaction of its own and commit it; a failure is
  *		logged and rolled back, never fatal to the worker.  True if it
  *		committed.
@@ -307,8 +308,8 @@ ReaperNumber(void)
  * at the worker's start, making the event log's sent_at wrong and its
  * pruning by age drop events it must keep.
  */
-static bool
-ReaperTransaction(void (*step) (void))
+bool
+DsyncReaperTransaction(void (*step) (void))
 {
 	MemoryContext oldcontext = CurrentMemoryContext;
 	volatile bool committed = false;
@@ -338,7 +339,7 @@ ReaperTransaction(void (*step) (void))
  *		What a worker starting to serve the database takes over: release
  *		the session leases whose backends are gone (a crash, a promotion,
  *		an exit that could not clean up), and find out whether a watcher
- *		may be coming back for the event log.  In ReaperTransaction: a
+ *		may be coming back for the event log.  In DsyncReaperTransaction: a
  *		failure leaves the leases to their ttl.
  */
 static void
@@ -353,7 +354,7 @@ ReaperResume(void)
 /*
  * ReaperLogUnsent
  *		Give the kept events their numbers and write them to the event log
- *		(eventlog.c), in a transaction of their own (ReaperTransaction) that
+ *		(eventlog.c), in a transaction of their own (DsyncReaperTransaction) that
  *		is durable before any of them is announced: a listener must never
  *		see an event that a crash or failover then takes out of the log,
  *		where others catch up.  It runs before the notify lock is taken, so
@@ -401,7 +402,7 @@ ReaperSendUnsent(void)
 
 	if (reaper_unsent == NIL || GetCurrentTimestamp() < reaper_notify_retry)
 		return;
-	if (!ReaperTransaction(ReaperLogUnsent))
+	if (!DsyncReaperTransaction(ReaperLogUnsent))
 	{
 		reaper_notify_retry = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														  DSYNC_NOTIFY_RETRY_MS);
@@ -537,6 +538,9 @@ ReaperIdle(TimestampTz next, TimestampTz now)
 		return false;
 	if (now < TimestampTzPlusMilliseconds(busy_at, dsync_worker_idle_timeout))
 		return false;
+	/* A poke or an unclaimed grant is work (queuework.c). */
+	if (DsyncQueuedWorkDue(now) || DsyncQueuedNextClaim(MyDatabaseId) != 0)
+		return false;
 	return next == 0 || next > TimestampTzPlusMilliseconds(now, dsync_worker_idle_timeout);
 }
 
@@ -590,7 +594,7 @@ dsync_reaper_main(Datum arg)
 		proc_exit(0);
 	}
 
-	(void) ReaperTransaction(ReaperResume);
+	(void) DsyncReaperTransaction(ReaperResume);
 
 	ReaperSetState(DSYNC_DB_ACTIVE);
 	ereport(DEBUG1, (errmsg("dsync reaper started")));
@@ -622,6 +626,8 @@ dsync_reaper_main(Datum arg)
 		drained = ReaperDrainQueue();
 		if (drained > 0)
 			busy_at = GetCurrentTimestamp();
+		/* Grants to queued waiters nobody else made (queuework.c). */
+		DsyncQueueWork();
 		sent_at = GetCurrentTimestamp();
 		do
 		{
@@ -661,8 +667,25 @@ dsync_reaper_main(Datum arg)
 		 * backend that queued an event before this point compared its
 		 * deadline with the old value and may not have woken us.
 		 */
-		next = ExpiryNext();
+		next = DsyncQueueWorkNext(ExpiryNext());
 		pg_atomic_write_u64(&reaper_slot->next_deadline, (uint64) next);
+		/*
+		 * A grant listed after that read of the claims compared its deadline
+		 * with the slot's old one, and may not have woken us: read them
+		 * again now that the slot says what we sleep until.
+		 */
+		pg_memory_barrier();
+		{
+			TimestampTz again = DsyncQueueWorkNext(next);
+
+			if (again != 0 && (next == 0 || again < next))
+			{
+				next = again;
+				pg_atomic_write_u64(&reaper_slot->next_deadline, (uint64) next);
+			}
+		}
+		if (DsyncQueuedWorkDue(GetCurrentTimestamp()))
+			sleep_ms = 0;
 		LWLockAcquire(reaper_slot->queue_lock, LW_SHARED);
 		if (reaper_slot->queue_bytes > 0 || reaper_slot->queue_dropped > 0)
 			sleep_ms = 0;

@@ -7,7 +7,7 @@
 SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS dsync;
-SELECT plan(185);
+SELECT plan(190);
 
 -- functions, argument types and return types
 SELECT has_function('dsync_acquire', ARRAY['text', 'text', 'interval', 'interval', 'jsonb', 'boolean', 'boolean']);
@@ -248,6 +248,12 @@ SELECT has_view('dsync_waiters');
 SELECT columns_are('dsync_waiters', ARRAY['pid', 'kind', 'name', 'holder', 'since']);
 SELECT table_privs_are('dsync_waiters', 'public', ARRAY['SELECT']);
 SELECT function_privs_are('dsync_waiter_rows', ARRAY[]::text[], 'public', ARRAY['EXECUTE']);
+-- waiting without a connection: everybody's, but the worker's pass
+SELECT function_privs_are('dsync_queue', ARRAY['text', 'text', 'interval', 'text', 'boolean'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_queue_channel', ARRAY['text'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_claim', ARRAY['text', 'text'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_unqueue', ARRAY['text', 'text'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_queue_pass', ARRAY[]::text[], 'public', ARRAY[]::text[]);
 
 -- renewals stay HOT: the primary key is the table's only index
 SELECT indexes_are('dsync_lease', ARRAY['dsync_lease_pkey']);
@@ -291,9 +297,9 @@ SELECT sequence_privs_are('dsync_ephemeral_seq', 'public', ARRAY[]::text[]);
 -- PostgreSQL 17 on, a relation's row type is a member of the extension too)
 SELECT is((SELECT count(*) FROM pg_depend d JOIN pg_extension e ON d.refobjid = e.oid
 			WHERE e.extname = 'dsync' AND d.deptype = 'e'
-			  AND d.classid <> 'pg_type'::regclass), 54::bigint,
+			  AND d.classid <> 'pg_type'::regclass), 59::bigint,
 	'the extension owns its eight tables, foreign table, five sequences, six views, '
-	'thirty-two functions, foreign data wrapper and server');
+	'thirty-seven functions, foreign data wrapper and server');
 
 SELECT * FROM finish();
 ROLLBACK;

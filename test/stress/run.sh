@@ -12,7 +12,8 @@
 # overlapping another holder; and the proof that the check catches
 # "exclusive" rounds taken shared), 8 writers streaming a fenced table's
 # current token while a newer one arrives (it must get in while they still
-# stream, and no stale write commit after it), and the fairness runs once more
+# stream, and no stale write commit after it), waiters queued without a
+# connection among blocked backends (queue_stress.py), and the fairness runs once more
 # beside a CPU hog on every core, where a backend is often descheduled
 # between its statement starting and its joining the queue.  With
 # STRESS_HOG=1 every run has the hog beside it.  Every run is made; the exit
@@ -59,6 +60,13 @@ if "$bin/lease_stress" rw-cheat "${RW_CLIENTS:-12}" 8; then
 	status=1
 else
 	echo "ok     the read-write check catches exclusive rounds taken shared (the failure above is expected)"
+fi
+# Queued waiters (dsync_queue) and blocked backends in one line, with kills
+# and clients that vanish or give up (a history check, in Python).
+if python3 -c 'import psycopg' 2>/dev/null; then
+	python3 "$here/queue_stress.py" "${QUEUE_SECONDS:-20}" "${QUEUE_CLIENTS:-12}" || status=1
+else
+	echo "(python3-psycopg is not installed: the queue stress run is skipped)"
 fi
 if [ "${STRESS_HOG:-0}" != 1 ]; then start_hogs; fi
 "$bin/lease_stress" fair "${FAIR_CLIENTS:-8}" "${FAIR_ROUNDS:-20}" || status=1

@@ -110,9 +110,11 @@ test('a campaign survives cancelled waits', { timeout: 40000 }, async () => {
   const holder = client.lock(group, { ttl: 30, holder: 'other' });
   assert.ok(await holder.acquire());
   const seen = [];
-  const e = client.election(group, { ttl: 3, member: 'm' });
+  // Waiting in a backend (queue: false): the waits cancelled here.
+  const waitClient = new Client({ config: direct, queue: false });
+  const e = waitClient.election(group, { ttl: 3, member: 'm' });
   e.on('retry', (err, pause) => seen.push([err.code, pause]));
-  const slowClient = new Client({ config: { ...direct, options: '-c statement_timeout=200' } });
+  const slowClient = new Client({ config: { ...direct, options: '-c statement_timeout=200' }, queue: false });
   const slow = slowClient.election(group, { ttl: 3, member: 's' });
   let slowRetries = 0;
   slow.on('retry', () => { slowRetries += 1; });
@@ -142,6 +144,7 @@ test('a campaign survives cancelled waits', { timeout: 40000 }, async () => {
     await e.stop();
     await slow.stop();
     await slowClient.close();
+    await waitClient.close();
   }
 });
 

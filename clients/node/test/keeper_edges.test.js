@@ -437,7 +437,8 @@ test('an acquire aborted while it waits for the keeper gives its grant back', { 
 // client's pools and the keeper killed by the server are replaced, and no
 // 'error' event ends the process.
 test('connections killed while idle are replaced without an unhandled error', { timeout: 30000 }, async () => {
-  const { app, c } = namedClient('killed');
+  // Waiting in a backend (queue: false): the waiter leaves an idle wait connection.
+  const { app, c } = namedClient('killed', { queue: false });
   const name = uniqueName('killed');
   const lock = c.lock(name, { ttl: 3 });
   const waiter = c.lock(name, { ttl: 3 });

@@ -37,6 +37,12 @@ KEEPER_RENEW_MANY = (_KEEPER_LOCK_WAIT + "SELECT dsync_renew(u.n, u.h, u.t)"
                      " AS u(n, h, t, i) WHERE s.x IS NOT NULL ORDER BY u.i")
 KEEPER_RELEASE_MANY = (_KEEPER_LOCK_WAIT + "SELECT count(*) FILTER (WHERE dsync_release(u.n, u.h))"
                        " FROM s, unnest(%s::text[], %s::text[]) AS u(n, h) WHERE s.x IS NOT NULL")
+# Waiting without a connection (dsync 1.5): get in line, see where the
+# place stands (renewing it), leave the line.
+QUEUE = ("SELECT dsync_queue(%s::text, %s::text, %s::interval, %s::text, %s::boolean)")
+CLAIM = ("SELECT state, fencing, extract(epoch FROM expires_in)::float8"
+         " FROM dsync_claim(%s::text, %s::text)")
+UNQUEUE = "SELECT dsync_unqueue(%s::text, %s::text)"
 ASSERT_HELD = "SELECT dsync_assert_held(%s::text, %s::text)"
 HELD = "SELECT fencing FROM dsync_leases WHERE lease = %s::text AND holder = %s::text"
 LOCKED = "SELECT EXISTS (SELECT 1 FROM dsync_leases WHERE lease = %s::text)"

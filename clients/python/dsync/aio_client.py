@@ -14,9 +14,11 @@ its connection, so that no waiter is left behind in dsync_waiters.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
+import uuid
 import weakref
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -65,6 +67,18 @@ def _retrieved(task: "asyncio.Future[Any]") -> None:
         task.exception()
 
 
+class QueuedWait:
+    """A task waiting in a name's line without a connection (see
+    client.QueuedWait)."""
+
+    __slots__ = ("name", "holder", "event")
+
+    def __init__(self, name: str, holder: str):
+        self.name = name
+        self.holder = holder
+        self.event = asyncio.Event()
+
+
 class _Keeper:
     """The keeper task and the watchdog task of one asyncio client."""
 
@@ -88,6 +102,8 @@ class _Keeper:
         self.releases_retry_at = 0.0
         self.callbacks: Set[asyncio.Task] = set()
         self.rescuer: Optional[asyncio.Task] = None
+        self.queued: Dict[Tuple[str, str], QueuedWait] = {}
+        self.queue_listening = False
 
     # -- what lock objects call -----------------------------------------------------
 
@@ -136,6 +152,28 @@ class _Keeper:
         hold.done = True
         self.ledger.remove(hold)
         self.watched.discard(hold)
+
+    async def queue_join(self, name: str, holder: str, timeout: float) -> Optional[QueuedWait]:
+        """client._Keeper.queue_join for asyncio: None unless the keeper
+        runs for kept leases and LISTENs for grants."""
+        if not self.wanted or not await self.ensure(timeout) or not self.queue_listening:
+            return None
+        w = QueuedWait(name, holder)
+        self.queued[(name, holder)] = w
+        return w
+
+    def queue_leave(self, w: QueuedWait) -> None:
+        if self.queued.get((w.name, w.holder)) is w:
+            del self.queued[(w.name, w.holder)]
+
+    def _queue_heard(self, payload: str) -> None:
+        try:
+            grant = json.loads(payload)
+            w = self.queued.get((grant["lease"], grant["holder"]))
+        except (ValueError, KeyError, TypeError):
+            return
+        if w is not None:
+            w.event.set()
 
     def release_later(self, name: str, holder: str) -> None:
         self.ledger.releases.append((name, holder))
@@ -256,6 +294,8 @@ class _Keeper:
                         "transaction mode); give listen=None to notice a lost lease at the "
                         "next renewal instead")
                 senders = await sender_pids(conn)
+                if listen_ok:
+                    await conn.execute(f'LISTEN "{self.client._queue_channel}"')
             except BaseException:
                 await conn.close()
                 raise
@@ -267,6 +307,9 @@ class _Keeper:
         self.conn = conn
         self.error = None
         self.ledger.connected_anew(listen_ok, senders)
+        self.queue_listening = listen_ok
+        for w in self.queued.values():
+            w.event.set()               # grants announced meanwhile went unheard
         self._resume()
         self.changed.set()
 
@@ -274,6 +317,7 @@ class _Keeper:
         self._pause()
         conn, self.conn = self.conn, None
         self.ledger.disconnected()
+        self.queue_listening = False
         if exc is not None:
             self.error = exc
         self.changed.set()
@@ -281,6 +325,9 @@ class _Keeper:
             await conn.close()
 
     def _heard(self, channel: str, payload: str, pid: int) -> None:
+        if channel == self.client._queue_channel:
+            self._queue_heard(payload)
+            return
         self.pending.append((channel, payload, pid))
         self.wake.set()
 
@@ -487,10 +534,13 @@ class AsyncClient:
 
     def __init__(self, conninfo: Optional[str] = None, *, pool: Any = None, pool_size: int = 2,
                  listen: Optional[bool] = None, call_timeout: Optional[float] = CALL_TIMEOUT,
-                 **connect_kwargs: Any):
+                 queue: bool = True, **connect_kwargs: Any):
         if not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 1:
             raise ValueError("pool_size must be a positive int")
         self.call_timeout = check_call_timeout(call_timeout)
+        self.queue = bool(queue)
+        self._queue_key = "py-" + uuid.uuid4().hex[:24]
+        self._queue_channel = "dsyncq:" + self._queue_key
         self._settings = c.ConnectionSettings(conninfo, pool, connect_kwargs)
         self.conninfo = self._settings.conninfo
         self.listen = listen
@@ -623,6 +673,52 @@ class AsyncClient:
                 return result
             return result[0] if result else None
 
+    async def _queue_wait(self, name: str, holder: str, ttl: Any, shared: bool,
+                          deadline: Optional[float],
+                          what: str) -> Optional[Tuple[Optional[int], float]]:
+        """client.Client._queue_wait for asyncio."""
+        ttl_s = ttl.total_seconds()
+        left = None if deadline is None else deadline - time.monotonic()
+        w = await self.keeper.queue_join(name, holder, min(2.0, ttl_s / 3) if left is None
+                                         else max(0.0, min(2.0, ttl_s / 3, left)))
+        if w is None:
+            return None
+        granted = False
+        try:
+            sent = time.monotonic()
+            token = await self._query(sql.QUEUE, (name, holder, ttl, self._queue_key, shared),
+                                      what)
+            if token is not None:
+                granted = True
+                return int(token), sent
+            while True:
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    return None, 0.0
+                wait = ttl_s / 3 if deadline is None else min(ttl_s / 3, deadline - now)
+                await wait_event(w.event, max(0.0, wait))
+                w.event.clear()
+                sent = time.monotonic()
+                state, fencing, expires_in = (await self._query(sql.CLAIM, (name, holder), what,
+                                                                rows=True))[0]
+                if state == "granted":
+                    granted = True
+                    return int(fencing), sent + expires_in - ttl_s
+                if state == "gone":
+                    sent = time.monotonic()
+                    token = await self._query(sql.QUEUE,
+                                              (name, holder, ttl, self._queue_key, shared), what)
+                    if token is not None:
+                        granted = True
+                        return int(token), sent
+        finally:
+            self.keeper.queue_leave(w)
+            if not granted:
+                try:
+                    await asyncio.shield(self._query(sql.UNQUEUE, (name, holder), what))
+                except (errors.DsyncError, asyncio.CancelledError):
+                    pass            # the place lapses at its ttl; a grant passes on
+
     async def _acquire(self, statement: str, args: Tuple, blocking: bool,
                        deadline: Optional[float], what: str) -> Tuple[Optional[int], float]:
         """client.Client._acquire for asyncio."""
@@ -637,6 +733,17 @@ class AsyncClient:
                                       timed=timed)
             if token is None and blocking:
                 self._contention.found_taken(name, now)
+        # Not had at once: wait in the line, without a connection, where we can.
+        if token is None and blocking and self.queue:
+            got = await self._queue_wait(name, holder, ttl, statement == sql.ACQUIRE_SHARED,
+                                         deadline, what)
+            if got is not None:
+                if got[0] is not None and info is not None:
+                    sent = time.monotonic()
+                    token = await self._query(statement, (name, holder, ttl, c.ZERO, info), what)
+                    if token is not None and int(token) == got[0]:
+                        return got[0], max(got[1], sent)
+                return got
         while token is None and blocking:
             # A slice no longer than a third of the ttl: the grant is
             # reckoned from when its statement was sent, and must leave the

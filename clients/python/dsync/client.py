@@ -16,6 +16,7 @@ clients/DESIGN.md tells the rules; _ledger.py holds the bookkeeping.
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import queue
@@ -23,6 +24,7 @@ import select
 import socket
 import threading
 import time
+import uuid
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import psycopg
@@ -68,6 +70,19 @@ def sender_pids(conn: Any) -> Set[int]:
     return c.sender_pids([d.name for d in cur.description], cur.fetchone())
 
 
+class QueuedWait:
+    """A thread waiting in a name's line without a connection: woken by
+    the keeper when its grant is announced (or the keeper reconnected and
+    announcements may have been missed), it asks the server itself."""
+
+    __slots__ = ("name", "holder", "event")
+
+    def __init__(self, name: str, holder: str):
+        self.name = name
+        self.holder = holder
+        self.event = threading.Event()
+
+
 def _alive(thread: Optional[threading.Thread]) -> bool:
     """Whether thread was started and still runs."""
     return thread is not None and thread.is_alive()
@@ -104,6 +119,10 @@ class _Keeper:
         # own, so a slow one holds up neither renewals nor the watchdog.
         self.callbacks: "queue.SimpleQueue[Optional[Hold]]" = queue.SimpleQueue()
         self.callback_thread: Optional[threading.Thread] = None
+        # Threads waiting in a line without a connection, by (name, holder);
+        # the keeper LISTENs on the client's queue channel while it can.
+        self.queued: Dict[Tuple[str, str], QueuedWait] = {}
+        self.queue_listening = False
 
     # -- what lock objects call ---------------------------------------------
 
@@ -193,6 +212,39 @@ class _Keeper:
         except OSError:
             pass
 
+    def queue_join(self, name: str, holder: str, timeout: float) -> Optional[QueuedWait]:
+        """Register a thread about to wait in name's line, once the keeper
+        LISTENs for its grants (up to timeout): None if it cannot (no
+        LISTEN through this connection, or no keeper), and the caller waits
+        in a backend instead."""
+        # Only where a keeper runs already (keep_alive=False locks start none).
+        if not _alive(self.thread) or not self.ensure(timeout):
+            return None
+        with self.mutex:
+            if not self.queue_listening or self.stopping:
+                return None
+            w = QueuedWait(name, holder)
+            self.queued[(name, holder)] = w
+            return w
+
+    def queue_leave(self, w: QueuedWait) -> None:
+        with self.mutex:
+            if self.queued.get((w.name, w.holder)) is w:
+                del self.queued[(w.name, w.holder)]
+
+    def _queue_heard(self, payload: str) -> None:
+        """A grant announced on the queue channel: wake its waiter, which
+        claims it (the announcement is a hint; the claim is the word)."""
+        try:
+            grant = json.loads(payload)
+            key = (grant["lease"], grant["holder"])
+        except (ValueError, KeyError, TypeError):
+            return
+        with self.mutex:
+            w = self.queued.get(key)
+        if w is not None:
+            w.event.set()
+
     # -- reporting a loss ------------------------------------------------------
 
     def report(self, holds: Sequence[Hold], reason: str, release: bool = False) -> None:
@@ -281,6 +333,8 @@ class _Keeper:
                         "transaction mode); give listen=None to notice a lost lease at the "
                         "next renewal instead")
                 senders = sender_pids(conn)
+                if listen_ok:
+                    conn.execute(f'LISTEN "{self.client._queue_channel}"')
             except BaseException:
                 conn.close()
                 raise
@@ -296,12 +350,18 @@ class _Keeper:
             self.error = None
             self.attempts += 1
             self.ledger.connected_anew(listen_ok, senders)
+            self.queue_listening = listen_ok
+            # Grants announced while it was away went unheard: every waiter
+            # asks once.
+            for w in self.queued.values():
+                w.event.set()
             self.changed.notify_all()
 
     def _drop(self, exc: Optional[BaseException]) -> None:
         conn, self.conn = self.conn, None
         with self.changed:
             self.ledger.disconnected()
+            self.queue_listening = False
             if exc is not None:
                 self.error = exc
             self.changed.notify_all()
@@ -371,6 +431,11 @@ class _Keeper:
         notes, self.pending[:] = self.pending[:], []
         lost: List[Tuple[Hold, str]] = []
         unknown = False
+        queue_channel = self.client._queue_channel
+        for channel, payload, _pid in notes:
+            if channel == queue_channel:
+                self._queue_heard(payload)
+        notes = [n for n in notes if n[0] != queue_channel]
         with self.mutex:
             for channel, payload, pid in notes:
                 gone, _suspect = self.ledger.judge(channel, payload, pid)
@@ -544,7 +609,7 @@ class Client:
 
     def __init__(self, conninfo: Optional[str] = None, *, pool: Any = None, pool_size: int = 2,
                  listen: Optional[bool] = None, call_timeout: Optional[float] = CALL_TIMEOUT,
-                 **connect_kwargs: Any):
+                 queue: bool = True, **connect_kwargs: Any):
         if not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 1:
             raise ValueError("pool_size must be a positive int")
         self.call_timeout = check_call_timeout(call_timeout)
@@ -556,6 +621,11 @@ class Client:
         self._statements = Lane(self, pool_size, pool_size, None)
         self._waits = Lane(self, None, pool_size, WAIT_IDLE_SECONDS)
         self._contention = c.Contention()
+        self.queue = bool(queue)
+        # The channel the grants of this client's queued waits are announced
+        # on (dsync_queue_channel of the key: short enough to be readable).
+        self._queue_key = "py-" + uuid.uuid4().hex[:24]
+        self._queue_channel = "dsyncq:" + self._queue_key
         self._keeper = _Keeper(self)
 
     # -- recipes -------------------------------------------------------------------
@@ -660,6 +730,59 @@ class Client:
                 return result
             return result[0] if result else None
 
+    def _queue_wait(self, name: str, holder: str, ttl: Any, shared: bool,
+                    deadline: Optional[float], what: str) -> Optional[Tuple[Optional[int], float]]:
+        """Wait in name's line without a connection (dsync_queue): the
+        keeper wakes this thread when its grant is announced, and it claims
+        it; every third of the ttl it asks anyway, which keeps its place.
+        None if it cannot queue (no LISTEN here: a pooler in transaction
+        mode, or keep_alive=False), for the caller to wait in a backend.
+        Leaving for any reason (time out, an error) leaves the line, and a
+        grant made meanwhile and not claimed is given back by the server."""
+        ttl_s = ttl.total_seconds()
+        left = None if deadline is None else deadline - time.monotonic()
+        w = self._keeper.queue_join(name, holder, min(2.0, ttl_s / 3) if left is None
+                                    else max(0.0, min(2.0, ttl_s / 3, left)))
+        if w is None:
+            return None
+        granted = False
+        try:
+            sent = time.monotonic()
+            token = self._query(sql.QUEUE, (name, holder, ttl, self._queue_key, shared), what)
+            if token is not None:
+                granted = True
+                return int(token), sent
+            while True:
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    return None, 0.0
+                wait = ttl_s / 3 if deadline is None else min(ttl_s / 3, deadline - now)
+                w.event.wait(max(0.0, wait))
+                w.event.clear()
+                sent = time.monotonic()
+                state, fencing, expires_in = self._query(sql.CLAIM, (name, holder), what,
+                                                         rows=True)[0]
+                if state == "granted":
+                    granted = True
+                    # The lease ends no later than expires_in after the
+                    # claim was sent: as if granted ttl before that.
+                    return int(fencing), sent + expires_in - ttl_s
+                if state == "gone":
+                    # The place lapsed or was lost (a restart): queue again.
+                    sent = time.monotonic()
+                    token = self._query(sql.QUEUE, (name, holder, ttl, self._queue_key, shared),
+                                        what)
+                    if token is not None:
+                        granted = True
+                        return int(token), sent
+        finally:
+            self._keeper.queue_leave(w)
+            if not granted:
+                try:
+                    self._query(sql.UNQUEUE, (name, holder), what)
+                except errors.DsyncError:
+                    pass            # the place lapses at its ttl; a grant passes on
+
     def _acquire(self, statement: str, args: Tuple, blocking: bool, deadline: Optional[float],
                  what: str) -> Tuple[Optional[int], float]:
         """Take a lease: at once on the statement pool, then, if it is not
@@ -678,6 +801,19 @@ class Client:
                                 timed=timed)
             if token is None and blocking:
                 self._contention.found_taken(name, now)
+        # Not had at once: wait in the line, without a connection, where we can.
+        if token is None and blocking and self.queue:
+            got = self._queue_wait(name, holder, ttl, statement == sql.ACQUIRE_SHARED,
+                                   deadline, what)
+            if got is not None:
+                if got[0] is not None and info is not None:
+                    # A queued grant carries no info: the holder's acquire
+                    # again (reentrant: same token) sets it.
+                    sent = time.monotonic()
+                    token = self._query(statement, (name, holder, ttl, c.ZERO, info), what)
+                    if token is not None and int(token) == got[0]:
+                        return got[0], max(got[1], sent)
+                return got
         while token is None and blocking:
             # A slice no longer than a third of the ttl: the grant is
             # reckoned from when its statement was sent, and must leave the

@@ -116,7 +116,8 @@ def test_async_campaign_survives_statement_timeout(server, admin, name):
 
         async def on_error(exc):
             seen.append(exc.sqlstate)
-        e = AsyncLeaderElection(name, ttl=3, member="m", on_error=on_error,
+        # Waiting in a backend (queue=False): the waits cancelled here.
+        e = AsyncLeaderElection(name, ttl=3, member="m", on_error=on_error, queue=False,
                                 conninfo=server.dsn() + " options='-c statement_timeout=200'")
         e.start()
         for _ in range(200):

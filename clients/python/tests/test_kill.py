@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import wait_for
 from dsync import Lock
 
@@ -24,10 +26,14 @@ def _waiters(admin, name):
                          (name,)).fetchone()[0]
 
 
-def test_killed_waiter_leaves_the_queue(dsn, admin, name):
+@pytest.mark.parametrize("mode", ["backend", "queue"])
+def test_killed_waiter_leaves_the_queue(dsn, admin, name, mode):
+    """A waiter killed in a backend leaves the line at once (its backend
+    sees the client go); one queued without a connection leaves it once
+    its place, no longer renewed, lapses (its ttl, 2 s here)."""
     holder = Lock(name, conninfo=dsn, ttl=30)
     assert holder.acquire()
-    victim = _start("block", dsn, name)
+    victim = _start("block", dsn, name, mode, "2" if mode == "queue" else "30")
     assert wait_for(lambda: _waiters(admin, name) == 1, 10)
     t0 = time.monotonic()
     victim.send_signal(signal.SIGKILL)

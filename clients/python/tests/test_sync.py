@@ -581,9 +581,10 @@ def test_campaign_survives_cancelled_waits(server, admin, name):
     other = Lock(name, conninfo=server.dsn(), ttl=30, holder="other")
     assert other.acquire()
     seen = []
-    e = LeaderElection(name, conninfo=server.dsn(), ttl=3, member="m",
+    # Waiting in a backend (queue=False): the waits cancelled here.
+    e = LeaderElection(name, conninfo=server.dsn(), ttl=3, member="m", queue=False,
                        on_error=lambda exc: seen.append(getattr(exc, "sqlstate", None)))
-    slow = LeaderElection(name, ttl=3, member="s",
+    slow = LeaderElection(name, ttl=3, member="s", queue=False,
                           conninfo=server.dsn() + " options='-c statement_timeout=200'")
     e.start()
     slow.start()

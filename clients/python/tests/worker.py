@@ -54,9 +54,12 @@ def hold(dsn, name, ttl):
     time.sleep(3600)
 
 
-def block(dsn, name):
+def block(dsn, name, mode="backend", ttl="30"):
+    """Wait for name: in a backend (mode backend) or queued without a
+    connection (queue)."""
     print("waiting", flush=True)
-    Lock(name, conninfo=dsn, ttl=30, holder="victim").acquire()
+    Lock(name, conninfo=dsn, ttl=float(ttl), holder="victim",
+         queue=mode == "queue").acquire()
 
 
 def paused(dsn, name, ttl, first="read"):

@@ -23,6 +23,9 @@
 #     and releases the lease; the holder defaults to host:pid:random and is
 #     printed on stderr, --holder sets it;
 #   - --wait 300ms on a held lease exits 75 without running the command;
+#     lock waits in the lease's line on an idle connection (a queued
+#     waiter with no backend, its place kept past its ttl), --no-queue in
+#     a backend, and the two are served in the order they came;
 #     a signal while waiting ends the wait at once (128 + signal, no
 #     waiter and no lease left behind);
 #     a lock that had to wait longer than its ttl for the lease still runs
@@ -415,6 +418,35 @@ ok(wait_true("SELECT dsync_leader('intr') IS DISTINCT FROM 'other'"),
 	"the other holder's lease ends");
 is(q1("SELECT coalesce(dsync_leader('intr'), '(none)')"), '(none)',
 	'the interrupted lock holds no lease');
+
+# Waiting in the line: lock waits on an idle connection (a queued waiter,
+# no pid), --no-queue in a running statement; both kinds share one line
+# and are served in the order they came.
+q1("SELECT dsync_acquire('line', 'other', '1 hour')");
+my @line = map { "$dir/line$_" } 1 .. 2;
+my $qa = start_dsync('lock', 'line', '--holder', 'qa', '--ttl', '3s', '--', child($line[0], $until_go));
+ok(wait_true("SELECT count(*) = 1 FROM dsync_waiters WHERE name = 'line' AND holder = 'qa'"
+	  . " AND kind = 'queued' AND pid IS NULL"),
+	'lock waits in the line as a queued waiter, with no backend');
+ok(wait_true("SELECT count(*) > 0 AND bool_and(state = 'idle') FROM pg_stat_activity"
+	  . " WHERE application_name = 'dsync'"),
+	"the queued lock's connection is idle while it waits (a backend wait never is)");
+my $qb = start_dsync('lock', 'line', '--holder', 'qb', '--ttl', '3s', '--no-queue',
+	'--', child($line[1], $until_go));
+ok(wait_true("SELECT count(*) = 1 FROM dsync_waiters WHERE name = 'line' AND holder = 'qb'"
+	  . " AND kind <> 'queued' AND pid IS NOT NULL"),
+	'lock --no-queue waits in a backend');
+usleep(4_000_000);	# past the queued lock's ttl: its place is kept by renewal
+q1("SELECT dsync_release('line', 'other')");
+ok(scalar(child_pids($line[0], $qa)), 'the queued lock, first in line, runs its command');
+ok(!-e "$line[1].pid", 'the backend waiter, second in line, waits');
+is(q1("SELECT holder FROM dsync_waiters WHERE name = 'line'"), 'qb', 'only the second is left in line');
+go($line[0]);
+is(wait_exit($qa), 0, 'the queued lock exits 0');
+ok(scalar(child_pids($line[1], $qb)), 'then the backend waiter runs its command');
+go($line[1]);
+is(wait_exit($qb), 0, 'the backend waiter exits 0');
+is(q1("SELECT count(*) FROM dsync_waiters WHERE name = 'line'"), '0', 'nobody left in line');
 
 # --- --permits 2 ---------------------------------------------------------------
 

@@ -174,7 +174,7 @@ EOF
 		'and listens');
 	($code, $out, $err) = run_dsync('--dsn', "$via dbname=txn", 'lock', 'pooled', '--', 'true');
 	is($code, 0, 'dsync lock works through a pooler in transaction mode');
-	like($err, qr/connected through a connection pooler: waiting for the lease holds one server connection/,
+	like($err, qr/waiting for the lease holds one server connection/,
 		'and says what the wait costs the pool');
 	like($err, qr/LISTEN does not work: a lease taken away by someone else is noticed at the next renewal|pooler in transaction mode, where LISTEN does not work/,
 		'and that a lost lease is noticed at the next renewal');

@@ -1,0 +1,654 @@
+/*-------------------------------------------------------------------------
+ *
+ * queuedgrant.c
+ *		Grants to queued waiters: reserved by the transaction that makes
+ *		them, settled when it ends; and what the worker needs (claim
+ *		deadlines, pokes, sweeping lapsed waiters).
+ *
+ * A transaction that grants to a queued waiter marks it GRANTING and notes
+ * it with its subtransaction level; its end makes it GRANTED (with a claim
+ * deadline the worker is told of) or puts it back in line.  A wake-up on a
+ * channel with queued waiters and no grant of ours there pokes the
+ * worker, which grants what nobody else did (leases/queuegrant.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "common/hashfn.h"
+#include "lib/ilist.h"
+#include "miscadmin.h"
+#include "nodes/pg_list.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "queued.h"
+#include "queued_int.h"
+#include "wait.h"
+#include "wait_int.h"
+#include "dbslot.h"
+#include "settings.h"
+#include "shmem.h"
+#include "compat.h"
+
+/* The entries this backend's transaction is granting. */
+typedef struct QueuedPending
+{
+	QueuedTag	tag;
+	int			nest_level;
+	bool		passing;		/* the worker passes it on (else: granting) */
+} QueuedPending;
+
+static List *queued_pending = NIL;
+
+/* Channels whose queued head this backend's commit just granted. */
+static uint64 granted_now[DSYNC_WAKE_CHANNELS / 64];
+
+
+/*
+ * DsyncQueuedReserve
+ *		Take a WAITING entry out of line for a grant this transaction is
+ *		about to try: false if it is not waiting any more.  Until the
+ *		transaction (or the savepoint it is in) ends, it is GRANTING.
+ */
+bool
+DsyncQueuedReserve(const DsyncQueuedWaiter *waiter)
+{
+	QueuedEntry *entry;
+	QueuedPending *pending;
+	MemoryContext oldcontext;
+
+	oldcontext = MemoryContextSwitchTo(TopMemoryContext);
+	pending = palloc(sizeof(QueuedPending));
+	queued_pending = lappend(queued_pending, pending);
+	MemoryContextSwitchTo(oldcontext);
+
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	entry = QueuedEntryOf(waiter);
+	if (entry == NULL || entry->w.state != DSYNC_QUEUED_WAITING)
+	{
+		LWLockRelease(queued_control->lock);
+		queued_pending = list_delete_last(queued_pending);
+		pfree(pending);
+		return false;
+	}
+	/* Still counted in waiting: a release must poke for it if it comes back. */
+	entry->w.state = DSYNC_QUEUED_GRANTING;
+	entry->w.cancelled = false;
+	entry->w.claimed = false;
+	entry->w.granting_xid = GetTopTransactionIdIfAny();
+	entry->w.granting_pid = MyProcPid;
+	pending->tag = entry->tag;
+	pending->nest_level = GetCurrentTransactionNestLevel();
+	pending->passing = false;
+	LWLockRelease(queued_control->lock);
+	return true;
+}
+
+/*
+ * DsyncQueuedSetToken
+ *		The token of the grant made to a reserved entry, and a time its
+ *		lease expires no later than.
+ */
+void
+DsyncQueuedSetToken(const DsyncQueuedWaiter *waiter, int64 token, TimestampTz expires_by,
+					TimestampTz granted_upto)
+{
+	QueuedEntry *entry;
+
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	entry = QueuedEntryOf(waiter);
+	if (entry != NULL && entry->w.state == DSYNC_QUEUED_GRANTING)
+	{
+		entry->w.token = token;
+		entry->w.expires_by = expires_by;
+		entry->w.granted_upto = granted_upto;
+		/* The grant wrote: the transaction has its id now. */
+		entry->w.granting_xid = GetTopTransactionIdIfAny();
+	}
+	LWLockRelease(queued_control->lock);
+}
+
+/*
+ * QueuedBackInLine
+ *		A grant to entry did not happen (its try failed, or the transaction
+ *		or savepoint that made it rolled back): back in line at its own
+ *		ticket, unless its client left meanwhile.  Under the lock.
+ */
+static void
+QueuedBackInLine(QueuedEntry *entry)
+{
+	if (entry->w.state != DSYNC_QUEUED_GRANTING)
+		return;
+	entry->w.token = 0;
+	if (entry->w.cancelled)
+	{
+		QueuedRemove(entry);	/* as GRANTING: counted out of waiting */
+		return;
+	}
+	entry->w.state = DSYNC_QUEUED_WAITING;
+}
+
+/*
+ * QueuedWorkerBy
+ *		See that this database's worker looks at the queue by t (a claim
+ *		deadline): lower the slot's next deadline and wake the worker, or
+ *		the launcher if none runs.  In a commit callback: cannot fail.
+ */
+static void
+QueuedWorkerBy(TimestampTz t)
+{
+	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+	uint64		old;
+
+	if (slot == NULL)
+		return;
+	old = pg_atomic_read_u64(&slot->next_deadline);
+	while (old == 0 || (TimestampTz) old > t)
+	{
+		if (pg_atomic_compare_exchange_u64(&slot->next_deadline, &old, (uint64) t))
+		{
+			if (slot->pgprocno >= 0)
+				SetLatch(&ProcGlobal->allProcs[slot->pgprocno].procLatch);
+			else
+				DsyncLauncherWake();
+			break;
+		}
+	}
+}
+
+/*
+ * QueuedPendingDone
+ *		Settle the pending entries at or below nest level (all if 0): made
+ *		GRANTED if commit, else back in line.
+ */
+static void
+QueuedPendingDone(int nest_level, bool commit)
+{
+	ListCell   *lc;
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz first_claim = 0;
+	uint64		ngrants = 0;
+
+	if (queued_pending == NIL)
+		return;
+	/* No allocation here: it may run in an abort, after an error. */
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	foreach(lc, queued_pending)
+	{
+		QueuedPending *pending = lfirst(lc);
+		QueuedEntry *entry;
+
+		if (nest_level > 0 && pending->nest_level < nest_level)
+			continue;
+		entry = hash_search(queued_entries, &pending->tag, HASH_FIND, NULL);
+		if (entry != NULL && pending->passing && entry->w.state == DSYNC_QUEUED_PASSING)
+		{
+			/* Passed on, or (rolled back) to be tried again a window later. */
+			if (commit)
+				QueuedRemove(entry);
+			else
+			{
+				entry->w.state = DSYNC_QUEUED_GRANTED;
+				entry->w.claim_by = TimestampTzPlusMilliseconds(now, dsync_claim_window);
+				if (first_claim == 0 || entry->w.claim_by < first_claim)
+					first_claim = entry->w.claim_by;
+			}
+		}
+		else if (entry != NULL && !pending->passing && entry->w.state == DSYNC_QUEUED_GRANTING)
+		{
+			if (commit && entry->w.claimed)
+				QueuedRemove(entry);	/* taken up already: nothing to wait for */
+			else if (commit)
+			{
+				entry->w.state = DSYNC_QUEUED_GRANTED;
+				pg_atomic_fetch_sub_u32(&queued_control->waiting[QueuedChannel(entry->tag.key)], 1);
+				entry->w.claim_by = entry->w.cancelled ? now :
+					TimestampTzPlusMilliseconds(now, dsync_claim_window);
+				dlist_push_tail(&queued_control->granted, &entry->granted_node);
+				pg_atomic_fetch_add_u32(&queued_control->ngranted, 1);
+				ngrants++;
+				if (first_claim == 0 || entry->w.claim_by < first_claim)
+					first_claim = entry->w.claim_by;
+				granted_now[QueuedChannel(entry->tag.key) / 64] |=
+					UINT64CONST(1) << (QueuedChannel(entry->tag.key) % 64);
+			}
+			else
+				QueuedBackInLine(entry);
+		}
+		queued_pending = foreach_delete_current(queued_pending, lc);
+		pfree(pending);
+	}
+	LWLockRelease(queued_control->lock);
+	if (ngrants > 0)
+	{
+		DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+
+		if (slot != NULL)
+			pg_atomic_fetch_add_u64(&slot->queued_grants, ngrants);
+	}
+	if (first_claim != 0)
+		QueuedWorkerBy(first_claim);
+}
+
+/*
+ * QueuedForgetPending
+ *		This transaction no longer grants to entry: forget its pending
+ *		record, so that the commit or abort does not settle it.
+ */
+static void
+QueuedForgetPending(QueuedEntry *entry)
+{
+	ListCell   *lc;
+
+	foreach(lc, queued_pending)
+	{
+		QueuedPending *pending = lfirst(lc);
+
+		if (memcmp(&pending->tag, &entry->tag, sizeof(QueuedTag)) == 0)
+		{
+			queued_pending = foreach_delete_current(queued_pending, lc);
+			pfree(pending);
+			break;
+		}
+	}
+}
+
+/*
+ * DsyncQueuedUnreserve
+ *		The grant to a reserved entry was not made: back in line.
+ */
+void
+DsyncQueuedUnreserve(const DsyncQueuedWaiter *waiter)
+{
+	QueuedEntry *entry;
+
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	entry = QueuedEntryOf(waiter);
+	if (entry != NULL)
+	{
+		QueuedForgetPending(entry);
+		QueuedBackInLine(entry);
+	}
+	LWLockRelease(queued_control->lock);
+}
+
+/*
+ * DsyncQueuedDropOwn
+ *		dsync_queue's own try, made with its entry reserved, got the lease
+ *		for its caller: the entry goes (the caller has the token).
+ */
+void
+DsyncQueuedDropOwn(const DsyncQueuedWaiter *waiter)
+{
+	QueuedEntry *entry;
+
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	entry = QueuedEntryOf(waiter);
+	if (entry != NULL)
+	{
+		QueuedForgetPending(entry);
+		QueuedRemove(entry);
+	}
+	LWLockRelease(queued_control->lock);
+}
+
+/*
+ * DsyncQueuedAtSubAbort
+ *		A savepoint at nest_level rolled back: its grants to queued waiters
+ *		are undone, and they are back in line.
+ */
+void
+DsyncQueuedAtSubAbort(int nest_level)
+{
+	QueuedPendingDone(nest_level, false);
+}
+
+/*
+ * DsyncQueuedAtSubCommit
+ *		A savepoint at nest_level was released: its grants now belong to
+ *		its parent.
+ */
+void
+DsyncQueuedAtSubCommit(int nest_level)
+{
+	ListCell   *lc;
+
+	foreach(lc, queued_pending)
+	{
+		QueuedPending *pending = lfirst(lc);
+
+		if (pending->nest_level >= nest_level)
+			pending->nest_level = nest_level - 1;
+	}
+}
+
+/*
+ * DsyncQueuedAtEnd
+ *		The top-level transaction ended: its grants to queued waiters are
+ *		GRANTED (their claim window starts now) or back in line.  Runs
+ *		after commit, so nothing here may fail.
+ */
+void
+DsyncQueuedAtEnd(bool commit)
+{
+	QueuedPendingDone(0, commit);
+}
+
+/*
+ * DsyncQueuedTakeDue
+ *		The GRANTED entries of this database whose claim window has passed,
+ *		made PASSING (a claim, renewal or departure now finds them gone)
+ *		until this transaction ends: the caller passes each lease on in it.
+ *		If it commits they go; if not, each gets another window.  A list of
+ *		palloc'd copies.
+ */
+List *
+DsyncQueuedTakeDue(TimestampTz now)
+{
+	dlist_mutable_iter iter;
+	List	   *due = NIL;
+
+	if (queued_control == NULL || dlist_is_empty(&queued_control->granted))
+		return NIL;
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	dlist_foreach_modify(iter, &queued_control->granted)
+	{
+		QueuedEntry *entry = dlist_container(QueuedEntry, granted_node, iter.cur);
+		DsyncQueuedWaiter *copy;
+
+		QueuedPending *pending;
+		MemoryContext oldcontext;
+
+		if (entry->w.dbid != MyDatabaseId || entry->w.state != DSYNC_QUEUED_GRANTED ||
+			entry->w.claim_by > now)
+			continue;
+		copy = palloc(sizeof(DsyncQueuedWaiter));
+		*copy = entry->w;
+		due = lappend(due, copy);
+		/* Out of memory here leaves it GRANTED: passed on next time. */
+		oldcontext = MemoryContextSwitchTo(TopMemoryContext);
+		pending = palloc(sizeof(QueuedPending));
+		pending->tag = entry->tag;
+		pending->nest_level = GetCurrentTransactionNestLevel();
+		pending->passing = true;
+		queued_pending = lappend(queued_pending, pending);
+		MemoryContextSwitchTo(oldcontext);
+		entry->w.state = DSYNC_QUEUED_PASSING;
+	}
+	LWLockRelease(queued_control->lock);
+	if (due != NIL)
+		DsyncXactChanged();		/* the end of this transaction settles them */
+	return due;
+}
+
+/*
+ * QueuedSettledGrantOf
+ *		Whether entry is a grant its holder may take up: GRANTED, or
+ *		GRANTING by a transaction that has committed (it is visible before
+ *		that transaction's end settles the entry).  Under the lock; reads
+ *		the commit log.
+ */
+bool
+QueuedSettledGrantOf(QueuedEntry *entry)
+{
+	if (entry->w.state == DSYNC_QUEUED_GRANTED)
+		return true;
+	return entry->w.state == DSYNC_QUEUED_GRANTING && !entry->w.cancelled &&
+		TransactionIdIsValid(entry->w.granting_xid) &&
+		TransactionIdDidCommit(entry->w.granting_xid);
+}
+
+/*
+ * DsyncQueuedTakeUp
+ *		Take up entry's grant (it is QueuedSettledGrantOf): a GRANTED entry
+ *		goes, a GRANTING one goes when its transaction's end settles it.
+ *		Under the lock.
+ */
+void
+DsyncQueuedTakeUp(QueuedEntry *entry)
+{
+	if (entry->w.state == DSYNC_QUEUED_GRANTED)
+		QueuedRemove(entry);
+	else
+		entry->w.claimed = true;
+}
+
+/*
+ * DsyncQueuedUse
+ *		The holder of a grant made to a queued waiter renewed or released
+ *		it: as good as a claim.  Costs an atomic read while no grant awaits
+ *		its claim.  (A renewal the worker's pass-on meets does not lose the
+ *		lease: the pass-on lets a renewed grant be, DsyncLeaseReleaseGrant.)
+ */
+void
+DsyncQueuedUse(text *name, text *holder)
+{
+	QueuedEntry *entry;
+
+	if (queued_control == NULL ||
+		(pg_atomic_read_u32(&queued_control->ngranted) == 0 &&
+		 !DsyncQueuedAny(DsyncWaitKey(name))))
+		return;
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	entry = QueuedFind(name, holder, DsyncWaitKey(name));
+	if (entry != NULL && QueuedSettledGrantOf(entry))
+		DsyncQueuedTakeUp(entry);
+	LWLockRelease(queued_control->lock);
+}
+
+/*
+ * DsyncQueuedNextClaim
+ *		The earliest claim deadline of dbid's unclaimed grants (0: none).
+ */
+TimestampTz
+DsyncQueuedNextClaim(Oid dbid)
+{
+	dlist_iter	iter;
+	TimestampTz next = 0;
+
+	if (queued_control == NULL || dlist_is_empty(&queued_control->granted))
+		return 0;
+	LWLockAcquire(queued_control->lock, LW_SHARED);
+	dlist_foreach(iter, &queued_control->granted)
+	{
+		QueuedEntry *entry = dlist_container(QueuedEntry, granted_node, iter.cur);
+
+		if (entry->w.dbid == dbid && entry->w.state == DSYNC_QUEUED_GRANTED &&
+			(next == 0 || entry->w.claim_by < next))
+			next = entry->w.claim_by;
+	}
+	LWLockRelease(queued_control->lock);
+	return next;
+}
+
+/*
+ * DsyncQueuedGrants
+ *		How many grants to queued waiters have committed in this database
+ *		(a counter that only rises, reset when its slot is).
+ */
+uint64
+DsyncQueuedGrants(void)
+{
+	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+
+	return slot == NULL ? 0 : pg_atomic_read_u64(&slot->queued_grants);
+}
+
+/*
+ * DsyncQueuedPoke
+ *		channel was woken (a commit, rollback or departure that may have
+ *		freed a name): if a queued waiter may be first on it now and no
+ *		grant to one was just committed there, ask this database's worker
+ *		to look.
+ */
+void
+DsyncQueuedPoke(int channel)
+{
+	DsyncDbSlot *slot;
+	uint64		bit = UINT64CONST(1) << (channel % 64);
+	int			slotno;
+
+	if (queued_control == NULL ||
+		pg_atomic_read_u32(&queued_control->waiting[channel]) == 0)
+		return;
+	if (granted_now[channel / 64] & bit)
+		return;
+	slot = DsyncDbSlotFind(MyDatabaseId);
+	if (slot == NULL)
+		return;
+	slotno = slot - dsync_workers->slots;
+	pg_atomic_fetch_or_u64(&queued_control->poked[slotno * POKE_WORDS + channel / 64], bit);
+	/*
+	 * Due now, in the slot too: a worker leaving just now would otherwise
+	 * take the poke with it, and the launcher starts one for what is due.
+	 */
+	QueuedWorkerBy(GetCurrentTimestamp());
+}
+
+/*
+ * QueuedMyPokes
+ *		The first of this database's poke words, or NULL if it has no slot.
+ */
+static pg_atomic_uint64 *
+QueuedMyPokes(void)
+{
+	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+
+	if (queued_control == NULL || slot == NULL)
+		return NULL;
+	return &queued_control->poked[(slot - dsync_workers->slots) * POKE_WORDS];
+}
+
+/*
+ * DsyncQueuedWorkDue
+ *		Whether this database's worker has queue work now: a poke, or a
+ *		claim window that has ended.
+ */
+bool
+DsyncQueuedWorkDue(TimestampTz now)
+{
+	pg_atomic_uint64 *pokes = QueuedMyPokes();
+	TimestampTz claim;
+
+	if (pokes == NULL)
+		return false;
+	for (int i = 0; i < POKE_WORDS; i++)
+		if (pg_atomic_read_u64(&pokes[i]) != 0)
+			return true;
+	claim = DsyncQueuedNextClaim(MyDatabaseId);
+	return claim != 0 && claim <= now;
+}
+
+/*
+ * DsyncQueuedPokeDone
+ *		Forget the channels this backend's commit granted on (called once
+ *		its wake-ups are out).
+ */
+void
+DsyncQueuedPokeDone(void)
+{
+	memset(granted_now, 0, sizeof(granted_now));
+}
+
+/*
+ * DsyncQueuedTakePoked
+ *		The first live WAITING entries of this database's names on poked
+ *		channels (a list of palloc'd copies); the flags are cleared.
+ */
+List *
+DsyncQueuedTakePoked(void)
+{
+	HASH_SEQ_STATUS status;
+	QueuedName *qname;
+	List	   *heads = NIL;
+	uint64		chans[POKE_WORDS];
+	bool		any = false;
+	pg_atomic_uint64 *pokes = QueuedMyPokes();
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (pokes == NULL)
+		return NIL;
+	for (int i = 0; i < POKE_WORDS; i++)
+	{
+		chans[i] = pg_atomic_read_u64(&pokes[i]) != 0 ?
+			pg_atomic_exchange_u64(&pokes[i], 0) : 0;
+		any |= chans[i] != 0;
+	}
+	if (!any)
+		return NIL;
+	LWLockAcquire(queued_control->lock, LW_SHARED);
+	hash_seq_init(&status, queued_names);
+	while ((qname = hash_seq_search(&status)) != NULL)
+	{
+		QueuedEntry *entry;
+		DsyncQueuedWaiter *copy;
+
+		int			channel = QueuedChannel(qname->tag.key);
+
+		if (qname->tag.dbid != MyDatabaseId ||
+			(chans[channel / 64] & (UINT64CONST(1) << (channel % 64))) == 0)
+			continue;
+		entry = QueuedHead(qname->tag.key, false, now);
+		if (entry == NULL)
+			continue;
+		copy = palloc(sizeof(DsyncQueuedWaiter));
+		*copy = entry->w;
+		heads = lappend(heads, copy);
+	}
+	LWLockRelease(queued_control->lock);
+	return heads;
+}
+
+/*
+ * QueuedSweepLocked
+ *		Drop the WAITING entries of database dbid (InvalidOid: of every
+ *		database) whose client stopped renewing them; returns how many.
+ *		Under the lock, exclusive.
+ */
+int
+QueuedSweepLocked(TimestampTz now, Oid dbid)
+{
+	HASH_SEQ_STATUS status;
+	QueuedEntry *entry;
+	List	   *lapsed = NIL;
+	ListCell   *lc;
+	int			n;
+
+	hash_seq_init(&status, queued_entries);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if ((dbid == InvalidOid || entry->w.dbid == dbid) &&
+			entry->w.state == DSYNC_QUEUED_WAITING && entry->w.alive_until <= now)
+			lapsed = lappend(lapsed, entry);
+	/* Removed after the scan: dynahash allows removing only the current one. */
+	foreach(lc, lapsed)
+		QueuedRemove(lfirst(lc));
+	n = list_length(lapsed);
+	list_free(lapsed);
+	return n;
+}
+
+/*
+ * DsyncQueuedSweep
+ *		Drop this database's WAITING entries whose client stopped renewing
+ *		them; returns how many.
+ */
+int
+DsyncQueuedSweep(TimestampTz now)
+{
+	int			n;
+
+	if (queued_control == NULL)
+		return 0;
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	n = QueuedSweepLocked(now, MyDatabaseId);
+	LWLockRelease(queued_control->lock);
+	return n;
+}
+
