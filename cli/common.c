@@ -353,6 +353,68 @@ WaitCancellable(PGconn *conn, void (*on_signal) (int, void *), int *signo)
 }
 
 /*
+ * RememberSignal
+ *		A signal while waiting for a lease: remember it in *(int *) arg, to
+ *		give up.  SIGCHLD is not one of ours (no command runs yet).
+ */
+void
+RememberSignal(int signo, void *arg)
+{
+	if (signo != SIGCHLD)
+		*(int *) arg = signo;
+}
+
+/*
+ * RunAcquiring
+ *		Run a statement that acquires or queues for lease, until a signal
+ *		asks to give up (it is then cancelled).  Returns its rows, or NULL:
+ *		a signal came (*signo), the connection went (*conn_lost set, or a
+ *		fatal exit if the caller cannot reconnect), or, with refused, the
+ *		server would not queue (queueing turned off, or its table full).
+ *		Any other error is fatal.
+ */
+PGresult *
+RunAcquiring(PGconn *conn, const char *sql, int nparams, const char *const *params,
+			 const char *lease, int *signo, bool *conn_lost, bool *refused)
+{
+	PGresult   *res = NULL;
+	const char *state;
+	char		what[600];
+
+	if (PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
+		res = WaitCancellable(conn, RememberSignal, signo);
+	if (res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK)
+		return res;
+	if (*signo)
+	{
+		if (res)
+			PQclear(res);		/* cancelled */
+		return NULL;
+	}
+	if (res == NULL || PQstatus(conn) != CONNECTION_OK)
+	{
+		if (res)
+			PQclear(res);
+		if (conn_lost == NULL)
+			Fatal(EXIT_UNAVAILABLE, "connection lost while acquiring: %s", PQerrorMessage(conn));
+		Note("connection lost while waiting: %s", PQerrorMessage(conn));
+		*conn_lost = true;
+		return NULL;
+	}
+	state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	if (refused && state != NULL &&
+		(strcmp(state, "0A000") == 0 || strcmp(state, "53400") == 0))
+	{
+		Note("waiting in a backend: %s", PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
+		PQclear(res);
+		*refused = true;
+		return NULL;
+	}
+	snprintf(what, sizeof(what), "could not acquire \"%s\"", lease);
+	FatalResult(what, conn, res);
+}
+
+/*
  * Query
  *		Run a parameterised query and wait for it (see WaitResult).
  */

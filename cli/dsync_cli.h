@@ -119,6 +119,8 @@ extern PGresult *Query(PGconn *conn, const char *sql, int nparams, const char *c
 extern int ReadSignal(void);
 extern void SetSignalHandlers(void (*handler) (int), void (*pipe_handler) (int));
 extern void SetupSignals(void);
+extern void RememberSignal(int signo, void *arg);
+extern PGresult *RunAcquiring(PGconn *conn, const char *sql, int nparams, const char *const *params, const char *lease, int *signo, bool *conn_lost, bool *refused);
 extern PGresult *WaitCancellable(PGconn *conn, void (*on_signal) (int, void *), int *signo);
 extern PGresult *WaitResult(PGconn *conn, int64_t deadline_ms, void (*on_signal) (int, void *), void *arg, bool *timed_out);
 
@@ -132,6 +134,7 @@ extern void HoldWhileRunning(Holding *h, const char *group);
 extern void HoldingSignal(int signo, void *arg);
 extern void Release(Holding *h, const char *group);
 extern void SetExpiry(Holding *h, int64_t sent_ms, double left_ms);
+extern char *GrantedToken(PGresult *res, const Options *opt, Holding *h, int64_t sent_ms);
 extern void StartChild(Holding *h, const char *token);
 
 /* lock.c */

@@ -141,6 +141,28 @@ SetExpiry(Holding *h, int64_t sent_ms, double left_ms)
 }
 
 /*
+ * GrantedToken
+ *		The token of an acquire's answer (malloc'd; NULL: not granted),
+ *		whose second and third columns are the time the lease has left and
+ *		how long the statement had run when that was measured (it may have
+ *		waited), both by the server's clock; the expiry is noted in h.
+ */
+char *
+GrantedToken(PGresult *res, const Options *opt, Holding *h, int64_t sent_ms)
+{
+	char	   *token;
+
+	if (PQgetisnull(res, 0, 0))
+		return NULL;
+	token = strdup(PQgetvalue(res, 0, 0));
+	if (h)
+		SetExpiry(h, sent_ms + (int64_t) atof(PQgetvalue(res, 0, 2)),
+				  PQgetisnull(res, 0, 1) ? (double) opt->ttl_ms :
+				  atof(PQgetvalue(res, 0, 1)));
+	return token;
+}
+
+/*
  * KillDeadline
  *		When a command that can no longer be covered by the lease must be
  *		dead: a safety margin before the lease expires.

@@ -22,17 +22,6 @@
 #include "dsync_cli.h"
 
 /*
- * LockSignalWhileWaiting
- *		A signal while blocked in the acquire: remember it, to give up.
- */
-static void
-LockSignalWhileWaiting(int signo, void *arg)
-{
-	if (signo != SIGCHLD)
-		*(int *) arg = signo;
-}
-
-/*
  * Acquire
  *		Take the lease, blocking in the server for up to wait_ms (-1: no
  *		limit).  Returns the token (malloc'd), or NULL if the wait ran out;
@@ -56,59 +45,20 @@ Acquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms,
 	params[4] = opt->info;
 	*signo = 0;
 
-	/*
-	 * Besides the token: the time left on the lease and how long the
-	 * statement had run when that was measured (it may have waited long),
-	 * both by the server's clock.
-	 */
-	if (!PQsendQueryParams(conn, opt->shared ?
-						   "SELECT t, extract(epoch FROM l.expires_at - clock_timestamp()) * 1000,"
-						   "       extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000"
-						   "  FROM dsync_acquire_shared($1, $2, $3::interval, $4::interval, $5::jsonb) AS t"
-						   "  LEFT JOIN dsync_leases l ON l.lease = $1 AND l.holder = $2" :
-						   "SELECT t, extract(epoch FROM l.expires_at - clock_timestamp()) * 1000,"
-						   "       extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000"
-						   "  FROM dsync_acquire($1, $2, $3::interval, $4::interval, $5::jsonb) AS t"
-						   "  LEFT JOIN dsync_leases l ON l.lease = $1 AND l.holder = $2",
-						   5, NULL, params, NULL, NULL, 0))
-		Fatal(EXIT_UNAVAILABLE, "could not send the acquire: %s", PQerrorMessage(conn));
-	res = WaitCancellable(conn, LockSignalWhileWaiting, signo);
+	/* Besides the token, what GrantedToken needs for the expiry. */
+	res = RunAcquiring(conn, opt->shared ?
+					   "SELECT t, extract(epoch FROM l.expires_at - clock_timestamp()) * 1000,"
+					   "       extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000"
+					   "  FROM dsync_acquire_shared($1, $2, $3::interval, $4::interval, $5::jsonb) AS t"
+					   "  LEFT JOIN dsync_leases l ON l.lease = $1 AND l.holder = $2" :
+					   "SELECT t, extract(epoch FROM l.expires_at - clock_timestamp()) * 1000,"
+					   "       extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000"
+					   "  FROM dsync_acquire($1, $2, $3::interval, $4::interval, $5::jsonb) AS t"
+					   "  LEFT JOIN dsync_leases l ON l.lease = $1 AND l.holder = $2",
+					   5, params, lease, signo, conn_lost, NULL);
 	if (res == NULL)
-	{
-		if (*signo)
-			return NULL;
-		if (conn_lost)
-		{
-			Note("connection lost while waiting: %s", PQerrorMessage(conn));
-			*conn_lost = true;
-			return NULL;
-		}
-		Fatal(EXIT_UNAVAILABLE, "connection lost while acquiring: %s", PQerrorMessage(conn));
-	}
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-	{
-		if (*signo || (conn_lost && PQstatus(conn) != CONNECTION_OK))
-		{
-			if (conn_lost && !*signo)
-				*conn_lost = true;
-			PQclear(res);
-			return NULL;		/* cancelled, or the connection went */
-		}
-		{
-			char		what[600];
-
-			snprintf(what, sizeof(what), "could not acquire \"%s\"", lease);
-			FatalResult(what, conn, res);
-		}
-	}
-	if (!PQgetisnull(res, 0, 0))
-	{
-		token = strdup(PQgetvalue(res, 0, 0));
-		if (h)
-			SetExpiry(h, sent + (int64_t) atof(PQgetvalue(res, 0, 2)),
-					  PQgetisnull(res, 0, 1) ? (double) opt->ttl_ms :
-					  atof(PQgetvalue(res, 0, 1)));
-	}
+		return NULL;
+	token = GrantedToken(res, opt, h, sent);
 	PQclear(res);
 	return token;
 }

@@ -30,22 +30,6 @@ static int64_t claim_window_ms = 2000;
 /* A signal that came while no wait was under way, for the next one. */
 static int	early_signo;
 
-/* dsync_queue refused to queue (turned off, or full): wait in a backend. */
-#define QUEUE_REFUSED(state) \
-	((state) != NULL && (strcmp((state), "0A000") == 0 || strcmp((state), "53400") == 0))
-
-/*
- * QueueSignal
- *		A signal while queued: remember it, to give up (SIGCHLD is not one
- *		of ours: no command runs yet).
- */
-static void
-QueueSignal(int signo, void *arg)
-{
-	if (signo != SIGCHLD)
-		*(int *) arg = signo;
-}
-
 /*
  * QueueListen
  *		LISTEN on the channel grants to us are announced on, and read the
@@ -74,7 +58,7 @@ QueueListen(PGconn *conn)
 	res = Query(conn,
 				"SELECT dsync_queue_channel($1),"
 				"       extract(epoch FROM current_setting('dsync.claim_window')::interval) * 1000",
-				1, params, NowMs() + 10000, QueueSignal, &early_signo, &timed_out);
+				1, params, NowMs() + 10000, RememberSignal, &early_signo, &timed_out);
 	if (res == NULL)
 		return -1;
 	state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
@@ -98,7 +82,7 @@ QueueListen(PGconn *conn)
 		Fatal(EXIT_OSERR, "out of memory");
 	sprintf(sql, "LISTEN %s", ident);
 	PQfreemem(ident);
-	res = Query(conn, sql, 0, NULL, NowMs() + 10000, QueueSignal, &early_signo, &timed_out);
+	res = Query(conn, sql, 0, NULL, NowMs() + 10000, RememberSignal, &early_signo, &timed_out);
 	free(sql);
 	if (res == NULL)
 		return -1;
@@ -106,59 +90,6 @@ QueueListen(PGconn *conn)
 		FatalResult("could not listen for grants", conn, res);
 	PQclear(res);
 	return 1;
-}
-
-/*
- * QueueRun
- *		Run one of the queue's statements.  NULL if the connection went
- *		(*conn_lost set, or a fatal exit when the caller cannot reconnect),
- *		if a signal came meanwhile (the statement is cancelled: a try of
- *		dsync_queue may wait a moment on a row a release is committing),
- *		or if dsync_queue refused to queue (*refused set).
- */
-static PGresult *
-QueueRun(PGconn *conn, const char *sql, int nparams, const char *const *params,
-		 const char *lease, int *signo, bool *conn_lost, bool *refused)
-{
-	PGresult   *res = NULL;
-
-	if (PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
-		res = WaitCancellable(conn, QueueSignal, signo);
-	if (res == NULL || PQstatus(conn) != CONNECTION_OK)
-	{
-		if (res)
-			PQclear(res);
-		if (*signo && PQstatus(conn) == CONNECTION_OK)
-			return NULL;
-		if (conn_lost)
-		{
-			Note("connection lost while waiting: %s", PQerrorMessage(conn));
-			*conn_lost = true;
-			return NULL;
-		}
-		Fatal(EXIT_UNAVAILABLE, "connection lost while acquiring: %s", PQerrorMessage(conn));
-	}
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-	{
-		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-		char		what[600];
-
-		if (*signo)
-		{
-			PQclear(res);		/* cancelled */
-			return NULL;
-		}
-		if (refused && QUEUE_REFUSED(state))
-		{
-			Note("waiting in a backend: %s", PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
-			PQclear(res);
-			*refused = true;
-			return NULL;
-		}
-		snprintf(what, sizeof(what), "could not acquire \"%s\"", lease);
-		FatalResult(what, conn, res);
-	}
-	return res;
 }
 
 /*
@@ -181,22 +112,15 @@ QueueJoin(PGconn *conn, const Options *opt, const char *lease, Holding *h,
 	params[2] = IntervalParam(opt->ttl_ms, ttl, sizeof(ttl));
 	params[3] = queue_key;
 	params[4] = opt->shared ? "true" : "false";
-	res = QueueRun(conn,
-				   "SELECT t, extract(epoch FROM l.expires_at - clock_timestamp()) * 1000,"
-				   "       extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000"
-				   "  FROM dsync_queue($1, $2, $3::interval, $4, $5::boolean) AS t"
-				   "  LEFT JOIN dsync_leases l ON l.lease = $1 AND l.holder = $2",
-				   5, params, lease, signo, conn_lost, refused);
+	res = RunAcquiring(conn,
+					   "SELECT t, extract(epoch FROM l.expires_at - clock_timestamp()) * 1000,"
+					   "       extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000"
+					   "  FROM dsync_queue($1, $2, $3::interval, $4, $5::boolean) AS t"
+					   "  LEFT JOIN dsync_leases l ON l.lease = $1 AND l.holder = $2",
+					   5, params, lease, signo, conn_lost, refused);
 	if (res == NULL)
 		return NULL;
-	if (!PQgetisnull(res, 0, 0))
-	{
-		token = strdup(PQgetvalue(res, 0, 0));
-		if (h)
-			SetExpiry(h, sent + (int64_t) atof(PQgetvalue(res, 0, 2)),
-					  PQgetisnull(res, 0, 1) ? (double) opt->ttl_ms :
-					  atof(PQgetvalue(res, 0, 1)));
-	}
+	token = GrantedToken(res, opt, h, sent);
 	PQclear(res);
 	return token;
 }
@@ -216,10 +140,10 @@ QueueClaim(PGconn *conn, const Options *opt, const char *lease, Holding *h,
 	int64_t		sent = NowMs();
 	char		state;
 
-	res = QueueRun(conn,
-				   "SELECT state, fencing, extract(epoch FROM expires_in) * 1000"
-				   "  FROM dsync_claim($1, $2)",
-				   2, params, lease, signo, conn_lost, NULL);
+	res = RunAcquiring(conn,
+					   "SELECT state, fencing, extract(epoch FROM expires_in) * 1000"
+					   "  FROM dsync_claim($1, $2)",
+					   2, params, lease, signo, conn_lost, NULL);
 	if (res == NULL)
 		return 0;
 	state = PQgetvalue(res, 0, 0)[0];
@@ -250,7 +174,7 @@ QueueLeave(PGconn *conn, const Options *opt, const char *lease)
 	if (PQstatus(conn) != CONNECTION_OK)
 		return;
 	res = Query(conn, "SELECT dsync_unqueue($1, $2)", 2, params, NowMs() + 5000,
-				QueueSignal, &early_signo, &timed_out);
+				RememberSignal, &early_signo, &timed_out);
 	if (res)
 		PQclear(res);
 }
@@ -287,7 +211,7 @@ QueueWaitIdle(PGconn *conn, int64_t wake_ms, int *signo)
 		Fatal(EXIT_OSERR, "poll failed: %s", strerror(errno));
 	if (fds[1].revents & POLLIN)
 		while ((sig = ReadSignal()) != 0)
-			QueueSignal(sig, signo);
+			RememberSignal(sig, signo);
 	if ((fds[0].revents & (POLLIN | POLLERR | POLLHUP)) && PQconsumeInput(conn) == 0)
 		return false;
 	while ((notify = PQnotifies(conn)) != NULL)

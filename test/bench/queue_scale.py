@@ -38,24 +38,12 @@ import time
 
 import psycopg
 
+from client_bench import cpu_seconds  # noqa: E402  (its /proc reading)
+
 SIZES = [int(s) for s in os.environ.get("BENCH_SIZES", "100,1000,10000,100000").split(",")]
 IDLE = float(os.environ.get("BENCH_IDLE", "5"))
 SAMPLES = int(os.environ.get("BENCH_SAMPLES", "200"))
 CHANNEL_KEY = "qs"
-
-
-def server_cpu_ms(pids):
-    """Summed utime+stime of the given processes, in ms."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-        except OSError:
-            pass
-    return total * 1000.0 / tick
 
 
 def rss_anon_kb(pid):
@@ -116,9 +104,9 @@ def measure(conn, listener, worker, tag, n, shape):
           " WHERE dsync_queue(%s, 'w' || i, '10 min', %s) IS NULL", (n, prefix, CHANNEL_KEY))
     join = time.perf_counter() - t0
     queued = q("SELECT count(*) FROM dsync_waiters WHERE kind = 'queued'").fetchone()[0]
-    before = server_cpu_ms(pids)
+    before = cpu_seconds(pids)
     time.sleep(IDLE)
-    idle = (server_cpu_ms(pids) - before) / IDLE
+    idle = (cpu_seconds(pids) - before) * 1000 / IDLE
     passes = []
     for _ in range(5):
         t = time.perf_counter()
