@@ -199,4 +199,11 @@ SELECT dsync_acquire('re', 'a', '1 minute') IS NOT NULL AS held;
 SELECT dsync_queue('re', 'b', '1 minute') IS NULL AS queued_b;
 SELECT dsync_queue('re', 'a', '1 minute') = (SELECT fencing FROM dsync_leases WHERE lease = 're') AS same_token;
 SELECT string_agg(holder, ',') AS line FROM dsync_waiters WHERE name = 're';
-SELECT dsync_unqueue('re', 'b'), dsync_release('re', 'a');
+-- one that holds nothing joins behind others and writes nothing (a write
+-- would wake the line and the worker at its commit)
+BEGIN;
+SELECT dsync_queue('re', 'c', '1 minute') IS NULL AS queued_c;
+SELECT pg_current_xact_id_if_assigned() IS NULL AS wrote_nothing;
+COMMIT;
+SELECT string_agg(holder, ',' ORDER BY holder) AS line FROM dsync_waiters WHERE name = 're';
+SELECT dsync_unqueue('re', 'b'), dsync_unqueue('re', 'c'), dsync_release('re', 'a');

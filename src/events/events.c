@@ -43,6 +43,7 @@
 #include "utils/memutils.h"
 
 #include "catalog.h"
+#include "compat.h"
 #include "stats.h"
 #include "dbslot.h"
 #include "settings.h"
@@ -395,6 +396,7 @@ static void
 DsyncEventPublish(List *events, int64 renewals, bool count, bool heard_known)
 {
 	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+	DsyncEventLane *lane;
 	ListCell   *lc;
 	bool		wake = false;
 	bool		earlier = false;
@@ -407,7 +409,17 @@ DsyncEventPublish(List *events, int64 renewals, bool count, bool heard_known)
 	if (slot == NULL)
 		return;
 
-	LWLockAcquire(slot->queue_lock, LW_EXCLUSIVE);
+	/*
+	 * Whether anybody hears: read after the commit (the barrier orders the
+	 * read after it), and a LISTEN sets its mark before it can commit, so
+	 * an event committed after a LISTEN committed is heard (listen.c).  In
+	 * the commit callback: the commit's own time, no clock read.  What is
+	 * heard goes to lane 0, in order; the rest to this backend's lane.
+	 */
+	pg_memory_barrier();
+	heard = heard_known || DsyncEventsHeard(slot, GetCurrentTransactionStopTimestamp());
+	lane = &slot->lanes[heard ? 0 : DsyncProcNumber(MyProc) % DSYNC_EVENT_LANES];
+	LWLockAcquire(lane->lock, LW_EXCLUSIVE);
 	if (slot->dbid != MyDatabaseId || slot->state != DSYNC_DB_ACTIVE)
 	{
 		/*
@@ -415,12 +427,9 @@ DsyncEventPublish(List *events, int64 renewals, bool count, bool heard_known)
 		 * this one (a template, or DROP EXTENSION committed): queued
 		 * events would hold pool space that no worker frees.
 		 */
-		LWLockRelease(slot->queue_lock);
+		LWLockRelease(lane->lock);
 		return;
 	}
-	/* Read under the queue lock, after a LISTEN's mark (listen.c). */
-	/* In the commit callback: the commit's own time, no clock read. */
-	heard = heard_known || DsyncEventsHeard(slot, GetCurrentTransactionStopTimestamp());
 	foreach(lc, events)
 	{
 		DsyncPendingEvent *pe = lfirst(lc);
@@ -432,7 +441,7 @@ DsyncEventPublish(List *events, int64 renewals, bool count, bool heard_known)
 			event.kind = EventUnheard(event.kind);
 		if (event.kind == DSYNC_EVENT_NONE)
 			continue;
-		if (!DsyncQueueAppend(slot, &event))
+		if (!DsyncQueueAppend(lane, &event))
 		{
 			dropped++;
 			if (DsyncEventIsAnnounced(event.kind))
@@ -445,11 +454,11 @@ DsyncEventPublish(List *events, int64 renewals, bool count, bool heard_known)
 		if (DsyncEventIsAnnounced(event.kind))
 			wake = true;
 	}
-	slot->queue_dropped += dropped;
-	slot->queue_dropped_announced += dropped_announced;
-	if (slot->queue_bytes > pool_bytes / 4 || dropped > 0)
+	lane->dropped += dropped;
+	lane->dropped_announced += dropped_announced;
+	if (lane->bytes > pool_bytes / (4 * DSYNC_EVENT_LANES) || dropped > 0)
 		wake = true;
-	LWLockRelease(slot->queue_lock);
+	LWLockRelease(lane->lock);
 	if (count)
 	{
 		int64		counts[3] = {0, 0, 0};

@@ -16,7 +16,7 @@
  * listens anywhere") one atomic read.
  *
  * The mark is set before the LISTEN can commit, and a committing backend
- * reads it under the queue lock, after its commit: so an event committed
+ * reads it after its commit, behind a memory barrier: so an event committed
  * after a LISTEN committed is always sent.  One committed while nobody
  * listened is queued only for what the reaper itself needs of it (a
  * deadline, a released row), never to be sent (events.c, EventUnheard).

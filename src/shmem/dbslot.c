@@ -113,11 +113,11 @@ DsyncDbSlotAllocate(Oid dbid, bool reuse_absent)
 	pg_atomic_write_u64(&slot->reaped_until, 0);
 	for (int i = 0; i < DSYNC_NUM_COUNTERS; i++)
 		pg_atomic_write_u64(&slot->counters[i], 0);
-	/* Under the queue lock, so that no event lands in another database's queue. */
-	LWLockAcquire(slot->queue_lock, LW_EXCLUSIVE);
+	/* Under the queue's locks, so that no event lands in another database's queue. */
+	DsyncQueueLockAll(slot);
 	slot->dbid = dbid;
 	DsyncQueueReset(slot);
-	LWLockRelease(slot->queue_lock);
+	DsyncQueueUnlockAll(slot);
 	return slot;
 }
 

@@ -42,6 +42,28 @@ typedef struct DsyncSender
 	TimestampTz until;			/* 0 while it serves */
 } DsyncSender;
 
+/*
+ * A lane of a database's event queue: a list of pool chunks under a lock
+ * of its own.  Events someone hears all go to lane 0, in the order their
+ * backends take its lock; the rest, which only the worker reads
+ * (deadlines and released rows, whose order does not matter: the worker
+ * keeps the earliest deadline of each), go to the committing backend's
+ * lane, so that backends committing while nobody listens do not all take
+ * one lock (the uncontended cycle's one shared exclusive lock).
+ */
+#define DSYNC_EVENT_LANES		4
+
+typedef struct DsyncEventLane
+{
+	LWLock	   *lock;
+	int			first;			/* chunk read next, -1 if empty */
+	int			last;			/* chunk written next, -1 if empty */
+	uint32		read;			/* offset of the next entry in first */
+	uint64		bytes;			/* bytes queued */
+	uint64		dropped;		/* events lost because the pool was full */
+	uint64		dropped_announced;	/* of those, events for listeners */
+} DsyncEventLane;
+
 typedef struct DsyncDbSlot
 {
 	/* Protected by DsyncWorkerShared.lock. */
@@ -99,14 +121,12 @@ typedef struct DsyncDbSlot
 	 */
 	pg_atomic_uint64 reaped_until;
 
-	/* Event queue: a list of pool chunks, protected by queue_lock. */
-	LWLock	   *queue_lock;
-	int			queue_first;	/* chunk read next, -1 if empty */
-	int			queue_last;		/* chunk written next, -1 if empty */
-	uint32		queue_read;		/* offset of the next entry in queue_first */
-	uint64		queue_bytes;	/* bytes queued */
-	uint64		queue_dropped;	/* events lost because the pool was full */
-	uint64		queue_dropped_announced;	/* of those, events for listeners */
+	/*
+	 * Event queue, in lanes.  dbid and state change only under every
+	 * lane's lock too (DsyncQueueLockAll), so that no event lands in
+	 * another database's queue.
+	 */
+	DsyncEventLane lanes[DSYNC_EVENT_LANES];
 
 	pg_atomic_uint64 counters[DSYNC_NUM_COUNTERS];
 } DsyncDbSlot;

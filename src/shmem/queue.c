@@ -6,7 +6,8 @@
  *
  * Committing backends append their events to their database's queue (in
  * their commit callback, so nothing here may fail); the database's worker
- * takes them all at once.  A queue is a list of DSYNC_CHUNK_SIZE chunks
+ * takes them all at once.  A queue has DSYNC_EVENT_LANES lanes, each with
+ * its own lock (dbslot.h says which events go to which).  A queue is a list of DSYNC_CHUNK_SIZE chunks
  * taken from one pool (dsync.event_queue_size in all), so a busy database
  * can use most of the pool while a hundred quiet ones use none: memory
  * does not grow with the number of databases.  An entry never spans two
@@ -126,11 +127,12 @@ DsyncQueueFreeChunks(void)
 
 /*
  * DsyncQueueAppend
- *		Copy one event into a database's queue; false if the pool has no
- *		room.  The caller holds the queue lock.  Cannot fail otherwise.
+ *		Copy one event into a lane of a database's queue; false if the pool
+ *		has no room.  The caller holds the lane's lock.  Cannot fail
+ *		otherwise.
  */
 bool
-DsyncQueueAppend(DsyncDbSlot *slot, const DsyncEvent *event)
+DsyncQueueAppend(DsyncEventLane *lane, const DsyncEvent *event)
 {
 	int			namelen = strlen(event->name);
 	int			holderlen = strlen(event->holder);
@@ -138,10 +140,10 @@ DsyncQueueAppend(DsyncDbSlot *slot, const DsyncEvent *event)
 	DsyncChunk *last;
 	DsyncQueueEntry *entry;
 
-	Assert(LWLockHeldByMeInMode(slot->queue_lock, LW_EXCLUSIVE));
+	Assert(LWLockHeldByMeInMode(lane->lock, LW_EXCLUSIVE));
 
 	Assert(len <= DSYNC_CHUNK_DATA);
-	last = slot->queue_last >= 0 ? &dsync_workers->chunks[slot->queue_last] : NULL;
+	last = lane->last >= 0 ? &dsync_workers->chunks[lane->last] : NULL;
 	if (last == NULL || last->used + len > DSYNC_CHUNK_DATA)
 	{
 		int			chunk = DsyncQueueChunkTake();
@@ -152,10 +154,10 @@ DsyncQueueAppend(DsyncDbSlot *slot, const DsyncEvent *event)
 			last->next = chunk;
 		else
 		{
-			slot->queue_first = chunk;
-			slot->queue_read = 0;
+			lane->first = chunk;
+			lane->read = 0;
 		}
-		slot->queue_last = chunk;
+		lane->last = chunk;
 		last = &dsync_workers->chunks[chunk];
 	}
 	entry = (DsyncQueueEntry *) (last->data + last->used);
@@ -169,69 +171,139 @@ DsyncQueueAppend(DsyncDbSlot *slot, const DsyncEvent *event)
 	memcpy(entry->data, event->name, namelen);
 	memcpy(entry->data + namelen, event->holder, holderlen);
 	last->used += len;
-	slot->queue_bytes += len;
+	lane->bytes += len;
 	return true;
+}
+
+/*
+ * DsyncQueueLockAll
+ *		Take every lane's lock of a slot, in lane order (the only order in
+ *		which two are ever held), to change its database or reset it.
+ */
+void
+DsyncQueueLockAll(DsyncDbSlot *slot)
+{
+	for (int i = 0; i < DSYNC_EVENT_LANES; i++)
+		LWLockAcquire(slot->lanes[i].lock, LW_EXCLUSIVE);
+}
+
+/*
+ * DsyncQueueUnlockAll
+ *		Release what DsyncQueueLockAll took.
+ */
+void
+DsyncQueueUnlockAll(DsyncDbSlot *slot)
+{
+	for (int i = DSYNC_EVENT_LANES - 1; i >= 0; i--)
+		LWLockRelease(slot->lanes[i].lock);
+}
+
+/*
+ * DsyncQueueLaneReset
+ *		Give every chunk of a lane back.  The caller holds its lock.
+ */
+static void
+DsyncQueueLaneReset(DsyncEventLane *lane)
+{
+	int			count = 0;
+	int			last = -1;
+
+	Assert(LWLockHeldByMeInMode(lane->lock, LW_EXCLUSIVE));
+
+	for (int chunk = lane->first; chunk >= 0; chunk = dsync_workers->chunks[chunk].next)
+	{
+		last = chunk;
+		count++;
+	}
+	DsyncQueueChunksGive(lane->first, last, count);
+	lane->first = lane->last = -1;
+	lane->read = 0;
+	lane->bytes = 0;
+	lane->dropped = 0;
+	lane->dropped_announced = 0;
 }
 
 /*
  * DsyncQueueReset
  *		Give every chunk of a queue back (the slot goes to another database,
- *		or starts afresh).  The caller holds the queue lock.
+ *		or starts afresh).  The caller holds every lane's lock.
  */
 void
 DsyncQueueReset(DsyncDbSlot *slot)
 {
-	int			count = 0;
-	int			last = -1;
+	for (int i = 0; i < DSYNC_EVENT_LANES; i++)
+		DsyncQueueLaneReset(&slot->lanes[i]);
+}
 
-	Assert(LWLockHeldByMeInMode(slot->queue_lock, LW_EXCLUSIVE));
+/*
+ * DsyncQueuePending
+ *		Whether a database's queue holds events, or lost some since its
+ *		worker last looked (it must then rebuild its deadlines): the
+ *		lanes' bytes, each read under its lock.
+ */
+uint64
+DsyncQueuePending(DsyncDbSlot *slot, bool count_dropped)
+{
+	uint64		total = 0;
 
-	for (int chunk = slot->queue_first; chunk >= 0; chunk = dsync_workers->chunks[chunk].next)
+	for (int i = 0; i < DSYNC_EVENT_LANES; i++)
 	{
-		last = chunk;
-		count++;
+		DsyncEventLane *lane = &slot->lanes[i];
+
+		LWLockAcquire(lane->lock, LW_SHARED);
+		total += lane->bytes;
+		if (count_dropped && lane->dropped > 0)
+			total++;
+		LWLockRelease(lane->lock);
 	}
-	DsyncQueueChunksGive(slot->queue_first, last, count);
-	slot->queue_first = slot->queue_last = -1;
-	slot->queue_read = 0;
-	slot->queue_bytes = 0;
-	slot->queue_dropped = 0;
-	slot->queue_dropped_announced = 0;
+	return total;
 }
 
 /*
  * DsyncQueueDrain
- *		Take every queued event of a database, for its worker.  Returns how
- *		many; *dropped gets (and resets) the count of events lost since the
- *		last call because the pool was full, and *dropped_announced how many
- *		of those would have been sent to listeners.
+ *		Take every queued event of a database, for its worker: lane 0
+ *		first, then the others.  Returns how many; *dropped gets (and
+ *		resets) the count of events lost since the last call because the
+ *		pool was full, and *dropped_announced how many of those would have
+ *		been sent to listeners.
  *
- * The bytes are copied out under the lock and parsed afterwards: the lock
- * is what committing backends take in their commit callbacks.
+ * The bytes are copied out under each lane's lock and parsed afterwards:
+ * the locks are what committing backends take in their commit callbacks.
  */
 int
 DsyncQueueDrain(DsyncDbSlot *slot, List **events, uint64 *dropped,
 				uint64 *dropped_announced)
 {
-	char	   *copy;
+	char	   *copy = NULL;
 	Size		bytes = 0;
 	int			n = 0;
 
-	LWLockAcquire(slot->queue_lock, LW_EXCLUSIVE);
-	copy = palloc(slot->queue_bytes + 1);
-	for (int chunk = slot->queue_first; chunk >= 0; chunk = dsync_workers->chunks[chunk].next)
+	*dropped = 0;
+	*dropped_announced = 0;
+	for (int i = 0; i < DSYNC_EVENT_LANES; i++)
 	{
-		DsyncChunk *c = &dsync_workers->chunks[chunk];
-		uint32		from = chunk == slot->queue_first ? slot->queue_read : 0;
+		DsyncEventLane *lane = &slot->lanes[i];
 
-		Assert(bytes + (c->used - from) <= slot->queue_bytes);
-		memcpy(copy + bytes, c->data + from, c->used - from);
-		bytes += c->used - from;
+		LWLockAcquire(lane->lock, LW_EXCLUSIVE);
+		if (lane->bytes > 0)
+		{
+			Size		want = bytes + lane->bytes + 1;
+
+			copy = copy ? repalloc(copy, want) : palloc(want);
+			for (int chunk = lane->first; chunk >= 0; chunk = dsync_workers->chunks[chunk].next)
+			{
+				DsyncChunk *c = &dsync_workers->chunks[chunk];
+				uint32		from = chunk == lane->first ? lane->read : 0;
+
+				memcpy(copy + bytes, c->data + from, c->used - from);
+				bytes += c->used - from;
+			}
+		}
+		*dropped += lane->dropped;
+		*dropped_announced += lane->dropped_announced;
+		DsyncQueueLaneReset(lane);
+		LWLockRelease(lane->lock);
 	}
-	*dropped = slot->queue_dropped;
-	*dropped_announced = slot->queue_dropped_announced;
-	DsyncQueueReset(slot);
-	LWLockRelease(slot->queue_lock);
 
 	for (Size off = 0; off < bytes;)
 	{
@@ -250,6 +322,7 @@ DsyncQueueDrain(DsyncDbSlot *slot, List **events, uint64 *dropped,
 		off += entry->len;
 		n++;
 	}
-	pfree(copy);
+	if (copy)
+		pfree(copy);
 	return n;
 }

@@ -56,8 +56,11 @@ typedef struct DsyncEvent
 extern Size DsyncQueueEntrySize(const DsyncEvent *event);
 extern void DsyncQueuePoolInit(DsyncWorkerShared *shared, DsyncChunk *chunks, int nchunks);
 extern int	DsyncQueueFreeChunks(void);
-extern bool DsyncQueueAppend(DsyncDbSlot *slot, const DsyncEvent *event);
+extern bool DsyncQueueAppend(DsyncEventLane *lane, const DsyncEvent *event);
+extern void DsyncQueueLockAll(DsyncDbSlot *slot);
+extern void DsyncQueueUnlockAll(DsyncDbSlot *slot);
 extern void DsyncQueueReset(DsyncDbSlot *slot);
+extern uint64 DsyncQueuePending(DsyncDbSlot *slot, bool count_dropped);
 extern int	DsyncQueueDrain(DsyncDbSlot *slot, List **events, uint64 *dropped,
 							uint64 *dropped_announced);
 

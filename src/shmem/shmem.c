@@ -83,7 +83,7 @@ DsyncWorkerShmemSize(void)
 
 /*
  * DsyncWorkerShmemInit
- *		Lay out the database slots, each with its event queue lock, and
+ *		Lay out the database slots, each with its event queue's lane locks, and
  *		the event pool.
  */
 static void
@@ -104,8 +104,11 @@ DsyncWorkerShmemInit(void)
 	{
 		DsyncDbSlot *slot = &dsync_workers->slots[i];
 
-		slot->queue_lock = &queue_locks[i].lock;
-		slot->queue_first = slot->queue_last = -1;
+		for (int l = 0; l < DSYNC_EVENT_LANES; l++)
+		{
+			slot->lanes[l].lock = &queue_locks[i * DSYNC_EVENT_LANES + l].lock;
+			slot->lanes[l].first = slot->lanes[l].last = -1;
+		}
 		slot->pgprocno = -1;
 		pg_atomic_init_u64(&slot->next_deadline, 0);
 		pg_atomic_init_u64(&slot->ephemeral_deadline, 0);
@@ -137,7 +140,8 @@ DsyncCoreShmemRequest(void)
 	RequestAddinShmemSpace(DsyncWorkerShmemSize());
 	RequestNamedLWLockTranche(DSYNC_TRANCHE_WAIT_QUEUE, 1);
 	RequestNamedLWLockTranche(DSYNC_TRANCHE_WORKERS, 1);
-	RequestNamedLWLockTranche(DSYNC_TRANCHE_EVENT_QUEUE, dsync_max_databases);
+	RequestNamedLWLockTranche(DSYNC_TRANCHE_EVENT_QUEUE,
+							  dsync_max_databases * DSYNC_EVENT_LANES);
 }
 
 /*

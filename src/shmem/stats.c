@@ -27,6 +27,7 @@
 
 #include "stats.h"
 #include "dbslot.h"
+#include "queue.h"
 
 PG_FUNCTION_INFO_V1(dsync_stats_row);
 PG_FUNCTION_INFO_V1(dsync_stats_reset);
@@ -124,9 +125,7 @@ dsync_stats_row(PG_FUNCTION_ARGS)
 	LWLockRelease(dsync_workers->lock);
 	if (slot != NULL)
 	{
-		LWLockAcquire(slot->queue_lock, LW_SHARED);
-		used = slot->queue_bytes;
-		LWLockRelease(slot->queue_lock);
+		used = DsyncQueuePending(slot, false);
 	}
 
 	values[col] = Int32GetDatum(pid);
@@ -190,9 +189,7 @@ dsync_database_slots(PG_FUNCTION_ARGS)
 		deadline = pg_atomic_read_u64(&slot->next_deadline);
 		values[5] = TimestampTzGetDatum((TimestampTz) deadline);
 		nulls[5] = deadline == 0 || state != DSYNC_DB_ACTIVE;
-		LWLockAcquire(slot->queue_lock, LW_SHARED);
-		values[6] = Int64GetDatum((int64) slot->queue_bytes);
-		LWLockRelease(slot->queue_lock);
+		values[6] = Int64GetDatum((int64) DsyncQueuePending(slot, false));
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

@@ -85,10 +85,10 @@ DsyncLifecycleDropped(void)
 	}
 	LWLockRelease(dsync_workers->lock);
 	/* With no worker to find out, nobody else would free the queue. */
-	LWLockAcquire(slot->queue_lock, LW_EXCLUSIVE);
+	DsyncQueueLockAll(slot);
 	if (slot->dbid == MyDatabaseId && slot->state == DSYNC_DB_ABSENT && slot->pid == 0)
 		DsyncQueueReset(slot);
-	LWLockRelease(slot->queue_lock);
+	DsyncQueueUnlockAll(slot);
 	pg_atomic_write_u32(&slot->recheck, 1);
 	procno = slot->pgprocno;
 	if (procno >= 0)

@@ -60,6 +60,7 @@
 #include "workers.h"
 #include "ephemeral.h"
 #include "compat.h"
+#include "queue.h"
 
 /* A worker serves at least this long before it is asked to make way. */
 #define DSYNC_MIN_SERVE_MS		20
@@ -277,10 +278,8 @@ DsyncLauncherUrgency(DsyncDbSlot *slot, TimestampTz now)
 
 	if (slot->state == DSYNC_DB_PROBE)
 		return now;
-	LWLockAcquire(slot->queue_lock, LW_SHARED);
-	if (slot->queue_bytes > 0)
+	if (DsyncQueuePending(slot, false) > 0)
 		deadline = (uint64) now;
-	LWLockRelease(slot->queue_lock);
 	return deadline == 0 ? DT_NOEND : (TimestampTz) deadline;
 }
 

@@ -490,9 +490,7 @@ ReaperExit(int code, Datum arg)
 	dsync_workers->rescan = dsync_workers->rescan || code != 0;
 	LWLockRelease(dsync_workers->lock);
 
-	LWLockAcquire(slot->queue_lock, LW_SHARED);
-	queued = slot->queue_bytes > 0 || slot->queue_dropped > 0;
-	LWLockRelease(slot->queue_lock);
+	queued = DsyncQueuePending(slot, true) > 0;
 	/* Also a worker that failed or was stopped comes back (after a delay). */
 	if ((queued || code != 0) && slot->state == DSYNC_DB_ACTIVE)
 		DsyncDbSlotWant(slot);
@@ -512,10 +510,10 @@ ReaperSetState(DsyncDbState state)
 	LWLockRelease(dsync_workers->lock);
 	if (state == DSYNC_DB_ABSENT)
 	{
-		LWLockAcquire(reaper_slot->queue_lock, LW_EXCLUSIVE);
+		DsyncQueueLockAll(reaper_slot);
 		if (reaper_slot->state == DSYNC_DB_ABSENT)
 			DsyncQueueReset(reaper_slot);
-		LWLockRelease(reaper_slot->queue_lock);
+		DsyncQueueUnlockAll(reaper_slot);
 		pg_atomic_write_u32(&reaper_slot->wanted, 0);
 		pg_atomic_write_u64(&reaper_slot->next_deadline, 0);
 	}
@@ -686,10 +684,8 @@ dsync_reaper_main(Datum arg)
 		}
 		if (DsyncQueuedWorkDue(GetCurrentTimestamp()))
 			sleep_ms = 0;
-		LWLockAcquire(reaper_slot->queue_lock, LW_SHARED);
-		if (reaper_slot->queue_bytes > 0 || reaper_slot->queue_dropped > 0)
+		if (DsyncQueuePending(reaper_slot, true) > 0)
 			sleep_ms = 0;
-		LWLockRelease(reaper_slot->queue_lock);
 		/* Likewise an ephemeral deadline, which comes through the slot. */
 		pg_memory_barrier();
 		{

@@ -59,27 +59,28 @@ ticks() {
 	awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || echo 0
 }
 
-# Around every dsync run (warm-up included; the warm-up's are not kept):
-# sample its backends' wait events, count the worker's ticks.
+# Around every run (warm-up included; the warm-up's are not kept): sample
+# its backends' wait events, through one connection (psql's \watch: a
+# psql started every 50 ms would cost the measured run a backend start
+# each time), for both variants alike, so that sampling costs each the
+# same; keep the dsync runs' samples, and count the worker's ticks.
 cycle_before() {
-	[ "$1" = dsync ] || return 0
 	BEFORE_COMMITS=$(commits)
 	BEFORE_TICKS=$(ticks)
-	(
-		while :; do
-			"$PGBIN/psql" -X -q -At -d bench -c "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU')
-				FROM pg_stat_activity WHERE application_name = 'pgbench' AND state = 'active'" 2>/dev/null
-			sleep 0.05
-		done >"$SAMPLES.current"
-	) &
+	printf '%s\n\\watch 0.05\n' "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU')
+		FROM pg_stat_activity WHERE application_name = 'pgbench' AND state = 'active'" |
+		PGAPPNAME="dsync bench sampler" "$PGBIN/psql" -X -q -At -d bench >"$SAMPLES.current" 2>/dev/null &
 	SAMPLER_PID=$!
 }
 
 cycle_after() {
-	[ "$1" = dsync ] || return 0
 	kill "$SAMPLER_PID" 2>/dev/null || true
 	wait "$SAMPLER_PID" 2>/dev/null || true
 	SAMPLER_PID=
+	if [ "$1" != dsync ]; then
+		rm -f "$SAMPLES.current"
+		return 0
+	fi
 	local cycles=$((($(commits) - BEFORE_COMMITS) / 2)) ms
 	ms=$(awk -v t=$(($(ticks) - BEFORE_TICKS)) -v hz="$(getconf CLK_TCK)" 'BEGIN { print t * 1000 / hz }')
 	if [ -z "$CUR_CLIENTS" ]; then
@@ -118,6 +119,14 @@ for commit in "${COMMIT_MODES[@]}"; do
 			-v c="$clients" -v m="$commit" -v p="$per" \
 			'BEGIN { printf "%8s %12s %12.2f %22s\n", c, m, d / t, p }'
 	done
+done
+
+# A run's worker CPU is mostly the deadlines of an earlier run's acquires
+# (ttl 30 s) coming due, each a lookup of a row released long ago: so
+# per run it swings with what ran 30 s before; over all runs it does not.
+for commit in "${COMMIT_MODES[@]}"; do
+	awk -v m="$commit" '$2 == m { c += $3; t += $4 }
+		END { if (c) printf "all dsync runs, synchronous_commit %s: %d cycles, worker %.0f ms, %.2f ms per 1,000 cycles\n", m, c, t, t * 1000 / c }' "$REAPER"
 done
 
 echo

@@ -174,15 +174,16 @@ median() {
 }
 
 # wait_idle DB: wait until no other client session is connected to DB (a
-# benchmark's own listener, application_name "dsync bench listener", aside),
-# so that every pgbench backend has exited and flushed its statistics.
+# benchmark's own listener, application_name "dsync bench listener",
+# and a wait-event sampler, "dsync bench sampler", aside), so that every
+# pgbench backend has exited and flushed its statistics.
 wait_idle() {
 	local n
 	for _ in $(seq 1 100); do
 		n=$(q "$1" "SELECT count(*) FROM pg_stat_activity
 		             WHERE datname = current_database() AND pid <> pg_backend_pid()
 		               AND backend_type = 'client backend'
-		               AND application_name <> 'dsync bench listener'")
+		               AND application_name NOT IN ('dsync bench listener', 'dsync bench sampler')")
 		[ "$n" = 0 ] && { sleep 0.2; return 0; }
 		sleep 0.1
 	done

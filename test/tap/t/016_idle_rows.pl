@@ -9,6 +9,8 @@
 # (2 s here).  This test proves:
 #   - 1,000 names acquired and released once are removed after the
 #     retention, and so are expired ones the reaper cleared;
+#   - so are those of eight backends at once, whose events went to
+#     several lanes of the event queue;
 #   - a name acquired and released every 0.3 s keeps its row meanwhile:
 #     no insert, every update HOT;
 #   - permit rows of a defined semaphore stay; once it is dropped, its
@@ -45,6 +47,25 @@ q1($node, "SELECT count(dsync_acquire('expire-' || i, 'h', '500 ms')) FROM gener
 is(rows('once-%') + rows('expire-%'), 1100, '1,100 rows after the grants');
 ok(wait_for($node, "SELECT count(*) = 0 FROM dsync_lease WHERE name LIKE 'once-%' OR name LIKE 'expire-%'"),
 	'released and expired rows are removed once unused for dsync.idle_row_retention');
+
+# --- from many backends at once ---------------------------------------------
+# Events nobody hears go to the committing backend's lane of the event
+# queue (one of 4, by PGPROC number); the worker must drain every lane.
+# Eight backends connected together have eight PGPROCs, so several lanes.
+my @lane_clients = map { psql_client($node, 'postgres') } 1 .. 8;
+for my $c (0 .. $#lane_clients)
+{
+	ok( send_wait(
+			$lane_clients[$c],
+			"SELECT count(dsync_acquire('lane-$c-' || i, 'h', '1 hour')) + "
+			  . "count(*) FILTER (WHERE dsync_release('lane-$c-' || i, 'h')) "
+			  . "FROM generate_series(1, 50) i;",
+			qr/^100$/m),
+		"backend $c acquired and released 50 names");
+}
+is(rows('lane-%'), 400, '400 rows after eight backends used them at once');
+ok(wait_for($node, "SELECT count(*) = 0 FROM dsync_lease WHERE name LIKE 'lane-%'"),
+	"every backend's released rows are removed: the worker read every lane");
 
 # --- a name in use keeps its row and its HOT updates ----------------------------
 
