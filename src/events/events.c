@@ -296,6 +296,8 @@ DsyncEventsHeard(DsyncDbSlot *slot, TimestampTz now)
 		return false;
 	if (DsyncListenersIn(MyDatabaseId))
 		return true;
+	/* A leaving listener raises left_at before it clears its mark. */
+	pg_read_barrier();
 	if (dsync_event_retention <= 0 || slot == NULL ||
 		(left_at = (TimestampTz) pg_atomic_read_u64(&slot->watcher_left_at)) == 0)
 		return false;
@@ -414,11 +416,14 @@ DsyncEventPublish(List *events, int64 renewals, bool count, bool heard_known)
 	 * read after it), and a LISTEN sets its mark before it can commit, so
 	 * an event committed after a LISTEN committed is heard (listen.c).  In
 	 * the commit callback: the commit's own time, no clock read.  What is
-	 * heard goes to lane 0, in order; the rest to this backend's lane.
+	 * heard goes to lane 0, in order; the rest to this backend's lane,
+	 * unless the pool runs low: a lane holds a chunk of its own while it
+	 * has events, so lanes multiply what waiting databases hold.
 	 */
 	pg_memory_barrier();
 	heard = heard_known || DsyncEventsHeard(slot, GetCurrentTransactionStopTimestamp());
-	lane = &slot->lanes[heard ? 0 : DsyncProcNumber(MyProc) % DSYNC_EVENT_LANES];
+	lane = &slot->lanes[heard || DsyncQueueFreeChunks() < dsync_workers->pool_size / 2 ? 0 :
+						DsyncProcNumber(MyProc) % DSYNC_EVENT_LANES];
 	LWLockAcquire(lane->lock, LW_EXCLUSIVE);
 	if (slot->dbid != MyDatabaseId || slot->state != DSYNC_DB_ACTIVE)
 	{
@@ -441,6 +446,8 @@ DsyncEventPublish(List *events, int64 renewals, bool count, bool heard_known)
 			event.kind = EventUnheard(event.kind);
 		if (event.kind == DSYNC_EVENT_NONE)
 			continue;
+		/* Only lane 0 keeps announced events in order. */
+		Assert(heard || !DsyncEventIsAnnounced(event.kind));
 		if (!DsyncQueueAppend(lane, &event))
 		{
 			dropped++;

@@ -53,7 +53,14 @@ typedef struct DsyncSender
  */
 #define DSYNC_EVENT_LANES		4
 
-typedef struct DsyncEventLane
+/* A cache line each, where the compiler can: lanes' writers apart. */
+#if defined(pg_attribute_aligned)
+#define DSYNC_LANE_ALIGNED	pg_attribute_aligned(PG_CACHE_LINE_SIZE)
+#else
+#define DSYNC_LANE_ALIGNED
+#endif
+
+typedef struct DSYNC_LANE_ALIGNED DsyncEventLane
 {
 	LWLock	   *lock;
 	int			first;			/* chunk read next, -1 if empty */
@@ -122,9 +129,10 @@ typedef struct DsyncDbSlot
 	pg_atomic_uint64 reaped_until;
 
 	/*
-	 * Event queue, in lanes.  dbid and state change only under every
-	 * lane's lock too (DsyncQueueLockAll), so that no event lands in
-	 * another database's queue.
+	 * Event queue, in lanes.  dbid changes only under every lane's lock
+	 * too (DsyncQueueLockAll), so that no event lands in another
+	 * database's queue; a state that stops the queue is set first, then
+	 * the queue reset under every lane's lock.
 	 */
 	DsyncEventLane lanes[DSYNC_EVENT_LANES];
 

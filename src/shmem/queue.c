@@ -275,6 +275,7 @@ DsyncQueueDrain(DsyncDbSlot *slot, List **events, uint64 *dropped,
 				uint64 *dropped_announced)
 {
 	char	   *copy = NULL;
+	Size		size = 0;
 	Size		bytes = 0;
 	int			n = 0;
 
@@ -283,22 +284,34 @@ DsyncQueueDrain(DsyncDbSlot *slot, List **events, uint64 *dropped,
 	for (int i = 0; i < DSYNC_EVENT_LANES; i++)
 	{
 		DsyncEventLane *lane = &slot->lanes[i];
+		Size		lane_bytes PG_USED_FOR_ASSERTS_ONLY = 0;
 
 		LWLockAcquire(lane->lock, LW_EXCLUSIVE);
-		if (lane->bytes > 0)
+		if (bytes + lane->bytes > size)
 		{
-			Size		want = bytes + lane->bytes + 1;
+			/*
+			 * Grow the copy with no lock held (an error under one would
+			 * leave it held), then take this lane again: it may have grown.
+			 */
+			Size		want = bytes + lane->bytes;
 
-			copy = copy ? repalloc(copy, want) : palloc(want);
-			for (int chunk = lane->first; chunk >= 0; chunk = dsync_workers->chunks[chunk].next)
-			{
-				DsyncChunk *c = &dsync_workers->chunks[chunk];
-				uint32		from = chunk == lane->first ? lane->read : 0;
-
-				memcpy(copy + bytes, c->data + from, c->used - from);
-				bytes += c->used - from;
-			}
+			LWLockRelease(lane->lock);
+			size = Max(want, size * 2) + DSYNC_CHUNK_DATA;
+			copy = copy ? repalloc_huge(copy, size) :
+				MemoryContextAllocHuge(CurrentMemoryContext, size);
+			i--;
+			continue;
 		}
+		for (int chunk = lane->first; chunk >= 0; chunk = dsync_workers->chunks[chunk].next)
+		{
+			DsyncChunk *c = &dsync_workers->chunks[chunk];
+			uint32		from = chunk == lane->first ? lane->read : 0;
+
+			memcpy(copy + bytes, c->data + from, c->used - from);
+			bytes += c->used - from;
+			lane_bytes += c->used - from;
+		}
+		Assert(lane_bytes == lane->bytes);
 		*dropped += lane->dropped;
 		*dropped_announced += lane->dropped_announced;
 		DsyncQueueLaneReset(lane);

@@ -473,6 +473,8 @@ ReaperExit(int code, Datum arg)
 	DsyncDbSlot *slot = &dsync_workers->slots[DatumGetInt32(arg)];
 	bool		queued;
 
+	/* An error may have left one held (an exit is no abort): we take them. */
+	LWLockReleaseAll();
 	LWLockAcquire(dsync_workers->lock, LW_EXCLUSIVE);
 	if (slot->pid == MyProcPid)
 	{
