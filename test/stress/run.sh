@@ -63,8 +63,17 @@ else
 fi
 # Queued waiters (dsync_queue) and blocked backends in one line, with kills
 # and clients that vanish or give up (a history check, in Python).
-if python3 -c 'import psycopg' 2>/dev/null; then
-	python3 "$here/queue_stress.py" "${QUEUE_SECONDS:-20}" "${QUEUE_CLIENTS:-12}" || status=1
+# The first Python 3 with psycopg: on a host whose PATH starts with a
+# python3 of its own (pyenv), Debian's python3-psycopg is in /usr/bin's.
+queue_python=
+for py in python3 /usr/bin/python3; do
+	if "$py" -c 'import psycopg' 2>/dev/null; then
+		queue_python=$py
+		break
+	fi
+done
+if [ -n "$queue_python" ]; then
+	"$queue_python" "$here/queue_stress.py" "${QUEUE_SECONDS:-20}" "${QUEUE_CLIENTS:-12}" || status=1
 else
 	echo "(python3-psycopg is not installed: the queue stress run is skipped)"
 fi
