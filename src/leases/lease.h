@@ -32,7 +32,6 @@ extern bool DsyncLeaseAcquireWait(const DsyncCatalog *catalog, text *lease, uint
 extern bool DsyncLeaseRaiseFences(const DsyncCatalog *catalog, text *lease, uint32 hash,
 								  int64 token, uint64 fresh);
 extern text *DsyncLeaseLeader(FunctionCallInfo fcinfo, text *lease);
-extern bool DsyncLeaseHeldBy(FunctionCallInfo fcinfo, text *lease, text *holder);
 extern void DsyncLeaseSetGrant(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant);
 extern void DsyncLeaseRenewRow(DsyncStore *store, DsyncRow *row, const LeaseGrant *grant);
 extern void DsyncLeaseSetReleased(DsyncRow *row);

@@ -398,28 +398,6 @@ dsync_release(PG_FUNCTION_ARGS)
 }
 
 /*
- * DsyncLeaseHeldBy
- *		Whether holder holds the lease live now (its plain lease or a
- *		permit), as the caller's role, read without locking anything: the
- *		cheap look before a reentrant grant, which takes an internal
- *		subtransaction.
- */
-bool
-DsyncLeaseHeldBy(FunctionCallInfo fcinfo, text *lease, text *holder)
-{
-	LeaseStores stores;
-	DsyncStore *store;
-	DsyncRow   *row;
-	bool		held;
-
-	LeaseStoresOpen(&stores, fcinfo, false);
-	row = LeaseFindHeld(&stores, lease, holder, &store);
-	held = row != NULL && DsyncRowOwnerIsCaller(row, Anum_lease_owner);
-	LeaseStoresClose(&stores);
-	return held;
-}
-
-/*
  * DsyncLeaseLeader
  *		The holder of a live one-permit lease, or NULL: also the leader
  *		that dsync_members marks.  A semaphore of several permits has

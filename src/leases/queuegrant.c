@@ -298,11 +298,9 @@ dsync_queue(PG_FUNCTION_ARGS)
 	 * Behind others: a holder that has the lease already (its client lost
 	 * the answer that granted it, and queues again) gets it back at once,
 	 * as dsync_acquire would give it, instead of waiting behind others for
-	 * what it holds.  A plain look first: a waiter that holds nothing,
-	 * the common case, then pays no internal subtransaction for a try.
+	 * what it holds.
 	 */
-	else if (DsyncLeaseHeldBy(fcinfo, lease, holder) &&
-			 QueueTryOnce(fcinfo, lease, key, holder, ttl_usec, mode == DSYNC_QUEUED_SHARED,
+	else if (QueueTryOnce(fcinfo, lease, key, holder, ttl_usec, mode == DSYNC_QUEUED_SHARED,
 						  false, &token))
 	{
 		DsyncQueuedDrop(&me);

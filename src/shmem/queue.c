@@ -236,24 +236,26 @@ DsyncQueueReset(DsyncDbSlot *slot)
 }
 
 /*
- * DsyncQueuePending
- *		Whether a database's queue holds events, or lost some since its
- *		worker last looked (it must then rebuild its deadlines): the
- *		lanes' bytes, each read under its lock.
+ * DsyncQueueBytes
+ *		Bytes queued in a database's lanes, each read under its lock; with
+ *		dropped, also whether events were lost since its worker last drained
+ *		them (it must then rebuild its deadlines).
  */
 uint64
-DsyncQueuePending(DsyncDbSlot *slot, bool count_dropped)
+DsyncQueueBytes(DsyncDbSlot *slot, bool *dropped)
 {
 	uint64		total = 0;
 
+	if (dropped)
+		*dropped = false;
 	for (int i = 0; i < DSYNC_EVENT_LANES; i++)
 	{
 		DsyncEventLane *lane = &slot->lanes[i];
 
 		LWLockAcquire(lane->lock, LW_SHARED);
 		total += lane->bytes;
-		if (count_dropped && lane->dropped > 0)
-			total++;
+		if (dropped && lane->dropped > 0)
+			*dropped = true;
 		LWLockRelease(lane->lock);
 	}
 	return total;
@@ -275,7 +277,6 @@ DsyncQueueDrain(DsyncDbSlot *slot, List **events, uint64 *dropped,
 				uint64 *dropped_announced)
 {
 	char	   *copy = NULL;
-	Size		size = 0;
 	Size		bytes = 0;
 	int			n = 0;
 
@@ -287,21 +288,10 @@ DsyncQueueDrain(DsyncDbSlot *slot, List **events, uint64 *dropped,
 		Size		lane_bytes PG_USED_FOR_ASSERTS_ONLY = 0;
 
 		LWLockAcquire(lane->lock, LW_EXCLUSIVE);
-		if (bytes + lane->bytes > size)
-		{
-			/*
-			 * Grow the copy with no lock held (an error under one would
-			 * leave it held), then take this lane again: it may have grown.
-			 */
-			Size		want = bytes + lane->bytes;
-
-			LWLockRelease(lane->lock);
-			size = Max(want, size * 2) + DSYNC_CHUNK_DATA;
-			copy = copy ? repalloc_huge(copy, size) :
-				MemoryContextAllocHuge(CurrentMemoryContext, size);
-			i--;
-			continue;
-		}
+		/* An error here exits the worker, which releases the lock first. */
+		if (lane->bytes > 0)
+			copy = copy ? repalloc_huge(copy, bytes + lane->bytes) :
+				MemoryContextAllocHuge(CurrentMemoryContext, lane->bytes);
 		for (int chunk = lane->first; chunk >= 0; chunk = dsync_workers->chunks[chunk].next)
 		{
 			DsyncChunk *c = &dsync_workers->chunks[chunk];

@@ -60,7 +60,7 @@ extern bool DsyncQueueAppend(DsyncEventLane *lane, const DsyncEvent *event);
 extern void DsyncQueueLockAll(DsyncDbSlot *slot);
 extern void DsyncQueueUnlockAll(DsyncDbSlot *slot);
 extern void DsyncQueueReset(DsyncDbSlot *slot);
-extern uint64 DsyncQueuePending(DsyncDbSlot *slot, bool count_dropped);
+extern uint64 DsyncQueueBytes(DsyncDbSlot *slot, bool *dropped);
 extern int	DsyncQueueDrain(DsyncDbSlot *slot, List **events, uint64 *dropped,
 							uint64 *dropped_announced);
 

@@ -125,7 +125,7 @@ dsync_stats_row(PG_FUNCTION_ARGS)
 	LWLockRelease(dsync_workers->lock);
 	if (slot != NULL)
 	{
-		used = DsyncQueuePending(slot, false);
+		used = DsyncQueueBytes(slot, NULL);
 	}
 
 	values[col] = Int32GetDatum(pid);
@@ -189,7 +189,7 @@ dsync_database_slots(PG_FUNCTION_ARGS)
 		deadline = pg_atomic_read_u64(&slot->next_deadline);
 		values[5] = TimestampTzGetDatum((TimestampTz) deadline);
 		nulls[5] = deadline == 0 || state != DSYNC_DB_ACTIVE;
-		values[6] = Int64GetDatum((int64) DsyncQueuePending(slot, false));
+		values[6] = Int64GetDatum((int64) DsyncQueueBytes(slot, NULL));
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

@@ -278,7 +278,7 @@ DsyncLauncherUrgency(DsyncDbSlot *slot, TimestampTz now)
 
 	if (slot->state == DSYNC_DB_PROBE)
 		return now;
-	if (DsyncQueuePending(slot, false) > 0)
+	if (DsyncQueueBytes(slot, NULL) > 0)
 		deadline = (uint64) now;
 	return deadline == 0 ? DT_NOEND : (TimestampTz) deadline;
 }

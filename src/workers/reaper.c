@@ -472,6 +472,7 @@ ReaperExit(int code, Datum arg)
 {
 	DsyncDbSlot *slot = &dsync_workers->slots[DatumGetInt32(arg)];
 	bool		queued;
+	bool		dropped;
 
 	/* An error may have left one held (an exit is no abort): we take them. */
 	LWLockReleaseAll();
@@ -492,7 +493,7 @@ ReaperExit(int code, Datum arg)
 	dsync_workers->rescan = dsync_workers->rescan || code != 0;
 	LWLockRelease(dsync_workers->lock);
 
-	queued = DsyncQueuePending(slot, true) > 0;
+	queued = DsyncQueueBytes(slot, &dropped) > 0 || dropped;
 	/* Also a worker that failed or was stopped comes back (after a delay). */
 	if ((queued || code != 0) && slot->state == DSYNC_DB_ACTIVE)
 		DsyncDbSlotWant(slot);
@@ -606,6 +607,7 @@ dsync_reaper_main(Datum arg)
 		TimestampTz now;
 		long		sleep_ms = -1;
 		bool		more;
+		bool		dropped;
 		bool		recheck;
 		int			drained;
 		TimestampTz sent_at;	/* when this pass last sent */
@@ -686,7 +688,7 @@ dsync_reaper_main(Datum arg)
 		}
 		if (DsyncQueuedWorkDue(GetCurrentTimestamp()))
 			sleep_ms = 0;
-		if (DsyncQueuePending(reaper_slot, true) > 0)
+		if (DsyncQueueBytes(reaper_slot, &dropped) > 0 || dropped)
 			sleep_ms = 0;
 		/* Likewise an ephemeral deadline, which comes through the slot. */
 		pg_memory_barrier();
