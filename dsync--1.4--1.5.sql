@@ -250,13 +250,14 @@ CREATE FUNCTION @extschema@.dsync_queue(
 	holder text,
 	ttl interval DEFAULT '30 seconds',
 	channel text DEFAULT NULL,
-	shared boolean DEFAULT false)
+	shared boolean DEFAULT false,
+	durable boolean DEFAULT true)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'dsync_queue'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.dsync_queue(text, text, interval, text, boolean) IS
-'get in line for lease without staying connected: the fencing token if granted now, else NULL (queued; renew the place with dsync_claim within ttl; the grant is announced on dsync_queue_channel(channel))';
+COMMENT ON FUNCTION @extschema@.dsync_queue(text, text, interval, text, boolean, boolean) IS
+'get in line for lease without staying connected: the fencing token if granted now, else NULL (queued; renew the place with dsync_claim within ttl; the grant is announced on dsync_queue_channel(channel)); durable => false queues for an ephemeral lease';
 
 CREATE FUNCTION @extschema@.dsync_queue_channel(
 	name text)

@@ -238,6 +238,26 @@ DsyncEphemeralUndoAtAbort(text *lease, uint64 generation)
 }
 
 /*
+ * DsyncEphemeralUndoNoted
+ *		Whether the grant of this generation is to be let go of if the
+ *		current transaction rolls back (a fence bound to it was raised).
+ */
+bool
+DsyncEphemeralUndoNoted(uint64 generation)
+{
+	ListCell   *lc;
+
+	foreach(lc, bound_grants)
+	{
+		EphemeralBoundNote *note = lfirst(lc);
+
+		if (note->generation == generation)
+			return true;
+	}
+	return false;
+}
+
+/*
  * DsyncEphemeralUndoForget
  *		The grant of this generation turned out to have no fence bound: it
  *		outlives its transaction after all, as ephemeral grants do.

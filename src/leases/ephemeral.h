@@ -53,6 +53,8 @@ extern DsyncEphemeralFound DsyncEphemeralRenew(const DsyncCatalog *catalog, text
 											   TimestampTz *expiry);
 extern DsyncEphemeralFound DsyncEphemeralRelease(text *lease, text *holder, int64 *token);
 extern bool DsyncEphemeralReleaseGrant(text *lease, text *holder, int64 token);
+extern DsyncReleaseResult DsyncEphemeralPassOn(text *lease, text *holder, int64 token,
+											   TimestampTz renewed_upto);
 extern DsyncEphemeralFound DsyncEphemeralGuard(text *lease, text *holder, int64 *token);
 extern DsyncEphemeralFound DsyncEphemeralLeader(text *lease, text **holder);
 extern int64 DsyncEphemeralToken(text *lease);
@@ -75,6 +77,7 @@ extern List *DsyncEphemeralRows(text *lease, text *holder);
 
 /* ephbound.c: a grant of a lease with a bound fence, undone by a rollback */
 extern void DsyncEphemeralUndoAtAbort(text *lease, uint64 generation);
+extern bool DsyncEphemeralUndoNoted(uint64 generation);
 extern void DsyncEphemeralUndoForget(uint64 generation);
 
 /* ephemeral_record.c: the durable trace of ephemeral leases */

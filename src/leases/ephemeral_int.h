@@ -190,7 +190,7 @@ extern void EphemeralHeapRemove(EphemeralEntry *entry);
 extern void EphemeralHeapPut(EphemeralEntry *entry, const DsyncDbSlot *slot);
 extern void EphemeralHeapMoved(EphemeralEntry *entry);
 extern int	EphemeralHeapReap(const DsyncDbSlot *slot, int partition, TimestampTz now,
-							  TimestampTz *next);
+							  TimestampTz *next, uint64 *freed);
 
 /* ephscan.c */
 extern int	EphemeralSweep(Oid dbid, bool forget);

@@ -158,10 +158,12 @@ EphemeralHeapMoved(EphemeralEntry *entry)
  *		that expired by now and nobody guards; returns how many, and lowers
  *		*next to the earliest expiry still to come.  A guarded expired
  *		entry stays (the end of its guard announces when it is due), and
- *		goes back in the heap.
+ *		goes back in the heap.  Sets the bits of the removed names' wake
+ *		channels in freed (DSYNC_WAKE_CHANNELS bits).
  */
 int
-EphemeralHeapReap(const DsyncDbSlot *slot, int partition, TimestampTz now, TimestampTz *next)
+EphemeralHeapReap(const DsyncDbSlot *slot, int partition, TimestampTz now, TimestampTz *next,
+				  uint64 *freed)
 {
 	pairingheap_node **root = EphemeralHeapRoot(slot, partition);
 	pairingheap heap = {EphemeralHeapCompare, NULL, *root};
@@ -173,6 +175,7 @@ EphemeralHeapReap(const DsyncDbSlot *slot, int partition, TimestampTz now, Times
 		EphemeralEntry *entry = pairingheap_container(EphemeralEntry, expiry,
 													  pairingheap_first(&heap));
 		DsyncEvent	event;
+		int			channel;
 
 		if (entry->expires_at > now)
 		{
@@ -195,6 +198,9 @@ EphemeralHeapReap(const DsyncDbSlot *slot, int partition, TimestampTz now, Times
 		}
 		event = EphemeralEvent(DSYNC_EVENT_EXPIRED, entry);
 		DsyncEventPublishNow(&event, 1, 0);
+		/* Its queued waiters have no backend to wake (DsyncEphemeralReap). */
+		channel = DsyncWaitKeyBytes(event.name, entry->key.len) % DSYNC_WAKE_CHANNELS;
+		freed[channel / 64] |= UINT64CONST(1) << (channel % 64);
 		EphemeralRemove(entry);
 		removed++;
 	}

@@ -35,6 +35,7 @@
 #include "events.h"
 #include "fencing.h"
 #include "heldmap.h"
+#include "queued.h"
 #include "settings.h"
 #include "stats.h"
 #include "store.h"
@@ -127,29 +128,41 @@ EphemeralLetGo(EphemeralEntry *entry, uint32 hash)
 
 /*
  * EphemeralReleaseIf
- *		Release holder's ephemeral lease if it holds it, and if only_token
- *		is not 0, only the grant with that token and only if it is this
- *		backend's session lease still (another backend may have taken it
- *		over, see DsyncEphemeralSessionMove).  NONE if the name has none.
- *		Waits for the guards of other transactions, as a row lock would.
+ *		Release holder's ephemeral lease if it holds it.  If only_token is
+ *		not 0, only the grant with that token; with session_only, only if
+ *		it is this backend's session lease still (another backend may have
+ *		taken it over, see DsyncEphemeralSessionMove); with renewed_upto
+ *		not 0, only if not renewed since (a renewal is a claim of a grant
+ *		made to a queued waiter).  NONE if the name has none.  With wait,
+ *		waits for the guards of other transactions, as a row lock would;
+ *		without, a guarded lease is BUSY (*busy).
  */
 static DsyncEphemeralFound
-EphemeralReleaseIf(text *lease, text *holder, int64 only_token, int64 *token)
+EphemeralReleaseIf(text *lease, text *holder, int64 only_token, bool session_only,
+				   TimestampTz renewed_upto, bool wait, bool *busy, int64 *token)
 {
 	EphemeralLook look;
 	DsyncEphemeralFound found;
 
+	*busy = false;
 	found = EphemeralLookHeld(lease, holder, LW_EXCLUSIVE, &look);
 	if (found == DSYNC_EPHEMERAL_NONE)
 		return found;
-	if (found == DSYNC_EPHEMERAL_DONE)
+	if (found == DSYNC_EPHEMERAL_DONE && !wait &&
+		look.entry->guards > EphemeralMyGuards(look.entry))
+	{
+		*busy = true;
+		found = DSYNC_EPHEMERAL_NOT_HELD;
+	}
+	else if (found == DSYNC_EPHEMERAL_DONE)
 	{
 		EphemeralWaitGuards(&look.key, look.hash, &look.entry);
 		/* It may have expired or changed hands while we waited. */
 		if (look.entry == NULL || look.entry->expires_at <= GetCurrentTimestamp() ||
 			!EphemeralHolderIs(look.entry, holder) ||
-			(only_token != 0 && (look.entry->fencing != only_token ||
-								 look.entry->session_pid != MyProcPid)))
+			(only_token != 0 && look.entry->fencing != only_token) ||
+			(session_only && look.entry->session_pid != MyProcPid) ||
+			(renewed_upto != 0 && look.entry->renewed_at > renewed_upto))
 			found = DSYNC_EPHEMERAL_NOT_HELD;
 		else
 		{
@@ -159,18 +172,31 @@ EphemeralReleaseIf(text *lease, text *holder, int64 only_token, int64 *token)
 	}
 	LWLockRelease(EphemeralLock(look.hash));
 	if (found == DSYNC_EPHEMERAL_DONE)
-		DsyncWakeNow(DsyncWaitKey(lease));
+	{
+		uint64		key = DsyncWaitKey(lease);
+
+		/*
+		 * dsync_release grants to the first queued waiter next: the worker
+		 * must not race it for that grant (DsyncQueuedPokeUnhold).
+		 */
+		if (only_token == 0 && !session_only && renewed_upto == 0)
+			DsyncQueuedPokeHold(key);
+		DsyncWakeNow(key);
+	}
 	return found;
 }
 
 /*
  * DsyncEphemeralRelease
  *		dsync_release of an ephemeral lease: NONE if the name has none.
+ *		The caller lets go of the poke it holds back (DsyncQueuedPokeHold).
  */
 DsyncEphemeralFound
 DsyncEphemeralRelease(text *lease, text *holder, int64 *token)
 {
-	return EphemeralReleaseIf(lease, holder, 0, token);
+	bool		busy;
+
+	return EphemeralReleaseIf(lease, holder, 0, false, 0, true, &busy, token);
 }
 
 /*
@@ -182,8 +208,30 @@ bool
 DsyncEphemeralReleaseGrant(text *lease, text *holder, int64 token)
 {
 	int64		released;
+	bool		busy;
 
-	return EphemeralReleaseIf(lease, holder, token, &released) == DSYNC_EPHEMERAL_DONE;
+	return EphemeralReleaseIf(lease, holder, token, true, 0, true, &busy,
+							  &released) == DSYNC_EPHEMERAL_DONE;
+}
+
+/*
+ * DsyncEphemeralPassOn
+ *		Release the ephemeral grant made to a queued waiter with token
+ *		(leases/queuegrant.c): one its client gave up (renewed_upto 0,
+ *		waiting for guards as a release does), or one not claimed in time
+ *		(unless renewed since renewed_upto; never waiting for a guard,
+ *		which is a use of the lease: BUSY).
+ */
+DsyncReleaseResult
+DsyncEphemeralPassOn(text *lease, text *holder, int64 token, TimestampTz renewed_upto)
+{
+	int64		released;
+	bool		busy;
+
+	if (EphemeralReleaseIf(lease, holder, token, false, renewed_upto, renewed_upto == 0,
+						   &busy, &released) == DSYNC_EPHEMERAL_DONE)
+		return DSYNC_RELEASE_DONE;
+	return busy ? DSYNC_RELEASE_BUSY : DSYNC_RELEASE_NOT_HELD;
 }
 
 /*
@@ -335,6 +383,7 @@ DsyncEphemeralForceRelease(text *lease, text *holder, bool cancel_waits)
 {
 	EphemeralLook look;
 	Oid			owner;
+	text	   *was;
 
 	if (EphemeralLookHeld(lease, NULL, LW_EXCLUSIVE, &look) ==
 		DSYNC_EPHEMERAL_NONE)
@@ -347,8 +396,11 @@ DsyncEphemeralForceRelease(text *lease, text *holder, bool cancel_waits)
 		return 0;
 	}
 	owner = look.entry->owner;
+	was = EphemeralHolderText(look.entry);
 	EphemeralLetGo(look.entry, look.hash);
 	LWLockRelease(EphemeralLock(look.hash));
+	/* A grant made to it as a queued waiter is not to be claimed now. */
+	DsyncQueuedForgetGrant(lease, was);
 	if (cancel_waits)
 		DsyncWaitEvict(DsyncWaitKey(lease), owner);
 	DsyncWakeNow(DsyncWaitKey(lease));

@@ -16,10 +16,12 @@
 #include "postgres.h"
 
 #include "miscadmin.h"
+#include "port/pg_bitutils.h"
 #include "utils/builtins.h"
 
 #include "dbslot.h"
 #include "events.h"
+#include "queued.h"
 #include "settings.h"
 #include "wait.h"
 #include "ephemeral.h"
@@ -117,6 +119,7 @@ DsyncEphemeralReap(void)
 	TimestampTz next = 0;
 	int			removed = 0;
 	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+	uint64		freed[DSYNC_WAKE_CHANNELS / 64] = {0};
 
 	if (slot == NULL || ephemeral_shared == NULL)
 		return;
@@ -125,13 +128,17 @@ DsyncEphemeralReap(void)
 	for (int i = 0; i < EPHEMERAL_PARTITIONS; i++)
 	{
 		LWLockAcquire(&ephemeral_shared->locks[i].lock, LW_EXCLUSIVE);
-		removed += EphemeralHeapReap(slot, i, now, &next);
+		removed += EphemeralHeapReap(slot, i, now, &next, freed);
 		LWLockRelease(&ephemeral_shared->locks[i].lock);
 	}
 	if (next != 0)
 		(void) DsyncTimeLower(&slot->ephemeral_deadline, next, NULL);
 	if (removed > 0)
 		DsyncWakeDatabaseNow();
+	/* A queued waiter of an expired lease is granted by the worker's pass. */
+	for (int word = 0; word < DSYNC_WAKE_CHANNELS / 64; word++)
+		for (uint64 w = freed[word]; w != 0; w &= w - 1)
+			DsyncQueuedPoke(word * 64 + pg_rightmost_one_pos64(w));
 }
 
 /*

@@ -61,6 +61,7 @@ typedef struct LeaseTryArgs
 	bool		durable;		/* false: an ephemeral lease (ephemeral.c) */
 	uint32		hash;			/* DsyncNameHash of the lease */
 	int64		token;
+	uint64		fresh;			/* a new ephemeral grant's generation, or 0 */
 } LeaseTryArgs;
 
 /*
@@ -583,6 +584,7 @@ LeaseTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 	}
 	if (!granted)
 		return false;
+	args->fresh = fresh;
 	if (!DsyncLeaseRaiseFences(catalog, args->lease, args->hash, args->token, fresh))
 	{
 		/* Rolled back; the next try waits for the writer, at once. */
@@ -623,6 +625,33 @@ DsyncLeaseRaiseFences(const DsyncCatalog *catalog, text *lease, uint32 hash, int
 }
 
 /*
+ * LeaseTryGrantKind
+ *		One try of a grant of lease to grant's holder, durable or not,
+ *		outside a blocked caller's loop; *fresh: a new ephemeral grant's
+ *		generation, or 0.
+ */
+static bool
+LeaseTryGrantKind(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant, bool durable,
+				  bool may_take, bool thorough, int64 *token, uint64 *fresh,
+				  TimestampTz *retry_at)
+{
+	LeaseTryArgs args;
+	bool		granted;
+
+	args.fcinfo = fcinfo;
+	args.lease = lease;
+	args.grant = grant;
+	args.durable = durable;
+	args.hash = DsyncNameHash(lease);
+	args.token = 0;
+	args.fresh = 0;
+	granted = LeaseTry(&args, may_take, thorough, retry_at);
+	*token = args.token;
+	*fresh = args.fresh;
+	return granted;
+}
+
+/*
  * DsyncLeaseTryGrant
  *		One try of a durable grant of lease (a plain lease or a permit) to
  *		grant's holder, never waiting for another transaction: the step
@@ -633,17 +662,30 @@ bool
 DsyncLeaseTryGrant(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
 				   bool may_take, bool thorough, int64 *token, TimestampTz *retry_at)
 {
-	LeaseTryArgs args;
+	uint64		fresh;
+
+	return LeaseTryGrantKind(fcinfo, lease, grant, true, may_take, thorough, token, &fresh,
+							 retry_at);
+}
+
+/*
+ * DsyncLeaseTryGrantEphemeral
+ *		One try of an ephemeral grant of lease to grant's holder (a queued
+ *		waiter's), as DsyncLeaseTryGrant.  *undone_at_abort: the grant
+ *		raised a bound fence, so a rollback of this transaction takes it
+ *		back; otherwise it stands whatever the transaction does.
+ */
+bool
+DsyncLeaseTryGrantEphemeral(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
+							bool may_take, int64 *token, bool *undone_at_abort,
+							TimestampTz *retry_at)
+{
+	uint64		fresh;
 	bool		granted;
 
-	args.fcinfo = fcinfo;
-	args.lease = lease;
-	args.grant = grant;
-	args.durable = true;
-	args.hash = DsyncNameHash(lease);
-	args.token = 0;
-	granted = LeaseTry(&args, may_take, thorough, retry_at);
-	*token = args.token;
+	granted = LeaseTryGrantKind(fcinfo, lease, grant, false, may_take, false, token, &fresh,
+								retry_at);
+	*undone_at_abort = granted && fresh != 0 && DsyncEphemeralUndoNoted(fresh);
 	return granted;
 }
 
@@ -740,6 +782,7 @@ dsync_acquire(PG_FUNCTION_ARGS)
 	args.grant = &grant;
 	args.hash = DsyncNameHash(lease);
 	args.token = 0;
+	args.fresh = 0;
 	granted = DsyncLeaseAcquireWait(DsyncCatalogGet(fcinfo), lease, args.hash, grant.holder,
 									(wait_forever || wait_usec > 0) &&
 									DsyncSemaphorePermits(fcinfo, lease) > 1 ? "semaphore" : "lease",

@@ -43,6 +43,9 @@ extern bool DsyncSharedTryGrant(FunctionCallInfo fcinfo, text *lease, const Leas
 extern bool DsyncLeaseTryGrant(FunctionCallInfo fcinfo, text *lease, const LeaseGrant *grant,
 							   bool may_take, bool thorough, int64 *token,
 							   TimestampTz *retry_at);
+extern bool DsyncLeaseTryGrantEphemeral(FunctionCallInfo fcinfo, text *lease,
+										const LeaseGrant *grant, bool may_take, int64 *token,
+										bool *undone_at_abort, TimestampTz *retry_at);
 typedef enum DsyncReleaseResult
 {
 	DSYNC_RELEASE_DONE,

@@ -205,6 +205,7 @@ dsync_renew(PG_FUNCTION_ARGS)
 		case DSYNC_EPHEMERAL_DONE:
 			/* Not undone by a rollback, but a change: no PREPARE after it. */
 			DsyncXactChanged();
+			DsyncQueuedUse(lease, holder);
 			PG_RETURN_TIMESTAMPTZ(expiry);
 		case DSYNC_EPHEMERAL_NOT_HELD:
 			PG_RETURN_NULL();
@@ -381,6 +382,7 @@ dsync_release(PG_FUNCTION_ARGS)
 	text	   *lease,
 			   *holder;
 	int64		token;
+	bool		granted = false;
 
 	DsyncLazyCommitBegin();
 	token = LeaseHeldCall(fcinfo, "dsync_release()", LockTupleNoKeyExclusive,
@@ -393,7 +395,9 @@ dsync_release(PG_FUNCTION_ARGS)
 	DsyncLazyCommitEnd();
 	/* The first queued waiter gets it in this transaction (queuegrant.c). */
 	if (token >= 0)
-		(void) DsyncQueueGrantNext(fcinfo, lease);
+		granted = DsyncQueueGrantNext(fcinfo, lease);
+	/* An ephemeral release held the worker's poke back for that grant. */
+	DsyncQueuedPokeUnhold(granted);
 	PG_RETURN_BOOL(token >= 0);
 }
 

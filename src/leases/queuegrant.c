@@ -11,13 +11,17 @@
  * (it owns the grant).  What frees a name without a release that can
  * grant (a rollback, an expiry, a blocked backend that gave up, a grant
  * nobody claimed) pokes the worker, which grants in dsync_queue_pass.
- * Durable leases and semaphore permits for now.
+ * Durable and ephemeral leases, shared holders and semaphore permits.  An
+ * ephemeral grant takes effect at once, as ephemeral leases do: its entry
+ * is GRANTED at once too, not when the granting transaction ends (unless
+ * it raised a bound fence, which a rollback undoes with the grant).
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "commands/async.h"
 #include "lib/stringinfo.h"
 #include "funcapi.h"
@@ -31,6 +35,7 @@
 #include "catalog.h"
 #include "lazycommit.h"
 #include "events.h"
+#include "ephemeral.h"
 #include "fence.h"
 #include "lease.h"
 #include "queued.h"
@@ -52,6 +57,8 @@ typedef struct QueueTryArgs
 	LeaseGrant	grant;
 	Interval	ttl;
 	bool		shared;
+	bool		durable;
+	bool		undone_at_abort;	/* an ephemeral grant a rollback takes back */
 	int64		token;
 } QueueTryArgs;
 
@@ -67,6 +74,9 @@ QueueTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
 	if (args->shared)
 		return DsyncSharedTryGrant(args->fcinfo, args->lease, &args->grant, may_take,
 								   &args->token, retry_at);
+	if (!args->durable)
+		return DsyncLeaseTryGrantEphemeral(args->fcinfo, args->lease, &args->grant, may_take,
+										   &args->token, &args->undone_at_abort, retry_at);
 	return DsyncLeaseTryGrant(args->fcinfo, args->lease, &args->grant, may_take, thorough,
 							  &args->token, retry_at);
 }
@@ -76,11 +86,12 @@ QueueTry(void *arg, bool may_take, bool thorough, TimestampTz *retry_at)
  *		One try, in an internal subtransaction, of a grant of lease to
  *		holder for ttl_usec; true with *token if made.  may_take false:
  *		others are ahead in line, so only a holder that has it already
- *		(a reentrant grant) gets it.
+ *		(a reentrant grant) gets it.  *stands: the grant stands whatever
+ *		this transaction does (an ephemeral one that raised no fence).
  */
 static bool
 QueueTryOnce(FunctionCallInfo fcinfo, text *lease, uint64 key, text *holder, int64 ttl_usec,
-			 bool shared, bool may_take, int64 *token)
+			 int mode, bool durable, bool may_take, int64 *token, bool *stands)
 {
 	QueueTryArgs args;
 	DsyncWaitSpec spec;
@@ -95,7 +106,8 @@ QueueTryOnce(FunctionCallInfo fcinfo, text *lease, uint64 key, text *holder, int
 	args.grant.ttl = &args.ttl;
 	args.grant.ttl_usec = ttl_usec;
 	args.grant.info_null = true;
-	args.shared = shared;
+	args.shared = mode == DSYNC_QUEUED_SHARED;
+	args.durable = durable;
 	memset(&spec, 0, sizeof(spec));
 	spec.key = key;
 	spec.roleid = InvalidOid;
@@ -104,9 +116,13 @@ QueueTryOnce(FunctionCallInfo fcinfo, text *lease, uint64 key, text *holder, int
 	spec.holder = holder;
 	spec.try_fn = QueueTry;
 	spec.arg = &args;
+	*stands = false;
 	if (!DsyncWaitTryOnce(&spec, may_take))
 		return false;
 	*token = args.token;
+	*stands = !durable && !args.undone_at_abort;
+	if (!durable)
+		DsyncXactChanged();		/* no row written, but a change: no PREPARE */
 	return true;
 }
 
@@ -135,15 +151,18 @@ QueueNotifyGranted(const DsyncQueuedWaiter *waiter, int64 token)
 }
 
 /*
- * QueueGrantTo
- *		Grant a queued waiter its lease in this transaction, as its role;
- *		true if made.  A grant that fails with an error is not the caller's
- *		failure (a release must not fail because of somebody else's wait):
- *		the waiter is dropped from the line with a warning, unless the
- *		error is a cancel or shutdown, which goes on.
+ * QueueTryReserved
+ *		One try of the grant to a reserved queued waiter, as its role; true
+ *		with *token if made (the entry stays reserved: the caller settles
+ *		it).  A try that fails with an error is not the caller's failure
+ *		(a release, or a keeper's statement renewing many holds and
+ *		places, must not fail because of somebody else's wait): the waiter
+ *		is dropped from the line with a warning, unless the error is a
+ *		cancel or shutdown, which goes on.
  */
 static bool
-QueueGrantTo(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *waiter)
+QueueTryReserved(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *waiter, int64 *token,
+				 bool *stands)
 {
 	text	   *lease = cstring_to_text(waiter->name);
 	text	   *holder = cstring_to_text(waiter->holder);
@@ -151,18 +170,14 @@ QueueGrantTo(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *waiter)
 	Oid			save_userid;
 	int			save_sec;
 	volatile bool granted = false;
-	int64		token = 0;
-	TimestampTz before = GetCurrentTimestamp();
 
-	if (!DsyncQueuedReserve(waiter))
-		return false;
 	DsyncXactChanged();
 	GetUserIdAndSecContext(&save_userid, &save_sec);
 	PG_TRY();
 	{
 		SetUserIdAndSecContext(waiter->userid, save_sec | SECURITY_LOCAL_USERID_CHANGE);
 		granted = QueueTryOnce(fcinfo, lease, waiter->key, holder, waiter->ttl_usec,
-							   waiter->mode == DSYNC_QUEUED_SHARED, true, &token);
+							   waiter->mode, waiter->durable, true, token, stands);
 		SetUserIdAndSecContext(save_userid, save_sec);
 	}
 	PG_CATCH();
@@ -188,17 +203,35 @@ QueueGrantTo(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *waiter)
 		return false;
 	}
 	PG_END_TRY();
-	if (granted)
-	{
-		DsyncQueuedSetToken(waiter, token, before + waiter->ttl_usec, GetCurrentTimestamp());
-		/* As durable as the waiter's own grant would have been. */
-		DsyncCommitAtLeast(waiter->commit_level);
-		if (waiter->channel[0] != '\0')
-			QueueNotifyGranted(waiter, token);
-	}
-	else
+	if (!granted)
 		DsyncQueuedUnreserve(waiter);
 	return granted;
+}
+
+/*
+ * QueueGrantTo
+ *		Grant a queued waiter its lease in this transaction, as its role;
+ *		true if made.
+ */
+static bool
+QueueGrantTo(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *waiter)
+{
+	int64		token = 0;
+	bool		stands = false;
+	TimestampTz before = GetCurrentTimestamp();
+
+	if (!DsyncQueuedReserve(waiter) || !QueueTryReserved(fcinfo, waiter, &token, &stands))
+		return false;
+	DsyncQueuedSetToken(waiter, token, before + waiter->ttl_usec, GetCurrentTimestamp());
+	/* Ephemeral: in effect now, and GRANTED now (nothing to flush). */
+	if (stands)
+		DsyncQueuedSettleNow(waiter);
+	/* As durable as the waiter's own grant would have been. */
+	else
+		DsyncCommitAtLeast(waiter->commit_level);
+	if (waiter->channel[0] != '\0')
+		QueueNotifyGranted(waiter, token);
+	return true;
 }
 
 /*
@@ -229,8 +262,34 @@ DsyncQueueGrantNext(FunctionCallInfo fcinfo, text *lease)
 }
 
 /*
+ * QueueCheckEphemeral
+ *		Refuse, before queuing, what an ephemeral grant could not be: as
+ *		dsync_acquire(..., durable => false) refuses it, and a shared
+ *		holder (which is durable only).
+ */
+static void
+QueueCheckEphemeral(FunctionCallInfo fcinfo, text *lease, text *holder, Interval *ttl,
+					int64 ttl_usec, int mode)
+{
+	LeaseGrant	grant;
+
+	if (mode == DSYNC_QUEUED_SHARED)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("a shared holder cannot be ephemeral"),
+				 errhint("Queue with durable => true, or without shared => true.")));
+	memset(&grant, 0, sizeof(grant));
+	grant.holder = holder;
+	grant.ttl = ttl;
+	grant.ttl_usec = ttl_usec;
+	grant.info_null = true;
+	DsyncEphemeralCheckGrant(fcinfo, lease, &grant);
+}
+
+/*
  * dsync_queue
- *		SQL: dsync_queue(lease, holder, ttl, channel, shared) RETURNS bigint
+ *		SQL: dsync_queue(lease, holder, ttl, channel, shared, durable)
+ *		RETURNS bigint
  *
  * Get in line for lease without staying connected: the fencing token if
  * it is granted now, else NULL (queued, or still queued: the place is
@@ -249,11 +308,13 @@ dsync_queue(PG_FUNCTION_ARGS)
 	int64		ttl_usec = DsyncArgTtl(fcinfo, 2, "ttl", false, &ttl);
 	const char *channel = "";
 	int			mode = DSYNC_QUEUED_EXCLUSIVE;
+	bool		durable = true;
 	uint64		key;
 	DsyncQueuedWaiter me;
 	DsyncQueuedWaiter first;
 	DsyncQueuedState state;
 	int64		token;
+	bool		stands;
 
 	(void) DsyncExpiry(GetCurrentTimestamp(), ttl_usec, "ttl");
 	if (PG_NARGS() > 3 && !PG_ARGISNULL(3))
@@ -267,9 +328,16 @@ dsync_queue(PG_FUNCTION_ARGS)
 			mode = DSYNC_QUEUED_SHARED;
 		}
 	}
+	if (PG_NARGS() > 5)
+	{
+		DsyncArgNotNull(fcinfo, 5, "durable");
+		durable = PG_GETARG_BOOL(5);
+	}
+	if (!durable)
+		QueueCheckEphemeral(fcinfo, lease, holder, ttl, ttl_usec, mode);
 	DsyncPreventWrite("dsync_queue()");
 	key = DsyncWaitKey(lease);
-	state = DsyncQueuedJoin(lease, holder, key, mode, true, ttl_usec, channel, &me);
+	state = DsyncQueuedJoin(lease, holder, key, mode, durable, ttl_usec, channel, &me);
 	/*
 	 * Queued already (its place renewed), or granted and not taken up:
 	 * dsync_claim says which, and how long a grant has left.
@@ -285,8 +353,8 @@ dsync_queue(PG_FUNCTION_ARGS)
 	 */
 	if (DsyncQueuedFirst(key, &first) && first.ticket == me.ticket && DsyncQueuedReserve(&me))
 	{
-		if (QueueTryOnce(fcinfo, lease, key, holder, ttl_usec, mode == DSYNC_QUEUED_SHARED,
-						 true, &token))
+		if (QueueTryOnce(fcinfo, lease, key, holder, ttl_usec, mode, durable, true, &token,
+						 &stands))
 		{
 			DsyncQueuedDropOwn(&me);
 			PG_RETURN_INT64(token);
@@ -300,13 +368,36 @@ dsync_queue(PG_FUNCTION_ARGS)
 	 * as dsync_acquire would give it, instead of waiting behind others for
 	 * what it holds.
 	 */
-	else if (QueueTryOnce(fcinfo, lease, key, holder, ttl_usec, mode == DSYNC_QUEUED_SHARED,
-						  false, &token))
+	else if (QueueTryOnce(fcinfo, lease, key, holder, ttl_usec, mode, durable, false, &token,
+						  &stands))
 	{
 		DsyncQueuedDrop(&me);
 		PG_RETURN_INT64(token);
 	}
 	PG_RETURN_NULL();
+}
+
+/*
+ * QueueClaimTry
+ *		A renewal of a place first in line: one try of the grant, as
+ *		dsync_queue's, true with *token if made.  Whatever freed the name
+ *		poked the worker, whose grant may still have failed (a fence's
+ *		writer busy, the ephemeral grace after a restart): nothing else
+ *		would try again, and the waiter would stay queued for ever.
+ */
+static bool
+QueueClaimTry(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *me, int64 *token)
+{
+	DsyncQueuedWaiter first;
+	bool		stands;
+
+	if (RecoveryInProgress() || XactReadOnly)
+		return false;
+	if (!DsyncQueuedFirst(me->key, &first) || first.ticket != me->ticket ||
+		!DsyncQueuedReserve(me) || !QueueTryReserved(fcinfo, me, token, &stands))
+		return false;
+	DsyncQueuedDropOwn(me);
+	return true;
 }
 
 /*
@@ -338,6 +429,16 @@ dsync_claim(PG_FUNCTION_ARGS)
 				 errmsg("dsync_claim() must be called where a record is expected")));
 	tupdesc = BlessTupleDesc(tupdesc);
 	state = DsyncQueuedClaim(lease, holder, DsyncWaitKey(lease), &me);
+	if (state == DSYNC_QUEUED_WAITING)
+	{
+		TimestampTz before = GetCurrentTimestamp();
+
+		if (QueueClaimTry(fcinfo, &me, &me.token))
+		{
+			state = DSYNC_QUEUED_GRANTED;
+			me.expires_by = before + me.ttl_usec;
+		}
+	}
 	switch (state)
 	{
 		case DSYNC_QUEUED_WAITING:
@@ -383,8 +484,9 @@ dsync_unqueue(PG_FUNCTION_ARGS)
 	state = DsyncQueuedLeave(lease, holder, DsyncWaitKey(lease), &me);
 	if (state == DSYNC_QUEUED_GRANTED)
 	{
-		if (DsyncLeaseReleaseGrant(DsyncCatalogGet(fcinfo), lease, holder, me.token,
-								   true) == DSYNC_RELEASE_DONE)
+		if ((me.durable ?
+			 DsyncLeaseReleaseGrant(DsyncCatalogGet(fcinfo), lease, holder, me.token, true) :
+			 DsyncEphemeralPassOn(lease, holder, me.token, 0)) == DSYNC_RELEASE_DONE)
 			(void) DsyncQueueGrantNext(fcinfo, lease);
 	}
 	PG_RETURN_BOOL(state != DSYNC_QUEUED_GONE);
@@ -417,10 +519,19 @@ dsync_queue_pass(PG_FUNCTION_ARGS)
 	{
 		DsyncQueuedWaiter *w = lfirst(lc);
 		text	   *lease = cstring_to_text(w->name);
+		DsyncReleaseResult passed;
 
-		if (DsyncLeasePassOn(catalog, lease, cstring_to_text(w->holder), w->token,
-							 w->granted_upto) == DSYNC_RELEASE_DONE &&
-			DsyncQueueGrantNext(fcinfo, lease))
+		if (w->durable)
+			passed = DsyncLeasePassOn(catalog, lease, cstring_to_text(w->holder), w->token,
+									  w->granted_upto);
+		else
+		{
+			/* Let go of at once, not at commit: so goes the entry. */
+			passed = DsyncEphemeralPassOn(lease, cstring_to_text(w->holder), w->token,
+										  w->granted_upto);
+			DsyncQueuedDropOwn(w);
+		}
+		if (passed == DSYNC_RELEASE_DONE && DsyncQueueGrantNext(fcinfo, lease))
 			granted++;
 	}
 	heads = DsyncQueuedTakePoked();

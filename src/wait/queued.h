@@ -73,6 +73,7 @@ extern bool DsyncQueuedAny(uint64 key);
 extern bool DsyncQueuedReserve(const DsyncQueuedWaiter *waiter);
 extern void DsyncQueuedSetToken(const DsyncQueuedWaiter *waiter, int64 token,
 								TimestampTz expires_by, TimestampTz granted_upto);
+extern void DsyncQueuedSettleNow(const DsyncQueuedWaiter *waiter);
 extern void DsyncQueuedDropOwn(const DsyncQueuedWaiter *waiter);
 extern void DsyncQueuedForgetGrant(text *name, text *holder);
 extern void DsyncQueuedEvict(uint64 key, Oid owner);
@@ -92,6 +93,8 @@ extern TimestampTz DsyncQueuedNextClaim(Oid dbid);
 extern uint64 DsyncQueuedGrants(void);
 extern void DsyncQueuedPoke(int channel);
 extern void DsyncQueuedPokeDone(void);
+extern void DsyncQueuedPokeHold(uint64 key);
+extern void DsyncQueuedPokeUnhold(bool granted);
 extern bool DsyncQueuedWorkDue(TimestampTz now);
 extern void DsyncQueuedDrop(const DsyncQueuedWaiter *waiter);
 extern int	DsyncQueuedCopyAll(DsyncQueuedWaiter **out);

@@ -50,6 +50,16 @@ static List *queued_pending = NIL;
 /* Channels whose queued head this backend's commit just granted. */
 static uint64 granted_now[DSYNC_WAKE_CHANNELS / 64];
 
+/*
+ * The channel of a name this backend frees at once and then grants to its
+ * first queued waiter itself (DsyncQueuedPokeHold), -1 for none; and
+ * whether a wake-up meanwhile would have poked the worker for it.
+ */
+static int	held_channel = -1;
+static bool held_poked = false;
+
+static void QueuedForgetPending(QueuedEntry *entry);
+
 
 /*
  * DsyncQueuedReserve
@@ -164,6 +174,65 @@ QueuedWorkerBy(TimestampTz t)
 }
 
 /*
+ * QueuedMakeGranted
+ *		A GRANTING entry's grant stands: GRANTED, its claim window starting
+ *		now (ending now if its client left meanwhile).  Under the lock,
+ *		exclusive; cannot fail.
+ */
+static void
+QueuedMakeGranted(QueuedEntry *entry, TimestampTz now)
+{
+	entry->w.state = DSYNC_QUEUED_GRANTED;
+	pg_atomic_fetch_sub_u32(&queued_control->waiting[QueuedChannel(entry->tag.key)], 1);
+	entry->w.claim_by = entry->w.cancelled ? now :
+		TimestampTzPlusMilliseconds(now, dsync_claim_window);
+	dlist_push_tail(&queued_control->granted, &entry->granted_node);
+	pg_atomic_fetch_add_u32(&queued_control->ngranted, 1);
+}
+
+/*
+ * QueuedCountGrants
+ *		ngrants grants were settled in this database: counted in its slot,
+ *		which keeps the worker planning a claim window ahead (queuework.c).
+ */
+static void
+QueuedCountGrants(uint64 ngrants)
+{
+	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
+
+	if (slot != NULL)
+		pg_atomic_fetch_add_u64(&slot->queued_grants, ngrants);
+}
+
+/*
+ * DsyncQueuedSettleNow
+ *		The grant just made to a reserved entry took effect at once and
+ *		outlives this transaction whatever it does (an ephemeral lease's):
+ *		GRANTED now, not when the transaction ends.
+ */
+void
+DsyncQueuedSettleNow(const DsyncQueuedWaiter *waiter)
+{
+	QueuedEntry *entry;
+	TimestampTz claim_by = 0;
+
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	entry = QueuedEntryOf(waiter);
+	if (entry != NULL && entry->w.state == DSYNC_QUEUED_GRANTING)
+	{
+		QueuedForgetPending(entry);
+		QueuedMakeGranted(entry, GetCurrentTimestamp());
+		claim_by = entry->w.claim_by;
+	}
+	LWLockRelease(queued_control->lock);
+	if (claim_by != 0)
+	{
+		QueuedCountGrants(1);
+		QueuedWorkerBy(claim_by);
+	}
+}
+
+/*
  * QueuedPendingDone
  *		Settle the pending entries at or below nest level (all if 0): made
  *		GRANTED if commit, else back in line.
@@ -207,12 +276,7 @@ QueuedPendingDone(int nest_level, bool commit)
 				QueuedRemove(entry);	/* taken up already: nothing to wait for */
 			else if (commit)
 			{
-				entry->w.state = DSYNC_QUEUED_GRANTED;
-				pg_atomic_fetch_sub_u32(&queued_control->waiting[QueuedChannel(entry->tag.key)], 1);
-				entry->w.claim_by = entry->w.cancelled ? now :
-					TimestampTzPlusMilliseconds(now, dsync_claim_window);
-				dlist_push_tail(&queued_control->granted, &entry->granted_node);
-				pg_atomic_fetch_add_u32(&queued_control->ngranted, 1);
+				QueuedMakeGranted(entry, now);
 				ngrants++;
 				if (first_claim == 0 || entry->w.claim_by < first_claim)
 					first_claim = entry->w.claim_by;
@@ -227,12 +291,7 @@ QueuedPendingDone(int nest_level, bool commit)
 	}
 	LWLockRelease(queued_control->lock);
 	if (ngrants > 0)
-	{
-		DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
-
-		if (slot != NULL)
-			pg_atomic_fetch_add_u64(&slot->queued_grants, ngrants);
-	}
+		QueuedCountGrants(ngrants);
 	if (first_claim != 0)
 		QueuedWorkerBy(first_claim);
 }
@@ -281,8 +340,10 @@ DsyncQueuedUnreserve(const DsyncQueuedWaiter *waiter)
 
 /*
  * DsyncQueuedDropOwn
- *		dsync_queue's own try, made with its entry reserved, got the lease
- *		for its caller: the entry goes (the caller has the token).
+ *		The entry goes now, whatever this transaction does: dsync_queue's
+ *		own try, made with its entry reserved, got the lease for its
+ *		caller (who has the token), or the worker passed on an ephemeral
+ *		grant not claimed in time (its release is not undone by a rollback).
  */
 void
 DsyncQueuedDropOwn(const DsyncQueuedWaiter *waiter)
@@ -500,6 +561,11 @@ DsyncQueuedPoke(int channel)
 		return;
 	if (granted_now[channel / 64] & bit)
 		return;
+	if (channel == held_channel)
+	{
+		held_poked = true;
+		return;
+	}
 	slot = DsyncDbSlotFind(MyDatabaseId);
 	if (slot == NULL)
 		return;
@@ -510,6 +576,39 @@ DsyncQueuedPoke(int channel)
 	 * take the poke with it, and the launcher starts one for what is due.
 	 */
 	QueuedWorkerBy(GetCurrentTimestamp());
+}
+
+/*
+ * DsyncQueuedPokeHold
+ *		This backend is about to free key's name at once (an ephemeral
+ *		release, whose wake-up comes before the grant) and then grant it to
+ *		its first queued waiter: hold the worker's poke for the channel
+ *		until DsyncQueuedPokeUnhold, so that the worker does not race us
+ *		for the grant (the waiter would then learn of it only once the
+ *		worker's transaction commits).
+ */
+void
+DsyncQueuedPokeHold(uint64 key)
+{
+	held_channel = QueuedChannel(key);
+	held_poked = false;
+}
+
+/*
+ * DsyncQueuedPokeUnhold
+ *		The grant is made (granted) or not: in the latter case the worker
+ *		gets the poke we held back.
+ */
+void
+DsyncQueuedPokeUnhold(bool granted)
+{
+	int			channel = held_channel;
+	bool		poked = held_poked;
+
+	held_channel = -1;
+	held_poked = false;
+	if (channel >= 0 && poked && !granted)
+		DsyncQueuedPoke(channel);
 }
 
 /*
@@ -555,6 +654,8 @@ void
 DsyncQueuedPokeDone(void)
 {
 	memset(granted_now, 0, sizeof(granted_now));
+	/* An error between hold and unhold: the end of the transaction pokes. */
+	DsyncQueuedPokeUnhold(false);
 }
 
 /*

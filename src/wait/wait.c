@@ -58,6 +58,9 @@ static bool wake_after_subabort = false;
 /* Set while a blocked caller's internal subtransaction runs. */
 static bool in_internal_attempt = false;
 
+/* Set while a failed try's channels are woken: they poke no worker. */
+static bool waking_failed_try = false;
+
 /*
  * How long the try under way may wait for another transaction's lock
  * (DsyncWaitAttemptMayWait): until attempt_deadline (0: no limit), unless
@@ -112,8 +115,18 @@ static void DsyncWaitReleaseCallback(ResourceReleasePhase phase, bool isCommit,
 uint64
 DsyncWaitKey(text *name)
 {
-	return hash_bytes_extended((const unsigned char *) VARDATA_ANY(name),
-							   VARSIZE_ANY_EXHDR(name), (uint64) MyDatabaseId);
+	return DsyncWaitKeyBytes(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+}
+
+/*
+ * DsyncWaitKeyBytes
+ *		DsyncWaitKey of a name given as len bytes: for callers holding a
+ *		spinlock or LWLock, where a text would have to be allocated.
+ */
+uint64
+DsyncWaitKeyBytes(const char *name, int len)
+{
+	return hash_bytes_extended((const unsigned char *) name, len, (uint64) MyDatabaseId);
 }
 
 /*
@@ -316,8 +329,14 @@ DsyncWakeChannelQuiet(int channel, bool quiet)
 	bool		overflow = false;
 
 	pg_atomic_fetch_add_u64(&dsync_shared->wakes[channel], 1);
-	/* A queued waiter has no backend to wake: its grant is the worker's. */
-	DsyncQueuedPoke(channel);
+
+	/*
+	 * A queued waiter has no backend to wake: its grant is the worker's.
+	 * Not after a failed try, which freed nothing: the try of a queued
+	 * waiter's grant by the worker itself would poke it again, for ever.
+	 */
+	if (!waking_failed_try)
+		DsyncQueuedPoke(channel);
 	if (pg_atomic_read_u32(&dsync_shared->waiting[channel]) == 0)
 		return;
 
@@ -554,6 +573,11 @@ DsyncWaitTry(const DsyncWaitSpec *spec, bool may_take, bool thorough, bool may_w
 	ResourceOwner oldowner = CurrentResourceOwner;
 	volatile bool granted = false;	/* set in PG_TRY, read after PG_CATCH */
 	bool		changed_before = xact_changed;
+	uint64		wake_before[WAKE_WORDS];
+	bool		pending_before = wake_pending;
+	bool		quiet_before = quiet_pending;
+
+	memcpy(wake_before, wake_at_end, sizeof(wake_at_end));
 
 	BeginInternalSubTransaction(NULL);
 	in_internal_attempt = true;
@@ -606,13 +630,24 @@ DsyncWaitTry(const DsyncWaitSpec *spec, bool may_take, bool thorough, bool may_w
 	DsyncWaitStepAside(false);
 	in_internal_attempt = false;
 	if (!granted)
-		xact_changed = changed_before;	/* the failed try changed nothing */
+	{
+		/*
+		 * The failed try changed nothing, and its locks are gone: nothing
+		 * of it is for the end of our transaction to wake.
+		 */
+		xact_changed = changed_before;
+		memcpy(wake_at_end, wake_before, sizeof(wake_at_end));
+		wake_pending = pending_before;
+		quiet_pending = quiet_before;
+	}
 	if (attempt_noted && !granted)
 	{
 		/* A try of several names (dsync_acquire_all) locks on several channels. */
+		waking_failed_try = true;
 		for (int i = 0; i < DSYNC_WAKE_CHANNELS / 64; i++)
 			for (uint64 bits = attempt_wake[i]; bits != 0; bits &= bits - 1)
 				DsyncWakeChannel(i * 64 + pg_rightmost_one_pos64(bits));
+		waking_failed_try = false;
 	}
 	attempt_noted = false;
 	return granted;

@@ -31,6 +31,7 @@ typedef void (*DsyncDatabaseGoneHook) (Oid dbid);
 extern PGDLLIMPORT DsyncDatabaseGoneHook dsync_database_gone_hook;
 
 extern uint64 DsyncWaitKey(text *name);
+extern uint64 DsyncWaitKeyBytes(const char *name, int len);
 extern uint64 DsyncWaitKeySignal(text *name);
 extern void DsyncWakeAtEnd(uint64 key);
 extern void DsyncWakeDatabaseAtEnd(void);

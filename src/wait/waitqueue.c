@@ -355,9 +355,15 @@ dsync_waiter_rows(PG_FUNCTION_ARGS)
 		Datum		values[5];
 		bool		nulls[5] = {false, false, false, false, false};
 
-		if (q < nqueued && queued[q].state != DSYNC_QUEUED_WAITING)
+		/*
+		 * Granted: not waiting any more.  One being granted by a transaction
+		 * still in progress is (a try that fails, or a rollback, puts it
+		 * back; it used to vanish from the view for the try's length).
+		 */
+		if (q < nqueued && queued[q].state != DSYNC_QUEUED_WAITING &&
+			queued[q].state != DSYNC_QUEUED_GRANTING)
 		{
-			q++;				/* granted: not waiting any more */
+			q++;
 			continue;
 		}
 		if (i < n && (q == nqueued || copy[i].ticket < queued[q].ticket))

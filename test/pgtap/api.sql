@@ -249,7 +249,7 @@ SELECT columns_are('dsync_waiters', ARRAY['pid', 'kind', 'name', 'holder', 'sinc
 SELECT table_privs_are('dsync_waiters', 'public', ARRAY['SELECT']);
 SELECT function_privs_are('dsync_waiter_rows', ARRAY[]::text[], 'public', ARRAY['EXECUTE']);
 -- waiting without a connection: everybody's, but the worker's pass
-SELECT function_privs_are('dsync_queue', ARRAY['text', 'text', 'interval', 'text', 'boolean'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('dsync_queue', ARRAY['text', 'text', 'interval', 'text', 'boolean', 'boolean'], 'public', ARRAY['EXECUTE']);
 SELECT function_privs_are('dsync_queue_channel', ARRAY['text'], 'public', ARRAY['EXECUTE']);
 SELECT function_privs_are('dsync_claim', ARRAY['text', 'text'], 'public', ARRAY['EXECUTE']);
 SELECT function_privs_are('dsync_unqueue', ARRAY['text', 'text'], 'public', ARRAY['EXECUTE']);

@@ -22,6 +22,11 @@ token; afterwards the history is checked:
 
     python3 test/stress/queue_stress.py [seconds] [clients]
 
+QUEUE_KINDS=mixed makes each turn durable or ephemeral (durable => false)
+at random, so the line hands the lease between the two kinds (the server
+needs dsync.ephemeral_max_ttl of at least 2 s); QUEUE_KINDS=ephemeral
+makes every turn ephemeral.  The default is durable.
+
 Connects with libpq's environment (PGHOST, PGPORT, PGDATABASE, ...).
 Prints "N passed, M failed"; exits non-zero on a failure.
 """
@@ -38,7 +43,8 @@ import psycopg
 SECONDS = float(sys.argv[1]) if len(sys.argv) > 1 else 20.0
 CLIENTS = int(sys.argv[2]) if len(sys.argv) > 2 else 12
 LEASE = "qs_lease"
-TTL = "3 seconds"
+KINDS = os.environ.get("QUEUE_KINDS", "durable")
+TTL = "3 seconds" if KINDS == "durable" else "2 seconds"
 seed = int(os.environ.get("SEED", random.randrange(1 << 30)))
 random.seed(seed)
 
@@ -105,11 +111,16 @@ class LeftToExpire(Exception):
     while it lasts."""
 
 
+def durable(rng):
+    """The kind of the next turn."""
+    return KINDS == "durable" or (KINDS == "mixed" and rng.random() < 0.5)
+
+
 def queued_turn(conn, listener, holder, channel, rng):
     """Queue, wait for the grant (notification, or dsync_claim every
     100 ms, which also renews the place), take the turn."""
-    token = conn.execute("SELECT dsync_queue(%s, %s, %s, %s)",
-                         (LEASE, holder, TTL, channel)).fetchone()[0]
+    token = conn.execute("SELECT dsync_queue(%s, %s, %s, %s, durable => %s)",
+                         (LEASE, holder, TTL, channel, durable(rng))).fetchone()[0]
     if token is not None:
         turn(conn, holder, token, "queued", time.monotonic())
         note("queued")
@@ -156,8 +167,9 @@ def client(i):
                 ch = conn.execute("SELECT dsync_queue_channel(%s)", (channel,)).fetchone()[0]
                 listener.execute(f'LISTEN "{ch}"')
             if rng.random() < 0.4:
-                token = conn.execute("SELECT dsync_acquire(%s, %s, %s, wait => '2 seconds')",
-                                     (LEASE, holder, TTL)).fetchone()[0]
+                token = conn.execute("SELECT dsync_acquire(%s, %s, %s, wait => '2 seconds', "
+                                     "durable => %s)",
+                                     (LEASE, holder, TTL, durable(rng))).fetchone()[0]
                 if token is None:
                     note("timeouts")
                     continue
@@ -204,7 +216,7 @@ def main():
         conn.execute("CREATE TABLE qs_counter (n int, last_token bigint)")
         conn.execute("INSERT INTO qs_counter VALUES (0, 0)")
         conn.execute("SELECT dsync_force_release(%s)", (LEASE,))
-    print(f"queue_stress: {CLIENTS} clients, {SECONDS:g} s, seed {seed}")
+    print(f"queue_stress: {CLIENTS} clients, {SECONDS:g} s, {KINDS} leases, seed {seed}")
     threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
     os.environ["PGAPPNAME"] = "qs-killer"
     kt = threading.Thread(target=killer)

@@ -74,6 +74,9 @@ for py in python3 /usr/bin/python3; do
 done
 if [ -n "$queue_python" ]; then
 	"$queue_python" "$here/queue_stress.py" "${QUEUE_SECONDS:-20}" "${QUEUE_CLIENTS:-12}" || status=1
+	# Both kinds in one line: the lease goes between durable and ephemeral.
+	QUEUE_KINDS=mixed "$queue_python" "$here/queue_stress.py" "${QUEUE_SECONDS:-20}" \
+		"${QUEUE_CLIENTS:-12}" || status=1
 else
 	echo "(python3-psycopg is not installed: the queue stress run is skipped)"
 fi
