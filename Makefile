@@ -19,6 +19,7 @@ OBJS = \
 	src/wait/waitqueue.o \
 	src/wait/queued.o \
 	src/wait/queuedgrant.o \
+	src/wait/queuedpoke.o \
 	src/storage/store.o \
 	src/storage/storekey.o \
 	src/storage/scan.o \

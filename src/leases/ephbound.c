@@ -37,6 +37,7 @@
 
 #include "events.h"
 #include "syncstandby.h"
+#include "queued.h"
 #include "wait.h"
 #include "ephemeral.h"
 #include "ephemeral_int.h"
@@ -165,6 +166,8 @@ EphemeralBoundXactCallback(XactEvent event, void *arg)
 			if (EphemeralBoundUnconfirmed())
 			{
 				EphemeralBoundRefuse();
+				/* Those made to queued waiters did not happen either. */
+				DsyncQueuedUndoEphemeral();
 				EphemeralBoundForgetAt(0, true);
 			}
 			else

@@ -158,11 +158,11 @@ QueueNotifyGranted(const DsyncQueuedWaiter *waiter, int64 token)
  *		(a release, or a keeper's statement renewing many holds and
  *		places, must not fail because of somebody else's wait): the waiter
  *		is dropped from the line with a warning, unless the error is a
- *		cancel or shutdown, which goes on.
+ *		cancel or shutdown, which goes on (*dropped).
  */
 static bool
 QueueTryReserved(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *waiter, int64 *token,
-				 bool *stands)
+				 bool *stands, bool *dropped)
 {
 	text	   *lease = cstring_to_text(waiter->name);
 	text	   *holder = cstring_to_text(waiter->holder);
@@ -171,6 +171,7 @@ QueueTryReserved(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *waiter, int64
 	int			save_sec;
 	volatile bool granted = false;
 
+	*dropped = false;
 	DsyncXactChanged();
 	GetUserIdAndSecContext(&save_userid, &save_sec);
 	PG_TRY();
@@ -195,6 +196,7 @@ QueueTryReserved(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *waiter, int64
 		FlushErrorState();
 		DsyncQueuedUnreserve(waiter);
 		DsyncQueuedDrop(waiter);
+		*dropped = true;
 		ereport(WARNING,
 				(errcode(edata->sqlerrcode),
 				 errmsg("dsync dropped queued waiter \"%s\" of lease \"%s\": %s",
@@ -218,9 +220,11 @@ QueueGrantTo(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *waiter)
 {
 	int64		token = 0;
 	bool		stands = false;
+	bool		dropped;
 	TimestampTz before = GetCurrentTimestamp();
 
-	if (!DsyncQueuedReserve(waiter) || !QueueTryReserved(fcinfo, waiter, &token, &stands))
+	if (!DsyncQueuedReserve(waiter) ||
+		!QueueTryReserved(fcinfo, waiter, &token, &stands, &dropped))
 		return false;
 	DsyncQueuedSetToken(waiter, token, before + waiter->ttl_usec, GetCurrentTimestamp());
 	/* Ephemeral: in effect now, and GRANTED now (nothing to flush). */
@@ -380,24 +384,33 @@ dsync_queue(PG_FUNCTION_ARGS)
 /*
  * QueueClaimTry
  *		A renewal of a place first in line: one try of the grant, as
- *		dsync_queue's, true with *token if made.  Whatever freed the name
- *		poked the worker, whose grant may still have failed (a fence's
- *		writer busy, the ephemeral grace after a restart): nothing else
- *		would try again, and the waiter would stay queued for ever.
+ *		dsync_queue's.  Whatever freed the name poked the worker, whose
+ *		grant may still have failed (a fence's writer busy, the ephemeral
+ *		hold-back after a restart): nothing else would try again, and the
+ *		waiter would stay queued for ever.  Returns GRANTED with *token, or
+ *		WAITING, or GONE if the try failed with an error (the waiter was
+ *		dropped).  A durable grant is the caller's transaction's: its
+ *		place goes if that commits, and is kept if it rolls back.
  */
-static bool
+static DsyncQueuedState
 QueueClaimTry(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *me, int64 *token)
 {
 	DsyncQueuedWaiter first;
 	bool		stands;
+	bool		dropped;
 
 	if (RecoveryInProgress() || XactReadOnly)
-		return false;
+		return DSYNC_QUEUED_WAITING;
 	if (!DsyncQueuedFirst(me->key, &first) || first.ticket != me->ticket ||
-		!DsyncQueuedReserve(me) || !QueueTryReserved(fcinfo, me, token, &stands))
-		return false;
-	DsyncQueuedDropOwn(me);
-	return true;
+		!DsyncQueuedReserve(me))
+		return DSYNC_QUEUED_WAITING;
+	if (!QueueTryReserved(fcinfo, me, token, &stands, &dropped))
+		return dropped ? DSYNC_QUEUED_GONE : DSYNC_QUEUED_WAITING;
+	if (stands)
+		DsyncQueuedDropOwn(me);
+	else
+		DsyncQueuedTakeOwn(me);
+	return DSYNC_QUEUED_GRANTED;
 }
 
 /*
@@ -433,11 +446,9 @@ dsync_claim(PG_FUNCTION_ARGS)
 	{
 		TimestampTz before = GetCurrentTimestamp();
 
-		if (QueueClaimTry(fcinfo, &me, &me.token))
-		{
-			state = DSYNC_QUEUED_GRANTED;
+		state = QueueClaimTry(fcinfo, &me, &me.token);
+		if (state == DSYNC_QUEUED_GRANTED)
 			me.expires_by = before + me.ttl_usec;
-		}
 	}
 	switch (state)
 	{

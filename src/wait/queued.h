@@ -49,6 +49,8 @@ typedef struct DsyncQueuedWaiter
 								 * no later (the clock before the try + ttl) */
 	int64		token;			/* GRANTING, GRANTED */
 	bool		cancelled;		/* GRANTING: left meanwhile; pass it on */
+	bool		repoke;			/* GRANTING: a poke met it; if it goes back
+								 * in line, the worker must look again */
 	bool		claimed;		/* GRANTING: taken up once its transaction
 								 * committed; goes instead of being GRANTED */
 	TransactionId granting_xid; /* GRANTING: the granting transaction */
@@ -75,6 +77,8 @@ extern void DsyncQueuedSetToken(const DsyncQueuedWaiter *waiter, int64 token,
 								TimestampTz expires_by, TimestampTz granted_upto);
 extern void DsyncQueuedSettleNow(const DsyncQueuedWaiter *waiter);
 extern void DsyncQueuedDropOwn(const DsyncQueuedWaiter *waiter);
+extern void DsyncQueuedTakeOwn(const DsyncQueuedWaiter *waiter);
+extern void DsyncQueuedUndoEphemeral(void);
 extern void DsyncQueuedForgetGrant(text *name, text *holder);
 extern void DsyncQueuedEvict(uint64 key, Oid owner);
 extern void DsyncQueuedUnreserve(const DsyncQueuedWaiter *waiter);

@@ -87,6 +87,8 @@ extern int	QueuedSweepLocked(TimestampTz now, Oid dbid);
 extern QueuedEntry *QueuedHead(uint64 key, bool exclusive, TimestampTz now);
 extern QueuedEntry *QueuedEntryOf(const DsyncQueuedWaiter *waiter);
 extern bool QueuedSettledGrantOf(QueuedEntry *entry);
+extern void QueuedWorkerBy(TimestampTz t);
+extern void QueuedNoteGrantedNow(int channel);
 extern void DsyncQueuedTakeUp(QueuedEntry *entry);
 
 #endif							/* DSYNC_QUEUED_INT_H */

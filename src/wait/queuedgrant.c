@@ -2,8 +2,8 @@
  *
  * queuedgrant.c
  *		Grants to queued waiters: reserved by the transaction that makes
- *		them, settled when it ends; and what the worker needs (claim
- *		deadlines, pokes, sweeping lapsed waiters).
+ *		them, settled when it ends; and the claim deadlines the worker
+ *		needs (its pokes are queuedpoke.c's).
  *
  * A transaction that grants to a queued waiter marks it GRANTING and notes
  * it with its subtransaction level; its end makes it GRANTED (with a claim
@@ -20,6 +20,7 @@
 #include "lib/ilist.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
+#include "port/pg_bitutils.h"
 #include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
@@ -47,16 +48,6 @@ typedef struct QueuedPending
 
 static List *queued_pending = NIL;
 
-/* Channels whose queued head this backend's commit just granted. */
-static uint64 granted_now[DSYNC_WAKE_CHANNELS / 64];
-
-/*
- * The channel of a name this backend frees at once and then grants to its
- * first queued waiter itself (DsyncQueuedPokeHold), -1 for none; and
- * whether a wake-up meanwhile would have poked the worker for it.
- */
-static int	held_channel = -1;
-static bool held_poked = false;
 
 static void QueuedForgetPending(QueuedEntry *entry);
 
@@ -92,6 +83,7 @@ DsyncQueuedReserve(const DsyncQueuedWaiter *waiter)
 	entry->w.state = DSYNC_QUEUED_GRANTING;
 	entry->w.cancelled = false;
 	entry->w.claimed = false;
+	entry->w.repoke = false;
 	entry->w.granting_xid = GetTopTransactionIdIfAny();
 	entry->w.granting_pid = MyProcPid;
 	pending->tag = entry->tag;
@@ -129,48 +121,29 @@ DsyncQueuedSetToken(const DsyncQueuedWaiter *waiter, int64 token, TimestampTz ex
  * QueuedBackInLine
  *		A grant to entry did not happen (its try failed, or the transaction
  *		or savepoint that made it rolled back): back in line at its own
- *		ticket, unless its client left meanwhile.  Under the lock.
+ *		ticket, unless its client left meanwhile.  Under the lock.  Returns
+ *		the channel to poke once the lock is released (a poke met the
+ *		entry while it was being granted, and found nobody to grant to),
+ *		or -1.
  */
-static void
+static int
 QueuedBackInLine(QueuedEntry *entry)
 {
+	int			channel = QueuedChannel(entry->tag.key);
+
 	if (entry->w.state != DSYNC_QUEUED_GRANTING)
-		return;
+		return -1;
 	entry->w.token = 0;
 	if (entry->w.cancelled)
 	{
 		QueuedRemove(entry);	/* as GRANTING: counted out of waiting */
-		return;
+		return -1;
 	}
 	entry->w.state = DSYNC_QUEUED_WAITING;
-}
-
-/*
- * QueuedWorkerBy
- *		See that this database's worker looks at the queue by t (a claim
- *		deadline): lower the slot's next deadline and wake the worker, or
- *		the launcher if none runs.  In a commit callback: cannot fail.
- */
-static void
-QueuedWorkerBy(TimestampTz t)
-{
-	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
-	uint64		old;
-
-	if (slot == NULL)
-		return;
-	old = pg_atomic_read_u64(&slot->next_deadline);
-	while (old == 0 || (TimestampTz) old > t)
-	{
-		if (pg_atomic_compare_exchange_u64(&slot->next_deadline, &old, (uint64) t))
-		{
-			if (slot->pgprocno >= 0)
-				SetLatch(&ProcGlobal->allProcs[slot->pgprocno].procLatch);
-			else
-				DsyncLauncherWake();
-			break;
-		}
-	}
+	if (!entry->w.repoke)
+		return -1;
+	entry->w.repoke = false;
+	return channel;
 }
 
 /*
@@ -244,6 +217,8 @@ QueuedPendingDone(int nest_level, bool commit)
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz first_claim = 0;
 	uint64		ngrants = 0;
+	uint64		repoke[DSYNC_WAKE_CHANNELS / 64] = {0};
+	bool		any_repoke = false;
 
 	if (queued_pending == NIL)
 		return;
@@ -280,11 +255,18 @@ QueuedPendingDone(int nest_level, bool commit)
 				ngrants++;
 				if (first_claim == 0 || entry->w.claim_by < first_claim)
 					first_claim = entry->w.claim_by;
-				granted_now[QueuedChannel(entry->tag.key) / 64] |=
-					UINT64CONST(1) << (QueuedChannel(entry->tag.key) % 64);
+				QueuedNoteGrantedNow(QueuedChannel(entry->tag.key));
 			}
 			else
-				QueuedBackInLine(entry);
+			{
+				int			channel = QueuedBackInLine(entry);
+
+				if (channel >= 0)
+				{
+					repoke[channel / 64] |= UINT64CONST(1) << (channel % 64);
+					any_repoke = true;
+				}
+			}
 		}
 		queued_pending = foreach_delete_current(queued_pending, lc);
 		pfree(pending);
@@ -294,6 +276,9 @@ QueuedPendingDone(int nest_level, bool commit)
 		QueuedCountGrants(ngrants);
 	if (first_claim != 0)
 		QueuedWorkerBy(first_claim);
+	for (int word = 0; any_repoke && word < DSYNC_WAKE_CHANNELS / 64; word++)
+		for (uint64 w = repoke[word]; w != 0; w &= w - 1)
+			DsyncQueuedPoke(word * 64 + pg_rightmost_one_pos64(w));
 }
 
 /*
@@ -327,15 +312,18 @@ void
 DsyncQueuedUnreserve(const DsyncQueuedWaiter *waiter)
 {
 	QueuedEntry *entry;
+	int			channel = -1;
 
 	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
 	entry = QueuedEntryOf(waiter);
 	if (entry != NULL)
 	{
 		QueuedForgetPending(entry);
-		QueuedBackInLine(entry);
+		channel = QueuedBackInLine(entry);
 	}
 	LWLockRelease(queued_control->lock);
+	if (channel >= 0)
+		DsyncQueuedPoke(channel);
 }
 
 /*
@@ -358,6 +346,63 @@ DsyncQueuedDropOwn(const DsyncQueuedWaiter *waiter)
 		QueuedRemove(entry);
 	}
 	LWLockRelease(queued_control->lock);
+}
+
+/*
+ * DsyncQueuedTakeOwn
+ *		A renewal's own try, made with its entry reserved, got the lease
+ *		for its caller in this transaction (a durable grant): the entry
+ *		goes when the transaction commits, and is back in line at its own
+ *		ticket if it rolls back (with the grant).
+ */
+void
+DsyncQueuedTakeOwn(const DsyncQueuedWaiter *waiter)
+{
+	QueuedEntry *entry;
+
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	entry = QueuedEntryOf(waiter);
+	if (entry != NULL && entry->w.state == DSYNC_QUEUED_GRANTING)
+		entry->w.claimed = true;
+	LWLockRelease(queued_control->lock);
+}
+
+/*
+ * DsyncQueuedUndoEphemeral
+ *		This transaction commits, but lets go of the ephemeral grants that
+ *		raised bound fences (their synchronous standby did not confirm the
+ *		raise: leases/ephbound.c): those it made to queued waiters did not
+ *		happen, and the waiters are back in line.  In a commit callback.
+ */
+void
+DsyncQueuedUndoEphemeral(void)
+{
+	ListCell   *lc;
+	uint64		repoke[DSYNC_WAKE_CHANNELS / 64] = {0};
+
+	if (queued_pending == NIL)
+		return;
+	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	foreach(lc, queued_pending)
+	{
+		QueuedPending *pending = lfirst(lc);
+		QueuedEntry *entry = hash_search(queued_entries, &pending->tag, HASH_FIND, NULL);
+		int			channel;
+
+		if (pending->passing || entry == NULL || entry->w.durable ||
+			entry->w.state != DSYNC_QUEUED_GRANTING)
+			continue;
+		/* Its grant is let go of next, which wakes (and pokes) the line. */
+		channel = QueuedBackInLine(entry);
+		if (channel >= 0)
+			repoke[channel / 64] |= UINT64CONST(1) << (channel % 64);
+		queued_pending = foreach_delete_current(queued_pending, lc);
+		pfree(pending);
+	}
+	LWLockRelease(queued_control->lock);
+	for (int word = 0; word < DSYNC_WAKE_CHANNELS / 64; word++)
+		for (uint64 w = repoke[word]; w != 0; w &= w - 1)
+			DsyncQueuedPoke(word * 64 + pg_rightmost_one_pos64(w));
 }
 
 /*
@@ -461,8 +506,13 @@ QueuedSettledGrantOf(QueuedEntry *entry)
 {
 	if (entry->w.state == DSYNC_QUEUED_GRANTED)
 		return true;
+	/*
+	 * Not an ephemeral grant (one that raised a bound fence: others are
+	 * GRANTED at once), which its transaction's commit may still let go of
+	 * (DsyncQueuedUndoEphemeral).
+	 */
 	return entry->w.state == DSYNC_QUEUED_GRANTING && !entry->w.cancelled &&
-		TransactionIdIsValid(entry->w.granting_xid) &&
+		entry->w.durable && TransactionIdIsValid(entry->w.granting_xid) &&
 		TransactionIdDidCommit(entry->w.granting_xid);
 }
 
@@ -541,215 +591,3 @@ DsyncQueuedGrants(void)
 
 	return slot == NULL ? 0 : pg_atomic_read_u64(&slot->queued_grants);
 }
-
-/*
- * DsyncQueuedPoke
- *		channel was woken (a commit, rollback or departure that may have
- *		freed a name): if a queued waiter may be first on it now and no
- *		grant to one was just committed there, ask this database's worker
- *		to look.
- */
-void
-DsyncQueuedPoke(int channel)
-{
-	DsyncDbSlot *slot;
-	uint64		bit = UINT64CONST(1) << (channel % 64);
-	int			slotno;
-
-	if (queued_control == NULL ||
-		pg_atomic_read_u32(&queued_control->waiting[channel]) == 0)
-		return;
-	if (granted_now[channel / 64] & bit)
-		return;
-	if (channel == held_channel)
-	{
-		held_poked = true;
-		return;
-	}
-	slot = DsyncDbSlotFind(MyDatabaseId);
-	if (slot == NULL)
-		return;
-	slotno = slot - dsync_workers->slots;
-	pg_atomic_fetch_or_u64(&queued_control->poked[slotno * POKE_WORDS + channel / 64], bit);
-	/*
-	 * Due now, in the slot too: a worker leaving just now would otherwise
-	 * take the poke with it, and the launcher starts one for what is due.
-	 */
-	QueuedWorkerBy(GetCurrentTimestamp());
-}
-
-/*
- * DsyncQueuedPokeHold
- *		This backend is about to free key's name at once (an ephemeral
- *		release, whose wake-up comes before the grant) and then grant it to
- *		its first queued waiter: hold the worker's poke for the channel
- *		until DsyncQueuedPokeUnhold, so that the worker does not race us
- *		for the grant (the waiter would then learn of it only once the
- *		worker's transaction commits).
- */
-void
-DsyncQueuedPokeHold(uint64 key)
-{
-	held_channel = QueuedChannel(key);
-	held_poked = false;
-}
-
-/*
- * DsyncQueuedPokeUnhold
- *		The grant is made (granted) or not: in the latter case the worker
- *		gets the poke we held back.
- */
-void
-DsyncQueuedPokeUnhold(bool granted)
-{
-	int			channel = held_channel;
-	bool		poked = held_poked;
-
-	held_channel = -1;
-	held_poked = false;
-	if (channel >= 0 && poked && !granted)
-		DsyncQueuedPoke(channel);
-}
-
-/*
- * QueuedMyPokes
- *		The first of this database's poke words, or NULL if it has no slot.
- */
-static pg_atomic_uint64 *
-QueuedMyPokes(void)
-{
-	DsyncDbSlot *slot = DsyncDbSlotFind(MyDatabaseId);
-
-	if (queued_control == NULL || slot == NULL)
-		return NULL;
-	return &queued_control->poked[(slot - dsync_workers->slots) * POKE_WORDS];
-}
-
-/*
- * DsyncQueuedWorkDue
- *		Whether this database's worker has queue work now: a poke, or a
- *		claim window that has ended.
- */
-bool
-DsyncQueuedWorkDue(TimestampTz now)
-{
-	pg_atomic_uint64 *pokes = QueuedMyPokes();
-	TimestampTz claim;
-
-	if (pokes == NULL)
-		return false;
-	for (int i = 0; i < POKE_WORDS; i++)
-		if (pg_atomic_read_u64(&pokes[i]) != 0)
-			return true;
-	claim = DsyncQueuedNextClaim(MyDatabaseId);
-	return claim != 0 && claim <= now;
-}
-
-/*
- * DsyncQueuedPokeDone
- *		Forget the channels this backend's commit granted on (called once
- *		its wake-ups are out).
- */
-void
-DsyncQueuedPokeDone(void)
-{
-	memset(granted_now, 0, sizeof(granted_now));
-	/* An error between hold and unhold: the end of the transaction pokes. */
-	DsyncQueuedPokeUnhold(false);
-}
-
-/*
- * DsyncQueuedTakePoked
- *		The first live WAITING entries of this database's names on poked
- *		channels (a list of palloc'd copies); the flags are cleared.
- */
-List *
-DsyncQueuedTakePoked(void)
-{
-	HASH_SEQ_STATUS status;
-	QueuedName *qname;
-	List	   *heads = NIL;
-	uint64		chans[POKE_WORDS];
-	bool		any = false;
-	pg_atomic_uint64 *pokes = QueuedMyPokes();
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (pokes == NULL)
-		return NIL;
-	for (int i = 0; i < POKE_WORDS; i++)
-	{
-		chans[i] = pg_atomic_read_u64(&pokes[i]) != 0 ?
-			pg_atomic_exchange_u64(&pokes[i], 0) : 0;
-		any |= chans[i] != 0;
-	}
-	if (!any)
-		return NIL;
-	LWLockAcquire(queued_control->lock, LW_SHARED);
-	hash_seq_init(&status, queued_names);
-	while ((qname = hash_seq_search(&status)) != NULL)
-	{
-		QueuedEntry *entry;
-		DsyncQueuedWaiter *copy;
-
-		int			channel = QueuedChannel(qname->tag.key);
-
-		if (qname->tag.dbid != MyDatabaseId ||
-			(chans[channel / 64] & (UINT64CONST(1) << (channel % 64))) == 0)
-			continue;
-		entry = QueuedHead(qname->tag.key, false, now);
-		if (entry == NULL)
-			continue;
-		copy = palloc(sizeof(DsyncQueuedWaiter));
-		*copy = entry->w;
-		heads = lappend(heads, copy);
-	}
-	LWLockRelease(queued_control->lock);
-	return heads;
-}
-
-/*
- * QueuedSweepLocked
- *		Drop the WAITING entries of database dbid (InvalidOid: of every
- *		database) whose client stopped renewing them; returns how many.
- *		Under the lock, exclusive.
- */
-int
-QueuedSweepLocked(TimestampTz now, Oid dbid)
-{
-	HASH_SEQ_STATUS status;
-	QueuedEntry *entry;
-	List	   *lapsed = NIL;
-	ListCell   *lc;
-	int			n;
-
-	hash_seq_init(&status, queued_entries);
-	while ((entry = hash_seq_search(&status)) != NULL)
-		if ((dbid == InvalidOid || entry->w.dbid == dbid) &&
-			entry->w.state == DSYNC_QUEUED_WAITING && entry->w.alive_until <= now)
-			lapsed = lappend(lapsed, entry);
-	/* Removed after the scan: dynahash allows removing only the current one. */
-	foreach(lc, lapsed)
-		QueuedRemove(lfirst(lc));
-	n = list_length(lapsed);
-	list_free(lapsed);
-	return n;
-}
-
-/*
- * DsyncQueuedSweep
- *		Drop this database's WAITING entries whose client stopped renewing
- *		them; returns how many.
- */
-int
-DsyncQueuedSweep(TimestampTz now)
-{
-	int			n;
-
-	if (queued_control == NULL)
-		return 0;
-	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
-	n = QueuedSweepLocked(now, MyDatabaseId);
-	LWLockRelease(queued_control->lock);
-	return n;
-}
-

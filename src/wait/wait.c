@@ -505,6 +505,7 @@ DsyncWaitReleaseCallback(ResourceReleasePhase phase, bool isCommit,
 	wake_after_subabort = false;
 	wake_database_at_commit = false;
 	xact_changed = false;
+	waking_failed_try = false;
 }
 
 /*
@@ -597,7 +598,12 @@ DsyncWaitTry(const DsyncWaitSpec *spec, bool may_take, bool thorough, bool may_w
 		if (granted)
 			ReleaseCurrentSubTransaction();
 		else
+		{
+			/* An ephemeral grant it undoes (ephbound.c) wakes, not pokes. */
+			waking_failed_try = true;
 			RollbackAndReleaseCurrentSubTransaction();
+			waking_failed_try = false;
+		}
 		MemoryContextSwitchTo(oldcontext);
 		CurrentResourceOwner = oldowner;
 	}
@@ -608,7 +614,9 @@ DsyncWaitTry(const DsyncWaitSpec *spec, bool may_take, bool thorough, bool may_w
 		MemoryContextSwitchTo(oldcontext);
 		edata = CopyErrorData();
 		FlushErrorState();
+		waking_failed_try = true;
 		RollbackAndReleaseCurrentSubTransaction();
+		waking_failed_try = false;
 		MemoryContextSwitchTo(oldcontext);
 		CurrentResourceOwner = oldowner;
 		in_internal_attempt = false;

@@ -12,6 +12,12 @@
 #     by its next renewal (dsync_claim) once that time is over: nothing
 #     else frees the name, and it used to stay queued for as long as it
 #     renewed.  Its ephemeral twin likewise.
+#  3. An ephemeral waiter whose grant must raise a fence bound to the lease
+#     while a writer of the old token holds it: the grant is made, the
+#     raise finds the writer, and the try (grant included) is rolled back.
+#     The worker sleeps meanwhile: the undone grant's wake-up used to poke
+#     it again, and it spun until the writer committed.  The waiter's
+#     renewal is granted once the writer has committed.
 use strict;
 use warnings;
 
@@ -84,5 +90,32 @@ is(q1($node, "SELECT string_agg(lease || '=' || holder, ',' ORDER BY lease) FROM
 		  . "WHERE lease IN ('hb', 'hb2')"), 'hb=w,hb2=e', 'each holds its lease');
 is(q1($node, "SELECT count(*) FROM dsync_waiters WHERE name IN ('hb', 'hb2')"), '0',
 	'nobody is left queued');
+
+# 3. A busy bound fence behind an ephemeral grant.
+q1($node, 'CREATE TABLE fenced (id int PRIMARY KEY, token bigint NOT NULL)');
+q1($node, "CREATE TRIGGER fenced_t BEFORE INSERT OR UPDATE ON fenced "
+	  . "FOR EACH ROW EXECUTE FUNCTION dsync_fenced('token', 'fl')");
+my $old = q1($node, "SELECT dsync_acquire('fl', 'old', '${max_ttl} s', durable => false)");
+q1($node, "INSERT INTO fenced VALUES (1, $old)");
+my $writer = psql_client($node, q1($node, 'SELECT current_user'));
+ok(send_wait($writer, "BEGIN; UPDATE fenced SET token = $old; SELECT 'written';", qr/written/),
+	'a writer of the old token holds the fence');
+is(q1($node, "SELECT dsync_queue('fl', 'w', '${max_ttl} s', durable => false) IS NULL"), 't',
+	'an ephemeral waiter queues');
+is(q1($node, "SELECT dsync_release('fl', 'old')"), 't',
+	'the holder lets go; its grant to w cannot raise the fence');
+is(q1($node, "SELECT dsync_leader('fl') IS NULL"), 't', 'so the lease is free');
+$reaper = reaper_pid($node);
+$before = cpu_ticks($reaper);
+sleep 3;
+$used = cpu_ticks($reaper) - $before;
+cmp_ok($used, '<', 100, "the worker sleeps meanwhile ($used ticks of CPU in 3 s)");
+is(q1($node, "SELECT state FROM dsync_claim('fl', 'w')"), 'queued',
+	'the waiter\'s renewal keeps it queued while the writer writes');
+ok(send_wait($writer, "COMMIT; SELECT 'committed';", qr/committed/), 'the writer commits');
+is(q1($node, "SELECT state FROM dsync_claim('fl', 'w')"), 'granted',
+	'the waiter\'s next renewal is granted');
+is(q1($node, "SELECT token = (SELECT fencing FROM dsync_leases WHERE lease = 'fl') "
+		  . "FROM dsync_fences WHERE lease = 'fl'"), 't', 'and the fence is raised to its token');
 
 done_testing();
