@@ -389,8 +389,9 @@ dsync_queue(PG_FUNCTION_ARGS)
  *		hold-back after a restart): nothing else would try again, and the
  *		waiter would stay queued for ever.  Returns GRANTED with *token, or
  *		WAITING, or GONE if the try failed with an error (the waiter was
- *		dropped).  A durable grant is the caller's transaction's: its
- *		place goes if that commits, and is kept if it rolls back.
+ *		dropped).  A durable grant (or an ephemeral one that raised a bound
+ *		fence) is the caller's transaction's: its place goes if that
+ *		commits, and is kept if it rolls back.
  */
 static DsyncQueuedState
 QueueClaimTry(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *me, int64 *token)
@@ -409,7 +410,11 @@ QueueClaimTry(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *me, int64 *token
 	if (stands)
 		DsyncQueuedDropOwn(me);
 	else
+	{
+		DsyncQueuedSetToken(me, *token, GetCurrentTimestamp() + me->ttl_usec,
+							GetCurrentTimestamp());
 		DsyncQueuedTakeOwn(me);
+	}
 	return DSYNC_QUEUED_GRANTED;
 }
 

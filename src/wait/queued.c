@@ -24,7 +24,8 @@
  *				grants the next in line.
  *
  * This file has the tables and what clients do (join, claim, leave);
- * queuedgrant.c has the grants made in transactions and the worker's side.
+ * queuedgrant.c has the grants made in transactions, queuedpoke.c the
+ * worker's side (pokes, sweeping).
  *
  * State: two shared hash tables under one LWLock ("dsync queued waiters"):
  * the names with queued waiters (each with its entries in ticket order) and

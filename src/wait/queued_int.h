@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * queued_int.h
- *		What queued.c and queuedgrant.c share, and nothing else uses: the
- *		shared tables of queued waiters (queued.c's header says how they
- *		are laid out and why).
+ *		What queued.c, queuedgrant.c and queuedpoke.c share, and nothing
+ *		else uses: the shared tables of queued waiters (queued.c's header
+ *		says how they are laid out and why).
  *
  *-------------------------------------------------------------------------
  */
@@ -89,6 +89,7 @@ extern QueuedEntry *QueuedEntryOf(const DsyncQueuedWaiter *waiter);
 extern bool QueuedSettledGrantOf(QueuedEntry *entry);
 extern void QueuedWorkerBy(TimestampTz t);
 extern void QueuedNoteGrantedNow(int channel);
+extern void QueuedPokeNow(int channel);
 extern void DsyncQueuedTakeUp(QueuedEntry *entry);
 
 #endif							/* DSYNC_QUEUED_INT_H */

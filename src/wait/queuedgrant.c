@@ -136,8 +136,10 @@ QueuedBackInLine(QueuedEntry *entry)
 	entry->w.token = 0;
 	if (entry->w.cancelled)
 	{
+		bool		repoke = entry->w.repoke;
+
 		QueuedRemove(entry);	/* as GRANTING: counted out of waiting */
-		return -1;
+		return repoke ? channel : -1;	/* the next one may be first now */
 	}
 	entry->w.state = DSYNC_QUEUED_WAITING;
 	if (!entry->w.repoke)
@@ -247,6 +249,15 @@ QueuedPendingDone(int nest_level, bool commit)
 		}
 		else if (entry != NULL && !pending->passing && entry->w.state == DSYNC_QUEUED_GRANTING)
 		{
+			int			channel = -1;
+
+			/*
+			 * A poke met it while we granted (a permit or a shared holder
+			 * may have left room for the next): the worker looks again,
+			 * whatever our commit tells.
+			 */
+			if (commit && entry->w.repoke)
+				channel = QueuedChannel(entry->tag.key);
 			if (commit && entry->w.claimed)
 				QueuedRemove(entry);	/* taken up already: nothing to wait for */
 			else if (commit)
@@ -258,14 +269,12 @@ QueuedPendingDone(int nest_level, bool commit)
 				QueuedNoteGrantedNow(QueuedChannel(entry->tag.key));
 			}
 			else
+				channel = QueuedBackInLine(entry);
+			if (channel >= 0)
 			{
-				int			channel = QueuedBackInLine(entry);
 
-				if (channel >= 0)
-				{
-					repoke[channel / 64] |= UINT64CONST(1) << (channel % 64);
-					any_repoke = true;
-				}
+				repoke[channel / 64] |= UINT64CONST(1) << (channel % 64);
+				any_repoke = true;
 			}
 		}
 		queued_pending = foreach_delete_current(queued_pending, lc);
@@ -278,7 +287,7 @@ QueuedPendingDone(int nest_level, bool commit)
 		QueuedWorkerBy(first_claim);
 	for (int word = 0; any_repoke && word < DSYNC_WAKE_CHANNELS / 64; word++)
 		for (uint64 w = repoke[word]; w != 0; w &= w - 1)
-			DsyncQueuedPoke(word * 64 + pg_rightmost_one_pos64(w));
+			QueuedPokeNow(word * 64 + pg_rightmost_one_pos64(w));
 }
 
 /*
@@ -323,7 +332,7 @@ DsyncQueuedUnreserve(const DsyncQueuedWaiter *waiter)
 	}
 	LWLockRelease(queued_control->lock);
 	if (channel >= 0)
-		DsyncQueuedPoke(channel);
+		QueuedPokeNow(channel);
 }
 
 /*
@@ -351,9 +360,10 @@ DsyncQueuedDropOwn(const DsyncQueuedWaiter *waiter)
 /*
  * DsyncQueuedTakeOwn
  *		A renewal's own try, made with its entry reserved, got the lease
- *		for its caller in this transaction (a durable grant): the entry
- *		goes when the transaction commits, and is back in line at its own
- *		ticket if it rolls back (with the grant).
+ *		for its caller in this transaction (a durable grant, or an
+ *		ephemeral one that raised a bound fence): the entry goes when the
+ *		transaction commits, and is back in line at its own ticket if it
+ *		rolls back (with the grant).
  */
 void
 DsyncQueuedTakeOwn(const DsyncQueuedWaiter *waiter)
@@ -402,7 +412,7 @@ DsyncQueuedUndoEphemeral(void)
 	LWLockRelease(queued_control->lock);
 	for (int word = 0; word < DSYNC_WAKE_CHANNELS / 64; word++)
 		for (uint64 w = repoke[word]; w != 0; w &= w - 1)
-			DsyncQueuedPoke(word * 64 + pg_rightmost_one_pos64(w));
+			QueuedPokeNow(word * 64 + pg_rightmost_one_pos64(w));
 }
 
 /*
@@ -497,7 +507,7 @@ DsyncQueuedTakeDue(TimestampTz now)
 /*
  * QueuedSettledGrantOf
  *		Whether entry is a grant its holder may take up: GRANTED, or
- *		GRANTING by a transaction that has committed (it is visible before
+ *		GRANTING (not taken up already) by a transaction that has committed (it is visible before
  *		that transaction's end settles the entry).  Under the lock; reads
  *		the commit log.
  */
@@ -512,7 +522,8 @@ QueuedSettledGrantOf(QueuedEntry *entry)
 	 * (DsyncQueuedUndoEphemeral).
 	 */
 	return entry->w.state == DSYNC_QUEUED_GRANTING && !entry->w.cancelled &&
-		entry->w.durable && TransactionIdIsValid(entry->w.granting_xid) &&
+		!entry->w.claimed && entry->w.durable &&
+		TransactionIdIsValid(entry->w.granting_xid) &&
 		TransactionIdDidCommit(entry->w.granting_xid);
 }
 

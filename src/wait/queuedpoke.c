@@ -92,6 +92,29 @@ QueuedNoteGrantedNow(int channel)
 void
 DsyncQueuedPoke(int channel)
 {
+	if (queued_control == NULL ||
+		pg_atomic_read_u32(&queued_control->waiting[channel]) == 0)
+		return;
+	if (granted_now[channel / 64] & (UINT64CONST(1) << (channel % 64)))
+		return;
+	if (channel == held_channel)
+	{
+		held_poked = true;
+		return;
+	}
+	QueuedPokeNow(channel);
+}
+
+/*
+ * QueuedPokeNow
+ *		Ask this database's worker to look at channel, if it has queued
+ *		waiters: DsyncQueuedPoke without its exceptions, for a poke that
+ *		met a grant in progress (repoke).  Cannot fail; takes no lock but
+ *		the workers' (shared, to find the slot).
+ */
+void
+QueuedPokeNow(int channel)
+{
 	DsyncDbSlot *slot;
 	uint64		bit = UINT64CONST(1) << (channel % 64);
 	int			slotno;
@@ -99,13 +122,6 @@ DsyncQueuedPoke(int channel)
 	if (queued_control == NULL ||
 		pg_atomic_read_u32(&queued_control->waiting[channel]) == 0)
 		return;
-	if (granted_now[channel / 64] & bit)
-		return;
-	if (channel == held_channel)
-	{
-		held_poked = true;
-		return;
-	}
 	slot = DsyncDbSlotFind(MyDatabaseId);
 	if (slot == NULL)
 		return;

@@ -477,6 +477,9 @@ DsyncWaitReleaseCallback(ResourceReleasePhase phase, bool isCommit,
 {
 	if (phase != RESOURCE_RELEASE_AFTER_LOCKS)
 		return;
+	/* A failed try's rollback that failed itself pokes no less at the end. */
+	if (isTopLevel)
+		waking_failed_try = false;
 	if (!isTopLevel)
 	{
 		/* The rolled-back savepoint's locks (insert lock too) are gone. */
