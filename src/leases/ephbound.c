@@ -166,9 +166,17 @@ EphemeralBoundXactCallback(XactEvent event, void *arg)
 			if (EphemeralBoundUnconfirmed())
 			{
 				EphemeralBoundRefuse();
-				/* Those made to queued waiters did not happen either. */
-				DsyncQueuedUndoEphemeral();
 				EphemeralBoundForgetAt(0, true);
+
+				/*
+				 * Those made to queued waiters did not happen either: back
+				 * in line only now that the names are let go of.  Before,
+				 * a poke could find a waiter first in line while the grant
+				 * being undone still held its name, and the worker would
+				 * grant it again as a reentrant acquire: a grant that the
+				 * let-go then emptied, which the waiter would claim.
+				 */
+				DsyncQueuedUndoEphemeral();
 			}
 			else
 				EphemeralBoundForgetAt(0, false);

@@ -382,7 +382,8 @@ DsyncQueuedTakeOwn(const DsyncQueuedWaiter *waiter)
  *		This transaction commits, but lets go of the ephemeral grants that
  *		raised bound fences (their synchronous standby did not confirm the
  *		raise: leases/ephbound.c): those it made to queued waiters did not
- *		happen, and the waiters are back in line.  In a commit callback.
+ *		happen, and the waiters are back in line.  In a commit callback,
+ *		after the grants are let go of.
  */
 void
 DsyncQueuedUndoEphemeral(void)
@@ -402,7 +403,11 @@ DsyncQueuedUndoEphemeral(void)
 		if (pending->passing || entry == NULL || entry->w.durable ||
 			entry->w.state != DSYNC_QUEUED_GRANTING)
 			continue;
-		/* Its grant is let go of next, which wakes (and pokes) the line. */
+		/*
+		 * Its grant was let go of already; that wake-up's poke found it
+		 * being granted and is noted on it (repoke), so the worker looks
+		 * again now.
+		 */
 		channel = QueuedBackInLine(entry);
 		if (channel >= 0)
 			repoke[channel / 64] |= UINT64CONST(1) << (channel % 64);

@@ -19,7 +19,9 @@
 #     refuses the old token.  When the grant's wait for the standby at
 #     commit is cancelled (the standby stalled), the grant is let go of,
 #     with a warning: it must not stand while its mark may be missing
-#     after a failover.
+#     after a failover.  So is a grant a release makes to an ephemeral
+#     queued waiter: the waiter's place goes back in line, and its claim
+#     finds it granted only once the standby has the grant.
 #  4. After a restart the map is empty until the worker has filled it
 #     from dsync_fence; then grants of unbound leases read no block of
 #     dsync_fence, and a binding from before the restart still raises its
@@ -264,6 +266,46 @@ is(q1($node, "SELECT count(*) FROM dsync_leases WHERE lease = 'sync_lease'"), '0
 	'the name is not held');
 kill('CONT', $walsender);
 $node->wait_for_catchup($standby);
+
+# The same for a grant a release makes to an ephemeral queued waiter: let
+# go of at the cancelled commit, the waiter's place goes back in line; the
+# worker grants again, and until the standby has that grant the waiter's
+# claim does not find it granted.
+$node->safe_psql('postgres', q{
+	INSERT INTO tok VALUES ('qh', dsync_acquire('sync_lease', 'qh', '2 s', durable => false));
+});
+is( q1($node, "SELECT dsync_queue('sync_lease', 'q1', '2 s', channel => 'q1', durable => false)"),
+	'', 'an ephemeral waiter queues behind the holder');
+is(kill('STOP', $walsender), 1, 'the standby\'s walsender is stalled again');
+my $releaser = psql_client($node, 'postgres');
+$releaser->{in} .= "SELECT dsync_release('sync_lease', 'qh');\n";
+$releaser->{h}->pump_nb;
+ok( wait_for($node,
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep' "
+		  . "AND query LIKE '%''qh''%'"),
+	'the release that granted to the waiter waits for the standby');
+$node->safe_psql('postgres',
+	"SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep' "
+	  . "AND query LIKE '%''qh''%'");
+ok(send_wait($releaser, "SELECT 'done';", qr/done/), 'the cancelled release returns');
+like($releaser->{err}, qr/was released: the synchronous standby did not confirm its fence/,
+	'with a warning that the grant was let go of');
+ok( wait_for($node,
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'dsync reaper' "
+		  . "AND wait_event = 'SyncRep'"),
+	'the worker grants again, and its commit waits for the standby');
+is( q1($node, "SELECT state FROM dsync_claim('sync_lease', 'q1')"), 'queued',
+	'meanwhile the waiter\'s claim does not find it granted');
+is( q1($node, "SELECT string_agg(holder || ':' || kind, ',') FROM dsync_waiters "
+		  . "WHERE name = 'sync_lease'"),
+	'q1:queued', 'and it is still in line');
+kill('CONT', $walsender);
+$node->wait_for_catchup($standby);
+is( q1($node, "SELECT state FROM dsync_claim('sync_lease', 'q1')"), 'granted',
+	'the standby back, its claim finds the grant');
+is( q1($node, "SELECT holder FROM dsync_leases WHERE lease = 'sync_lease'"), 'q1',
+	'and the waiter holds the name');
+$node->safe_psql('postgres', "SELECT dsync_release('sync_lease', 'q1')");
 
 $node->safe_psql('postgres', q{
 	INSERT INTO tok VALUES ('s1', dsync_acquire('sync_lease', 's1', '500 ms', durable => false));
