@@ -207,3 +207,10 @@ SELECT pg_current_xact_id_if_assigned() IS NULL AS wrote_nothing;
 COMMIT;
 SELECT string_agg(holder, ',' ORDER BY holder) AS line FROM dsync_waiters WHERE name = 're';
 SELECT dsync_unqueue('re', 'b'), dsync_unqueue('re', 'c'), dsync_release('re', 'a');
+
+-- a queue whose own try granted is a change: PREPARE refuses it (a claim
+-- that got nothing is not: test/configured/sql/prepare.sql)
+BEGIN;
+SELECT dsync_queue('prq', 'r', '1 minute') IS NOT NULL AS granted_r;
+PREPARE TRANSACTION 'dsync_prep_queue';
+SELECT dsync_leader('prq') IS NULL AS prepare_rolled_back;

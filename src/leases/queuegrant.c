@@ -172,7 +172,6 @@ QueueTryReserved(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *waiter, int64
 	volatile bool granted = false;
 
 	*dropped = false;
-	DsyncXactChanged();
 	GetUserIdAndSecContext(&save_userid, &save_sec);
 	PG_TRY();
 	{
@@ -205,7 +204,14 @@ QueueTryReserved(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *waiter, int64
 		return false;
 	}
 	PG_END_TRY();
-	if (!granted)
+	/*
+	 * A grant is a change (no PREPARE: the end of this transaction settles
+	 * it); a try that got nothing is back in line already and changed
+	 * nothing, as a wait that ran out.
+	 */
+	if (granted)
+		DsyncXactChanged();
+	else
 		DsyncQueuedUnreserve(waiter);
 	return granted;
 }

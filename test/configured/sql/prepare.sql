@@ -42,4 +42,16 @@ BEGIN;
 SELECT dsync_force_release('prep-eph') AS forced;
 PREPARE TRANSACTION 'dsync_prep_eph_force';
 SELECT dsync_leader('prep-eph') IS NULL AS forced_after_rollback;
+
+-- a queued waiter's claim whose try of the grant got nothing (the name is
+-- held) changed nothing
+SELECT dsync_acquire('prep-q', 'h', '1 minute') IS NOT NULL AS held;
+SELECT dsync_queue('prep-q', 'q', '1 minute') IS NULL AS queued;
+BEGIN;
+SELECT state FROM dsync_claim('prep-q', 'q');
+PREPARE TRANSACTION 'dsync_prep_claim';
+COMMIT PREPARED 'dsync_prep_claim';
+SELECT dsync_release('prep-q', 'h');
+SELECT state FROM dsync_claim('prep-q', 'q');
+SELECT dsync_release('prep-q', 'q');
 SELECT count(*) AS prepared_left FROM pg_prepared_xacts WHERE gid LIKE 'dsync\_prep%';
