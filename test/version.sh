@@ -7,12 +7,15 @@
 # and that LICENSE, META.json, debian/copyright and both clients name the
 # PostgreSQL License.  Then it builds what users install and reads
 # the version back: the Python wheel (pip wheel, offline), imported as
-# installed (its metadata and dsync.__version__), and the tarball of npm
-# pack (its name and its package.json).  Each disagreement is one FAILED
-# line naming the file; scripts/set-version.sh fixes them all.
+# installed (its metadata and dsync.__version__), the package imported at
+# the top of the tree after make (the client in clients/python/dsync, not
+# the extension's dsync.so there: dsync/__init__.py hands over), and the
+# tarball of npm pack (its name and its package.json).  Each disagreement
+# is one FAILED line naming the file; scripts/set-version.sh fixes them all.
 #
 #   bash test/version.sh          (as root on Debian 12; needs python3-pip,
-#                                  python3-psycopg, node and npm: no network)
+#                                  python3-psycopg, node and npm, and the
+#                                  server headers for make: no network)
 # Prints "N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -92,6 +95,29 @@ if make -s -C cli clean >/dev/null 2>&1 && make -s -C cli >"$work/cli.log" 2>&1;
 else
 	sed 's/^/   /' "$work/cli.log"
 	fail "cli: make -C cli failed"
+fi
+
+# The Python package imported at the top of the tree after make: the
+# extension's dsync.so is there, and Python would take it for the module
+# dsync; the package dsync/ there hands over to clients/python/dsync.
+if make -s >"$work/make.log" 2>&1 && [ -f dsync.so ]; then
+	if reported=$(env -u PYTHONPATH PYTHONDONTWRITEBYTECODE=1 "$py" -c '
+import os, sys
+import dsync, dsync.aio, dsync._wire
+package = os.path.join(sys.argv[1], "clients", "python", "dsync")
+for module in (dsync, dsync.aio, dsync._wire):
+    if os.path.dirname(module.__file__) != package:
+        sys.exit("%s was imported from %s, not from %s" % (module.__name__, module.__file__, package))
+print(dsync.__version__)
+' "$(pwd)" 2>"$work/import-top.log"); then
+		agree "dsync/__init__.py (import dsync at the top, after make)" \
+			"dsync.__version__, from clients/python/dsync" "$reported"
+	else
+		fail "dsync/__init__.py: import dsync at the top of the tree, after make, fails: $(tail -1 "$work/import-top.log")"
+	fi
+else
+	sed 's/^/   /' "$work/make.log" | tail -15
+	fail "make (the extension, for the import at the top) failed"
 fi
 
 # One license: the PostgreSQL License, "The dsync authors", everywhere.
