@@ -9,6 +9,7 @@
  *	dsync elect GROUP [--ttl 15s] [--id ID] [--info JSON] -- CMD...
  *	dsync watch GROUP|NAME [--json]
  *	dsync status [NAME]
+ *	dsync COMMAND --help, dsync help [COMMAND]
  *
  * The safety rule: the command never keeps running on a lease the tool no
  * longer holds.  The lease is renewed every third of its ttl.  If a renewal
@@ -61,6 +62,7 @@ Usage(FILE *out)
 			"                   [--grace 5s] [--no-queue] -- COMMAND [ARGS...]\n"
 			"  dsync [--dsn DSN] watch GROUP|NAME [--json]\n"
 			"  dsync [--dsn DSN] status [NAME]\n"
+			"  dsync COMMAND --help | help [COMMAND]\n"
 			"  dsync --help | --version\n"
 			"\n"
 			"lock   runs COMMAND while holding the lease NAME (or one permit of an\n"
@@ -87,7 +89,186 @@ Usage(FILE *out)
 			"comes from --dsn or the usual libpq environment (PGHOST, PGDATABASE, ...).\n"
 			"Exit codes: 64 usage, 65 bad argument, 69 server unavailable or error,\n"
 			"70 lease lost (and only then), 71 system error, 75 wait ran out,\n"
-			"77 permission denied, 78 the extension is not installed, 128+N signal N.\n");
+			"77 permission denied, 78 the extension is not installed, 128+N signal N.\n"
+			"\n"
+			"\"dsync COMMAND --help\" (or \"dsync help COMMAND\") shows one command's\n"
+			"arguments, options and exit codes.\n");
+}
+
+/*
+ * UsageLock
+ *		dsync lock --help.
+ */
+static void
+UsageLock(void)
+{
+	printf("dsync lock: run a command while holding a lease\n"
+		   "\n"
+		   "Usage:\n"
+		   "  dsync [--dsn DSN] lock NAME [OPTION...] -- COMMAND [ARGS...]\n"
+		   "\n"
+		   "Takes the lease NAME (or one permit of the semaphore NAME), runs COMMAND,\n"
+		   "renews the lease every ttl/3 while COMMAND runs, and releases it when\n"
+		   "COMMAND exits.  NAME may come before, between or after the options.  The\n"
+		   "tool waits in the lease's line on an idle connection (dsync_queue); it\n"
+		   "waits in a running statement instead with --no-queue, through a pooler in\n"
+		   "transaction mode, or with an extension older than 1.5.\n"
+		   "\n"
+		   "Options:\n"
+		   "  --ttl DURATION      the lease's time to live (default 30s, at least 300ms)\n"
+		   "  --wait DURATION     wait at most this long for the lease, then exit 75\n"
+		   "                      (default: as long as it takes; 0: try once)\n"
+		   "  --permits N         take one of N permits: NAME is made a semaphore of N\n"
+		   "                      permits (dsync_semaphore_create), N from 1 to %d\n"
+		   "  --shared            take NAME as one of any number of shared holders (a\n"
+		   "                      read lock), never together with an exclusive one;\n"
+		   "                      not with --permits\n"
+		   "  --holder ID         the holder's name (--id is the same; default\n"
+		   "                      host:pid:random); printed on stderr\n"
+		   "  --info JSON         a JSON value kept with the lease\n"
+		   "  --grace DURATION    time between SIGTERM and SIGKILL when COMMAND is\n"
+		   "                      stopped (default 5s)\n"
+		   "  --no-queue          wait in a running statement, not in the line\n"
+		   "  --dsn DSN           the connection (default: the libpq environment,\n"
+		   "                      PGHOST, PGDATABASE, ...)\n"
+		   "  -h, --help          show this help and exit\n"
+		   "\n"
+		   "COMMAND sees DSYNC_LEASE, DSYNC_HOLDER and DSYNC_FENCING_TOKEN.  If the\n"
+		   "lease is lost, COMMAND gets SIGTERM at once and SIGKILL after --grace; if\n"
+		   "the server cannot be reached in time, COMMAND is stopped before the lease\n"
+		   "expires.  SIGINT, SIGTERM and SIGHUP are passed on to COMMAND.\n"
+		   "\n"
+		   "Durations: 500ms, 30s, 5m, 1h (a bare number is seconds).\n"
+		   "Exit codes: COMMAND's status (127: it could not be run; 128+N: signal N\n"
+		   "ended it), 64 usage, 65 bad argument, 69 server unavailable or error,\n"
+		   "70 lease lost (COMMAND was stopped), 71 system error, 75 --wait ran out,\n"
+		   "77 permission denied, 78 the extension is not installed, 128+N signal N\n"
+		   "while waiting.\n",
+		   DSYNC_MAX_PERMITS);
+}
+
+/*
+ * UsageElect
+ *		dsync elect --help.
+ */
+static void
+UsageElect(void)
+{
+	printf("dsync elect: run a command only while leader of a group\n"
+		   "\n"
+		   "Usage:\n"
+		   "  dsync [--dsn DSN] elect GROUP [OPTION...] -- COMMAND [ARGS...]\n"
+		   "\n"
+		   "Joins GROUP (dsync_join) and campaigns for its lease; runs COMMAND only\n"
+		   "while leader, renewing the lease every ttl/3.  If leadership is lost,\n"
+		   "COMMAND is stopped and the tool campaigns again; it exits when COMMAND\n"
+		   "exits by itself.  GROUP may come before, between or after the options.\n"
+		   "The tool campaigns in the lease's line on an idle connection\n"
+		   "(dsync_queue); in a running statement instead with --no-queue, through a\n"
+		   "pooler in transaction mode, or with an extension older than 1.5.\n"
+		   "\n"
+		   "Options:\n"
+		   "  --ttl DURATION      the leadership's and the membership's time to live\n"
+		   "                      (default 15s, at least 300ms)\n"
+		   "  --id ID             this member's name (--holder is the same; default\n"
+		   "                      host:pid:random); printed on stderr\n"
+		   "  --info JSON         a JSON value kept with the membership and the lease\n"
+		   "  --grace DURATION    time between SIGTERM and SIGKILL when COMMAND is\n"
+		   "                      stopped (default 5s)\n"
+		   "  --no-queue          campaign in a running statement, not in the line\n"
+		   "  --dsn DSN           the connection (default: the libpq environment,\n"
+		   "                      PGHOST, PGDATABASE, ...)\n"
+		   "  -h, --help          show this help and exit\n"
+		   "\n"
+		   "COMMAND sees DSYNC_LEASE, DSYNC_HOLDER and DSYNC_FENCING_TOKEN.  When\n"
+		   "leadership is lost, COMMAND gets SIGTERM at once and SIGKILL after\n"
+		   "--grace; if the server cannot be reached in time, COMMAND is stopped\n"
+		   "before the lease expires.  SIGINT, SIGTERM and SIGHUP are passed on to\n"
+		   "COMMAND.  Durations: 500ms, 30s, 5m, 1h (a bare number is seconds).\n"
+		   "\n"
+		   "Exit codes: COMMAND's status when it exits by itself (127: it could not\n"
+		   "be run; 128+N: signal N ended it), 64 usage, 65 bad argument, 69 server\n"
+		   "unavailable (at the start; later the tool reconnects) or error, 71 system\n"
+		   "error, 77 permission denied, 78 the extension is not installed, 128+N\n"
+		   "signal N while campaigning.\n");
+}
+
+/*
+ * UsageWatch
+ *		dsync watch --help.
+ */
+static void
+UsageWatch(void)
+{
+	printf("dsync watch: print a group's or a lease's events as they happen\n"
+		   "\n"
+		   "Usage:\n"
+		   "  dsync [--dsn DSN] watch GROUP|NAME [--json]\n"
+		   "\n"
+		   "Listens on the channel of GROUP or NAME (dsync_channel) and prints each\n"
+		   "lease, membership and event notification that dsync sends there, one\n"
+		   "line each; notifications sent by others are ignored.  If the connection\n"
+		   "drops, the tool reconnects and first prints, from the event log, what\n"
+		   "was sent meanwhile.  It runs until SIGINT, SIGTERM or SIGHUP.\n"
+		   "\n"
+		   "Options:\n"
+		   "  --json              print each notification's JSON instead of a sentence\n"
+		   "  --dsn DSN           the connection (default: the libpq environment,\n"
+		   "                      PGHOST, PGDATABASE, ...)\n"
+		   "  -h, --help          show this help and exit\n"
+		   "\n"
+		   "Exit codes: 0 stopped by a signal, 64 usage, 65 bad argument, 69 server\n"
+		   "error, 71 system error, 77 permission denied, 78 the extension is not\n"
+		   "installed, or LISTEN cannot work (a pooler in transaction mode).\n");
+}
+
+/*
+ * UsageStatus
+ *		dsync status --help.
+ */
+static void
+UsageStatus(void)
+{
+	printf("dsync status: show live leases\n"
+		   "\n"
+		   "Usage:\n"
+		   "  dsync [--dsn DSN] status [NAME]\n"
+		   "\n"
+		   "Prints the live leases (dsync_leases), or those of NAME only, one line per\n"
+		   "holder: lease, holder, fencing token, permits, time left, waiters and\n"
+		   "owner.\n"
+		   "\n"
+		   "Options:\n"
+		   "  --dsn DSN           the connection (default: the libpq environment,\n"
+		   "                      PGHOST, PGDATABASE, ...)\n"
+		   "  -h, --help          show this help and exit\n"
+		   "\n"
+		   "Exit codes: 0 done, 64 usage, 65 bad argument, 69 server unavailable or\n"
+		   "error, 77 permission denied, 78 the extension is not installed.\n");
+}
+
+/*
+ * CommandUsage
+ *		One command's usage, on stdout (its --help).
+ */
+static void
+CommandUsage(DsyncCommand command)
+{
+	switch (command)
+	{
+		case DSYNC_CMD_LOCK:
+			UsageLock();
+			break;
+		case DSYNC_CMD_ELECT:
+			UsageElect();
+			break;
+		case DSYNC_CMD_WATCH:
+			UsageWatch();
+			break;
+		case DSYNC_CMD_STATUS:
+			UsageStatus();
+			break;
+	}
 }
 
 /*
@@ -170,15 +351,35 @@ ParseCommand(const char *word)
 /*
  * HelpOrVersion
  *		-h or -V, before or after the command word: print and exit 0.
+ *		After the command word (command not NULL), -h is that command's help.
  */
 static int
-HelpOrVersion(int c)
+HelpOrVersion(int c, const DsyncCommand *command)
 {
-	if (c == 'h')
+	if (c == 'h' && command != NULL)
+		CommandUsage(*command);
+	else if (c == 'h')
 		Usage(stdout);
 	else
 		printf("dsync %s\n", DSYNC_VERSION);
 	return 0;
+}
+
+/*
+ * Help
+ *		dsync help [COMMAND]: the usage, or one command's.
+ */
+static int
+Help(int argc, char **argv, int first)
+{
+	DsyncCommand command;
+
+	if (first >= argc)
+		return HelpOrVersion('h', NULL);
+	if (first + 1 < argc)
+		UsageError("help takes one command name, not \"%s\"", argv[first + 1]);
+	command = ParseCommand(argv[first]);
+	return HelpOrVersion('h', &command);
 }
 
 /*
@@ -221,7 +422,7 @@ main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "+hV", long_options, NULL)) != -1)
 	{
 		if (c == 'h' || c == 'V')
-			return HelpOrVersion(c);
+			return HelpOrVersion(c, NULL);
 		if (c != 'd')
 			UsageError("only --dsn may come before the command (lock, elect, watch or status)");
 		opt.dsn = optarg;
@@ -229,6 +430,8 @@ main(int argc, char **argv)
 	if (optind >= argc)
 		UsageError("no command given");
 	cmd = argv[optind++];
+	if (strcmp(cmd, "help") == 0)
+		return Help(argc, argv, optind);
 	command = ParseCommand(cmd);
 
 	/*
@@ -284,7 +487,7 @@ main(int argc, char **argv)
 					break;
 				case 'h':
 				case 'V':
-					return HelpOrVersion(c);
+					return HelpOrVersion(c, &command);
 				case ':':
 					UsageError("option \"%s\" needs a value", argv[optind - 1]);
 					break;
