@@ -4,9 +4,11 @@
 # in transaction mode, then their packaging: one version everywhere
 # (test/version.sh), the Python package installed offline with pip
 # (test/package_python.sh) and the Node package packed and installed with
-# npm (test/package_node.sh).  Run as root after the extension is installed.
-# Prints one "N passed, N failed" line, counting the two libraries and the
-# three packaging checks.
+# npm (test/package_node.sh), then the documentation's code examples
+# (test/doctest.py: its self-test, then README.md and docs/).  Run as root
+# after the extension is installed.  Prints one "N passed, N failed" line,
+# counting the two libraries, the three packaging checks and the two
+# documentation steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
@@ -47,6 +49,24 @@ fi
 
 echo "== Node package: npm pack and npm install (test/package_node.sh)"
 if bash test/package_node.sh; then
+	passed=$((passed + 1))
+else
+	failed=$((failed + 1))
+fi
+
+# The code examples of the documentation (README.md and docs/**/*.md, those
+# that exist), each markdown file in a fresh database of a throwaway server;
+# first the harness's own self-test on its fixtures (test/doctest/).
+echo "== documentation examples: the harness's self-test (test/doctest.py --self-test)"
+[ -d clients/node/node_modules ] || (cd clients/node && npm ci --no-audit --no-fund --loglevel=error)
+if timeout 600 /usr/bin/python3 test/doctest.py --self-test; then
+	passed=$((passed + 1))
+else
+	failed=$((failed + 1))
+fi
+
+echo "== documentation examples (test/doctest.py)"
+if timeout 1800 /usr/bin/python3 test/doctest.py; then
 	passed=$((passed + 1))
 else
 	failed=$((failed + 1))

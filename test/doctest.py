@@ -311,9 +311,9 @@ class Runner:
     def fix_paths(self, text, block, path):
         """Error positions in the script as positions in the document."""
         def doc_line(m):
-            return f"{block.path}:{block.line + int(m.group(1))}"
+            return f"{block.path}{m.group(1)}{block.line + int(m.group(2))}"
         text = text.replace("file://" + path, path)
-        text = re.sub(re.escape(path) + r"(?:\", line |: line |:)(\d+)", doc_line, text)
+        text = re.sub(re.escape(path) + r"(\", line |: line |:)(\d+)", doc_line, text)
         return text.replace(path, block.where)
 
     def record(self, block, status, detail=""):

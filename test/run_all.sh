@@ -7,7 +7,8 @@
 #   warnings as errors, then pg_regress, isolation, pgTAP, stress and Perl
 #   TAP; in the 17 and 18 chroots also the Python client on their newer
 #   Python and psycopg); then on 15 the client libraries (test/clients.sh:
-#   Python and Node, directly and through PgBouncer, and their packaging),
+#   Python and Node, directly and through PgBouncer, their packaging, and
+#   the documentation's code examples, test/doctest.py),
 #   the Debian package test (test/package.sh) and the HA test under Patroni
 #   (test/ha/run.sh, with a synchronous standby on three nodes and with
 #   asynchronous replication on two).
