@@ -7,8 +7,9 @@
 # npm (test/package_node.sh), then the documentation's code examples
 # (test/doctest.py: its self-test, then README.md and docs/).  Run as root
 # after the extension is installed.  Prints one "N passed, N failed" line,
-# counting the two libraries, the three packaging checks and the two
-# documentation steps.
+# counting the two libraries, the three packaging checks, the two
+# documentation-example steps, the reference check (test/docs_reference.py)
+# and the demo run as an ordinary user (test/demo.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
@@ -67,6 +68,20 @@ fi
 
 echo "== documentation examples (test/doctest.py)"
 if timeout 1800 /usr/bin/python3 test/doctest.py; then
+	passed=$((passed + 1))
+else
+	failed=$((failed + 1))
+fi
+
+echo "== the reference names every function, view column and setting (test/docs_reference.py)"
+if timeout 300 /usr/bin/python3 clients/with_server.py /usr/bin/python3 test/docs_reference.py; then
+	passed=$((passed + 1))
+else
+	failed=$((failed + 1))
+fi
+
+echo "== the demo, as an ordinary user against the installed dsync (test/demo.sh)"
+if timeout 600 bash test/demo.sh; then
 	passed=$((passed + 1))
 else
 	failed=$((failed + 1))

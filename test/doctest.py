@@ -66,6 +66,9 @@ Annotations: an HTML comment on the line(s) just before the opening fence
   <!-- doctest: error -->         the block must fail (exit non-zero: an
                                    example that shows an error); it is
                                    reported failed if it succeeds
+  <!-- doctest: error="TEXT" -->  the same, and its output must contain TEXT
+                                   (the error it shows, not another one that
+                                   an earlier statement of the block hit)
   <!-- doctest: background -->    started and left running while the file's
                                    later blocks run (a LISTEN loop, a worker),
                                    after a 1 s head start; killed (its process
@@ -85,6 +88,7 @@ block.
 import glob
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -118,6 +122,7 @@ class Block:
         self.code = code
         self.skip = None
         self.error = False
+        self.error_text = None      # what the failure's output must say
         self.background = None      # head start in seconds when background
         self.timeout = DEFAULT_TIMEOUT
         self.admin = False
@@ -126,7 +131,14 @@ class Block:
             self._annotate(note)
 
     def _annotate(self, note):
+        # A skip's reason is prose (apostrophes and all): taken as it is.
         words = note.split()
+        if "skip" not in words:
+            try:
+                words = shlex.split(note)
+            except ValueError:
+                self.bad.append(note)
+                return
         while words:
             w = words.pop(0)
             if w == "skip":
@@ -136,6 +148,11 @@ class Block:
                 return
             if w == "error":
                 self.error = True
+            elif w.startswith("error="):
+                self.error = True
+                self.error_text = w.split("=", 1)[1]
+                if not self.error_text:
+                    self.bad.append(w)
             elif w == "admin":
                 self.admin = True
             elif w == "background":
@@ -402,6 +419,8 @@ class Runner:
             self.record(block, f"timed out after {block.timeout:g} s", output)
         elif block.error and proc.returncode == 0:
             self.record(block, "succeeded, but is marked <!-- doctest: error -->", output)
+        elif block.error and block.error_text and block.error_text not in output:
+            self.record(block, f"failed, but its output does not say {block.error_text!r}", output)
         elif not block.error and proc.returncode != 0:
             self.record(block, f"exit status {proc.returncode}", output)
         else:
