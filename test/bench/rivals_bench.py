@@ -233,7 +233,19 @@ class Servers:
 # -- sides: one lock API each ------------------------------------------------------
 
 
-class DsyncSide:
+class Side:
+    """What every side does unless it says otherwise: a wait of up to WAIT
+    seconds, and nothing to clean between rounds."""
+
+    @staticmethod
+    def acquire(lock):
+        return lock.acquire(timeout=WAIT)
+
+    def cleanup(self):
+        pass
+
+
+class DsyncSide(Side):
     fencing = "yes: the token acquire() got (lock.token), increasing per name"
     waits = "push: a blocking acquire waits inside the server, woken at the freeing commit"
 
@@ -247,18 +259,11 @@ class DsyncSide:
     def lock(self, name, _i=0):
         return self.client.lock(name, ttl=TTL)
 
-    @staticmethod
-    def acquire(lock):
-        return lock.acquire(timeout=WAIT)
-
-    def cleanup(self):
-        pass
-
     def close(self):
         self.client.close()
 
 
-class RedisSide:
+class RedisSide(Side):
     fencing = "no: the random token only guards release; nothing increases"
 
     def __init__(self, servers, name="redis", sleep=0.1):
@@ -275,10 +280,7 @@ class RedisSide:
 
     @staticmethod
     def acquire(lock):
-        return lock.acquire()
-
-    def cleanup(self):
-        pass
+        return lock.acquire()           # its wait is the lock's blocking_timeout
 
     def close(self):
         self.r.close()
@@ -319,7 +321,7 @@ class EtcdLock(etcd3.Lock):
                 pass
 
 
-class EtcdSide:
+class EtcdSide(Side):
     fencing = ("yes in etcd (the key's create revision), but python-etcd3's Lock "
                "neither keeps nor returns it (a get of the key after acquire)")
     durability = "every write (lease grant, put, delete) fsynced to the WAL by raft"
@@ -331,10 +333,6 @@ class EtcdSide:
 
     def lock(self, name, _i=0):
         return EtcdLock(name, ttl=TTL, etcd_client=self.client)
-
-    @staticmethod
-    def acquire(lock):
-        return lock.acquire(timeout=WAIT)
 
     def cleanup(self):
         # python-etcd3's release deletes the key but leaves its lease (and a
@@ -350,7 +348,7 @@ class EtcdSide:
         pass
 
 
-class ZooKeeperSide:
+class ZooKeeperSide(Side):
     fencing = "yes: the lock node's sequence number (lock.node), increasing per lock path"
     durability = "every write (create, delete) fsynced to the transaction log (forceSync=yes)"
     waits = "push: a watch on the node just ahead in the queue (FIFO, no herd)"
@@ -361,13 +359,6 @@ class ZooKeeperSide:
 
     def lock(self, name, i=0):
         return self.zk.Lock("/bench/" + name, f"t{i}")
-
-    @staticmethod
-    def acquire(lock):
-        return lock.acquire(timeout=WAIT)
-
-    def cleanup(self):
-        pass
 
     def close(self):
         self.zk.stop()
