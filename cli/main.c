@@ -96,6 +96,17 @@ Usage(FILE *out)
 }
 
 /*
+ * Option lines that several commands' help shows alike.
+ */
+#define HELP_GRACE_OPTION \
+	"  --grace DURATION    time between SIGTERM and SIGKILL when COMMAND is\n" \
+	"                      stopped (default 5s)\n"
+#define HELP_COMMON_OPTIONS \
+	"  --dsn DSN           the connection (default: the libpq environment,\n" \
+	"                      PGHOST, PGDATABASE, ...)\n" \
+	"  -h, --help          show this help and exit\n"
+
+/*
  * UsageLock
  *		dsync lock --help.
  */
@@ -126,12 +137,9 @@ UsageLock(void)
 		   "  --holder ID         the holder's name (--id is the same; default\n"
 		   "                      host:pid:random); printed on stderr\n"
 		   "  --info JSON         a JSON value kept with the lease\n"
-		   "  --grace DURATION    time between SIGTERM and SIGKILL when COMMAND is\n"
-		   "                      stopped (default 5s)\n"
+		   HELP_GRACE_OPTION
 		   "  --no-queue          wait in a running statement, not in the line\n"
-		   "  --dsn DSN           the connection (default: the libpq environment,\n"
-		   "                      PGHOST, PGDATABASE, ...)\n"
-		   "  -h, --help          show this help and exit\n"
+		   HELP_COMMON_OPTIONS
 		   "\n"
 		   "COMMAND sees DSYNC_LEASE, DSYNC_HOLDER and DSYNC_FENCING_TOKEN.  If the\n"
 		   "lease is lost, COMMAND gets SIGTERM at once and SIGKILL after --grace; if\n"
@@ -173,12 +181,9 @@ UsageElect(void)
 		   "  --id ID             this member's name (--holder is the same; default\n"
 		   "                      host:pid:random); printed on stderr\n"
 		   "  --info JSON         a JSON value kept with the membership and the lease\n"
-		   "  --grace DURATION    time between SIGTERM and SIGKILL when COMMAND is\n"
-		   "                      stopped (default 5s)\n"
+		   HELP_GRACE_OPTION
 		   "  --no-queue          campaign in a running statement, not in the line\n"
-		   "  --dsn DSN           the connection (default: the libpq environment,\n"
-		   "                      PGHOST, PGDATABASE, ...)\n"
-		   "  -h, --help          show this help and exit\n"
+		   HELP_COMMON_OPTIONS
 		   "\n"
 		   "COMMAND sees DSYNC_LEASE, DSYNC_HOLDER and DSYNC_FENCING_TOKEN.  When\n"
 		   "leadership is lost, COMMAND gets SIGTERM at once and SIGKILL after\n"
@@ -213,9 +218,7 @@ UsageWatch(void)
 		   "\n"
 		   "Options:\n"
 		   "  --json              print each notification's JSON instead of a sentence\n"
-		   "  --dsn DSN           the connection (default: the libpq environment,\n"
-		   "                      PGHOST, PGDATABASE, ...)\n"
-		   "  -h, --help          show this help and exit\n"
+		   HELP_COMMON_OPTIONS
 		   "\n"
 		   "Exit codes: 0 stopped by a signal, 64 usage, 65 bad argument, 69 server\n"
 		   "error, 71 system error, 77 permission denied, 78 the extension is not\n"
@@ -239,9 +242,7 @@ UsageStatus(void)
 		   "owner.\n"
 		   "\n"
 		   "Options:\n"
-		   "  --dsn DSN           the connection (default: the libpq environment,\n"
-		   "                      PGHOST, PGDATABASE, ...)\n"
-		   "  -h, --help          show this help and exit\n"
+		   HELP_COMMON_OPTIONS
 		   "\n"
 		   "Exit codes: 0 done, 64 usage, 65 bad argument, 69 server unavailable or\n"
 		   "error, 77 permission denied, 78 the extension is not installed.\n");

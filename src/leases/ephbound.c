@@ -169,12 +169,12 @@ EphemeralBoundXactCallback(XactEvent event, void *arg)
 				EphemeralBoundForgetAt(0, true);
 
 				/*
-				 * Those made to queued waiters did not happen either: back
-				 * in line only now that the names are let go of.  Before,
-				 * a poke could find a waiter first in line while the grant
-				 * being undone still held its name, and the worker would
-				 * grant it again as a reentrant acquire: a grant that the
-				 * let-go then emptied, which the waiter would claim.
+				 * Those made to queued waiters did not happen either; they
+				 * go back in line at the transaction's end, once the names
+				 * are let go of.  A waiter back in line while its undone
+				 * grant still held the name could be granted again by the
+				 * worker as a reentrant acquire, which the let-go would
+				 * then empty under it.
 				 */
 				DsyncQueuedUndoEphemeral();
 			}

@@ -205,13 +205,12 @@ QueueTryReserved(FunctionCallInfo fcinfo, const DsyncQueuedWaiter *waiter, int64
 	}
 	PG_END_TRY();
 	/*
-	 * A grant is a change (no PREPARE: the end of this transaction settles
-	 * it); a try that got nothing is back in line already and changed
-	 * nothing, as a wait that ran out.
+	 * A grant marked the transaction changed itself (its rows, or
+	 * QueueTryOnce for an ephemeral one), so no PREPARE; a try that got
+	 * nothing changed nothing, as a wait that ran out, and goes back in
+	 * line now.
 	 */
-	if (granted)
-		DsyncXactChanged();
-	else
+	if (!granted)
 		DsyncQueuedUnreserve(waiter);
 	return granted;
 }

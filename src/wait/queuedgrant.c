@@ -44,6 +44,7 @@ typedef struct QueuedPending
 	QueuedTag	tag;
 	int			nest_level;
 	bool		passing;		/* the worker passes it on (else: granting) */
+	bool		undone;			/* a grant its commit lets go of */
 } QueuedPending;
 
 static List *queued_pending = NIL;
@@ -89,6 +90,7 @@ DsyncQueuedReserve(const DsyncQueuedWaiter *waiter)
 	pending->tag = entry->tag;
 	pending->nest_level = GetCurrentTransactionNestLevel();
 	pending->passing = false;
+	pending->undone = false;
 	LWLockRelease(queued_control->lock);
 	return true;
 }
@@ -250,17 +252,18 @@ QueuedPendingDone(int nest_level, bool commit)
 		else if (entry != NULL && !pending->passing && entry->w.state == DSYNC_QUEUED_GRANTING)
 		{
 			int			channel = -1;
+			bool		stands = commit && !pending->undone;
 
 			/*
 			 * A poke met it while we granted (a permit or a shared holder
 			 * may have left room for the next): the worker looks again,
 			 * whatever our commit tells.
 			 */
-			if (commit && entry->w.repoke)
+			if (stands && entry->w.repoke)
 				channel = QueuedChannel(entry->tag.key);
-			if (commit && entry->w.claimed)
+			if (stands && entry->w.claimed)
 				QueuedRemove(entry);	/* taken up already: nothing to wait for */
-			else if (commit)
+			else if (stands)
 			{
 				QueuedMakeGranted(entry, now);
 				ngrants++;
@@ -382,42 +385,28 @@ DsyncQueuedTakeOwn(const DsyncQueuedWaiter *waiter)
  *		This transaction commits, but lets go of the ephemeral grants that
  *		raised bound fences (their synchronous standby did not confirm the
  *		raise: leases/ephbound.c): those it made to queued waiters did not
- *		happen, and the waiters are back in line.  In a commit callback,
- *		after the grants are let go of.
+ *		happen.  In a commit callback; the end of the transaction puts the
+ *		waiters back in line as a rollback's would (QueuedPendingDone), once
+ *		the names are let go of and this transaction's locks (the fences'
+ *		among them) are released, so that the worker's next try can grant.
  */
 void
 DsyncQueuedUndoEphemeral(void)
 {
 	ListCell   *lc;
-	uint64		repoke[DSYNC_WAKE_CHANNELS / 64] = {0};
 
 	if (queued_pending == NIL)
 		return;
-	LWLockAcquire(queued_control->lock, LW_EXCLUSIVE);
+	LWLockAcquire(queued_control->lock, LW_SHARED);
 	foreach(lc, queued_pending)
 	{
 		QueuedPending *pending = lfirst(lc);
 		QueuedEntry *entry = hash_search(queued_entries, &pending->tag, HASH_FIND, NULL);
-		int			channel;
 
-		if (pending->passing || entry == NULL || entry->w.durable ||
-			entry->w.state != DSYNC_QUEUED_GRANTING)
-			continue;
-		/*
-		 * Its grant was let go of already; that wake-up's poke found it
-		 * being granted and is noted on it (repoke), so the worker looks
-		 * again now.
-		 */
-		channel = QueuedBackInLine(entry);
-		if (channel >= 0)
-			repoke[channel / 64] |= UINT64CONST(1) << (channel % 64);
-		queued_pending = foreach_delete_current(queued_pending, lc);
-		pfree(pending);
+		if (!pending->passing && entry != NULL && !entry->w.durable)
+			pending->undone = true;
 	}
 	LWLockRelease(queued_control->lock);
-	for (int word = 0; word < DSYNC_WAKE_CHANNELS / 64; word++)
-		for (uint64 w = repoke[word]; w != 0; w &= w - 1)
-			QueuedPokeNow(word * 64 + pg_rightmost_one_pos64(w));
 }
 
 /*
@@ -499,6 +488,7 @@ DsyncQueuedTakeDue(TimestampTz now)
 		pending->tag = entry->tag;
 		pending->nest_level = GetCurrentTransactionNestLevel();
 		pending->passing = true;
+		pending->undone = false;
 		queued_pending = lappend(queued_pending, pending);
 		MemoryContextSwitchTo(oldcontext);
 		entry->w.state = DSYNC_QUEUED_PASSING;
