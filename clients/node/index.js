@@ -16,21 +16,14 @@ const { LeaderElection } = require('./election');
 const { watch } = require('./watch');
 const { parsePayload, channelOf, types } = require('./sql');
 const { defaultHolder } = require('./args');
-const errors = require('./errors');
+const {
+  DsyncError, AcquireTimeout, LockExists, LockLost, NotHeld, SemaphoreMismatch,
+  SemaphoreNotFound, DsyncConnectionError, KeeperUnavailable, ListenUnavailable, ServerError, InvalidArgument,
+} = require('./errors');
 
 module.exports = {
   Client, Lock, ReadLock, Semaphore, Event, LeaderElection, watch, withLock, closeDefaultClients,
   parsePayload, channelOf, defaultHolder, types,
-  DsyncError: errors.DsyncError,
-  AcquireTimeout: errors.AcquireTimeout,
-  LockExists: errors.LockExists,
-  LockLost: errors.LockLost,
-  NotHeld: errors.NotHeld,
-  SemaphoreMismatch: errors.SemaphoreMismatch,
-  SemaphoreNotFound: errors.SemaphoreNotFound,
-  DsyncConnectionError: errors.DsyncConnectionError,
-  KeeperUnavailable: errors.KeeperUnavailable,
-  ListenUnavailable: errors.ListenUnavailable,
-  ServerError: errors.ServerError,
-  InvalidArgument: errors.InvalidArgument,
+  DsyncError, AcquireTimeout, LockExists, LockLost, NotHeld, SemaphoreMismatch,
+  SemaphoreNotFound, DsyncConnectionError, KeeperUnavailable, ListenUnavailable, ServerError, InvalidArgument,
 };
