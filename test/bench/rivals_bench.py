@@ -16,6 +16,12 @@ side goes through TCP loopback), and stopped at the end:
   - dsync-async: the same server, the client's connections with
     synchronous_commit=off (a commit is acknowledged before its WAL is
     flushed; a crash may forget the last grants, never a fencing order);
+  - advisory: the same server, pg_advisory_lock(key) and
+    pg_advisory_unlock(key) of the name's hashtextextended() on a
+    connection of its own per thread (a session-level advisory lock
+    belongs to a connection, so each waiter needs one), in autocommit: no
+    ttl, no token, nothing written, a waiter blocked in the server's lock
+    manager;
   - redis: redis-server --save '' --appendonly no (nothing on disk: a
     restart forgets every lock); redis.Redis().lock(name, timeout=30,
     blocking_timeout=60), redis-py's Lock: SET key token NX PX, released
@@ -92,7 +98,7 @@ import redis  # noqa: E402
 import dsync  # noqa: E402
 from conftest import PGBIN, Server, _as_postgres, _free_port  # noqa: E402
 
-ALL_SIDES = "dsync,dsync-async,redis,redis-poll1ms,redis-aof,etcd,zookeeper"
+ALL_SIDES = "dsync,dsync-async,advisory,redis,redis-poll1ms,redis-aof,etcd,zookeeper"
 SIDES = os.environ.get("BENCH_SIDES", ALL_SIDES).split(",")
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 SECONDS = float(os.environ.get("BENCH_SECONDS", "5"))
@@ -155,7 +161,7 @@ class Servers:
         self.ports[name] = port
 
     def start(self):
-        if any(s.startswith("dsync") for s in self.sides):
+        if any(s.startswith("dsync") or s == "advisory" for s in self.sides):
             self.pg = Server()
             self.pg.start()
             # Off its Unix socket onto loopback TCP, as the others are.
@@ -261,6 +267,44 @@ class DsyncSide(Side):
 
     def close(self):
         self.client.close()
+
+
+class AdvisoryLock:
+    """A session-level advisory lock on one name, on its thread's
+    connection: acquire() waits in the server (no timeout: the hand-off
+    joins its threads long before WAIT)."""
+
+    def __init__(self, conn, name):
+        self.conn = conn
+        self.name = name
+
+    def acquire(self, timeout=None):
+        self.conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (self.name,))
+        return True
+
+    def release(self):
+        if not self.conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))",
+                                 (self.name,)).fetchone()[0]:
+            raise RuntimeError(f"advisory lock {self.name!r} was not held")
+
+
+class AdvisorySide(Side):
+    fencing = "no"
+    durability = "none: held in the server's memory, lost when the session or the server ends"
+    waits = "a blocked backend per waiter, woken by the unlock"
+
+    def __init__(self, servers):
+        self.dsn = servers.dsn()
+        self.conns = {}
+
+    def lock(self, name, i=0):
+        if i not in self.conns:
+            self.conns[i] = psycopg.connect(self.dsn, autocommit=True)
+        return AdvisoryLock(self.conns[i], name)
+
+    def close(self):
+        for conn in self.conns.values():
+            conn.close()
 
 
 class RedisSide(Side):
@@ -370,6 +414,8 @@ def make_side(name, servers):
         return DsyncSide(servers, "on")
     if name == "dsync-async":
         return DsyncSide(servers, "off")
+    if name == "advisory":
+        return AdvisorySide(servers)
     if name == "redis":
         return RedisSide(servers)
     if name == "redis-poll1ms":
