@@ -55,16 +55,18 @@ named:
     passed to exit() or _exit() in cli/*.c, and a row "| 128+N |" if the
     tool returns 128 + a signal number;
   - a Python export: every name of dsync.__all__ (clients/python/dsync)
-    in backquotes in clients/python/README.md; a member of an exported
-    class that is not an exception (every name of dir(cls) not starting
-    with "_" and not inherited from a built-in type, and every field of a
-    dataclass) as `name`, `.name(` or `name(` in that README;
-  - a Node export: every key of require('clients/node') in backquotes in
-    clients/node/README.md; a member of an exported class that is not an
-    Error (every own property name, not starting with "_" and not
-    "constructor", of its prototype and of its ancestors' up to
-    Object.prototype or EventEmitter.prototype, and its own static ones)
-    as `name`, `.name(` or `name(` in that README.
+    in backquotes, alone or called (`name` or `name(...)`), in
+    clients/python/README.md; a member of an exported class that is not
+    an exception (every name of dir(cls) not starting with "_" and not
+    inherited from a built-in type, and every field of a dataclass) as
+    `name`, `.name(` or `name(`, or as an attribute in backquotes
+    (`lock.name`, `x.name(...)`), in that README;
+  - a Node export: every key of require('clients/node') in backquotes,
+    alone or called, in clients/node/README.md; a member of an exported
+    class that is not an Error (every own property name, not starting
+    with "_" and not "constructor", of its prototype and of its
+    ancestors' up to Object.prototype or EventEmitter.prototype, and its
+    own static ones) named as a Python member is, in that README.
 Prints one line per object missing and "N passed, N failed" (checks: the
 functions, the views, the settings, the SQLSTATEs, the notifications, the
 tool's commands, its exit codes, the Python client, the Node client).
@@ -294,7 +296,10 @@ def cli_names():
 
 
 def named_member(name, text):
-    return f"`{name}`" in text or f".{name}(" in text or re.search(r"(?<![\w.])%s\(" % re.escape(name), text)
+    """name as `name`, `x.name ...`, .name( or name( in text."""
+    return (f"`{name}`" in text or f".{name}(" in text
+            or re.search(r"(?<![\w.])%s\(" % re.escape(name), text)
+            or re.search(r"`[^`\n]*\.%s\b[^`\n]*`" % re.escape(name), text))
 
 
 def python_api():
@@ -353,7 +358,7 @@ def client_missing(label, readme_path, api):
     readme = read(*readme_path)
     exports, classes = api
     missing = [f"{label} export not in {'/'.join(readme_path)}: {n}"
-               for n in exports if f"`{n}`" not in readme]
+               for n in exports if not re.search(r"`%s[`(]" % re.escape(n), readme)]
     missing += [f"{label} member not in {'/'.join(readme_path)}: {cls}.{m}"
                 for cls, members in sorted(classes.items()) for m in members
                 if not named_member(m, readme)]
