@@ -8,8 +8,9 @@
 # (test/doctest.py: its self-test, then README.md and docs/).  Run as root
 # after the extension is installed.  Prints one "N passed, N failed" line,
 # counting the two libraries, the three packaging checks, the two
-# documentation-example steps, the reference check (test/docs_reference.py)
-# and the demo run as an ordinary user (test/demo.sh).
+# documentation-example steps, the reference check (test/docs_reference.py),
+# the link check (test/docs_links.py) and the demo run as an ordinary user
+# (test/demo.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
@@ -75,6 +76,13 @@ fi
 
 echo "== the reference names every function, view column and setting (test/docs_reference.py)"
 if timeout 300 /usr/bin/python3 clients/with_server.py /usr/bin/python3 test/docs_reference.py; then
+	passed=$((passed + 1))
+else
+	failed=$((failed + 1))
+fi
+
+echo "== every relative link of the documentation leads somewhere (test/docs_links.py)"
+if timeout 60 /usr/bin/python3 test/docs_links.py; then
 	passed=$((passed + 1))
 else
 	failed=$((failed + 1))
