@@ -6,10 +6,10 @@ prometheus-postgres-exporter:
 
 Starts a throwaway server with dsync (clients/python/tests/conftest.py's
 Server) and dsync.event_queue_size = 64kB, so that events can be lost;
-makes an unprivileged login role `monitor` (no grant at all) and a database
-`nodsync` without the extension; as the role `app`: an exclusive and two
-shared holders, a backend blocked in dsync_acquire, a queued waiter
-(dsync_queue), a wait that times out, an expiry and 3,000 signal events in
+makes an unprivileged login role `monitor` (no grant at all), a database
+`nodsync` without the extension and a second one with it, `app2`; as the
+role `app`: an exclusive and two shared holders, a backend blocked in
+dsync_acquire, two queued waiters (dsync_queue), a wait that times out, an expiry and 3,000 signal events in
 one transaction to a listener (more than the 64 kB queue holds).  Then it
 runs prometheus-postgres-exporter as `monitor` with the queries file and
 --auto-discover-databases on a free loopback port, scrapes /metrics and
@@ -27,9 +27,11 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import psycopg
+import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients",
                                 "python", "tests"))
@@ -103,8 +105,11 @@ class Exporter:
                 time.sleep(0.1)
 
     def scrape(self):
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=30) as r:
-            return parse(r.read().decode())
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=30) as r:
+                return parse(r.read().decode())
+        except urllib.error.HTTPError as e:
+            raise RuntimeError(f"the scrape failed: HTTP {e.code}: {e.read().decode()[:1000]}")
 
     def logtext(self):
         self.log.flush()
@@ -139,6 +144,13 @@ try:
     admin = psycopg.connect(server.dsn("app", "postgres"), autocommit=True)
     admin.execute("CREATE ROLE monitor LOGIN")
     admin.execute("CREATE DATABASE nodsync")
+    # A second database with dsync: per-database metrics carry datname, and
+    # the server-wide dsync_databases must still be read once.
+    admin.execute("CREATE DATABASE app2")
+    with psycopg.connect(server.dsn("app2", "postgres"), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION dsync")
+    with psycopg.connect(server.dsn("app2", "app"), autocommit=True) as conn:
+        assert conn.execute("SELECT dsync_acquire('elsewhere', 'a', '10 minutes')").fetchone()[0]
 
     def app():
         return psycopg.connect(server.dsn(), autocommit=True)
@@ -155,6 +167,7 @@ try:
     wait_for(admin, "SELECT expiries >= 1 FROM dsync_stats", "the expiry")
     # A queued waiter (no connection waits) and a blocked one.
     assert q(b, "SELECT dsync_queue('job', 'q', '10 minutes')") is None
+    assert q(b, "SELECT dsync_queue('job', 'q2', '10 minutes')") is None
     def block():
         try:
             c.execute("SELECT dsync_acquire('job', 'c', '1 minute', wait => '10 minutes')")
@@ -163,7 +176,7 @@ try:
 
     blocked = threading.Thread(target=block, daemon=True)
     blocked.start()
-    wait_for(admin, "SELECT count(*) = 2 FROM dsync_waiters", "the waiters")
+    wait_for(admin, "SELECT count(*) = 3 FROM dsync_waiters", "the waiters")
     # Lost events: a listener, and more events at once than the queue holds.
     listener = app()
     listener.execute('LISTEN "dsync:lost"')
@@ -208,6 +221,11 @@ try:
           stats["grants_total"] == 4 and stats["expiries_total"] >= 1
           and stats["wait_timeouts_total"] == 1 and stats["waits_total"] >= 2
           and stats["events_lost_total"] > 0, str(stats))
+    with psycopg.connect(server.dsn("app2", "monitor"), autocommit=True) as conn:
+        grants2 = conn.execute("SELECT grants FROM dsync_stats").fetchone()[0]
+    check("the second database's own counters: dsync_stats_grants_total{datname=app2} 1",
+          grants2 == 1 and one(samples, "dsync_stats_grants_total", datname="app2") == 1,
+          f"view {grants2}, scraped {one(samples, 'dsync_stats_grants_total', datname='app2')}")
     for db in ("nodsync", "postgres"):
         check(f"no dsync_stats sample for {db} (no extension there)",
               not any(k[0].startswith("dsync_stats_") and ("datname", db) in k[1] for k in samples))
@@ -229,12 +247,12 @@ try:
     check(f"dsync_lease_time_left_min_seconds ({left}) within a few seconds of the view's ({soonest:.1f})",
           left is not None and 0 < left <= 600 and abs(left - soonest) < 30)
 
-    for state, pidtest in (("blocked", "IS NOT NULL"), ("queued", "IS NULL")):
+    for state, pidtest, want in (("blocked", "IS NOT NULL", 1), ("queued", "IS NULL", 2)):
         n, oldest = mon.execute(f"SELECT count(*), extract(epoch FROM max(now() - since))::float8"
                                 f" FROM dsync_waiters WHERE pid {pidtest}").fetchone()
         got = one(samples, "dsync_waiters_waiting", datname="app", state=state)
-        check(f"dsync_waiters_waiting{{state={state}}} = dsync_waiters (1)", n == 1 and got == 1,
-              f"view {n}, scraped {got}")
+        check(f"dsync_waiters_waiting{{state={state}}} = dsync_waiters ({want})",
+              n == want and got == want, f"view {n}, scraped {got}")
         age = one(samples, "dsync_waiters_oldest_wait_seconds", datname="app", state=state)
         check(f"dsync_waiters_oldest_wait_seconds{{state={state}}} ({age}) > 0, <= the view's"
               f" ({oldest:.2f})", age is not None and 0 < age <= oldest)
@@ -244,12 +262,20 @@ try:
         got = one(samples, "dsync_databases_served", datname=datname, state=state)
         check(f"dsync_databases_served{{datname={datname},state={state}}} = {served}",
               got == served, f"scraped {got}")
-    check("dsync_databases: app active and served, nodsync absent",
+    check("dsync_databases: app and app2 active and served, nodsync absent",
           one(samples, "dsync_databases_served", datname="app", state="active") == 1
+          and one(samples, "dsync_databases_served", datname="app2", state="active") == 1
           and one(samples, "dsync_databases_served", datname="nodsync", state="absent") == 0)
     check("dsync_databases is read once (master: true), not per discovered database",
           len([k for k in samples if k[0] == "dsync_databases_served"])
           == q(mon, "SELECT count(*) FROM dsync_databases"))
+
+    defined = {f"{ns}_{col}" for ns, query in yaml.safe_load(open(QUERIES)).items()
+               for metric in query["metrics"] for col, spec in metric.items()
+               if spec["usage"] != "LABEL"}
+    scraped = {k[0] for k in samples}
+    check(f"every metric of the queries file was scraped ({len(defined)})",
+          defined and defined <= scraped, str(sorted(defined - scraped)))
 
     with urllib.request.urlopen(f"http://127.0.0.1:{exp.port}/metrics", timeout=30) as r:
         text = r.read().decode()
