@@ -33,6 +33,11 @@ packages=(
 	etcd-server
 	bc
 	procps
+	# The monitoring kit's test (test/monitoring.sh): the real exporter,
+	# promtool (only in the prometheus package) and PyYAML.
+	prometheus-postgres-exporter
+	prometheus
+	python3-yaml
 )
 
 missing=()
@@ -53,9 +58,9 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
 fi
-# The tests start PgBouncer, etcd and Patroni themselves (the HA test on
-# ports of its own); the packaged services are not wanted.
-for service in pgbouncer etcd patroni; do
+# The tests start PgBouncer, etcd, Patroni and the exporter themselves (the
+# HA test on ports of its own); the packaged services are not wanted.
+for service in pgbouncer etcd patroni prometheus prometheus-postgres-exporter; do
 	if command -v systemctl >/dev/null 2>&1; then
 		systemctl disable --now "$service" >/dev/null 2>&1 || true
 	fi

@@ -8,7 +8,9 @@
 #   TAP; in the 17 and 18 chroots also the Python client on their newer
 #   Python and psycopg); then on 15 the client libraries (test/clients.sh:
 #   Python and Node, directly and through PgBouncer, their packaging, and
-#   the documentation's code examples, test/doctest.py),
+#   the documentation's code examples, test/doctest.py), the monitoring kit
+#   (test/monitoring.sh: the alert rules under promtool, the Grafana
+#   dashboard, the queries file in the real prometheus-postgres-exporter),
 #   the Debian package test (test/package.sh) and the HA test under Patroni
 #   (test/ha/run.sh, with a synchronous standby on three nodes and with
 #   asynchronous replication on two).
@@ -113,12 +115,13 @@ host_15() {
 	part 15.1 "layering (src/README.md)" -- bash test/layers.sh
 	part 15.2 "layering check fails" -- bash test/layers.sh --self-test
 	part 15.3 "client libraries (15)" -- bash test/clients.sh
-	part 15.4 "Debian package (15)" one -- bash test/package.sh
+	part 15.4 "monitoring kit (15)" -- bash test/monitoring.sh
+	part 15.5 "Debian package (15)" one -- bash test/package.sh
 	# The package test removed the build's install: install it again.
 	make -s PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config install >/dev/null ||
 		echo "make install failed: the HA runs below will fail"
-	part 15.5 "HA, sync (15)" one -- bash test/ha/run.sh sync 3
-	part 15.6 "HA, async (15)" one -- bash test/ha/run.sh async 2
+	part 15.6 "HA, sync (15)" one -- bash test/ha/run.sh sync 3
+	part 15.7 "HA, async (15)" one -- bash test/ha/run.sh async 2
 }
 
 # The lanes take majors from the queue, in order.
