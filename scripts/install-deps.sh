@@ -34,10 +34,12 @@ packages=(
 	bc
 	procps
 	# The monitoring kit's test (test/monitoring.sh): the real exporter,
-	# promtool (only in the prometheus package) and PyYAML.
+	# promtool (only in the prometheus package) and PyYAML; curl for the
+	# exporter example of docs/how-to/monitoring.md.
 	prometheus-postgres-exporter
 	prometheus
 	python3-yaml
+	curl
 )
 
 missing=()
