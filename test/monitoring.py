@@ -11,8 +11,8 @@ makes an unprivileged login role `monitor` (no grant at all), a database
 role `app`: an exclusive and two shared holders, a backend blocked in
 dsync_acquire, two queued waiters (dsync_queue), a wait that times out, an expiry and 3,000 signal events in
 one transaction to a listener (more than the 64 kB queue holds).  Then it
-runs prometheus-postgres-exporter as `monitor` with the queries file and
---auto-discover-databases on a free loopback port, scrapes /metrics and
+runs prometheus-postgres-exporter as `monitor` (search_path pg_catalog only)
+with the queries file and --auto-discover-databases on a free loopback port, scrapes /metrics and
 checks every dsync metric against the views read as `monitor`, and that
 the scrape had no error (the queries run in `nodsync` and `postgres` too).
 A second exporter pointed at `nodsync` alone must scrape without error and
@@ -189,8 +189,11 @@ try:
           q(mon, "SELECT NOT rolsuper AND NOT EXISTS (SELECT FROM pg_auth_members m"
                  " WHERE m.member = r.oid) FROM pg_roles r WHERE rolname = current_user"))
 
-    exp = Exporter(f"host={server.dir} port={server.port} dbname=app user=monitor sslmode=disable",
-                   "--auto-discover-databases")
+    # search_path without dsync's schema (as Debian's README.Debian sets it
+    # for the exporter's role): the queries find the schema themselves.
+    # lib/pq sends an unknown DSN key to the server as a setting.
+    exp = Exporter(f"host={server.dir} port={server.port} dbname=app user=monitor sslmode=disable"
+                   " search_path=pg_catalog", "--auto-discover-databases")
     exporters.append(exp)
     cols = ("served::int, grants, renewals, releases, expiries, waits, wait_timeouts,"
             " extract(epoch FROM wait_time)::float8, events_sent, events_lost, queue_used, queue_size")
