@@ -11,7 +11,9 @@
  *				listening, stopping the command when the lease is lost
  *	lock.c		dsync lock and dsync elect: acquiring, joining, campaigning
  *	queue.c		waiting in a lease's line without a running statement
- *	watch.c		dsync watch and dsync status
+ *	watch.c		dsync watch
+ *	probe.c		what a database has of dsync, found without a server error
+ *	status.c	dsync status
  *
  *-------------------------------------------------------------------------
  */
@@ -85,6 +87,23 @@ typedef enum DsyncCommand
 	DSYNC_CMD_STATUS
 } DsyncCommand;
 
+/*
+ * What a database has of dsync (probe.c), read from the catalogs and
+ * pg_settings only, so that looking causes no error in the server log.
+ */
+typedef struct DsyncProbe
+{
+	bool		preloaded;		/* dsync.so is loaded: its settings are defined */
+	bool		installed;		/* CREATE EXTENSION dsync was run here */
+	int			version_num;	/* extversion as major * 100 + minor (105) */
+	char		version[32];	/* extversion as text; "" if not installed */
+	char		schema[128];	/* the extension's schema, unquoted */
+} DsyncProbe;
+
+/* The oldest extension version dsync status can read (1.2). */
+#define DSYNC_MIN_VERSION_NUM	102
+
+
 /* What the holding loop knows. */
 typedef struct Holding
 {
@@ -142,7 +161,15 @@ extern int CommandElect(Options *opt);
 extern int CommandLock(Options *opt);
 
 /* watch.c */
-extern int CommandStatus(Options *opt);
 extern int CommandWatch(Options *opt);
+
+/* probe.c */
+extern bool ProbeDsync(PGconn *conn, DsyncProbe *probe);
+extern int ProbeProblem(const DsyncProbe *probe, PGconn *conn, char *buf, size_t len);
+extern void RequireDsync(PGconn *conn, DsyncProbe *probe);
+extern char *SchemaSql(PGconn *conn, const DsyncProbe *probe, const char *sql);
+
+/* status.c */
+extern int CommandStatus(Options *opt);
 
 #endif							/* DSYNC_CLI_H */

@@ -239,13 +239,15 @@ UsageStatus(void)
 		   "\n"
 		   "Prints the live leases (dsync_leases), or those of NAME only, one line per\n"
 		   "holder: lease, holder, fencing token, permits, time left, waiters and\n"
-		   "owner.\n"
+		   "owner.  It reads the catalogs first: where dsync is not preloaded or the\n"
+		   "extension is not installed it says so, and the server logs no error.\n"
 		   "\n"
 		   "Options:\n"
 		   HELP_COMMON_OPTIONS
 		   "\n"
 		   "Exit codes: 0 done, 64 usage, 65 bad argument, 69 server unavailable or\n"
-		   "error, 77 permission denied, 78 the extension is not installed.\n");
+		   "error, 77 permission denied, 78 dsync is not preloaded or the extension\n"
+		   "is not installed (or older than 1.2).\n");
 }
 
 /*

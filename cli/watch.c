@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * watch.c
- *		dsync watch and dsync status: printing notifications as they
- *		come, and the live leases.
+ *		dsync watch: printing notifications as they come, and catching
+ *		up from the event log after a reconnect.
  *
  *-------------------------------------------------------------------------
  */
@@ -386,50 +386,4 @@ CommandWatch(Options *opt)
 		}
 		PQfinish(conn);
 	}
-}
-
-/*
- * CommandStatus
- *		dsync status: a table of live leases.
- */
-int
-CommandStatus(Options *opt)
-{
-	PGconn	   *conn = Connect(opt, false);
-	const char *params[1] = {opt->name};
-	PGresult   *res;
-	bool		timed_out;
-	int			n;
-
-	if (conn == NULL)
-		return EXIT_UNAVAILABLE;
-	/* A name is looked up (an index probe), not filtered from a scan. */
-	res = Query(conn, opt->name ?
-				"SELECT l.lease, l.holder, l.fencing, l.permits,"
-				"       to_char(greatest(l.expires_at - clock_timestamp(), '0'::interval), 'HH24:MI:SS.MS'),"
-				"       (SELECT count(*) FROM dsync_waiters w WHERE w.name = l.lease AND w.kind <> 'event'),"
-				"       l.owner"
-				"  FROM dsync_leases l WHERE l.lease = $1"
-				" ORDER BY l.lease, l.fencing" :
-				"SELECT l.lease, l.holder, l.fencing, l.permits,"
-				"       to_char(greatest(l.expires_at - clock_timestamp(), '0'::interval), 'HH24:MI:SS.MS'),"
-				"       (SELECT count(*) FROM dsync_waiters w WHERE w.name = l.lease AND w.kind <> 'event'),"
-				"       l.owner"
-				"  FROM dsync_leases l"
-				" ORDER BY l.lease, l.fencing",
-				opt->name ? 1 : 0, params, -1, NULL, NULL, &timed_out);
-	if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK)
-		FatalResult("could not read leases", conn, res);
-	n = PQntuples(res);
-	printf("%-24s %-32s %16s %7s %12s %7s %s\n", "LEASE", "HOLDER", "FENCING", "PERMITS",
-		   "TIME LEFT", "WAITERS", "OWNER");
-	for (int i = 0; i < n; i++)
-		printf("%-24s %-32s %16s %7s %12s %7s %s\n", PQgetvalue(res, i, 0),
-			   PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), PQgetvalue(res, i, 3),
-			   PQgetvalue(res, i, 4), PQgetvalue(res, i, 5), PQgetvalue(res, i, 6));
-	if (n == 0)
-		printf("(no live leases%s%s)\n", opt->name ? " named " : "", opt->name ? opt->name : "");
-	PQclear(res);
-	PQfinish(conn);
-	return 0;
 }
