@@ -13,7 +13,7 @@
  *	queue.c		waiting in a lease's line without a running statement
  *	watch.c		dsync watch
  *	probe.c		what a database has of dsync, found without a server error
- *	status.c	dsync status
+ *	status.c	dsync status (a table, or --json)
  *
  *-------------------------------------------------------------------------
  */

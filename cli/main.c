@@ -8,7 +8,7 @@
  *	dsync lock NAME [--ttl 30s] [--wait DURATION] [--permits N | --shared] -- CMD...
  *	dsync elect GROUP [--ttl 15s] [--id ID] [--info JSON] -- CMD...
  *	dsync watch GROUP|NAME [--json]
- *	dsync status [NAME]
+ *	dsync status [NAME] [--json]
  *	dsync COMMAND --help, dsync help [COMMAND]
  *
  * The safety rule: the command never keeps running on a lease the tool no
@@ -61,7 +61,7 @@ Usage(FILE *out)
 			"  dsync [--dsn DSN] elect GROUP [--ttl 15s] [--id ID] [--info JSON]\n"
 			"                   [--grace 5s] [--no-queue] -- COMMAND [ARGS...]\n"
 			"  dsync [--dsn DSN] watch GROUP|NAME [--json]\n"
-			"  dsync [--dsn DSN] status [NAME]\n"
+			"  dsync [--dsn DSN] status [NAME] [--json]\n"
 			"  dsync COMMAND --help | help [COMMAND]\n"
 			"  dsync --help | --version\n"
 			"\n"
@@ -78,7 +78,8 @@ Usage(FILE *out)
 			"       they do anyway where LISTEN does not work (a pooler in transaction\n"
 			"       mode) or the extension is older than 1.5.\n"
 			"watch  prints lease, membership and event notifications as they happen.\n"
-			"status shows live leases: holder, fencing token, time left, waiters.\n"
+			"status shows live leases: holder, fencing token, time left, waiters\n"
+			"       (--json: also waiters, counters and the worker, as one JSON document).\n"
 			"\n"
 			"If the lease is lost, COMMAND gets SIGTERM at once and SIGKILL after --grace;\n"
 			"if the server cannot be reached in time, COMMAND is stopped before the lease\n"
@@ -243,6 +244,10 @@ UsageStatus(void)
 		   "extension is not installed it says so, and the server logs no error.\n"
 		   "\n"
 		   "Options:\n"
+		   "  --json              print one JSON document instead: the leases, the\n"
+		   "                      waiters, the database's counters (dsync_stats) and\n"
+		   "                      its worker (dsync_databases); times RFC 3339 in UTC,\n"
+		   "                      fencing tokens JSON numbers\n"
 		   HELP_COMMON_OPTIONS
 		   "\n"
 		   "Exit codes: 0 done, 64 usage, 65 bad argument, 69 server unavailable or\n"
@@ -549,7 +554,5 @@ main(int argc, char **argv)
 		SetupSignals();
 		return CommandWatch(&opt);
 	}
-	if (opt.json)
-		UsageError("status takes no --json");
 	return CommandStatus(&opt);
 }

@@ -32,12 +32,12 @@ my %options = (
 	lock => [qw(--ttl --wait --permits --shared --holder --info --grace --no-queue --dsn)],
 	elect => [qw(--ttl --id --info --grace --no-queue --dsn)],
 	watch => [qw(--json --dsn)],
-	status => [qw(--dsn)],);
+	status => [qw(--json --dsn)],);
 my %not_its = (
 	lock => [qw(--json)],
 	elect => [qw(--wait --permits --shared --json)],
 	watch => [qw(--ttl --wait --permits --holder --id --no-queue)],
-	status => [qw(--ttl --wait --json --holder --no-queue)],);
+	status => [qw(--ttl --wait --holder --no-queue)],);
 
 # --- the usage of all commands -----------------------------------------------
 
