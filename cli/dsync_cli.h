@@ -14,6 +14,7 @@
  *	watch.c		dsync watch
  *	probe.c		what a database has of dsync, found without a server error
  *	status.c	dsync status (a table, or --json)
+ *	check.c		dsync check: a health probe with an exit code per problem
  *
  *-------------------------------------------------------------------------
  */
@@ -57,6 +58,17 @@
 #define EXIT_NOPERM			77
 #define EXIT_CONFIG			78
 
+/*
+ * dsync check's own outcomes, each with a code of its own so that a probe
+ * can tell them apart: EX_OSFILE (a file of the system, the server's
+ * configuration, lacks dsync) and EX_TEMPFAIL (it may pass again soon)
+ * fit; sysexits.h has nothing for "nobody serves the database", so it
+ * takes the first code after them.
+ */
+#define EXIT_NOT_PRELOADED	72
+#define EXIT_QUEUE_FULL		75
+#define EXIT_NOT_SERVED		79
+
 /* libpq's connect_timeout, which bounds a reconnect attempt. */
 #define CONNECT_TIMEOUT_S	"2"
 #define CONNECT_TIMEOUT_MS	2000
@@ -75,6 +87,7 @@ typedef struct Options
 	bool		shared;			/* lock --shared: dsync_acquire_shared */
 	bool		no_queue;		/* --no-queue: wait in a backend */
 	bool		json;
+	double		queue_threshold;	/* check: percent of the event queue */
 	char	  **command;
 } Options;
 
@@ -84,7 +97,8 @@ typedef enum DsyncCommand
 	DSYNC_CMD_LOCK,
 	DSYNC_CMD_ELECT,
 	DSYNC_CMD_WATCH,
-	DSYNC_CMD_STATUS
+	DSYNC_CMD_STATUS,
+	DSYNC_CMD_CHECK
 } DsyncCommand;
 
 /*
@@ -100,7 +114,7 @@ typedef struct DsyncProbe
 	char		schema[128];	/* the extension's schema, unquoted */
 } DsyncProbe;
 
-/* The oldest extension version dsync status can read (1.2). */
+/* The oldest extension version status and check can read (1.2). */
 #define DSYNC_MIN_VERSION_NUM	102
 
 
@@ -171,5 +185,8 @@ extern char *SchemaSql(PGconn *conn, const DsyncProbe *probe, const char *sql);
 
 /* status.c */
 extern int CommandStatus(Options *opt);
+
+/* check.c */
+extern int CommandCheck(Options *opt);
 
 #endif							/* DSYNC_CLI_H */

@@ -2,13 +2,14 @@
  *
  * main.c
  *		The dsync command-line tool: run a command under a lease or only
- *		while leader, watch events, show leases.  Built on libpq; this
+ *		while leader, watch events, show leases, check health.  Built on libpq; this
  *		file is the command line (dsync_cli.h lists the other parts).
  *
  *	dsync lock NAME [--ttl 30s] [--wait DURATION] [--permits N | --shared] -- CMD...
  *	dsync elect GROUP [--ttl 15s] [--id ID] [--info JSON] -- CMD...
  *	dsync watch GROUP|NAME [--json]
  *	dsync status [NAME] [--json]
+ *	dsync check [--json] [--queue-threshold PERCENT]
  *	dsync COMMAND --help, dsync help [COMMAND]
  *
  * The safety rule: the command never keeps running on a lease the tool no
@@ -62,6 +63,7 @@ Usage(FILE *out)
 			"                   [--grace 5s] [--no-queue] -- COMMAND [ARGS...]\n"
 			"  dsync [--dsn DSN] watch GROUP|NAME [--json]\n"
 			"  dsync [--dsn DSN] status [NAME] [--json]\n"
+			"  dsync [--dsn DSN] check [--json] [--queue-threshold PERCENT]\n"
 			"  dsync COMMAND --help | help [COMMAND]\n"
 			"  dsync --help | --version\n"
 			"\n"
@@ -80,6 +82,8 @@ Usage(FILE *out)
 			"watch  prints lease, membership and event notifications as they happen.\n"
 			"status shows live leases: holder, fencing token, time left, waiters\n"
 			"       (--json: also waiters, counters and the worker, as one JSON document).\n"
+			"check  exits 0 if dsync works in the database, else with a code that says\n"
+			"       what is wrong (a health probe); its codes: \"dsync check --help\".\n"
 			"\n"
 			"If the lease is lost, COMMAND gets SIGTERM at once and SIGKILL after --grace;\n"
 			"if the server cannot be reached in time, COMMAND is stopped before the lease\n"
@@ -91,6 +95,7 @@ Usage(FILE *out)
 			"Exit codes: 64 usage, 65 bad argument, 69 server unavailable or error,\n"
 			"70 lease lost (and only then), 71 system error, 75 wait ran out,\n"
 			"77 permission denied, 78 the extension is not installed, 128+N signal N.\n"
+			"check has codes of its own (72, 75, 78, 79).\n"
 			"\n"
 			"\"dsync COMMAND --help\" (or \"dsync help COMMAND\") shows one command's\n"
 			"arguments, options and exit codes.\n");
@@ -256,6 +261,41 @@ UsageStatus(void)
 }
 
 /*
+ * UsageCheck
+ *		dsync check --help.
+ */
+static void
+UsageCheck(void)
+{
+	printf("dsync check: is dsync working in this database? (a health probe)\n"
+		   "\n"
+		   "Usage:\n"
+		   "  dsync [--dsn DSN] check [--json] [--queue-threshold PERCENT]\n"
+		   "\n"
+		   "Looks, in this order, whether the server can be reached, dsync is in\n"
+		   "shared_preload_libraries, the extension is installed in the database\n"
+		   "(1.2 or later), a worker serves the database (dsync_stats.served), and\n"
+		   "the event queue is no fuller than --queue-threshold.  Prints one line on\n"
+		   "stdout, \"ok: ...\" or what is wrong and what to do, and exits with the\n"
+		   "code of the first problem found.  It reads only pg_settings, the catalogs\n"
+		   "and dsync's views: any role that can connect may run it, and the server\n"
+		   "logs no error.  Use it as a Kubernetes exec probe or a load balancer's\n"
+		   "check.\n"
+		   "\n"
+		   "Options:\n"
+		   "  --json              print one JSON object instead of the line\n"
+		   "  --queue-threshold PERCENT\n"
+		   "                      unhealthy (75) when the server's event queue is\n"
+		   "                      fuller than this (0 to 100, default 80)\n"
+		   HELP_COMMON_OPTIONS
+		   "\n"
+		   "Exit codes: 0 healthy, 64 usage, 69 server unavailable or error,\n"
+		   "72 dsync is not in shared_preload_libraries, 75 the event queue is fuller\n"
+		   "than --queue-threshold, 77 permission denied, 78 the extension is not\n"
+		   "installed (or older than 1.2), 79 no worker serves the database.\n");
+}
+
+/*
  * CommandUsage
  *		One command's usage, on stdout (its --help).
  */
@@ -275,6 +315,9 @@ CommandUsage(DsyncCommand command)
 			break;
 		case DSYNC_CMD_STATUS:
 			UsageStatus();
+			break;
+		case DSYNC_CMD_CHECK:
+			UsageCheck();
 			break;
 	}
 }
@@ -332,6 +375,25 @@ ParseDuration(const char *opt, const char *text, bool allow_zero)
 }
 
 /*
+ * ParsePercent
+ *		A percentage from 0 to 100, with or without a "%" after it.
+ */
+static double
+ParsePercent(const char *opt, const char *text)
+{
+	char	   *end;
+	double		value;
+
+	errno = 0;
+	value = strtod(text, &end);
+	if (*end == '%')
+		end++;
+	if (end == text || *end != '\0' || errno != 0 || !(value >= 0 && value <= 100))
+		UsageError("invalid %s \"%s\": expected a percentage from 0 to 100", opt, text);
+	return value;
+}
+
+/*
  * ParseCommand
  *		The command word, as the one value every later decision looks at.
  */
@@ -347,6 +409,7 @@ ParseCommand(const char *word)
 		{"elect", DSYNC_CMD_ELECT},
 		{"watch", DSYNC_CMD_WATCH},
 		{"status", DSYNC_CMD_STATUS},
+		{"check", DSYNC_CMD_CHECK},
 	};
 
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
@@ -409,6 +472,7 @@ main(int argc, char **argv)
 		{"grace", required_argument, NULL, 'g'},
 		{"json", no_argument, NULL, 'j'},
 		{"no-queue", no_argument, NULL, 'Q'},
+		{"queue-threshold", required_argument, NULL, 'q'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0}
@@ -419,11 +483,13 @@ main(int argc, char **argv)
 	int			c;
 	bool		ttl_given = false;
 	bool		saw_dashdash = false;
+	bool		threshold_given = false;
 
 	memset(&opt, 0, sizeof(opt));
 	opt.wait_ms = -1;
 	opt.grace_ms = 5000;
 	opt.permits = 1;
+	opt.queue_threshold = 80;
 
 	/* Options before the command word, then the command's own. */
 	opterr = 0;
@@ -432,7 +498,7 @@ main(int argc, char **argv)
 		if (c == 'h' || c == 'V')
 			return HelpOrVersion(c, NULL);
 		if (c != 'd')
-			UsageError("only --dsn may come before the command (lock, elect, watch or status)");
+			UsageError("only --dsn may come before the command (lock, elect, watch, status or check)");
 		opt.dsn = optarg;
 	}
 	if (optind >= argc)
@@ -493,6 +559,10 @@ main(int argc, char **argv)
 				case 'Q':
 					opt.no_queue = true;
 					break;
+				case 'q':
+					opt.queue_threshold = ParsePercent("--queue-threshold", optarg);
+					threshold_given = true;
+					break;
 				case 'h':
 				case 'V':
 					return HelpOrVersion(c, &command);
@@ -531,6 +601,8 @@ main(int argc, char **argv)
 			UsageError("--shared and --permits cannot be used together");
 		if (!elect && opt.json)
 			UsageError("lock takes no --json");
+		if (threshold_given)
+			UsageError("%s takes no --queue-threshold", cmd);
 		opt.command = &argv[optind];
 		if (!ttl_given)
 			opt.ttl_ms = elect ? 15000 : 30000;
@@ -547,12 +619,20 @@ main(int argc, char **argv)
 	if (opt.command || opt.holder || opt.info || ttl_given || opt.wait_ms >= 0 ||
 		opt.permits != 1 || opt.shared || opt.no_queue)
 		UsageError("%s takes no --ttl, --wait, --permits, --shared, --holder, --id, --info or --no-queue", cmd);
+	if (threshold_given && command != DSYNC_CMD_CHECK)
+		UsageError("%s takes no --queue-threshold", cmd);
 	if (command == DSYNC_CMD_WATCH)
 	{
 		if (opt.name == NULL)
 			UsageError("watch needs a group or lease name");
 		SetupSignals();
 		return CommandWatch(&opt);
+	}
+	if (command == DSYNC_CMD_CHECK)
+	{
+		if (opt.name != NULL)
+			UsageError("check takes no name (it checks the database it connects to)");
+		return CommandCheck(&opt);
 	}
 	return CommandStatus(&opt);
 }

@@ -4,7 +4,7 @@
  *		What a database has of dsync: whether the server preloaded the
  *		library, whether the extension is installed here, its version and
  *		its schema.  Found from pg_settings and the catalogs only, so that
- *		dsync status causes no ERROR in the server log
+ *		dsync status and dsync check cause no ERROR in the server log
  *		where dsync is missing (calling a function that does not exist, or
  *		one whose library refuses to load, would log one).
  *
@@ -61,10 +61,10 @@ ProbeDsync(PGconn *conn, DsyncProbe *probe)
 
 /*
  * ProbeProblem
- *		What keeps dsync status from reading dsync's views
- *		in this database: 0 if nothing does, else EXIT_CONFIG (not
- *		preloaded, not installed, or older than 1.2), with one line saying
- *		what is wrong and what to do in buf.
+ *		What keeps dsync status and dsync check from reading dsync's views
+ *		in this database: 0 if nothing does, else EXIT_NOT_PRELOADED or
+ *		EXIT_CONFIG (not installed, or older than 1.2), with one line
+ *		saying what is wrong and what to do in buf.
  */
 int
 ProbeProblem(const DsyncProbe *probe, PGconn *conn, char *buf, size_t len)
@@ -75,7 +75,7 @@ ProbeProblem(const DsyncProbe *probe, PGconn *conn, char *buf, size_t len)
 		snprintf(buf, len,
 				 "dsync is not loaded on this server (it is not in shared_preload_libraries); "
 				 "add shared_preload_libraries = 'dsync' to postgresql.conf and restart the server");
-		return EXIT_CONFIG;
+		return EXIT_NOT_PRELOADED;
 	}
 	if (!probe->installed)
 	{
@@ -98,7 +98,9 @@ ProbeProblem(const DsyncProbe *probe, PGconn *conn, char *buf, size_t len)
 /*
  * RequireDsync
  *		For commands that only read dsync's views (dsync status): probe,
- *		and exit 78 with the problem's line unless they can be read.
+ *		and exit 78 with the problem's line unless they can be read.  A
+ *		library that is not preloaded is a configuration error like a
+ *		missing extension (dsync check tells the two apart).
  */
 void
 RequireDsync(PGconn *conn, DsyncProbe *probe)

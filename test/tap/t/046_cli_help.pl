@@ -32,12 +32,14 @@ my %options = (
 	lock => [qw(--ttl --wait --permits --shared --holder --info --grace --no-queue --dsn)],
 	elect => [qw(--ttl --id --info --grace --no-queue --dsn)],
 	watch => [qw(--json --dsn)],
-	status => [qw(--json --dsn)],);
+	status => [qw(--json --dsn)],
+	check => [qw(--json --queue-threshold --dsn)],);
 my %not_its = (
 	lock => [qw(--json)],
 	elect => [qw(--wait --permits --shared --json)],
 	watch => [qw(--ttl --wait --permits --holder --id --no-queue)],
-	status => [qw(--ttl --wait --holder --no-queue)],);
+	status => [qw(--ttl --wait --holder --no-queue --queue-threshold)],
+	check => [qw(--ttl --wait --holder --no-queue --permits)],);
 
 # --- the usage of all commands -----------------------------------------------
 
@@ -92,6 +94,13 @@ my (undef, $elect) = run_dsync('elect', '--help');
 unlike($elect, qr/\b7[05] /, 'elect --help: neither 70 nor 75 (it campaigns again, it has no --wait)');
 my (undef, $watch) = run_dsync('watch', '--help');
 like($watch, qr/\b0 stopped by a signal\b/, 'watch --help: 0 when a signal stops it');
+my (undef, $check) = run_dsync('check', '--help');
+like($check, qr/\b0 healthy\b/, 'check --help: 0 when healthy');
+for my $code ([ 69, 'server unavailable' ], [ 72, 'dsync is not in shared_preload_libraries' ],
+	[ 75, 'the event queue is fuller' ], [ 78, 'the extension is not' ], [ 79, 'no worker serves' ])
+{
+	like($check, qr/\b$code->[0]\s+\Q$code->[1]\E/, "check --help: $code->[0] $code->[1]");
+}
 
 # --- misuse ---------------------------------------------------------------------
 

@@ -10,8 +10,8 @@
 #   - dsync status --json prints one JSON document whose leases (holder,
 #     fencing token as a JSON number, times RFC 3339 in UTC, info as
 #     JSON), waiters, counters and worker are those of the SQL views; with
-#     NAME, only that lease and its waiters; with the extension in a
-#     schema off the search_path, status still finds the views.
+#     NAME, only that lease and its waiters;
+#   - --queue-threshold is not status's (exit 64).
 use strict;
 use warnings;
 
@@ -150,6 +150,10 @@ $node->safe_psql('postgres', "SELECT dsync_release('j1', 'holder \"one\"')");
 ok(send_wait($waiter, '', qr/^\d+$/m), 'the waiter gets j1 once it is released');
 $waiter->{in} .= "\\q\n";
 $waiter->{h}->finish;
+
+($code, $out, $err) = run_dsync('status', '--queue-threshold', '50');
+is($code, 64, 'status --queue-threshold exits 64');
+like($err, qr/status takes no --queue-threshold/, 'and says why');
 
 # --- a server without dsync preloaded ----------------------------------------------
 
