@@ -16,7 +16,7 @@ use Time::HiRes qw(time usleep);
 use IPC::Run;
 
 our @EXPORT = qw(dsync_node stop_at_end wait_for q1 reaper_pid psql_client send_wait
-  crash_restart);
+  crash_restart run_tool tool_env log_since);
 
 my @nodes;
 my @clients;
@@ -142,6 +142,37 @@ sub send_wait
 		usleep(5_000);
 	}
 	return $c->{out} =~ $re;
+}
+
+# Run the dsync tool (the first on PATH) to its end: its exit code, stdout
+# and stderr.
+sub run_tool
+{
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'dsync', @_ ], '<', \undef, '>', \$out, '2>', \$err,
+		IPC::Run::timeout(60));
+	return ($? >> 8, $out, $err);
+}
+
+# Point the tool (through the libpq environment) at database postgres of
+# $node, as the user running the test.
+sub tool_env
+{
+	my ($node) = @_;
+	$ENV{PGHOST} = $node->host;
+	$ENV{PGPORT} = $node->port;
+	$ENV{PGDATABASE} = 'postgres';
+	delete $ENV{PGUSER};
+	return;
+}
+
+# What $node's server log got after $offset (a length of it), and its
+# length now.
+sub log_since
+{
+	my ($node, $offset) = @_;
+	my $log = slurp_file($node->logfile);
+	return (substr($log, $offset), length($log));
 }
 
 # A psql session that LISTENs.  psql prints notifications after the result

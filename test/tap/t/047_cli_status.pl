@@ -15,7 +15,6 @@
 use strict;
 use warnings;
 
-use IPC::Run;
 use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -23,38 +22,18 @@ use Test::More;
 use lib '.';
 use DsyncTest;
 
-# Run the tool: its exit code, stdout and stderr.
-sub run_dsync
-{
-	my ($out, $err) = ('', '');
-	IPC::Run::run([ 'dsync', @_ ], '<', \undef, '>', \$out, '2>', \$err,
-		IPC::Run::timeout(60));
-	return ($? >> 8, $out, $err);
-}
-
-# The server log written since $offset, and its length now.
-sub log_since
-{
-	my ($node, $offset) = @_;
-	my $log = slurp_file($node->logfile);
-	return (substr($log, $offset), length($log));
-}
-
 my $node = dsync_node('status');
 $node->safe_psql('postgres', 'CREATE DATABASE noext');
-$ENV{PGHOST} = $node->host;
-$ENV{PGPORT} = $node->port;
-$ENV{PGDATABASE} = 'postgres';
-delete $ENV{PGUSER};
+tool_env($node);
 
 # --- a database without the extension: no ERROR in the log --------------------
 
 my $offset = length(slurp_file($node->logfile));
-my ($code, $out, $err) = run_dsync('--dsn', 'dbname=noext', 'status');
+my ($code, $out, $err) = run_tool('--dsn', 'dbname=noext', 'status');
 is($code, 78, 'status in a database without the extension exits 78');
 like($err, qr/^dsync: the dsync extension \(version 1.2 or later\) is not installed in database "noext"; run CREATE EXTENSION dsync there$/m,
 	'and says to run CREATE EXTENSION there');
-($code, $out, $err) = run_dsync('--dsn', 'dbname=noext', 'status', '--json');
+($code, $out, $err) = run_tool('--dsn', 'dbname=noext', 'status', '--json');
 is($code, 78, 'status --json there exits 78 too');
 is($out, '', 'and prints no JSON');
 my $log;
@@ -65,10 +44,10 @@ unlike($log, qr/ERROR/, 'no ERROR in the server log from status there');
 $node->safe_psql('postgres', 'CREATE DATABASE elsewhere');
 $node->safe_psql('elsewhere', 'CREATE SCHEMA ds; CREATE EXTENSION dsync SCHEMA ds;');
 $node->safe_psql('elsewhere', "SELECT ds.dsync_acquire('far', 'h', '1 hour')");
-($code, $out, $err) = run_dsync('--dsn', 'dbname=elsewhere', 'status');
+($code, $out, $err) = run_tool('--dsn', 'dbname=elsewhere', 'status');
 is($code, 0, 'status where the extension is in a schema off the search_path exits 0');
 like($out, qr/^far\s+h\s+\d+\s/m, 'and lists its lease');
-($code, $out, $err) = run_dsync('--dsn', 'dbname=elsewhere', 'status', '--json');
+($code, $out, $err) = run_tool('--dsn', 'dbname=elsewhere', 'status', '--json');
 is((eval { decode_json($out) } // {})->{leases}[0]{lease}, 'far', 'status --json there too');
 ($log, $offset) = log_since($node, $offset);
 unlike($log, qr/ERROR/, 'no ERROR in the server log from it');
@@ -83,7 +62,7 @@ $waiter->{in} .= "SELECT dsync_acquire('j1', 'w', '1 minute', wait => '1 hour');
 $waiter->{h}->pump_nb;
 ok(wait_for($node, "SELECT count(*) = 1 FROM dsync_waiters WHERE name = 'j1'"), 'a waiter waits for j1');
 
-($code, $out, $err) = run_dsync('status', '--json');
+($code, $out, $err) = run_tool('status', '--json');
 is($code, 0, 'status --json exits 0');
 is(scalar(() = $out =~ /\n/g), 1, 'status --json prints one line');
 my $doc = eval { decode_json($out) };
@@ -137,13 +116,13 @@ is_deeply([ sort keys %{ $doc->{worker} } ],
 	[ sort qw(state served worker_pid worker_since next_deadline queued_bytes) ],
 	'worker has the documented keys');
 
-($code, $out, $err) = run_dsync('status', 'j2', '--json');
+($code, $out, $err) = run_tool('status', 'j2', '--json');
 is($code, 0, 'status NAME --json exits 0');
 $doc = eval { decode_json($out) } // {};
 is($doc->{name}, 'j2', 'name is NAME');
 is(join(',', map { $_->{lease} } @{ $doc->{leases} }), 'j2', 'only that lease');
 is(scalar(@{ $doc->{waiters} }), 0, 'and only its waiters (none)');
-($code, $out, $err) = run_dsync('status', 'nothing-here', '--json');
+($code, $out, $err) = run_tool('status', 'nothing-here', '--json');
 $doc = eval { decode_json($out) } // {};
 is_deeply([ $doc->{leases}, $doc->{waiters} ], [ [], [] ], 'a name nobody holds: empty arrays');
 $node->safe_psql('postgres', "SELECT dsync_release('j1', 'holder \"one\"')");
@@ -151,7 +130,7 @@ ok(send_wait($waiter, '', qr/^\d+$/m), 'the waiter gets j1 once it is released')
 $waiter->{in} .= "\\q\n";
 $waiter->{h}->finish;
 
-($code, $out, $err) = run_dsync('status', '--queue-threshold', '50');
+($code, $out, $err) = run_tool('status', '--queue-threshold', '50');
 is($code, 64, 'status --queue-threshold exits 64');
 like($err, qr/status takes no --queue-threshold/, 'and says why');
 
@@ -160,7 +139,7 @@ like($err, qr/status takes no --queue-threshold/, 'and says why');
 $node->append_conf('postgresql.conf', "shared_preload_libraries = ''\n");
 $node->restart;
 $offset = length(slurp_file($node->logfile));
-($code, $out, $err) = run_dsync('status');
+($code, $out, $err) = run_tool('status');
 is($code, 78, 'status on a server without dsync preloaded exits 78');
 like($err, qr/^dsync: dsync is not loaded on this server \(it is not in shared_preload_libraries\); add shared_preload_libraries = 'dsync' to postgresql.conf and restart the server$/m,
 	'and says to preload it');
