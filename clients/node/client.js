@@ -296,6 +296,7 @@ class Client {
         if (onAbort) signal.removeEventListener('abort', onAbort);
       }
       const broken = cut || (failure !== null && errors.isConnectionError(failure));
+      const database = conn.database;
       conn.release(broken || conn[CANCELLED] ? (failure || new Error('cancelled')) : undefined);
       if (cut && failure !== null) {
         throw new errors.DsyncConnectionError(`${what}: the server did not answer within ${boundMs / 1000} s `
@@ -304,7 +305,24 @@ class Client {
       if (failure === null) return rows;
       if (signal && signal.aborted) throw abortError(signal);
       if (broken && retry && attempt === 0 && reused && !this._closing) continue;
-      throw errors.fromPg(failure, what);
+      throw errors.fromPg(failure, what, {
+        extensionAbsent: errors.isMissingObject(failure) && !(await this._extensionCreated()), database,
+      });
+    }
+  }
+
+  /*
+   * Whether pg_extension has dsync in this database.  Asked after a dsync_
+   * function or relation was found missing (42883, 42P01), which is either
+   * no CREATE EXTENSION there (ExtensionNotCreated) or an older version
+   * without that function (the server's error as it is).  Unknown (the
+   * question failed) counts as created: the server's own error is shown.
+   */
+  async _extensionCreated() {
+    try {
+      return await this._value(sql.EXTENSION_CREATED, [], 'looking for the dsync extension', { internal: true, retry: false }) !== false;
+    } catch (e) {
+      return true;
     }
   }
 

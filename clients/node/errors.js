@@ -32,6 +32,23 @@ class LockLost extends DsyncError {}
 // from the server's dsync_assert_held, or nothing held by this owner).
 class NotHeld extends DsyncError {}
 
+// A fencing token older than one already accepted for the resource was
+// refused by dsync_fence or a dsync_fenced trigger (SQLSTATE 55000,
+// "stale fencing token ..."): the lease it came with was lost, and the
+// write with it must not happen.  Not a NotHeld: dsync_assert_held's 55000
+// says the caller holds nothing, this one that a write came too late.
+class StaleToken extends DsyncError {}
+
+// The dsync extension is not created in the database the client connects
+// to (a dsync_ function or view does not exist there, and pg_extension
+// has no dsync).  A configuration error: retrying does not help.
+class ExtensionNotCreated extends DsyncError {}
+
+// The server does not preload dsync (shared_preload_libraries), so its
+// functions cannot run (SQLSTATE 55000, "dsync must be loaded via
+// shared_preload_libraries").  A configuration error, not a lost lease.
+class NotPreloaded extends DsyncError {}
+
 // The semaphore exists with another number of permits (SQLSTATE 42710).
 class SemaphoreMismatch extends DsyncError {}
 
@@ -78,22 +95,141 @@ function isDriverError(e) {
   return e instanceof Error && (typeof e.severity === 'string' || isConnectionError(e));
 }
 
+// The server's own texts that tell one 55000 from another (src/sql/dsync.c,
+// src/leases/fence.c, src/leases/leasehold.c).  Matched anywhere in the
+// message: knex puts the statement in front of it.
+const NOT_PRELOADED_TEXT = 'dsync must be loaded via shared_preload_libraries';
+const STALE_TEXT = /stale fencing token for resource/;
+// An object of the extension's that is missing: `function dsync_acquire(...)
+// does not exist` (42883), `relation "dsync_stats" does not exist` (42P01).
+const MISSING_CODES = new Set(['42883', '42P01']);
+const MISSING_TEXT = /\bdsync_[a-z_]+\b.*does not exist/;
+
+const PRELOAD_HINT = "add dsync to shared_preload_libraries in postgresql.conf "
+  + "(shared_preload_libraries = 'dsync') and restart the server";
+
+// The hint of an ExtensionNotCreated: what to run, and where.
+function createHint(database) {
+  const where = database ? `database "${database}"` : 'the database the client connects to';
+  return `run CREATE EXTENSION dsync in ${where} as a superuser `
+    + '(or ALTER EXTENSION dsync UPDATE if an older version is there), with dsync in shared_preload_libraries';
+}
+
+/*
+ * The PostgreSQL error inside err, whoever wrapped it: pg's and knex's
+ * errors are it (knex prefixes the statement to the message); Prisma's
+ * P2010 ($queryRaw failed) carries the code in meta.code and the text in
+ * meta.message, and with a driver adapter in meta.driverAdapterError.cause
+ * (originalCode, originalMessage); other wrappers keep it as err.cause.
+ * Returns { code, message, hint } or null.
+ */
+function pgErrorOf(err, depth = 0) {
+  if (!err || typeof err !== 'object' || depth > 4) return null;
+  if (typeof err.code === 'string' && /^[0-9A-Z]{5}$/.test(err.code) && typeof err.message === 'string') {
+    return { code: err.code, message: err.message, hint: err.hint };
+  }
+  const meta = err.meta;
+  if (meta && typeof meta === 'object') {
+    const dae = meta.driverAdapterError;
+    const c = dae && dae.cause;
+    if (c && typeof c.originalCode === 'string') {
+      return { code: c.originalCode, message: String(c.originalMessage ?? c.message ?? ''), hint: c.hint };
+    }
+    if (typeof meta.code === 'string' && /^[0-9A-Z]{5}$/.test(meta.code)) {
+      return { code: meta.code, message: String(meta.message ?? err.message ?? ''), hint: undefined };
+    }
+  }
+  return pgErrorOf(err.cause, depth + 1);
+}
+
+// Whether a PostgreSQL error says one of the extension's objects is missing
+// (the caller then asks pg_extension whether the extension is there).
+function isMissingObject(e) {
+  const p = pgErrorOf(e);
+  return p !== null && MISSING_CODES.has(p.code) && MISSING_TEXT.test(p.message);
+}
+
+// The error class for PostgreSQL error p of dsync's own, else null.
+// missingMeansAbsent: a missing dsync_ object means the extension is not
+// created (known from pg_extension, or assumed where it cannot be asked).
+function dsyncClassOf(p, missingMeansAbsent) {
+  if (p.code === '55000') {
+    if (p.message.includes(NOT_PRELOADED_TEXT)) return NotPreloaded;
+    if (STALE_TEXT.test(p.message)) return StaleToken;
+    if (/lease ".*" is not held by/.test(p.message)) return NotHeld;
+    return null;
+  }
+  if (missingMeansAbsent && MISSING_CODES.has(p.code) && MISSING_TEXT.test(p.message)) return ExtensionNotCreated;
+  // DROP EXTENSION under a running call (src/: "extension "dsync" has
+  // been dropped from this database"): the same state, known for sure.
+  if (p.code === '42704' && p.message.includes('extension "dsync" has been dropped')) return ExtensionNotCreated;
+  if (p.code === '42710' && /semaphore ".*" already exists/.test(p.message)) return SemaphoreMismatch;
+  return null;
+}
+
+// The message and hint of an error of class Cls for PostgreSQL error p.
+function describe(Cls, p, what, database) {
+  const text = p.message.split('\n')[0];
+  const where = database ? `database "${database}"` : 'this database';
+  if (Cls === NotPreloaded) {
+    return { message: `${what}: dsync is not preloaded by the server of ${where} (${text})`, hint: PRELOAD_HINT };
+  }
+  if (Cls === ExtensionNotCreated) {
+    return { message: `${what}: the dsync extension is not created in ${where} (${text})`,
+      hint: createHint(database) };
+  }
+  return { message: `${what}: ${text}`, hint: p.hint };
+}
+
+/*
+ * The dsync error for err, a PostgreSQL error as pg, knex or Prisma throw
+ * it (see pgErrorOf), or null if it is not one of dsync's: StaleToken,
+ * NotHeld, NotPreloaded, SemaphoreMismatch, and ExtensionNotCreated for a
+ * missing dsync_ function or relation (without asking pg_extension, which
+ * an aborted transaction cannot: an older extension missing a newer
+ * function looks the same, and the hint names ALTER EXTENSION UPDATE too).
+ * opts.what: the operation, put first in the message; opts.database: the
+ * database's name, for the hint.
+ */
+function translateError(err, { what = 'dsync', database } = {}) {
+  if (err instanceof DsyncError) return err;
+  const p = pgErrorOf(err);
+  if (p === null) return null;
+  const Cls = dsyncClassOf(p, true);
+  if (Cls === null) return null;
+  const { message, hint } = describe(Cls, p, what, database);
+  const out = new Cls(message, { cause: err, code: p.code });
+  if (hint) out.hint = hint;
+  return out;
+}
+
 // Our error for a driver error e that happened while doing `what` (a short
-// phrase naming the operation and the lease).
-function fromPg(e, what) {
+// phrase naming the operation and the lease).  extensionAbsent: the
+// caller has asked pg_extension and found no dsync (see Client._query);
+// database: the name of the database, for the hint.
+function fromPg(e, what, { extensionAbsent = false, database } = {}) {
   if (e instanceof DsyncError || !isDriverError(e)) return e;
   const code = typeof e.code === 'string' ? e.code : undefined;
   let Cls = ServerError;
+  const p = pgErrorOf(e);
+  const own = p === null ? null : dsyncClassOf(p, extensionAbsent);
   if (isConnectionError(e)) Cls = DsyncConnectionError;
+  else if (own !== null) Cls = own;
   else if (code === '42710') Cls = SemaphoreMismatch;
   else if (code === '55000') Cls = NotHeld;
   else if (code && code.startsWith('22')) Cls = InvalidArgument;
-  const text = String(e.message || e).split('\n')[0];
-  return new Cls(`${what}: ${text}`, { cause: e, code });
+  if (p === null || Cls === DsyncConnectionError) {
+    return new Cls(`${what}: ${String(e.message || e).split('\n')[0]}`, { cause: e, code });
+  }
+  const { message, hint } = describe(Cls, p, what, database);
+  const out = new Cls(message, { cause: e, code });
+  if (hint) out.hint = hint;
+  return out;
 }
 
 module.exports = {
   DsyncError, AcquireTimeout, LockExists, LockLost, NotHeld, SemaphoreMismatch, SemaphoreNotFound,
   DsyncConnectionError, KeeperUnavailable, ListenUnavailable, ServerError, InvalidArgument,
-  isConnectionError, fromPg,
+  StaleToken, ExtensionNotCreated, NotPreloaded,
+  isConnectionError, isMissingObject, fromPg, translateError, createHint,
 };

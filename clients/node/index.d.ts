@@ -249,6 +249,8 @@ export class DsyncError extends Error {
   constructor(message: string, opts?: { cause?: unknown; code?: string });
   /** The SQLSTATE (or node's socket error code) of the cause, if any. */
   code: string | undefined;
+  /** What to do about it, for a configuration error (the server's hint otherwise), if any. */
+  hint?: string;
   cause?: unknown;
 }
 export class AcquireTimeout extends DsyncError {}
@@ -262,3 +264,15 @@ export class KeeperUnavailable extends DsyncConnectionError {}
 export class ListenUnavailable extends DsyncError {}
 export class ServerError extends DsyncError {}
 export class InvalidArgument extends ServerError {}
+/** A stale fencing token refused by dsync_fence or a dsync_fenced trigger (SQLSTATE 55000). */
+export class StaleToken extends DsyncError {}
+/** No CREATE EXTENSION dsync in the database connected to; `hint` says what to run. */
+export class ExtensionNotCreated extends DsyncError {}
+/** The server does not preload dsync (shared_preload_libraries); `hint` says what to put in postgresql.conf. */
+export class NotPreloaded extends DsyncError {}
+/**
+ * The dsync error for a PostgreSQL error thrown by pg, knex or Prisma
+ * (StaleToken, NotHeld, NotPreloaded, ExtensionNotCreated, SemaphoreMismatch),
+ * or null if it is not one of dsync's.
+ */
+export function translateError(err: unknown, opts?: { what?: string; database?: string }): DsyncError | null;

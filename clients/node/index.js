@@ -19,6 +19,7 @@ const { defaultHolder } = require('./args');
 const {
   DsyncError, AcquireTimeout, LockExists, LockLost, NotHeld, SemaphoreMismatch,
   SemaphoreNotFound, DsyncConnectionError, KeeperUnavailable, ListenUnavailable, ServerError, InvalidArgument,
+  StaleToken, ExtensionNotCreated, NotPreloaded, translateError,
 } = require('./errors');
 
 module.exports = {
@@ -26,4 +27,5 @@ module.exports = {
   parsePayload, channelOf, defaultHolder, types,
   DsyncError, AcquireTimeout, LockExists, LockLost, NotHeld, SemaphoreMismatch,
   SemaphoreNotFound, DsyncConnectionError, KeeperUnavailable, ListenUnavailable, ServerError, InvalidArgument,
+  StaleToken, ExtensionNotCreated, NotPreloaded, translateError,
 };

@@ -24,12 +24,22 @@ const { Ledger, als, OVERDUE, LAPSED } = require('./ledger');
 const LISTEN_CHUNK = 500;
 // The pause before connecting again after a failed attempt.
 const RETRY_MS = 500;
+// An installation mistake (no CREATE EXTENSION, dsync not preloaded) does
+// not go away by itself: the pause after each such failure in a row
+// doubles, up to this.
+const MAX_BACKOFF_MS = 8000;
 // How often the keeper may ask dsync_stats who sends the events.
 const SENDERS_EVERY_MS = 1000;
 // How long close() waits for a stuck loop before ending its connection.
 const STOP_WAIT_MS = 2000;
 // After releases found a row locked, they are sent again this much later.
 const RELEASE_RETRY_MS = 250;
+
+// Whether e is an installation mistake (no CREATE EXTENSION, no preload):
+// said once, retried with a growing pause, until someone fixes it.
+function isConfigError(e) {
+  return e instanceof errors.ExtensionNotCreated || e instanceof errors.NotPreloaded;
+}
 
 // Whether e is the server's "lock timeout" (SQLSTATE 55P03).
 function lockTimedOut(e) {
@@ -108,6 +118,9 @@ class Keeper {
     this._watchAt = Infinity;
     this._rescuing = null;           // a rescue renewal in flight (a promise)
     this._pauseDone = null;
+    this._database = undefined;      // the name of the database it connects to
+    this.failures = 0;               // installation mistakes met in a row (isConfigError)
+    this._told = new Set();          // those already said in a warning, until a tick works
     this._releasesRetryAt = -Infinity;   // releases found a row locked: not sent again before
     // Calls waiting in a line without a connection, by name and holder;
     // the keeper LISTENs on the client's queue channel while it can.
@@ -301,16 +314,50 @@ class Keeper {
           attempt = false;
         }
         await this._tick();
-      } catch (e) {
+        this.failures = 0;
+        this._told.clear();
+      } catch (e0) {
         const young = performance.now() - this.connectedAt < 1000;
-        this._drop(e);
-        if (!errors.isConnectionError(e) && !(e instanceof errors.DsyncError) && !attempt) {
-          process.emitWarning(`dsync: the keeper failed (${e && e.message}); it starts again`, 'DsyncWarning');
+        this._drop(e0);
+        const e = await this._explain(e0);
+        if (this.error === e0) this.error = e;
+        let pause = RETRY_MS;
+        if (isConfigError(e) && !this.stopping) {
+          this.failures += 1;
+          pause = Math.min(RETRY_MS * 2 ** Math.min(this.failures - 1, 10), MAX_BACKOFF_MS);
+          this._tell(e);
+        } else if (!errors.isConnectionError(e) && !attempt && !this.stopping) {
+          this._tell(e);
         }
-        if (!this.stopping && (attempt || young)) await this._pause(RETRY_MS);
+        if (!this.stopping && (attempt || young || pause > RETRY_MS)) await this._pause(pause);
       }
     }
     this._drop(null);
+  }
+
+  // e as the library's error: a missing dsync_ function or view is
+  // ExtensionNotCreated if pg_extension has no dsync (asked on the
+  // client's statement pool), a server that does not preload dsync
+  // NotPreloaded (see errors.fromPg).
+  async _explain(e) {
+    if (e instanceof errors.DsyncError || errors.isConnectionError(e)) return e;
+    const absent = errors.isMissingObject(e) && !(await this.client._extensionCreated());
+    return errors.fromPg(e, 'the keeper, renewing held leases', { extensionAbsent: absent, database: this._database });
+  }
+
+  // Warns, on one line, of a failure not yet told since the keeper last
+  // worked: a keeper that fails the same way at every attempt says so
+  // once, not at every retry (and never with a stack trace).
+  _tell(e) {
+    const text = `${e.name}: ${String(e.message).split('\n')[0]}`;
+    // A configuration error is one failure whatever statement met it (a
+    // renewal's missing function, then the reconnection's missing view).
+    const key = isConfigError(e) ? e.name : text;
+    if (this._told.has(key)) return;
+    this._told.add(key);
+    const hint = e.hint ? ` (hint: ${e.hint})` : '';
+    process.emitWarning(`dsync: ${text}${hint}; the keeper tries again, waiting longer each time, `
+      + 'and warns again only of another failure', 'DsyncWarning');
   }
 
   // Connects, learns whether LISTEN works there (not behind a pooler in
@@ -319,6 +366,7 @@ class Keeper {
     const c = new pg.Client(this.client._settings.clientConfig('keeper', {
       keepAlive: true, keepAliveInitialDelayMillis: 2000,
     }));
+    this._database = c.database;     // for the hint of an error
     c.on('error', (e) => this._broken(c, e));
     c.on('end', () => this._broken(c, new errors.DsyncConnectionError("the keeper's connection ended")));
     c.on('notification', (msg) => this._heard(c, msg));

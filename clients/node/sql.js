@@ -57,6 +57,9 @@ const LEAVE = 'SELECT dsync_leave($1::text, $2::text) AS v';
 const MEMBERS = 'SELECT member, info, joined_at, expires_at, is_leader FROM dsync_members($1::text) ORDER BY member';
 const BACKEND_PID = 'SELECT pg_backend_pid() AS v';
 const SENDERS = 'SELECT * FROM dsync_stats';
+// Whether CREATE EXTENSION dsync was run in this database (pg_extension is
+// readable by every role).
+const EXTENSION_CREATED = "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'dsync') AS v";
 // Where the event log stands: its newest event, or the horizon if it is empty.
 const LOG_TOP = 'SELECT GREATEST(COALESCE((SELECT seq FROM dsync_event_log ORDER BY seq DESC LIMIT 1), 0),'
   + ' dsync_events_horizon())::text AS v';
@@ -178,7 +181,7 @@ module.exports = {
   QUEUE, CLAIM, UNQUEUE,
   KEEPER_RELEASE_MANY, ASSERT_HELD, HELD, LOCKED,
   LEASE_STATE, LEADER, SEM_CREATE, SEM_PERMITS, EVENT_SET, EVENT_WAIT, EVENT_CLEAR, EVENT_IS_SET,
-  JOIN, LEAVE, MEMBERS, BACKEND_PID, behindPooler, SENDERS, LOG_TOP, RETENTION, CATCH_UP,
+  JOIN, LEAVE, MEMBERS, BACKEND_PID, behindPooler, SENDERS, EXTENSION_CREATED, LOG_TOP, RETENTION, CATCH_UP,
   types, channelOf, listenStatement, unlistenStatement, interval, jsonb, parseTime, parsePayload,
   senderPidsOf,
 };

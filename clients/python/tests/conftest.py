@@ -67,6 +67,16 @@ max_connections = 200
             conn.execute("CREATE EXTENSION dsync")
         self._start_bouncer()
 
+    def unpreload(self):
+        """Restarts the server without dsync in shared_preload_libraries,
+        the extension still created in app: every dsync call there then
+        fails as an installation that forgot the preload does."""
+        with open(os.path.join(self.data, "postgresql.conf"), "a") as f:
+            f.write("shared_preload_libraries = ''\n")
+        _as_postgres([f"{PGBIN}/pg_ctl", "-D", self.data, "-l",
+                      os.path.join(self.dir, "server.log"), "-w", "restart"],
+                     stdout=subprocess.DEVNULL)
+
     def _start_bouncer(self):
         ini = os.path.join(self.dir, "pgbouncer.ini")
         users = os.path.join(self.dir, "users.txt")
