@@ -125,11 +125,13 @@ function createHint(database) {
  */
 function pgErrorOf(err, depth = 0) {
   if (!err || typeof err !== 'object' || depth > 4) return null;
-  if (typeof err.code === 'string' && /^[0-9A-Z]{5}$/.test(err.code) && typeof err.message === 'string') {
+  const meta = err.meta;
+  // Prisma's own codes (P2010) look like SQLSTATEs: its meta comes first.
+  const prisma = meta && typeof meta === 'object' && /^P\d{4}$/.test(String(err.code));
+  if (!prisma && typeof err.code === 'string' && /^[0-9A-Z]{5}$/.test(err.code) && typeof err.message === 'string') {
     return { code: err.code, message: err.message, hint: err.hint };
   }
-  const meta = err.meta;
-  if (meta && typeof meta === 'object') {
+  if (prisma) {
     const dae = meta.driverAdapterError;
     const c = dae && dae.cause;
     if (c && typeof c.originalCode === 'string') {
@@ -231,5 +233,5 @@ module.exports = {
   DsyncError, AcquireTimeout, LockExists, LockLost, NotHeld, SemaphoreMismatch, SemaphoreNotFound,
   DsyncConnectionError, KeeperUnavailable, ListenUnavailable, ServerError, InvalidArgument,
   StaleToken, ExtensionNotCreated, NotPreloaded,
-  isConnectionError, isMissingObject, fromPg, translateError, createHint,
+  isConnectionError, isMissingObject, fromPg, translateError,
 };

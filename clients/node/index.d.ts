@@ -134,7 +134,11 @@ export class Lock extends EventEmitter {
   locked(): Promise<boolean>;
   owned(): Promise<boolean>;
   check(): void;
-  guard(client: ClientBase): Promise<bigint>;
+  /**
+   * dsync_assert_held in the caller's transaction: a pg Client/PoolClient, a knex
+   * transaction or a Prisma interactive transaction.  The token as a BigInt; NotHeld if not held.
+   */
+  guard(tx: ClientBase | GuardTransaction): Promise<bigint>;
   /** Gives back every hold of this object; the client stays open. */
   close(): Promise<void>;
   /** Not awaited; a listener that throws or rejects is reported as a DsyncWarning. */
@@ -244,6 +248,12 @@ export function channelOf(name: string): string;
 export function defaultHolder(): string;
 /** int8 as BigInt: pass as a query's `types` to read tokens yourself. */
 export const types: CustomTypesConfig;
+/** A knex transaction (raw) or a Prisma interactive transaction ($queryRawUnsafe), as guard() takes them. */
+export type GuardTransaction =
+  | { raw(sql: string, bindings: unknown[]): PromiseLike<{ rows: Array<Record<string, unknown>> }> }
+  | { $queryRawUnsafe(sql: string, ...values: unknown[]): PromiseLike<unknown> };
+/** A fencing token as a BigInt, from a string of digits (pg, knex), a safe integer number or a BigInt. */
+export function toToken(x: bigint | string | number): bigint;
 
 export class DsyncError extends Error {
   constructor(message: string, opts?: { cause?: unknown; code?: string });

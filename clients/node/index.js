@@ -16,6 +16,7 @@ const { LeaderElection } = require('./election');
 const { watch } = require('./watch');
 const { parsePayload, channelOf, types } = require('./sql');
 const { defaultHolder } = require('./args');
+const { toToken } = require('./guard');
 const {
   DsyncError, AcquireTimeout, LockExists, LockLost, NotHeld, SemaphoreMismatch,
   SemaphoreNotFound, DsyncConnectionError, KeeperUnavailable, ListenUnavailable, ServerError, InvalidArgument,
@@ -24,7 +25,7 @@ const {
 
 module.exports = {
   Client, Lock, ReadLock, Semaphore, Event, LeaderElection, watch, withLock, closeDefaultClients,
-  parsePayload, channelOf, defaultHolder, types,
+  parsePayload, channelOf, defaultHolder, types, toToken,
   DsyncError, AcquireTimeout, LockExists, LockLost, NotHeld, SemaphoreMismatch,
   SemaphoreNotFound, DsyncConnectionError, KeeperUnavailable, ListenUnavailable, ServerError, InvalidArgument,
   StaleToken, ExtensionNotCreated, NotPreloaded, translateError,

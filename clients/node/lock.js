@@ -24,6 +24,7 @@ const errors = require('./errors');
 const args = require('./args');
 const { Hold, Scope, BareOwner, Owners, als } = require('./ledger');
 const { Client, defaultClient } = require('./client');
+const { assertHeldIn } = require('./guard');
 
 const noop = () => {};
 
@@ -492,20 +493,20 @@ class Lock extends EventEmitter {
   }
 
   /*
-   * In the caller's own transaction, on the caller's pg client: the fencing
-   * token (BigInt) if the caller holds the lease (nobody can take it until
-   * that transaction ends), else NotHeld (SQLSTATE 55000; the transaction
-   * is then aborted).
+   * In the caller's own transaction: the fencing token (BigInt) if the
+   * caller holds the lease (nobody can take it until that transaction
+   * ends), else NotHeld (SQLSTATE 55000; the transaction is then aborted).
+   * tx: a pg Client or PoolClient in a transaction, a knex transaction
+   * (knex.transaction(async (trx) => ...)) or a Prisma interactive
+   * transaction (prisma.$transaction(async (tx) => ...)), told apart by
+   * what they can do.  The holder asked about is the calling owner's
+   * (lock.hold.holder), not lock.holder: a second owner of a shared Lock
+   * holds under a name of its own.
    */
-  async guard(pgClient) {
+  async guard(tx) {
     const st = this._ownedState();
     const holder = st && st.holder !== null ? st.holder : this.holder;
-    try {
-      const r = await pgClient.query({ text: sql.ASSERT_HELD, values: [this.name, holder], types: sql.types });
-      return r.rows[0].v;
-    } catch (e) {
-      throw errors.fromPg(e, this._what('guarding'));
-    }
+    return assertHeldIn(tx, this.name, holder, this._what('guarding'));
   }
 
   // -- the keeper's report ----------------------------------------------------------
