@@ -287,13 +287,14 @@ class Runner:
 
     def node_links(self, work):
         """work/node_modules: dsync-client as clients/node, and clients/node's
-        own dependencies (for ES modules, which ignore NODE_PATH)."""
+        own dependencies (for ES modules, which ignore NODE_PATH) and their
+        commands (.bin, for `npx --no-install prisma`)."""
         nm = os.path.join(work, "node_modules")
         os.makedirs(nm, exist_ok=True)
         os.symlink(os.path.join(TOP, "clients", "node"), os.path.join(nm, "dsync-client"))
         if os.path.isdir(self.node_modules):
             for name in os.listdir(self.node_modules):
-                if not name.startswith(".") and name != "dsync-client":
+                if (name == ".bin" or not name.startswith(".")) and name != "dsync-client":
                     os.symlink(os.path.join(self.node_modules, name), os.path.join(nm, name))
 
     def command(self, block, work, n):
