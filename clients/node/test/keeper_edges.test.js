@@ -102,7 +102,7 @@ test('a release and re-acquire after the watchdog gave a lease up is not hit by 
     assert.ok(await lock.acquire());
     const first = lock.hold.holder;
     const lost = new Promise((resolve) => lock.once('lost', resolve));
-    const pid = await stopKeeperBackend(app);
+    const pid = await stopKeeperBackend(app, { idle: true });
     try {
       await lost;
       assert.strictEqual(await lock.release(), false);
@@ -340,7 +340,7 @@ test('close() sends the releases the stuck keeper still owes', { timeout: 30000 
   const lock = c.lock(name, { ttl: 30 });
   assert.ok(await lock.acquire());
   await waitFor(() => !c._keeper.ledger.unverified.size, 2000);
-  const pid = await stopKeeperBackend(app);
+  const pid = await stopKeeperBackend(app, { idle: true });
   try {
     const lost = new Promise((resolve) => lock.once('lost', resolve));
     lock.hold.confirmed -= 60000;            // the watchdog gives it up now
