@@ -22,9 +22,10 @@ from .aio import (AsyncEvent, AsyncLeaderElection, AsyncLock, AsyncReadLock, Asy
                   awatch)
 from .aio_client import AsyncClient
 from .client import Client
-from .errors import (AcquireTimeout, LockExists, DsyncConnectionError, DsyncError, InvalidArgument,
-                     KeeperUnavailable, ListenUnavailable, LockLost, NotHeld, SemaphoreMismatch,
-                     SemaphoreNotFound, ServerError)
+from .errors import (AcquireTimeout, LockExists, DsyncConnectionError, DsyncError,
+                     ExtensionNotCreated, InvalidArgument, KeeperUnavailable, ListenUnavailable,
+                     LockLost, NotHeld, NotPreloaded, SemaphoreMismatch, SemaphoreNotFound,
+                     ServerError, StaleToken)
 from .sync import Event, LeaderElection, Lock, ReadLock, Semaphore
 from .watch import watch
 
@@ -35,5 +36,5 @@ __all__ = [
     "Hold", "LeaseEvent", "default_holder", "__version__",
     "DsyncError", "AcquireTimeout", "LockExists", "LockLost", "NotHeld", "SemaphoreMismatch",
     "SemaphoreNotFound", "DsyncConnectionError", "KeeperUnavailable", "ListenUnavailable",
-    "ServerError", "InvalidArgument",
+    "ServerError", "InvalidArgument", "StaleToken", "ExtensionNotCreated", "NotPreloaded",
 ]

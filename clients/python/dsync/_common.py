@@ -392,3 +392,57 @@ def campaign_failed(group: str, exc: BaseException, pause: float) -> None:
     logging.getLogger("dsync").warning(
         'dsync: campaign for group "%s" failed (%s: %s); retrying in %.2f s',
         group, type(exc).__name__, exc, pause, exc_info=not isinstance(exc, DsyncError))
+
+
+# The keeper's pause after a failed round: KEEPER_RETRY_FIRST, doubled per
+# failure in a row, at most KEEPER_RETRY_MAX (a keeper that stays away
+# longer leaves its leases to the watchdog's rescue renewals, which use the
+# statement connections, and then to its deadline).
+KEEPER_RETRY_FIRST = 0.5
+KEEPER_RETRY_MAX = 2.0
+
+
+class KeeperFailures:
+    """What the keeper (thread or task) says about its failed rounds: one
+    log line per distinct failure, not one per round (a database without
+    the extension fails every round, for as long as nobody creates it),
+    and the pause before the next round."""
+
+    def __init__(self, log: Any):
+        self.log = log
+        self.in_a_row = 0
+        self.last: Optional[tuple] = None
+
+    def failed(self, err: BaseException, cause: BaseException) -> float:
+        """Note a failed round (err: the failure as the library's
+        exception, cause: what was raised) and return the pause."""
+        import logging
+        from .errors import DsyncConnectionError, DsyncError
+        self.in_a_row += 1
+        # A connection lost once (a server restart, a killed backend) is
+        # routine and mended by the next round: info.  Lost again at once,
+        # or any other failure, is a warning.
+        gone = isinstance(err, DsyncConnectionError) or isinstance(cause, OSError)
+        level = logging.INFO if gone and self.in_a_row == 1 else logging.WARNING
+        key = (type(err), str(err), level)
+        if key != self.last:
+            self.last = key
+            # A traceback only for what neither the server nor the network
+            # explains (a bug), and only once.
+            bug = not isinstance(err, DsyncError) and not gone
+            self.log.log(level, "dsync: the keeper failed (%s: %s); it retries every %.1f s "
+                         "at most, and says so again only if the failure changes",
+                         type(err).__name__, str(err).replace("\n", "; "),
+                         KEEPER_RETRY_MAX, exc_info=cause if bug else None)
+        return self.pause()
+
+    def pause(self) -> float:
+        """Seconds to wait after in_a_row failed rounds."""
+        return min(KEEPER_RETRY_MAX, KEEPER_RETRY_FIRST * 2 ** min(self.in_a_row - 1, 16))
+
+    def succeeded(self) -> None:
+        """A round went through: a failure after it is news again."""
+        if self.last is not None:
+            self.log.info("dsync: the keeper works again after %d failed round(s)", self.in_a_row)
+        self.in_a_row = 0
+        self.last = None

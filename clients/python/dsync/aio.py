@@ -234,7 +234,10 @@ class AsyncLock(_OnClient, LeaseObject):
             cur = await conn.execute(sql.ASSERT_HELD, (self.name, holder))
             row = await cur.fetchone()
         except psycopg.Error as exc:
-            raise errors.from_psycopg(exc, self._what("guarding")) from exc
+            ext = errors.UNPROBED
+            if errors.needs_probe(exc) and errors.idle(conn):
+                ext = await errors.probe_async(conn, exc)
+            raise errors.from_psycopg(exc, self._what("guarding"), conn, ext) from exc
         return int(row[0])
 
     def _lost(self, hold: Hold) -> Any:

@@ -93,6 +93,7 @@ class _Keeper:
         self.watchdog: Optional[asyncio.Task] = None
         self.conn: Optional[psycopg.AsyncConnection] = None
         self.error: Optional[BaseException] = None
+        self.attempts = 0                       # connection attempts ended
         self.pending: List[Tuple[str, str, int]] = []
         self.reading = False
         self.reader_fd = -1
@@ -237,6 +238,7 @@ class _Keeper:
     # -- the keeper task ----------------------------------------------------------------
 
     async def _run(self) -> None:
+        failures = c.KeeperFailures(log)
         try:
             while not self.stopping:
                 try:
@@ -247,14 +249,17 @@ class _Keeper:
                             continue
                         await self._connect()
                     await self._tick()
+                    failures.succeeded()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
+                    err = errors.from_psycopg(exc, "keeping leases") \
+                        if isinstance(exc, psycopg.Error) else exc
                     await self._drop(exc)
-                    if not is_connection_error(exc) and not isinstance(exc, errors.DsyncError):
-                        log.exception("dsync: the keeper failed; it starts again")
+                    # One line per distinct failure, and a growing pause: a
+                    # database without the extension fails every round.
                     self.wake.clear()
-                    await wait_event(self.wake, 0.5)
+                    await wait_event(self.wake, failures.failed(err, exc))
         finally:
             # Cancelled by stop(), or by the loop's end (asyncio.run cancels
             # every task then): give back what is held, leave nothing open.
@@ -296,16 +301,28 @@ class _Keeper:
                 senders = await sender_pids(conn)
                 if listen_ok:
                     await conn.execute(f'LISTEN "{self.client._queue_channel}"')
+            except psycopg.Error as exc:
+                # Said as the library says it (no extension, not preloaded).
+                ext = await errors.probe_async(conn, exc) if errors.needs_probe(exc) \
+                    else errors.UNPROBED
+                db = conn.info.dbname
+                await conn.close()
+                raise errors.from_psycopg(exc, "connecting the keeper", ext=ext, db=db) from exc
             except BaseException:
                 await conn.close()
                 raise
         except BaseException as exc:
+            # A failure to connect stays the driver's (acquire's
+            # KeeperUnavailable has it as its cause); what failed once
+            # connected was said as the library says it, above.
             self.error = exc
+            self.attempts += 1
             self.changed.set()
             raise
         self.pending.clear()
         self.conn = conn
         self.error = None
+        self.attempts += 1
         self.ledger.connected_anew(listen_ok, senders)
         self.queue_listening = listen_ok
         for w in self.queued.values():
@@ -632,6 +649,8 @@ class AsyncClient:
         lane = self._waits if wait else self._statements
         for attempt in (0, 1):
             failure: Optional[psycopg.Error] = None
+            ext: Any = errors.UNPROBED
+            db: Optional[str] = None
             reused = False
             try:
                 async with lane.connection() as (conn, reused):
@@ -659,6 +678,10 @@ class AsyncClient:
                         if is_connection_error(exc):
                             raise
                         failure = exc
+                        db = conn.info.dbname   # for the message, while it is ours
+                        if errors.needs_probe(exc):
+                            # Still this task's: ask whether the extension is there.
+                            ext = await errors.probe_async(conn, exc)
                     if cut:
                         await conn.close()  # answered as it was cut: not reusable
             except psycopg.Error as exc:
@@ -668,7 +691,7 @@ class AsyncClient:
                     continue
                 raise errors.from_psycopg(exc, what) from exc
             if failure is not None:
-                raise errors.from_psycopg(failure, what) from failure
+                raise errors.from_psycopg(failure, what, ext=ext, db=db) from failure
             if rows:
                 return result
             return result[0] if result else None

@@ -309,16 +309,20 @@ class _Keeper:
     # -- the keeper thread -----------------------------------------------------
 
     def _run(self) -> None:
+        failures = c.KeeperFailures(log)
         while not self.stopping:
             try:
                 if self.conn is None:
                     self._connect()
                 self._tick()
+                failures.succeeded()
             except Exception as exc:
+                err = errors.from_psycopg(exc, "keeping leases") \
+                    if isinstance(exc, psycopg.Error) else exc
                 self._drop(exc)
-                if not is_connection_error(exc) and not isinstance(exc, errors.DsyncError):
-                    log.exception("dsync: the keeper failed; it starts again")
-                self._sleep(0.5)
+                # One line per distinct failure, and a growing pause: a
+                # database without the extension fails every round.
+                self._sleep(failures.failed(err, exc))
         self._drop(None)
 
     def _connect(self) -> None:
@@ -335,10 +339,20 @@ class _Keeper:
                 senders = sender_pids(conn)
                 if listen_ok:
                     conn.execute(f'LISTEN "{self.client._queue_channel}"')
+            except psycopg.Error as exc:
+                # Said as the library says it (no extension, not preloaded):
+                # acquire's KeeperUnavailable carries it as its cause.
+                ext = errors.probe(conn, exc) if errors.needs_probe(exc) else errors.UNPROBED
+                db = conn.info.dbname
+                conn.close()
+                raise errors.from_psycopg(exc, "connecting the keeper", ext=ext, db=db) from exc
             except BaseException:
                 conn.close()
                 raise
         except BaseException as exc:
+            # A failure to connect stays the driver's (acquire's
+            # KeeperUnavailable has it as its cause); what failed once
+            # connected was said as the library says it, above.
             with self.changed:
                 self.error = exc
                 self.attempts += 1
@@ -687,6 +701,8 @@ class Client:
         lane = self._waits if wait else self._statements
         for attempt in (0, 1):
             failure: Optional[psycopg.Error] = None
+            ext: Any = errors.UNPROBED
+            db: Optional[str] = None
             reused = False
             try:
                 with lane.connection() as (conn, reused):
@@ -716,6 +732,10 @@ class Client:
                         if is_connection_error(exc):
                             raise           # the lane closes the connection
                         failure = exc       # a sound connection: the lane keeps it
+                        db = conn.info.dbname   # for the message, while it is ours
+                        if errors.needs_probe(exc):
+                            # Still this thread's: ask whether the extension is there.
+                            ext = errors.probe(conn, exc)
                     if cut:
                         conn.close()        # answered as it was cut: not reusable
             except psycopg.Error as exc:
@@ -725,7 +745,7 @@ class Client:
                     continue
                 raise errors.from_psycopg(exc, what) from exc
             if failure is not None:
-                raise errors.from_psycopg(failure, what) from failure
+                raise errors.from_psycopg(failure, what, ext=ext, db=db) from failure
             if rows:
                 return result
             return result[0] if result else None

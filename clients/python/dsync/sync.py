@@ -331,7 +331,10 @@ class Lock(_OnClient, LeaseObject):
         try:
             row = conn.execute(sql.ASSERT_HELD, (self.name, holder)).fetchone()
         except psycopg.Error as exc:
-            raise errors.from_psycopg(exc, self._what("guarding")) from exc
+            ext = errors.UNPROBED
+            if errors.needs_probe(exc) and errors.idle(conn):
+                ext = errors.probe(conn, exc)
+            raise errors.from_psycopg(exc, self._what("guarding"), conn, ext) from exc
         return int(row[0])
 
     # -- the keeper's report --------------------------------------------------------

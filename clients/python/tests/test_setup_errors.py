@@ -1,0 +1,319 @@
+"""Clear errors for a server set up wrong, and for stale writes (issue 43):
+a database without CREATE EXTENSION dsync raises ExtensionNotCreated, a
+server that does not preload dsync raises NotPreloaded, each naming the
+database and saying what to run or put in postgresql.conf; the keeper
+logs one line per distinct failure instead of a traceback per round; a
+stale fencing token is StaleToken, and errors.translate maps the
+drivers' exceptions (psycopg 3, psycopg2) to these."""
+
+import asyncio
+import logging
+import os
+
+import psycopg
+import psycopg2
+import pytest
+
+import dsync
+from dsync import errors
+
+from conftest import PGBIN, Server, _as_postgres, wait_for
+
+
+@pytest.fixture(scope="module")
+def noext(server):
+    """A database of the app role without the dsync extension."""
+    with psycopg.connect(server.dsn("postgres", "postgres"), autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS noext")
+        conn.execute("CREATE DATABASE noext OWNER app")
+    return server.dsn(db="noext")
+
+
+def _acquire_error(dsn, name, cls):
+    """What a non-blocking acquire on a client of dsn raises (cls)."""
+    client = dsync.Client(dsn)
+    try:
+        with pytest.raises(cls) as ei:
+            client.lock(name).acquire(blocking=False)
+    finally:
+        client.close()
+    return ei.value
+
+
+def test_acquire_without_the_extension_says_create_extension(noext, name):
+    err = _acquire_error(noext, name, dsync.ExtensionNotCreated)
+    assert isinstance(err, dsync.DsyncError)
+    assert 'database "noext"' in str(err)
+    assert "CREATE EXTENSION dsync" in err.hint and err.hint in str(err)
+    assert "shared_preload_libraries" in err.hint
+    # Asked pg_extension: the extension is not there at all (not merely
+    # out of search_path).
+    assert "search_path" not in str(err)
+    assert err.sqlstate == "42883"
+    assert isinstance(err.__cause__, psycopg.errors.UndefinedFunction)
+
+
+def test_guard_without_the_extension_in_a_transaction(noext, name):
+    lock = dsync.Client(noext).lock(name)
+    try:
+        with psycopg.connect(noext) as conn:
+            with pytest.raises(dsync.ExtensionNotCreated) as ei:
+                with conn.transaction():
+                    lock.guard(conn)
+        # Inside a transaction nothing more can be asked: it says both causes.
+        assert 'database "noext"' in str(ei.value)
+        assert "search_path" in str(ei.value)
+    finally:
+        lock.client.close()
+
+
+def test_extension_out_of_search_path_says_so(server, admin, name):
+    with psycopg.connect(server.dsn("postgres", "postgres"), autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS otherschema")
+        conn.execute("CREATE DATABASE otherschema OWNER app")
+    with psycopg.connect(server.dsn("otherschema", "postgres"), autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA hidden")
+        conn.execute("CREATE EXTENSION dsync SCHEMA hidden")
+    client = dsync.Client(server.dsn("otherschema"))
+    try:
+        with pytest.raises(dsync.ServerError) as ei:
+            client.lock(name).acquire(blocking=False)
+    finally:
+        client.close()
+    assert not isinstance(ei.value, dsync.ExtensionNotCreated)
+    assert 'schema "hidden"' in str(ei.value) and "search_path" in ei.value.hint
+
+
+def test_async_acquire_without_the_extension(noext, name):
+    async def main():
+        async with dsync.AsyncClient(noext) as client:
+            with pytest.raises(dsync.ExtensionNotCreated) as ei:
+                await client.lock(name).acquire(blocking=False)
+            return ei.value
+    err = asyncio.run(main())
+    assert 'database "noext"' in str(err) and "CREATE EXTENSION dsync" in str(err)
+
+
+def _keeper_lines(caplog):
+    return [r for r in caplog.records if r.name == "dsync" and "keeper failed" in r.getMessage()]
+
+
+def test_keeper_logs_one_line_per_distinct_failure(noext, name, caplog):
+    """Without the extension every round of the keeper fails; it says so
+    once (no traceback) and retries with a growing pause."""
+    client = dsync.Client(noext)
+    try:
+        with caplog.at_level(logging.INFO, logger="dsync"):
+            with pytest.raises(dsync.ExtensionNotCreated):
+                client.lock(name).acquire(blocking=False)   # starts the keeper too
+            keeper = client._keeper
+            assert wait_for(lambda: keeper.attempts >= 4, timeout=60)
+        lines = _keeper_lines(caplog)
+        assert len(lines) == 1, [r.getMessage() for r in lines]
+        assert lines[0].exc_info is None
+        assert "ExtensionNotCreated" in lines[0].getMessage()
+        assert 'database "noext"' in lines[0].getMessage()
+        assert "\n" not in lines[0].getMessage()
+        assert isinstance(keeper.error, dsync.ExtensionNotCreated)
+        assert not any(r.exc_info for r in caplog.records if r.name == "dsync")
+    finally:
+        client.close()
+
+
+def test_async_keeper_logs_one_line_per_distinct_failure(noext, name, caplog):
+    async def main():
+        client = dsync.AsyncClient(noext)
+        try:
+            with pytest.raises(dsync.ExtensionNotCreated):
+                await client.lock(name).acquire(blocking=False)
+            keeper = client.keeper
+            keeper.start()
+            for _ in range(6000):
+                if keeper.attempts >= 4:
+                    break
+                await asyncio.sleep(0.01)
+            assert keeper.attempts >= 4
+            assert isinstance(keeper.error, dsync.ExtensionNotCreated)
+        finally:
+            await client.close()
+    with caplog.at_level(logging.INFO, logger="dsync"):
+        asyncio.run(main())
+    lines = _keeper_lines(caplog)
+    assert len(lines) == 1, [r.getMessage() for r in lines]
+    assert lines[0].exc_info is None and "ExtensionNotCreated" in lines[0].getMessage()
+
+
+def test_keeper_says_again_when_the_failure_changes():
+    """KeeperFailures: the same failure is said once, another one again,
+    and after a round that worked the same failure is news again."""
+    from dsync._common import KeeperFailures
+
+    class Log:
+        def __init__(self):
+            self.lines = []
+
+        def log(self, level, *a, **k):
+            self.lines.append((level,) + a)
+
+        def info(self, *a, **k):
+            pass
+
+    log = Log()
+    f = KeeperFailures(log)
+    a, b = dsync.ExtensionNotCreated("a"), dsync.NotPreloaded("b")
+    pauses = [f.failed(a, a) for _ in range(5)]
+    assert len(log.lines) == 1
+    assert pauses == sorted(pauses) and pauses[0] < pauses[-1]
+    f.failed(b, b)
+    assert len(log.lines) == 2
+    f.succeeded()
+    f.failed(b, b)
+    assert len(log.lines) == 3
+    # A connection lost once is said at info, lost again in a row at warning.
+    f.succeeded()
+    gone = dsync.DsyncConnectionError("gone")
+    f.failed(gone, gone)
+    f.failed(gone, gone)
+    f.failed(gone, gone)
+    assert [line[0] for line in log.lines[3:]] == [logging.INFO, logging.WARNING]
+
+
+@pytest.fixture(scope="module")
+def unloaded():
+    """A server whose database app has the extension, restarted without
+    dsync in shared_preload_libraries (as after a config change), and a
+    database without the extension there too."""
+    s = Server()
+    try:
+        s.start()
+        with open(os.path.join(s.data, "postgresql.conf"), "a") as f:
+            f.write("\nshared_preload_libraries = ''\n")     # the last line wins
+        _as_postgres([f"{PGBIN}/pg_ctl", "-D", s.data, "-l", os.path.join(s.dir, "server.log"),
+                      "-w", "restart"], stdout=open(os.devnull, "w"))
+        with psycopg.connect(s.dsn("postgres", "postgres"), autocommit=True) as conn:
+            conn.execute("CREATE DATABASE bare OWNER app")
+        yield s
+    finally:
+        s.stop()
+
+
+def test_not_preloaded_says_what_to_put_in_postgresql_conf(unloaded, name):
+    err = _acquire_error(unloaded.dsn(), name, dsync.NotPreloaded)
+    assert not isinstance(err, dsync.NotHeld)        # it used to be NotHeld
+    assert err.sqlstate == "55000"
+    assert 'database "app"' in str(err)
+    assert "shared_preload_libraries = 'dsync'" in err.hint and "restart" in err.hint
+    assert err.hint in str(err)
+
+
+def test_not_preloaded_guard_and_async(unloaded, name):
+    lock = dsync.Client(unloaded.dsn()).lock(name)
+    try:
+        with psycopg.connect(unloaded.dsn()) as conn, pytest.raises(dsync.NotPreloaded):
+            with conn.transaction():
+                lock.guard(conn)
+    finally:
+        lock.client.close()
+
+    async def main():
+        async with dsync.AsyncClient(unloaded.dsn()) as client:
+            with pytest.raises(dsync.NotPreloaded):
+                await client.lock(name).acquire(blocking=False)
+    asyncio.run(main())
+
+
+def test_not_preloaded_keeper_logs_once(unloaded, name, caplog):
+    client = dsync.Client(unloaded.dsn())
+    try:
+        with caplog.at_level(logging.INFO, logger="dsync"):
+            with pytest.raises(dsync.NotPreloaded):
+                client.lock(name).acquire(blocking=False)
+            assert wait_for(lambda: client._keeper.attempts >= 4, timeout=60)
+        lines = _keeper_lines(caplog)
+        assert len(lines) == 1 and "NotPreloaded" in lines[0].getMessage()
+        assert lines[0].exc_info is None
+    finally:
+        client.close()
+
+
+def test_no_extension_on_a_server_without_preload(unloaded, name):
+    err = _acquire_error(unloaded.dsn(db="bare"), name, dsync.ExtensionNotCreated)
+    assert 'database "bare"' in str(err)
+
+
+# -- stale tokens, and translate() ---------------------------------------------------
+
+
+@pytest.fixture
+def fenced(direct, admin, name):
+    """A fenced table, and w1's token made stale by w2's write."""
+    table = "acct_" + str(abs(hash(name)) % 10**8)
+    with psycopg.connect(direct, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v int, token bigint)")
+        conn.execute(f"CREATE TRIGGER f BEFORE INSERT OR UPDATE ON {table}"
+                     " FOR EACH ROW EXECUTE FUNCTION dsync_fenced('token')")
+        old = conn.execute("SELECT dsync_acquire(%s, 'w1')", (name,)).fetchone()[0]
+        conn.execute(f"INSERT INTO {table} VALUES (1, 0, %s)", (old,))
+        conn.execute("SELECT dsync_release(%s, 'w1')", (name,))
+        new = conn.execute("SELECT dsync_acquire(%s, 'w2')", (name,)).fetchone()[0]
+        conn.execute(f"UPDATE {table} SET v = 1, token = %s", (new,))
+    yield table, old, new
+    with psycopg.connect(direct, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE {table}")
+
+
+def test_translate_psycopg3_stale_token(direct, fenced):
+    table, old, new = fenced
+    with psycopg.connect(direct) as conn:
+        with pytest.raises(psycopg.Error) as ei:
+            conn.execute(f"UPDATE {table} SET v = 2, token = %s", (old,))
+    err = errors.translate(ei.value)
+    assert isinstance(err, dsync.StaleToken) and not isinstance(err, dsync.NotHeld)
+    assert err.sqlstate == "55000" and err.__cause__ is ei.value
+    assert err.resource == f"table:public.{table}"
+    assert (err.token, err.accepted) == (old, new)
+    assert "acquire it again" in str(err)
+
+
+def test_translate_psycopg2_stale_token_and_not_held(direct, fenced, name):
+    table, old, new = fenced
+    conn = psycopg2.connect(direct)
+    try:
+        cur = conn.cursor()
+        with pytest.raises(psycopg2.Error) as ei:
+            cur.execute(f"UPDATE {table} SET v = 2, token = %s", (old,))
+        err = errors.translate(ei.value)
+        assert isinstance(err, dsync.StaleToken) and (err.token, err.accepted) == (old, new)
+        conn.rollback()
+        with pytest.raises(psycopg2.Error) as ei:
+            cur.execute("SELECT dsync_assert_held(%s, 'w1')", (name,))
+        err = errors.translate(ei.value, 'guarding lease "x"')
+        assert isinstance(err, dsync.NotHeld) and err.sqlstate == "55000"
+        assert str(err).startswith('guarding lease "x": lease ')
+        conn.rollback()
+        # Not one of dsync's: None, for the caller to re-raise as it is.
+        with pytest.raises(psycopg2.Error) as ei:
+            cur.execute("SELECT 1/0")
+        assert errors.translate(ei.value) is None
+        assert errors.translate(ValueError("x")) is None
+    finally:
+        conn.close()
+
+
+def test_argument_types_that_match_no_function(direct, name):
+    """A dsync function called with types it does not take is not a
+    missing extension: asked on the connection, the library says to cast;
+    untyped parameters (psycopg2's) are left to the server's own words."""
+    with psycopg.connect(direct, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.UndefinedFunction) as ei:
+            conn.execute("SELECT dsync_acquire(%s::text, %s::text, 5::int)", (name, "h"))
+        assert errors.needs_probe(ei.value)
+        err = errors.from_psycopg(ei.value, "acquiring", ext=errors.probe(conn, ei.value))
+    assert type(err) is dsync.ServerError and "CAST(" in err.hint
+    conn2 = psycopg2.connect(direct)
+    try:
+        with pytest.raises(psycopg2.Error) as ei:
+            conn2.cursor().execute("SELECT dsync_acquire(%s, %s, %s)", (name, "h", 30))
+        assert errors.translate(ei.value) is None          # (unknown, unknown, integer)
+    finally:
+        conn2.close()
