@@ -102,7 +102,8 @@ class ElectionViews:
 
     @property
     def member(self) -> str:
-        return self._lock.holder
+        """This candidate's member name: its lock's own holder name."""
+        return self._lock._owners.base
 
     @property
     def is_leader(self) -> bool:
@@ -164,6 +165,14 @@ class LeaseObject(OnClient, HoldViews):
 
     @property
     def holder(self) -> str:
-        """The holder name on the server of the first owner (host:pid:random
-        unless given; a forked child gets one of its own)."""
+        """The holder name on the server of the calling thread's (or
+        task's) hold, if it holds; else the object's own, which its first
+        owner holds under (host:pid:random unless given; a forked child
+        gets one of its own).  An owner holding while another does has a
+        name of its own (holder#2, ...): this answers that name, so that
+        SQL written with lock.holder (dsync_assert_held) guards the
+        caller's own hold."""
+        st = self._owned_state()
+        if st is not None and st.holder is not None:
+            return st.holder
         return self._owners.base

@@ -121,7 +121,9 @@ class Lock(_OnClient, LeaseObject):
         self.raise_on_failure = bool(raise_on_failure)
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name!r} holder={self.holder!r}>"
+        # The object's own name: repr runs under self._mutex (NotHeld's
+        # message), where holder, which asks for it, would deadlock.
+        return f"<{type(self).__name__} {self.name!r} holder={self._owners.base!r}>"
 
     def _prepare(self) -> None:
         """Semaphores define themselves here."""
@@ -321,11 +323,16 @@ class Lock(_OnClient, LeaseObject):
             hold.live()             # a hold past its deadline is declared lost now
         return st.lost
 
-    def guard(self, conn: psycopg.Connection) -> int:
+    def guard(self, conn: Any) -> int:
         """In the caller's own transaction: the fencing token if the calling
         thread holds the lease (nobody can take it until that transaction
         ends), else NotHeld (SQLSTATE 55000; the transaction is then
-        aborted)."""
+        aborted).  conn: a psycopg 3 connection, or a SQLAlchemy Session or
+        Connection (dsync.sqlalchemy.guard)."""
+        if not isinstance(conn, psycopg.Connection) and \
+                type(conn).__module__.startswith("sqlalchemy."):
+            from .sqlalchemy import guard
+            return guard(self, conn)
         st = self._owned_state()
         holder = st.holder if st is not None else self.holder
         try:
