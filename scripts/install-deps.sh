@@ -28,6 +28,8 @@ packages=(
 	python3-asyncpg
 	python3-sqlalchemy
 	python3-psycopg2
+	python3-django
+	python3-apscheduler
 	patroni
 	python3-etcd
 	etcd-server

@@ -409,6 +409,7 @@ class KeeperFailures:
     and the pause before the next round."""
 
     def __init__(self, log: Any):
+        """log: the logger to say failures on (the "dsync" logger)."""
         self.log = log
         self.in_a_row = 0
         self.last: Optional[tuple] = None
