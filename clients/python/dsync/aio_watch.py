@@ -9,6 +9,7 @@ from typing import Any, AsyncIterator, Optional, Sequence
 import psycopg
 
 from . import _common as c
+from . import errors
 from . import _sql as sql
 from .errors import ListenUnavailable
 from ._common import LeaseEvent, Seconds
@@ -168,8 +169,14 @@ async def awatch(names: Sequence[str], *, conninfo: str, timeout: Optional[Secon
                 ev = c.parse_payload(channel, payload)
                 if ev is not None and resume.fresh(ev):
                     yield ev
-        except psycopg.OperationalError:
-            if not reconnect:
+        except psycopg.Error as exc:
+            # A database without the extension, a server without dsync
+            # preloaded: said as the library says it, not retried (a 55000
+            # is an OperationalError, and was retried for ever).
+            err = await errors.specific_async(exc, "watching " + ", ".join(repr(n) for n in names), conn)
+            if err is not None:
+                raise err from exc
+            if not isinstance(exc, psycopg.OperationalError) or not reconnect:
                 raise
             if lost_at is None:     # the first loss counts, not each failed retry
                 lost_at = time.monotonic()

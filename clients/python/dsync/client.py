@@ -152,6 +152,7 @@ class _Keeper:
         if self.ledger.connected:
             return True             # started, and connected (read without the lock)
         self.start()
+        self._wake()                # a keeper pausing after failed rounds tries now
         deadline = time.monotonic() + timeout
         with self.changed:
             while not self.ledger.connected:

@@ -230,6 +230,21 @@ async def probe_async(conn: Any, exc: BaseException) -> Any:
     return row if row is not None else None
 
 
+def specific(exc: BaseException, what: str, conn: Any) -> Optional[DsyncError]:
+    """dsync's exception for exc if the server said something about dsync
+    itself (not created, not loaded, stale, not held), asking pg_extension
+    on conn when it is idle; None otherwise, for the caller to handle exc
+    as it did."""
+    ext = probe(conn, exc) if needs_probe(exc) and idle(conn) else UNPROBED
+    return _dsync_error(exc, what, conn, ext)
+
+
+async def specific_async(exc: BaseException, what: str, conn: Any) -> Optional[DsyncError]:
+    """specific() on an AsyncConnection."""
+    ext = await probe_async(conn, exc) if needs_probe(exc) and idle(conn) else UNPROBED
+    return _dsync_error(exc, what, conn, ext)
+
+
 def _dsync_error(exc: BaseException, what: Optional[str], conn: Any,
                  ext: Any, db: Optional[str] = None) -> Optional[DsyncError]:
     """The dsync exception for what the server said about dsync itself

@@ -317,3 +317,22 @@ def test_argument_types_that_match_no_function(direct, name):
         assert errors.translate(ei.value) is None          # (unknown, unknown, integer)
     finally:
         conn2.close()
+
+
+def test_watch_without_the_extension_or_preload(noext, unloaded, name):
+    """watch and awatch raise the same errors, at once: a server without
+    dsync preloaded (a 55000, an OperationalError) is not retried for
+    ever as a lost connection."""
+    with pytest.raises(dsync.ExtensionNotCreated) as ei:
+        next(iter(dsync.watch([name], conninfo=noext)))
+    assert 'database "noext"' in str(ei.value)
+    with pytest.raises(dsync.NotPreloaded):
+        next(iter(dsync.watch([name], conninfo=unloaded.dsn())))
+
+    async def first(conninfo):
+        async for ev in dsync.awatch([name], conninfo=conninfo):
+            return ev
+    with pytest.raises(dsync.ExtensionNotCreated):
+        asyncio.run(first(noext))
+    with pytest.raises(dsync.NotPreloaded):
+        asyncio.run(first(unloaded.dsn()))
