@@ -41,9 +41,11 @@ case "$major" in
 		[ "$major" = 17 ] && suite=trixie || suite=sid
 		packages="postgresql-$major,postgresql-server-dev-$major,postgresql-$major-pgtap"
 		packages+=",libpq-dev,$common"
-		# The Python client's tests, on this suite's Python and psycopg.
+		# The Python client's tests, on this suite's Python and psycopg,
+		# and its integrations on this suite's SQLAlchemy and Django (the
+		# host, bookworm, has the oldest: 1.4 and 3.2).
 		packages+=",python3-psycopg,python3-psycopg-pool,python3-pytest,python3-pytest-timeout"
-		packages+=",python3-asyncpg,python3-sqlalchemy,python3-psycopg2"
+		packages+=",python3-asyncpg,python3-sqlalchemy,python3-psycopg2,python3-django"
 		source_sum=
 		;;
 	*) echo "scripts/chroot.sh: no Debian suite known for PostgreSQL $major" >&2; exit 2 ;;
