@@ -49,7 +49,7 @@ typedef struct CheckResult
  */
 static const char check_sql[] =
 "SELECT s.served, s.events_lost, s.queue_size,"
-"       (SELECT COALESCE(sum(queued_bytes), 0) FROM @extschema@.dsync_databases)::bigint,"
+"       (SELECT COALESCE(pg_catalog.sum(queued_bytes), 0) FROM @extschema@.dsync_databases)::bigint,"
 "       COALESCE(d.state, 'no slot'), d.worker_pid,"
 "       pg_catalog.current_setting('dsync.max_databases')"
 "  FROM @extschema@.dsync_stats s"

@@ -5,6 +5,11 @@
  *		document of the leases, the waiters, the database's counters and
  *		its worker.
  *
+ * Every function is called schema-qualified (pg_catalog's, or the
+ * extension's through @extschema@), so that a search_path with a schema
+ * of someone else's first cannot put a function of its own in their
+ * place.
+ *
  * The tool first looks (probe.c) whether the views can be read here at
  * all, so that a database without the extension, or a server without
  * dsync preloaded, gets a message and exit 78 and no ERROR in its log.
@@ -32,8 +37,8 @@
  */
 #define STATUS_COLUMNS \
 	"SELECT l.lease, l.holder, l.fencing, l.permits," \
-	"       to_char(greatest(l.expires_at - clock_timestamp(), '0'::interval), 'HH24:MI:SS.MS')," \
-	"       (SELECT count(*) FROM @extschema@.dsync_waiters w" \
+	"       pg_catalog.to_char(greatest(l.expires_at - pg_catalog.clock_timestamp(), '0'::interval), 'HH24:MI:SS.MS')," \
+	"       (SELECT pg_catalog.count(*) FROM @extschema@.dsync_waiters w" \
 	"         WHERE w.name = l.lease AND w.kind <> 'event')," \
 	"       l.owner" \
 	"  FROM @extschema@.dsync_leases l"
@@ -60,7 +65,7 @@ static const char status_sql_json[] =
 "      'expires_at', " RFC3339("l.expires_at") ","
 "      'ttl_ms', " MILLIS("l.ttl") ","
 "      'time_left_ms', " MILLIS("greatest(l.expires_at - pg_catalog.clock_timestamp(), '0'::interval)") ","
-"      'waiters', (SELECT count(*) FROM @extschema@.dsync_waiters w"
+"      'waiters', (SELECT pg_catalog.count(*) FROM @extschema@.dsync_waiters w"
 "                   WHERE w.name = l.lease AND w.kind <> 'event'),"
 "      'owner', l.owner, 'info', l.info) ORDER BY l.lease, l.fencing)"
 "    FROM @extschema@.dsync_leases l WHERE $1::text IS NULL OR l.lease = $1), '[]'),"
