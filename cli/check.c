@@ -6,7 +6,8 @@
  *		database, and with a code of its own for each thing that keeps it
  *		from working, first found first:
  *
- *		69	the server cannot be reached (or a query failed; 77 if refused)
+ *		69	the server cannot be reached, did not answer within --timeout
+ *			(10 s), or a query failed (77 if permission was denied)
  *		72	dsync is not in shared_preload_libraries
  *		78	the extension is not installed here (or older than 1.2)
  *		79	no worker serves the database: expiries are not announced
@@ -74,98 +75,73 @@ SetResult(CheckResult *r, int code, const char *status, const char *fmt,...)
 }
 
 /*
- * OneLine
- *		libpq's messages as one line: each newline, with the indentation
- *		after it, becomes "; ", and the last one goes.
+ * Unreachable
+ *		The server could not be reached, or not in time: error is
+ *		ConnectWithin's line.
  */
 static void
-OneLine(char *text)
+Unreachable(CheckResult *r, const char *error, bool timed_out, const Options *opt)
 {
-	size_t		len = strlen(text);
-	char	   *out = text;
-
-	while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' '))
-		text[--len] = '\0';
-	for (const char *p = text; *p;)
-	{
-		if (*p != '\n')
-		{
-			*out++ = *p++;
-			continue;
-		}
-		while (*p == '\n' || *p == '\t' || *p == ' ')
-			p++;
-		*out++ = ';';
-		*out++ = ' ';
-	}
-	*out = '\0';
-}
-
-/*
- * CheckConnect
- *		Connect as the other commands do, but keep libpq's message for the
- *		result instead of printing it: NULL if the server cannot be
- *		reached.
- */
-static PGconn *
-CheckConnect(const Options *opt, CheckResult *r)
-{
-	const char *keys[] = {"dbname", "connect_timeout", "application_name", NULL};
-	const char *values[] = {opt->dsn ? opt->dsn : "", CONNECT_TIMEOUT_S, "dsync", NULL};
-	PGconn	   *conn = PQconnectdbParams(keys, values, 1);
-	char		error[600];
-
-	if (conn != NULL && PQstatus(conn) == CONNECTION_OK)
-	{
-		snprintf(r->database, sizeof(r->database), "%s", PQdb(conn));
-		return conn;
-	}
-	snprintf(error, sizeof(error), "%s", conn ? PQerrorMessage(conn) : "out of memory");
-	OneLine(error);
-	SetResult(r, EXIT_UNAVAILABLE, "unreachable",
-			  "the server cannot be reached: %s; check that it runs and that the connection "
-			  "settings (--dsn, PGHOST, PGPORT, PGDATABASE) are right", error);
-	PQfinish(conn);
-	return NULL;
+	if (timed_out)
+		SetResult(r, EXIT_UNAVAILABLE, "timeout",
+				  "the server did not accept the connection within --timeout %gs; check "
+				  "that it runs and is not overloaded", opt->timeout_ms / 1000.0);
+	else
+		SetResult(r, EXIT_UNAVAILABLE, "unreachable",
+				  "the server cannot be reached: %s; check that it runs and that the connection "
+				  "settings (--dsn, PGHOST, PGPORT, PGDATABASE) are right", error);
 }
 
 /*
  * QueryFailed
- *		A check query failed: the connection went, or the server refused.
+ *		A check query failed (res, NULL where there is no result): the
+ *		time ran out, the connection went, or the server refused.  A
+ *		refusal for want of a privilege is 77, as with the other
+ *		commands, whichever query met it; what says what was being read.
  */
 static void
-QueryFailed(CheckResult *r, PGconn *conn, PGresult *res)
+QueryFailed(CheckResult *r, const char *what, PGconn *conn, PGresult *res, bool timed_out,
+			const Options *opt)
 {
-	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	const char *state;
 	char		error[600];
 
-	snprintf(error, sizeof(error), "%s",
-			 res && PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) ?
-			 PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : PQerrorMessage(conn));
+	if (timed_out)
+	{
+		SetResult(r, EXIT_UNAVAILABLE, "timeout",
+				  "the server did not answer within --timeout %gs: it is overloaded, or "
+				  "the query waits for a lock; see pg_stat_activity", opt->timeout_ms / 1000.0);
+		return;
+	}
+	snprintf(error, sizeof(error), "%s", ResultError(conn, res, &state));
 	OneLine(error);
 	if (state != NULL && strcmp(state, "42501") == 0)
-		SetResult(r, EXIT_NOPERM, "error", "could not read dsync's views: %s", error);
+		SetResult(r, EXIT_NOPERM, "error", "could not read %s: %s", what, error);
 	else
 		SetResult(r, EXIT_UNAVAILABLE, PQstatus(conn) == CONNECTION_OK ? "error" : "unreachable",
-				  "could not read dsync's views: %s", error);
+				  "could not read %s: %s", what, error);
 }
 
 /*
  * CheckServed
  *		The served database's checks, once the views can be read: a worker
- *		slot, then the event queue.
+ *		slot, then the event queue.  The query ends by deadline_ms, so that
+ *		a view locked by someone else cannot hang the probe.
  */
 static void
-CheckServed(CheckResult *r, PGconn *conn, const DsyncProbe *probe, double threshold)
+CheckServed(CheckResult *r, PGconn *conn, const DsyncProbe *probe, const Options *opt,
+			int64_t deadline_ms)
 {
 	char	   *sql = SchemaSql(conn, probe, check_sql);
-	PGresult   *res = PQexec(conn, sql);
+	double		threshold = opt->queue_threshold;
+	bool		timed_out;
+	PGresult   *res = Query(conn, sql, 0, NULL, deadline_ms, NULL, NULL, &timed_out);
 	double		percent;
 
 	free(sql);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+	if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
 	{
-		QueryFailed(r, conn, res);
+		QueryFailed(r, "dsync's views", conn, res, timed_out, opt);
 		PQclear(res);
 		return;
 	}
@@ -209,26 +185,72 @@ CheckServed(CheckResult *r, PGconn *conn, const DsyncProbe *probe, double thresh
 }
 
 /*
+ * Utf8Length
+ *		The length of the well-formed UTF-8 sequence at p (1 to 4), or 0 if
+ *		none starts there (a stray or overlong byte, a surrogate, a cut
+ *		sequence).
+ */
+static int
+Utf8Length(const unsigned char *p)
+{
+	int			n;
+	unsigned int cp;
+
+	if (*p < 0x80)
+		return 1;
+	if (*p >= 0xc2 && *p <= 0xdf)
+		n = 2;
+	else if (*p >= 0xe0 && *p <= 0xef)
+		n = 3;
+	else if (*p >= 0xf0 && *p <= 0xf4)
+		n = 4;
+	else
+		return 0;
+	cp = *p & (0x7f >> n);
+	for (int i = 1; i < n; i++)
+	{
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (p[i] & 0x3f);
+	}
+	if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+		(cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return n;
+}
+
+/*
  * PrintJsonString
- *		A C string as a JSON string (NULL as null).
+ *		A C string as a JSON string (NULL as null).  The connection's
+ *		client_encoding is UTF8, but libpq's own messages (a host name, the
+ *		locale's text) need not be: a byte that is not part of well-formed
+ *		UTF-8 becomes U+FFFD, so that the output is always valid JSON.
+ *		Control characters are escaped, as JSON requires.
  */
 static void
 PrintJsonString(const char *s)
 {
+	const unsigned char *p = (const unsigned char *) s;
+
 	if (s == NULL)
 	{
 		printf("null");
 		return;
 	}
 	putchar('"');
-	for (const unsigned char *p = (const unsigned char *) s; *p; p++)
+	while (*p)
 	{
+		int			n = Utf8Length(p);
+
 		if (*p == '"' || *p == '\\')
 			printf("\\%c", *p);
-		else if (*p < 0x20)
+		else if (*p < 0x20 || *p == 0x7f)
 			printf("\\u%04x", *p);
+		else if (n == 0)
+			printf("\\ufffd");
 		else
-			putchar(*p);
+			fwrite(p, 1, n, stdout);
+		p += n > 0 ? n : 1;
 	}
 	putchar('"');
 }
@@ -294,7 +316,10 @@ PrintResult(const CheckResult *r, bool json, double threshold)
 /*
  * CommandCheck
  *		dsync check: find the first thing that keeps dsync from working in
- *		the database, print it, and exit with its code (0: healthy).
+ *		the database, print it, and exit with its code (0: healthy).  The
+ *		whole run, connecting included, ends within --timeout: a probe
+ *		that hangs on a stuck server would hang its load balancer's or
+ *		Kubernetes' check with it.
  */
 int
 CommandCheck(Options *opt)
@@ -302,18 +327,27 @@ CommandCheck(Options *opt)
 	CheckResult r;
 	DsyncProbe	probe;
 	PGconn	   *conn;
-	char		problem[512];
+	PGresult   *failed;
+	char		problem[600];
+	int64_t		deadline = NowMs() + opt->timeout_ms;
+	bool		timed_out;
 	int			code;
 
 	memset(&r, 0, sizeof(r));
 	r.preloaded = r.served = -1;
 	r.worker_pid = -1;
 	r.queue_used = r.queue_size = r.events_lost = -1;
-	conn = CheckConnect(opt, &r);
-	if (conn != NULL)
+	conn = ConnectWithin(opt, deadline, problem, sizeof(problem), &timed_out);
+	if (conn == NULL)
+		Unreachable(&r, problem, timed_out, opt);
+	else
 	{
-		if (!ProbeDsync(conn, &probe))
-			QueryFailed(&r, conn, NULL);
+		snprintf(r.database, sizeof(r.database), "%s", PQdb(conn));
+		if (!ProbeDsync(conn, &probe, deadline, &failed, &timed_out))
+		{
+			QueryFailed(&r, "the catalogs", conn, failed, timed_out, opt);
+			PQclear(failed);
+		}
 		else
 		{
 			r.preloaded = probe.preloaded;
@@ -324,7 +358,7 @@ CommandCheck(Options *opt)
 			else if (code != 0)
 				SetResult(&r, code, "no_extension", "%s", problem);
 			else
-				CheckServed(&r, conn, &probe, opt->queue_threshold);
+				CheckServed(&r, conn, &probe, opt, deadline);
 		}
 		PQfinish(conn);
 	}

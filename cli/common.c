@@ -74,6 +74,27 @@ Note(const char *fmt,...)
 }
 
 /*
+ * ResultError
+ *		A failed query's primary message, or the connection's where there
+ *		is no result or no message, and in *state its SQLSTATE (NULL where
+ *		the server sent none: the connection failed).  FatalResult and dsync
+ *		check, which reports rather than exits, judge failures alike with
+ *		it.
+ */
+const char *
+ResultError(PGconn *conn, const PGresult *res, const char **state)
+{
+	const char *msg = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+
+	*state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	if (msg == NULL && res != NULL && PQresultErrorMessage(res)[0] != '\0')
+		msg = PQresultErrorMessage(res);
+	if (msg == NULL)
+		msg = PQerrorMessage(conn);
+	return msg;
+}
+
+/*
  * FatalResult
  *		A server error that ends the tool: say what failed, and exit with
  *		the code that says why.  A missing extension (or an installation
@@ -83,18 +104,15 @@ Note(const char *fmt,...)
 void
 FatalResult(const char *what, PGconn *conn, PGresult *res)
 {
-	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-	const char *msg = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+	const char *state;
+	const char *msg = ResultError(conn, res, &state);
 
-	if (msg == NULL)
-		msg = res ? PQresultErrorMessage(res) : PQerrorMessage(conn);
 	if (state == NULL)
 		Fatal(EXIT_UNAVAILABLE, "%s: %s", what, msg);
 	if (strcmp(state, "42883") == 0 || strcmp(state, "42P01") == 0 ||
 		strcmp(state, "42704") == 0 || strcmp(state, "3F000") == 0)
 		Fatal(EXIT_CONFIG, "%s: %s\n"
-			  "%s: the dsync extension (version 1.2 or later) is not installed in database \"%s\"; "
-			  "run CREATE EXTENSION dsync there (or ALTER EXTENSION dsync UPDATE), "
+			  "%s: " NOT_INSTALLED_FMT " (or ALTER EXTENSION dsync UPDATE), "
 			  "with dsync in shared_preload_libraries",
 			  what, msg, progname, PQdb(conn));
 	if (strcmp(state, "42501") == 0)
@@ -207,13 +225,44 @@ Connect(const Options *opt, bool quiet)
 PGconn *
 ConnectBy(const Options *opt, bool quiet, int64_t deadline_ms)
 {
-	const char *keys[] = {"dbname", "connect_timeout", "application_name", NULL};
-	const char *values[] = {opt->dsn ? opt->dsn : "", CONNECT_TIMEOUT_S, "dsync", NULL};
+	char		error[600];
+	bool		timed_out;
+	PGconn	   *conn = ConnectWithin(opt, deadline_ms, error, sizeof(error), &timed_out);
+
+	if (conn == NULL && !quiet && timed_out)
+		Note("could not connect in time");
+	else if (conn == NULL && !quiet)
+		Note("could not connect: %s", error);
+	return conn;
+}
+
+/*
+ * ConnectWithin
+ *		Open a connection without blocking past deadline_ms (monotonic; -1:
+ *		only libpq's connect_timeout).  On failure return NULL with libpq's
+ *		message as one line in error (callers print it, or, like dsync
+ *		check, report it their own way) and *timed_out set when the
+ *		deadline, not the server, ended the attempt.  The connection's
+ *		client_encoding is UTF8 whatever the environment says, so that
+ *		what the tool prints (JSON above all) is UTF-8.
+ */
+PGconn *
+ConnectWithin(const Options *opt, int64_t deadline_ms, char *error, size_t len,
+			  bool *timed_out)
+{
+	const char *keys[] = {"dbname", "connect_timeout", "application_name",
+	"client_encoding", NULL};
+	const char *values[] = {opt->dsn ? opt->dsn : "", CONNECT_TIMEOUT_S, "dsync",
+	"UTF8", NULL};
 	PGconn	   *conn = PQconnectStartParams(keys, values, 1);
 	PostgresPollingStatusType status = PGRES_POLLING_WRITING;
 
+	*timed_out = false;
 	if (conn == NULL)
+	{
+		snprintf(error, len, "out of memory");
 		return NULL;
+	}
 	while (PQstatus(conn) != CONNECTION_BAD &&
 		   status != PGRES_POLLING_OK && status != PGRES_POLLING_FAILED)
 	{
@@ -226,8 +275,8 @@ ConnectBy(const Options *opt, bool quiet, int64_t deadline_ms)
 
 			if (left <= 0)
 			{
-				if (!quiet)
-					Note("could not connect in time");
+				snprintf(error, len, "timed out");
+				*timed_out = true;
 				PQfinish(conn);
 				return NULL;
 			}
@@ -246,12 +295,42 @@ ConnectBy(const Options *opt, bool quiet, int64_t deadline_ms)
 	}
 	if (PQstatus(conn) != CONNECTION_OK)
 	{
-		if (!quiet)
-			Note("could not connect: %s", PQerrorMessage(conn));
+		snprintf(error, len, "%s", PQerrorMessage(conn));
+		OneLine(error);
 		PQfinish(conn);
 		return NULL;
 	}
 	return conn;
+}
+
+/*
+ * OneLine
+ *		libpq's messages as one line, in place: each newline, with the
+ *		indentation after it, becomes "; ", and the last one goes.  A
+ *		probe's caller reads one line, and a multi-host attempt's message
+ *		has one line per host.
+ */
+void
+OneLine(char *text)
+{
+	size_t		len = strlen(text);
+	char	   *out = text;
+
+	while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' '))
+		text[--len] = '\0';
+	for (const char *p = text; *p;)
+	{
+		if (*p != '\n')
+		{
+			*out++ = *p++;
+			continue;
+		}
+		while (*p == '\n' || *p == '\t' || *p == ' ')
+			p++;
+		*out++ = ';';
+		*out++ = ' ';
+	}
+	*out = '\0';
 }
 
 /*

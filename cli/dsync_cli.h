@@ -69,6 +69,21 @@
 #define EXIT_QUEUE_FULL		75
 #define EXIT_NOT_SERVED		79
 
+/*
+ * The line that says the extension is missing, with the database's name
+ * for %s: probe.c and common.c's FatalResult say it alike.
+ */
+#define NOT_INSTALLED_FMT \
+	"the dsync extension (version 1.2 or later) is not installed in database \"%s\"; " \
+	"run CREATE EXTENSION dsync there"
+
+/*
+ * How long dsync check and dsync status take at most, connecting
+ * included, unless --timeout says otherwise: a probe that never answers
+ * is worse than one that says the server does not.
+ */
+#define DEFAULT_TIMEOUT_MS	10000
+
 /* libpq's connect_timeout, which bounds a reconnect attempt. */
 #define CONNECT_TIMEOUT_S	"2"
 #define CONNECT_TIMEOUT_MS	2000
@@ -88,6 +103,7 @@ typedef struct Options
 	bool		no_queue;		/* --no-queue: wait in a backend */
 	bool		json;
 	double		queue_threshold;	/* check: percent of the event queue */
+	int64_t		timeout_ms;		/* check, status: the whole run's time limit */
 	char	  **command;
 } Options;
 
@@ -142,14 +158,17 @@ extern const char *progname;
 extern bool CheckPooler(const Options *opt, PGconn *conn, bool watching);
 extern PGconn *Connect(const Options *opt, bool quiet);
 extern PGconn *ConnectBy(const Options *opt, bool quiet, int64_t deadline_ms);
+extern PGconn *ConnectWithin(const Options *opt, int64_t deadline_ms, char *error, size_t len, bool *timed_out);
 extern char *DefaultHolder(void);
 extern void Fatal(int code, const char *fmt,...) pg_attribute_noreturn_cli pg_attribute_printf_cli(2, 3);
 extern void FatalResult(const char *what, PGconn *conn, PGresult *res) pg_attribute_noreturn_cli;
 extern char *IntervalParam(int64_t ms, char *buf, size_t len);
 extern void Note(const char *fmt,...) pg_attribute_printf_cli(1, 2);
+extern void OneLine(char *text);
 extern int64_t NowMs(void);
 extern PGresult *Query(PGconn *conn, const char *sql, int nparams, const char *const *params, int64_t deadline_ms, void (*on_signal) (int, void *), void *arg, bool *timed_out);
 extern int ReadSignal(void);
+extern const char *ResultError(PGconn *conn, const PGresult *res, const char **state);
 extern void SetSignalHandlers(void (*handler) (int), void (*pipe_handler) (int));
 extern void SetupSignals(void);
 extern void RememberSignal(int signo, void *arg);
@@ -178,9 +197,9 @@ extern int CommandLock(Options *opt);
 extern int CommandWatch(Options *opt);
 
 /* probe.c */
-extern bool ProbeDsync(PGconn *conn, DsyncProbe *probe);
+extern bool ProbeDsync(PGconn *conn, DsyncProbe *probe, int64_t deadline_ms, PGresult **failed, bool *timed_out);
 extern int ProbeProblem(const DsyncProbe *probe, PGconn *conn, char *buf, size_t len);
-extern void RequireDsync(PGconn *conn, DsyncProbe *probe);
+extern void RequireDsync(PGconn *conn, DsyncProbe *probe, int64_t deadline_ms);
 extern char *SchemaSql(PGconn *conn, const DsyncProbe *probe, const char *sql);
 
 /* status.c */

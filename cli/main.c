@@ -8,8 +8,8 @@
  *	dsync lock NAME [--ttl 30s] [--wait DURATION] [--permits N | --shared] -- CMD...
  *	dsync elect GROUP [--ttl 15s] [--id ID] [--info JSON] -- CMD...
  *	dsync watch GROUP|NAME [--json]
- *	dsync status [NAME] [--json]
- *	dsync check [--json] [--queue-threshold PERCENT]
+ *	dsync status [NAME] [--json] [--timeout 10s]
+ *	dsync check [--json] [--queue-threshold PERCENT] [--timeout 10s]
  *	dsync COMMAND --help, dsync help [COMMAND]
  *
  * The safety rule: the command never keeps running on a lease the tool no
@@ -62,8 +62,8 @@ Usage(FILE *out)
 			"  dsync [--dsn DSN] elect GROUP [--ttl 15s] [--id ID] [--info JSON]\n"
 			"                   [--grace 5s] [--no-queue] -- COMMAND [ARGS...]\n"
 			"  dsync [--dsn DSN] watch GROUP|NAME [--json]\n"
-			"  dsync [--dsn DSN] status [NAME] [--json]\n"
-			"  dsync [--dsn DSN] check [--json] [--queue-threshold PERCENT]\n"
+			"  dsync [--dsn DSN] status [NAME] [--json] [--timeout 10s]\n"
+			"  dsync [--dsn DSN] check [--json] [--queue-threshold PERCENT] [--timeout 10s]\n"
 			"  dsync COMMAND --help | help [COMMAND]\n"
 			"  dsync --help | --version\n"
 			"\n"
@@ -107,6 +107,9 @@ Usage(FILE *out)
 #define HELP_GRACE_OPTION \
 	"  --grace DURATION    time between SIGTERM and SIGKILL when COMMAND is\n" \
 	"                      stopped (default 5s)\n"
+#define HELP_TIMEOUT_OPTION \
+	"  --timeout DURATION  give up after this long, connecting included, and\n" \
+	"                      exit 69 (default 10s)\n"
 #define HELP_COMMON_OPTIONS \
 	"  --dsn DSN           the connection (default: the libpq environment,\n" \
 	"                      PGHOST, PGDATABASE, ...)\n" \
@@ -241,7 +244,7 @@ UsageStatus(void)
 	printf("dsync status: show live leases\n"
 		   "\n"
 		   "Usage:\n"
-		   "  dsync [--dsn DSN] status [NAME]\n"
+		   "  dsync [--dsn DSN] status [NAME] [--json] [--timeout DURATION]\n"
 		   "\n"
 		   "Prints the live leases (dsync_leases), or those of NAME only, one line per\n"
 		   "holder: lease, holder, fencing token, permits, time left, waiters and\n"
@@ -253,11 +256,12 @@ UsageStatus(void)
 		   "                      waiters, the database's counters (dsync_stats) and\n"
 		   "                      its worker (dsync_databases); times RFC 3339 in UTC,\n"
 		   "                      fencing tokens JSON numbers\n"
+		   HELP_TIMEOUT_OPTION
 		   HELP_COMMON_OPTIONS
 		   "\n"
-		   "Exit codes: 0 done, 64 usage, 65 bad argument, 69 server unavailable or\n"
-		   "error, 77 permission denied, 78 dsync is not preloaded or the extension\n"
-		   "is not installed (or older than 1.2).\n");
+		   "Exit codes: 0 done, 64 usage, 65 bad argument, 69 server unavailable,\n"
+		   "error or --timeout ran out, 77 permission denied, 78 dsync is not\n"
+		   "preloaded or the extension is not installed (or older than 1.2).\n");
 }
 
 /*
@@ -271,6 +275,7 @@ UsageCheck(void)
 		   "\n"
 		   "Usage:\n"
 		   "  dsync [--dsn DSN] check [--json] [--queue-threshold PERCENT]\n"
+		   "                          [--timeout DURATION]\n"
 		   "\n"
 		   "Looks, in this order, whether the server can be reached, dsync is in\n"
 		   "shared_preload_libraries, the extension is installed in the database\n"
@@ -287,12 +292,14 @@ UsageCheck(void)
 		   "  --queue-threshold PERCENT\n"
 		   "                      unhealthy (75) when the server's event queue is\n"
 		   "                      fuller than this (0 to 100, default 80)\n"
+		   HELP_TIMEOUT_OPTION
 		   HELP_COMMON_OPTIONS
 		   "\n"
-		   "Exit codes: 0 healthy, 64 usage, 69 server unavailable or error,\n"
-		   "72 dsync is not in shared_preload_libraries, 75 the event queue is fuller\n"
-		   "than --queue-threshold, 77 permission denied, 78 the extension is not\n"
-		   "installed (or older than 1.2), 79 no worker serves the database.\n");
+		   "Exit codes: 0 healthy, 64 usage, 69 server unavailable, error or\n"
+		   "--timeout ran out, 72 dsync is not in shared_preload_libraries, 75 the\n"
+		   "event queue is fuller than --queue-threshold, 77 permission denied,\n"
+		   "78 the extension is not installed (or older than 1.2), 79 no worker\n"
+		   "serves the database.\n");
 }
 
 /*
@@ -473,6 +480,7 @@ main(int argc, char **argv)
 		{"json", no_argument, NULL, 'j'},
 		{"no-queue", no_argument, NULL, 'Q'},
 		{"queue-threshold", required_argument, NULL, 'q'},
+		{"timeout", required_argument, NULL, 'T'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0}
@@ -484,12 +492,14 @@ main(int argc, char **argv)
 	bool		ttl_given = false;
 	bool		saw_dashdash = false;
 	bool		threshold_given = false;
+	bool		timeout_given = false;
 
 	memset(&opt, 0, sizeof(opt));
 	opt.wait_ms = -1;
 	opt.grace_ms = 5000;
 	opt.permits = 1;
 	opt.queue_threshold = 80;
+	opt.timeout_ms = DEFAULT_TIMEOUT_MS;
 
 	/* Options before the command word, then the command's own. */
 	opterr = 0;
@@ -563,6 +573,10 @@ main(int argc, char **argv)
 					opt.queue_threshold = ParsePercent("--queue-threshold", optarg);
 					threshold_given = true;
 					break;
+				case 'T':
+					opt.timeout_ms = ParseDuration("--timeout", optarg, false);
+					timeout_given = true;
+					break;
 				case 'h':
 				case 'V':
 					return HelpOrVersion(c, &command);
@@ -601,8 +615,9 @@ main(int argc, char **argv)
 			UsageError("--shared and --permits cannot be used together");
 		if (!elect && opt.json)
 			UsageError("lock takes no --json");
-		if (threshold_given)
-			UsageError("%s takes no --queue-threshold", cmd);
+		if (threshold_given || timeout_given)
+			UsageError("%s takes no %s", cmd,
+					   threshold_given ? "--queue-threshold" : "--timeout");
 		opt.command = &argv[optind];
 		if (!ttl_given)
 			opt.ttl_ms = elect ? 15000 : 30000;
@@ -621,6 +636,8 @@ main(int argc, char **argv)
 		UsageError("%s takes no --ttl, --wait, --permits, --shared, --holder, --id, --info or --no-queue", cmd);
 	if (threshold_given && command != DSYNC_CMD_CHECK)
 		UsageError("%s takes no --queue-threshold", cmd);
+	if (timeout_given && command == DSYNC_CMD_WATCH)
+		UsageError("watch takes no --timeout (it runs until stopped)");
 	if (command == DSYNC_CMD_WATCH)
 	{
 		if (opt.name == NULL)

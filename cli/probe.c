@@ -24,26 +24,35 @@
  *		string) or absent, and pg_settings, readable by every role, never
  *		raises an error either way (unlike current_setting on
  *		shared_preload_libraries, which only privileged roles may read).
- *		Returns false if the query failed (the connection is gone).
+ *		It waits no later than deadline_ms (monotonic; -1: no limit), so
+ *		that a probe of a stuck server ends.  Returns false if the query
+ *		failed or timed out: then *failed is its failed result (NULL where
+ *		the connection went or the time ran out, which *timed_out tells),
+ *		for the caller to judge by its SQLSTATE and clear.
  */
 bool
-ProbeDsync(PGconn *conn, DsyncProbe *probe)
+ProbeDsync(PGconn *conn, DsyncProbe *probe, int64_t deadline_ms, PGresult **failed,
+		   bool *timed_out)
 {
 	PGresult   *res;
 	int			major = 0,
 				minor = 0;
 
 	memset(probe, 0, sizeof(*probe));
-	res = PQexec(conn,
-				 "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_settings"
-				 "                WHERE name = 'dsync.max_workers' AND vartype = 'integer'),"
-				 "       e.extversion, n.nspname"
-				 "  FROM (VALUES (1)) AS one(x)"
-				 "  LEFT JOIN pg_catalog.pg_extension AS e ON e.extname = 'dsync'"
-				 "  LEFT JOIN pg_catalog.pg_namespace AS n ON n.oid = e.extnamespace");
+	*failed = NULL;
+	res = Query(conn,
+				"SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_settings"
+				"                WHERE name = 'dsync.max_workers' AND vartype = 'integer'),"
+				"       e.extversion, n.nspname"
+				"  FROM (VALUES (1)) AS one(x)"
+				"  LEFT JOIN pg_catalog.pg_extension AS e ON e.extname = 'dsync'"
+				"  LEFT JOIN pg_catalog.pg_namespace AS n ON n.oid = e.extnamespace",
+				0, NULL, deadline_ms, NULL, NULL, timed_out);
+	if (res == NULL)
+		return false;
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
 	{
-		PQclear(res);
+		*failed = res;
 		return false;
 	}
 	probe->preloaded = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
@@ -79,9 +88,7 @@ ProbeProblem(const DsyncProbe *probe, PGconn *conn, char *buf, size_t len)
 	}
 	if (!probe->installed)
 	{
-		snprintf(buf, len,
-				 "the dsync extension (version 1.2 or later) is not installed in database \"%s\"; "
-				 "run CREATE EXTENSION dsync there", PQdb(conn));
+		snprintf(buf, len, NOT_INSTALLED_FMT, PQdb(conn));
 		return EXIT_CONFIG;
 	}
 	if (probe->version_num < DSYNC_MIN_VERSION_NUM)
@@ -97,18 +104,28 @@ ProbeProblem(const DsyncProbe *probe, PGconn *conn, char *buf, size_t len)
 
 /*
  * RequireDsync
- *		For commands that only read dsync's views (dsync status): probe,
- *		and exit 78 with the problem's line unless they can be read.  A
- *		library that is not preloaded is a configuration error like a
- *		missing extension (dsync check tells the two apart).
+ *		For commands that need dsync's objects (status, lock, elect,
+ *		watch): probe, by deadline_ms (-1: no limit), and exit 78 with the
+ *		problem's line unless they can be used, so that a database without
+ *		dsync gets a clear message and its server log no ERROR.  A library
+ *		that is not preloaded is a configuration error like a missing
+ *		extension (dsync check tells the two apart).  A probe that fails
+ *		exits as FatalResult says (77 where permission was denied), or 69
+ *		once the time ran out.
  */
 void
-RequireDsync(PGconn *conn, DsyncProbe *probe)
+RequireDsync(PGconn *conn, DsyncProbe *probe, int64_t deadline_ms)
 {
 	char		problem[512];
+	PGresult   *failed;
+	bool		timed_out;
 
-	if (!ProbeDsync(conn, probe))
-		Fatal(EXIT_UNAVAILABLE, "could not read the catalogs: %s", PQerrorMessage(conn));
+	if (!ProbeDsync(conn, probe, deadline_ms, &failed, &timed_out))
+	{
+		if (timed_out)
+			Fatal(EXIT_UNAVAILABLE, "timeout: the server did not answer in time (--timeout)");
+		FatalResult("could not read the catalogs", conn, failed);
+	}
 	if (ProbeProblem(probe, conn, problem, sizeof(problem)) != 0)
 		Fatal(EXIT_CONFIG, "%s", problem);
 }

@@ -8,7 +8,7 @@
  * Every function is called schema-qualified (pg_catalog's, or the
  * extension's through @extschema@), so that a search_path with a schema
  * of someone else's first cannot put a function of its own in their
- * place.
+ * place.  The whole run, connecting included, ends within --timeout.
  *
  * The tool first looks (probe.c) whether the views can be read here at
  * all, so that a database without the extension, or a server without
@@ -111,12 +111,14 @@ PrintTable(PGresult *res, const Options *opt)
 /*
  * CommandStatus
  *		dsync status: the live leases (all, or those of NAME) as a table,
- *		or everything as one JSON document with --json.
+ *		or everything as one JSON document with --json, within --timeout
+ *		(a script that runs it must not hang with a stuck server).
  */
 int
 CommandStatus(Options *opt)
 {
-	PGconn	   *conn = Connect(opt, false);
+	int64_t		deadline = NowMs() + opt->timeout_ms;
+	PGconn	   *conn = ConnectBy(opt, false, deadline);
 	const char *params[1] = {opt->name};
 	DsyncProbe	probe;
 	PGresult   *res;
@@ -125,13 +127,17 @@ CommandStatus(Options *opt)
 
 	if (conn == NULL)
 		return EXIT_UNAVAILABLE;
-	RequireDsync(conn, &probe);
+	RequireDsync(conn, &probe, deadline);
 	if (opt->json)
 		sql = SchemaSql(conn, &probe, status_sql_json);
 	else
 		sql = SchemaSql(conn, &probe, opt->name ? status_sql_name : status_sql_all);
-	res = Query(conn, sql, opt->json || opt->name ? 1 : 0, params, -1, NULL, NULL, &timed_out);
+	res = Query(conn, sql, opt->json || opt->name ? 1 : 0, params, deadline, NULL, NULL,
+				&timed_out);
 	free(sql);
+	if (timed_out)
+		Fatal(EXIT_UNAVAILABLE, "timeout: the server did not answer within --timeout %gs",
+			  opt->timeout_ms / 1000.0);
 	if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK)
 		FatalResult(opt->json ? "could not read the state" : "could not read leases", conn, res);
 	if (opt->json)
