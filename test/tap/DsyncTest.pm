@@ -16,7 +16,8 @@ use Time::HiRes qw(time usleep);
 use IPC::Run;
 
 our @EXPORT = qw(dsync_node stop_at_end wait_for q1 reaper_pid psql_client send_wait
-  crash_restart run_tool tool_env log_since);
+  crash_restart run_tool tool_env log_since log_offset no_error_since
+  restart_without_dsync);
 
 my @nodes;
 my @clients;
@@ -145,7 +146,8 @@ sub send_wait
 }
 
 # Run the dsync tool (the first on PATH) to its end: its exit code, stdout
-# and stderr.
+# and stderr.  A tool that hangs fails the test after 60 seconds (IPC::Run
+# dies) rather than hanging it.
 sub run_tool
 {
 	my ($out, $err) = ('', '');
@@ -173,6 +175,35 @@ sub log_since
 	my ($node, $offset) = @_;
 	my $log = slurp_file($node->logfile);
 	return (substr($log, $offset), length($log));
+}
+
+# How long $node's server log is now: the offset for log_since and
+# no_error_since.
+sub log_offset
+{
+	my ($node) = @_;
+	return length(slurp_file($node->logfile));
+}
+
+# Test that $node's server log got no ERROR since $$offset_ref, and move
+# $$offset_ref to its end, so that the next check looks at what comes
+# after.  The tool must leave no ERROR where dsync is missing.
+sub no_error_since
+{
+	my ($node, $offset_ref, $name) = @_;
+	my $log;
+	($log, $$offset_ref) = log_since($node, $$offset_ref);
+	return unlike($log, qr/ERROR/, $name);
+}
+
+# Restart $node without dsync in shared_preload_libraries (the extension
+# stays installed); returns the server log's offset after the restart.
+sub restart_without_dsync
+{
+	my ($node) = @_;
+	$node->append_conf('postgresql.conf', "shared_preload_libraries = ''\n");
+	$node->restart;
+	return log_offset($node);
 }
 
 # A psql session that LISTENs.  psql prints notifications after the result

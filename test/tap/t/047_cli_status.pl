@@ -28,7 +28,7 @@ tool_env($node);
 
 # --- a database without the extension: no ERROR in the log --------------------
 
-my $offset = length(slurp_file($node->logfile));
+my $offset = log_offset($node);
 my ($code, $out, $err) = run_tool('--dsn', 'dbname=noext', 'status');
 is($code, 78, 'status in a database without the extension exits 78');
 like($err, qr/^dsync: the dsync extension \(version 1.2 or later\) is not installed in database "noext"; run CREATE EXTENSION dsync there$/m,
@@ -36,9 +36,7 @@ like($err, qr/^dsync: the dsync extension \(version 1.2 or later\) is not instal
 ($code, $out, $err) = run_tool('--dsn', 'dbname=noext', 'status', '--json');
 is($code, 78, 'status --json there exits 78 too');
 is($out, '', 'and prints no JSON');
-my $log;
-($log, $offset) = log_since($node, $offset);
-unlike($log, qr/ERROR/, 'no ERROR in the server log from status there');
+no_error_since($node, \$offset, 'no ERROR in the server log from status there');
 
 # The extension in a schema off the search_path: the views are still found.
 $node->safe_psql('postgres', 'CREATE DATABASE elsewhere');
@@ -49,8 +47,7 @@ is($code, 0, 'status where the extension is in a schema off the search_path exit
 like($out, qr/^far\s+h\s+\d+\s/m, 'and lists its lease');
 ($code, $out, $err) = run_tool('--dsn', 'dbname=elsewhere', 'status', '--json');
 is((eval { decode_json($out) } // {})->{leases}[0]{lease}, 'far', 'status --json there too');
-($log, $offset) = log_since($node, $offset);
-unlike($log, qr/ERROR/, 'no ERROR in the server log from it');
+no_error_since($node, \$offset, 'no ERROR in the server log from it');
 
 # --- status --json against the views -----------------------------------------
 
@@ -136,14 +133,11 @@ like($err, qr/status takes no --queue-threshold/, 'and says why');
 
 # --- a server without dsync preloaded ----------------------------------------------
 
-$node->append_conf('postgresql.conf', "shared_preload_libraries = ''\n");
-$node->restart;
-$offset = length(slurp_file($node->logfile));
+$offset = restart_without_dsync($node);
 ($code, $out, $err) = run_tool('status');
 is($code, 78, 'status on a server without dsync preloaded exits 78');
 like($err, qr/^dsync: dsync is not loaded on this server \(it is not in shared_preload_libraries\); add shared_preload_libraries = 'dsync' to postgresql.conf and restart the server$/m,
 	'and says to preload it');
-($log) = log_since($node, $offset);
-unlike($log, qr/ERROR/, 'no ERROR in the server log from status without preloading');
+no_error_since($node, \$offset, 'no ERROR in the server log from status without preloading');
 
 done_testing();

@@ -9,10 +9,17 @@
 #     SIGSTOP while a transaction queues 2,000 events); --json says the
 #     same as one JSON object; none of them leaves an ERROR in the server
 #     log;
+#   - --timeout bounds it: a query blocked by a lock on a view it reads
+#     gives 69 and "timeout:" within it (status --json too);
+#   - a role refused pg_settings (the probe) or dsync_stats gets 77, from
+#     check and status;
+#   - --json is valid UTF-8 for a non-ASCII database name and lease,
+#     even with PGCLIENTENCODING=LATIN1 (status --json too);
 #   - misuse of its options exits 64.
 use strict;
 use warnings;
 
+use Encode;
 use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -29,15 +36,14 @@ tool_env($node);
 
 # --- a database without the extension -------------------------------------------
 
-my $offset = length(slurp_file($node->logfile));
-my ($code, $out, $err, $log, $doc);
+my $offset = log_offset($node);
+my ($code, $out, $err, $doc);
 ($code, $out, $err) = run_tool('--dsn', 'dbname=noext', 'check');
 is($code, 78, 'check in a database without the extension exits 78');
 like($out, qr/\Ano_extension: the dsync extension \(version 1.2 or later\) is not installed in database "noext"; run CREATE EXTENSION dsync there\n\z/,
 	'check prints one line: what is wrong and what to do');
 is($err, '', 'check: nothing on stderr');
-($log, $offset) = log_since($node, $offset);
-unlike($log, qr/ERROR/, 'no ERROR in the server log from check there');
+no_error_since($node, \$offset, 'no ERROR in the server log from check there');
 
 # --- check: healthy, and an overflowing queue -------------------------------------
 
@@ -74,6 +80,81 @@ is($code, 0, 'check exits 0 again');
 $doc = eval { decode_json($out) } // {};
 is($doc->{events_lost}, q1($node, 'SELECT events_lost FROM dsync_stats'), 'check --json: events_lost is dsync_stats.events_lost');
 
+# --- a check query that cannot finish: --timeout -------------------------------
+# A session holds dsync_stats, a view check reads, in ACCESS EXCLUSIVE
+# mode: check's query waits for the lock, and must give up at --timeout
+# with 69 instead of hanging its probe (run_tool fails the test after 60 s
+# rather than hang).  status --json reads it too.
+
+my $locker = psql_client($node, 'postgres');
+ok(send_wait($locker, "BEGIN; LOCK TABLE dsync_stats IN ACCESS EXCLUSIVE MODE; SELECT 'locked';",
+		qr/^locked$/m),
+	'a session holds dsync_stats locked');
+($code, $out, $err) = run_tool('check', '--timeout', '2s');
+is($code, 69, 'check exits 69 when its query cannot finish within --timeout');
+like($out, qr/\Atimeout: the server did not answer within --timeout 2s: [^\n]*\n\z/,
+	'and says so on one line');
+($code, $out, $err) = run_tool('check', '--timeout', '2s', '--json');
+$doc = eval { decode_json($out) } // {};
+is_deeply([ @$doc{qw(status exit_code healthy)} ], [ 'timeout', 69, JSON::PP::false ],
+	'check --json: timeout, 69');
+($code, $out, $err) = run_tool('status', '--json', '--timeout', '2s');
+is($code, 69, 'status --json exits 69 too when it cannot finish within --timeout');
+like($err, qr/^dsync: timeout: the server did not answer within --timeout 2s$/m, 'and says so');
+ok(send_wait($locker, "COMMIT; SELECT 'unlocked';", qr/^unlocked$/m), 'the lock is released');
+$locker->{in} .= "\\q\n";
+$locker->{h}->finish;
+($code, $out, $err) = run_tool('check', '--timeout', '5s');
+is($code, 0, 'check exits 0 again');
+
+# --- permission denied: 77, whichever query met it --------------------------------
+# The probe reads pg_settings, which every role may read unless revoked:
+# its refusal used to be lost (exit 69); it is 77 as for dsync's views.
+
+$node->safe_psql('postgres',
+	'CREATE ROLE monitor LOGIN; REVOKE SELECT ON pg_catalog.pg_settings FROM PUBLIC');
+($code, $out, $err) = run_tool('--dsn', 'user=monitor', 'check');
+is($code, 77, 'check exits 77 when the probe may not read pg_settings');
+like($out, qr/\Aerror: could not read the catalogs: permission denied for view pg_settings\n\z/,
+	'and says what was refused');
+($code, $out, $err) = run_tool('--dsn', 'user=monitor', 'status');
+is($code, 77, 'status exits 77 there too');
+like($err, qr/could not read the catalogs: permission denied for view pg_settings/, 'and says why');
+$node->safe_psql('postgres',
+	'GRANT SELECT ON pg_catalog.pg_settings TO PUBLIC; REVOKE SELECT ON dsync_stats FROM PUBLIC');
+($code, $out, $err) = run_tool('--dsn', 'user=monitor', 'check');
+is($code, 77, 'check exits 77 when the role may not read dsync_stats');
+like($out, qr/\Aerror: could not read dsync's views: permission denied for view dsync_stats\n\z/,
+	'and says what was refused');
+$node->safe_psql('postgres', 'GRANT SELECT ON dsync_stats TO PUBLIC');
+($code, $out, $err) = run_tool('--dsn', 'user=monitor', 'check');
+is($code, 0, 'with its rights back, the role gets 0');
+
+# --- UTF-8 output whatever the client's encoding --------------------------------
+# A UTF8 database with a non-ASCII name and a lease named café; the
+# environment asks for LATIN1, which the tool overrides: its JSON is UTF-8.
+
+my $db = "dsync_\x{e9}";
+my $db_bytes = Encode::encode('UTF-8', $db);
+my $lease_bytes = Encode::encode('UTF-8', "caf\x{e9}");
+$node->safe_psql('postgres',
+	qq{CREATE DATABASE "$db_bytes" ENCODING 'UTF8' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'});
+$node->safe_psql($db_bytes, 'CREATE EXTENSION dsync');
+$node->safe_psql($db_bytes, "SELECT dsync_acquire('$lease_bytes', 'h', '1 hour')");
+{
+	local $ENV{PGCLIENTENCODING} = 'LATIN1';
+	($code, $out, $err) = run_tool('--dsn', "dbname=$db_bytes", 'check', '--json');
+	$doc = eval { JSON::PP->new->utf8->decode($out) };
+	ok($doc, 'check --json with a non-ASCII database name is valid UTF-8 JSON') or diag($out, $@);
+	is(($doc // {})->{database}, $db, 'with the database\'s name');
+	($code, $out, $err) = run_tool('--dsn', "dbname=$db_bytes", 'status', '--json');
+	is($code, 0, 'status --json there exits 0 with PGCLIENTENCODING=LATIN1');
+	$doc = eval { JSON::PP->new->utf8->decode($out) };
+	ok($doc, 'and prints valid UTF-8 JSON') or diag($out, $@);
+	is(($doc // {})->{leases}[0]{lease}, "caf\x{e9}", 'with the lease\'s name');
+}
+$node->safe_psql('postgres', qq{DROP DATABASE "$db_bytes" WITH (FORCE)});
+
 # --- unreachable, and misuse -----------------------------------------------------------
 
 ($code, $out, $err) = run_tool('--dsn', 'host=/nonexistent-dsync-test port=1', 'check');
@@ -84,7 +165,9 @@ for my $case ([ [ 'check', 'x' ], qr/check takes no name/ ],
 	[ [ 'check', '--queue-threshold', '101' ], qr/invalid --queue-threshold "101"/ ],
 	[ [ 'check', '--ttl', '3s' ], qr/check takes no --ttl/ ],
 	[ [ 'check', '--queue-threshold', 'x' ], qr/invalid --queue-threshold "x"/ ],
-	[ [ 'check', '--json', 'x' ], qr/check takes no name/ ])
+	[ [ 'check', '--json', 'x' ], qr/check takes no name/ ],
+	[ [ 'check', '--timeout', '0' ], qr/invalid --timeout "0"/ ],
+	[ [ 'watch', 'g', '--timeout', '1s' ], qr/watch takes no --timeout/ ])
 {
 	($code, $out, $err) = run_tool(@{ $case->[0] });
 	is($code, 64, "dsync @{ $case->[0] } exits 64");
@@ -113,9 +196,7 @@ is($code, 0, 'postgres, which has the slot, is healthy');
 
 # --- a server without dsync preloaded ----------------------------------------------
 
-$node->append_conf('postgresql.conf', "shared_preload_libraries = ''\n");
-$node->restart;
-$offset = length(slurp_file($node->logfile));
+$offset = restart_without_dsync($node);
 ($code, $out, $err) = run_tool('check');
 is($code, 72, 'check exits 72 when dsync is not preloaded');
 like($out, qr/\Anot_preloaded: dsync is not loaded on this server .*add shared_preload_libraries = 'dsync' to postgresql.conf and restart the server\n\z/,
@@ -125,7 +206,6 @@ $doc = eval { decode_json($out) } // {};
 is_deeply([ @$doc{qw(status exit_code preloaded extension_version)} ],
 	[ 'not_preloaded', 72, JSON::PP::false, q1($node, "SELECT extversion FROM pg_extension WHERE extname = 'dsync'") ],
 	'check --json: not_preloaded, the extension still installed');
-($log) = log_since($node, $offset);
-unlike($log, qr/ERROR/, 'no ERROR in the server log from check without preloading');
+no_error_since($node, \$offset, 'no ERROR in the server log from check without preloading');
 
 done_testing();
