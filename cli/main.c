@@ -296,10 +296,10 @@ UsageCheck(void)
 		   HELP_COMMON_OPTIONS
 		   "\n"
 		   "Exit codes: 0 healthy, 64 usage, 69 server unavailable, error or\n"
-		   "--timeout ran out, 72 dsync is not in shared_preload_libraries, 75 the\n"
-		   "event queue is fuller than --queue-threshold, 77 permission denied,\n"
-		   "78 the extension is not installed (or older than 1.2), 79 no worker\n"
-		   "serves the database.\n");
+		   "--timeout ran out, 72 dsync is not in shared_preload_libraries,\n"
+		   "75 the event queue is fuller than --queue-threshold, 77 permission\n"
+		   "denied, 78 the extension is not installed (or older than 1.2),\n"
+		   "79 no worker serves the database.\n");
 }
 
 /*
