@@ -145,15 +145,16 @@ sub send_wait
 	return $c->{out} =~ $re;
 }
 
-# Run the dsync tool (the first on PATH) to its end: its exit code, stdout
-# and stderr.  A tool that hangs fails the test after 60 seconds (IPC::Run
-# dies) rather than hanging it.
+# Run the dsync tool (the first on PATH) to its end: its exit code (or
+# "signal N" if a signal ended it, which must not pass for an exit code),
+# stdout and stderr.  A tool that hangs fails the test after 60 seconds
+# (IPC::Run dies) rather than hanging it.
 sub run_tool
 {
 	my ($out, $err) = ('', '');
 	IPC::Run::run([ 'dsync', @_ ], '<', \undef, '>', \$out, '2>', \$err,
 		IPC::Run::timeout(60));
-	return ($? >> 8, $out, $err);
+	return (($? & 127) ? 'signal ' . ($? & 127) : $? >> 8, $out, $err);
 }
 
 # Point the tool (through the libpq environment) at database postgres of

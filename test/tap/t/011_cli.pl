@@ -67,6 +67,8 @@ use PostgreSQL::Test::Utils;
 use Sys::Hostname;
 use Test::More;
 use Time::HiRes qw(time usleep);
+use lib '.';
+use DsyncTest qw(run_tool tool_env);
 
 # Generous bound for things that should happen within a few seconds.
 my $timeout = 30;
@@ -77,9 +79,7 @@ $node->append_conf('postgresql.conf', "shared_preload_libraries = 'dsync'\n");
 $node->start;
 
 # The tool connects through the libpq environment.
-$ENV{PGHOST}     = $node->host;
-$ENV{PGPORT}     = $node->port;
-$ENV{PGDATABASE} = 'postgres';
+tool_env($node);
 
 my @running;    # harnesses still to be stopped at the end
 
@@ -145,14 +145,6 @@ sub wait_exit
 	@running = grep { $_ != $p } @running;
 	my $r = $p->{h}->full_result(0);
 	return ($r & 127) ? 'signal ' . ($r & 127) : $r >> 8;
-}
-
-# Run the tool to the end: (exit code, stdout, stderr).
-sub run_dsync
-{
-	my $p = start_dsync(@_);
-	my $code = wait_exit($p, $timeout);
-	return ($code, $p->{out}, $p->{err});
 }
 
 # Wait until the tool's stdout or stderr matches $re.
@@ -266,13 +258,13 @@ sub wait_true
 
 # --- usage and exit codes ----------------------------------------------------
 
-my ($code, $out, $err) = run_dsync('--help');
+my ($code, $out, $err) = run_tool('--help');
 is($code, 0, '--help exits 0');
 like($out, qr/^Usage:.*dsync \[--dsn DSN\] lock NAME/ms, '--help prints the usage on stdout');
 like($out, qr/Exit codes: 64 usage, 65 bad argument, 69 server unavailable or error,\n70 lease lost \(and only then\), 71 system error, 75 wait ran out,\n77 permission denied, 78 the extension is not installed/,
 	'--help lists the exit codes');
 
-($code, $out, $err) = run_dsync('--version');
+($code, $out, $err) = run_tool('--version');
 is($code, 0, '--version exits 0');
 # The one version of everything: the file VERSION at the top of the tree.
 my $version = PostgreSQL::Test::Utils::slurp_file('../../VERSION');
@@ -310,14 +302,14 @@ my @usage_cases = (
 for my $case (@usage_cases)
 {
 	my ($args, $msg_re, $what) = @$case;
-	($code, $out, $err) = run_dsync(@$args);
+	($code, $out, $err) = run_tool(@$args);
 	is($code, 64, "$what: exit 64");
 	like($err, qr/(?:^|\n)dsync: [^\n]*$msg_re[^\n]*\nTry "dsync --help" for more information\.\n\z/,
 		"$what: message on stderr");
 	is($out, '', "$what: nothing on stdout");
 }
 
-($code, $out, $err) = run_dsync('--dsn', 'host=/nonexistent-dsync-test port=1', 'status');
+($code, $out, $err) = run_tool('--dsn', 'host=/nonexistent-dsync-test port=1', 'status');
 is($code, 69, 'an unreachable server: exit 69');
 like($err, qr/could not connect/, 'an unreachable server: message on stderr');
 
@@ -349,7 +341,7 @@ like($p->{err}, qr/^dsync: acquired "basic" \(fencing token $env_token\)$/m,
 is(q1("SELECT dsync_leader('basic') IS NULL"), 't', 'the lease is released after the command');
 
 # A second run gets a new holder and a larger token.
-($code, $out, $err) = run_dsync('lock', 'basic', '--',
+($code, $out, $err) = run_tool('lock', 'basic', '--',
 	'sh', '-c', 'echo "$DSYNC_HOLDER $DSYNC_FENCING_TOKEN"');
 is($code, 0, 'lock exits 0 when the command does');
 my ($holder2, $token2) = $out =~ /^(\S+) (\d+)$/m;
@@ -370,14 +362,14 @@ is(q1("SELECT dsync_leader('named') IS NULL"), 't', 'lease released');
 
 # The name may also come after the lock's options (cli/main.c: "The
 # command's operand may come before or after its options").
-($code, $out, $err) = run_dsync('lock', '--ttl', '3s', '--holder', 'ho', 'late-name',
+($code, $out, $err) = run_tool('lock', '--ttl', '3s', '--holder', 'ho', 'late-name',
 	'--', 'sh', '-c', 'echo "$DSYNC_LEASE $DSYNC_HOLDER"');
 is($code, 0, 'lock with its options before the name: exit 0');
 is($out, "late-name ho\n", 'lock with its options before the name: the command ran under that lease');
 unlike($err, qr/Try "dsync --help"/, 'lock with its options before the name: no usage error');
 
 # A command that cannot be run: 127, lease released.
-($code, $out, $err) = run_dsync('lock', 'nocmd', '--', "$dir/no-such-program");
+($code, $out, $err) = run_tool('lock', 'nocmd', '--', "$dir/no-such-program");
 is($code, 127, 'a command that cannot be run: exit 127');
 like($err, qr/could not run/, 'a command that cannot be run: message on stderr');
 is(q1("SELECT dsync_leader('nocmd') IS NULL"), 't', 'lease released after a command that cannot be run');
@@ -386,7 +378,7 @@ is(q1("SELECT dsync_leader('nocmd') IS NULL"), 't', 'lease released after a comm
 
 q1("SELECT dsync_acquire('busy', 'other', '1 hour')");
 my $t0 = time;
-($code, $out, $err) = run_dsync('lock', 'busy', '--wait', '300ms', '--', 'touch', "$dir/busy.ran");
+($code, $out, $err) = run_tool('lock', 'busy', '--wait', '300ms', '--', 'touch', "$dir/busy.ran");
 my $waited = time - $t0;
 is($code, 75, '--wait 300ms on a held lease: exit 75');
 ok(!-e "$dir/busy.ran", '--wait ran out: the command did not run');
@@ -459,7 +451,7 @@ ok(scalar(child_pids($sem[0], @semp)), 'first lock on a 2-permit semaphore runs'
 ok(scalar(child_pids($sem[1], $semp[1], $semp[0])), 'second lock on the 2-permit semaphore runs at the same time');
 is(q1("SELECT string_agg(holder || ':' || permits, ',' ORDER BY holder) FROM dsync_leases WHERE lease = 'pool'"),
 	'p1:2,p2:2', 'dsync_leases shows both permits of the 2-permit semaphore');
-($code, $out, $err) = run_dsync('lock', 'pool', '--permits', '2', '--wait', '300ms',
+($code, $out, $err) = run_tool('lock', 'pool', '--permits', '2', '--wait', '300ms',
 	'--', 'touch', "$dir/sem3.ran");
 is($code, 75, 'a third lock with --wait 300ms: exit 75');
 ok(!-e "$dir/sem3.ran", 'the third lock did not run its command');
@@ -479,7 +471,7 @@ ok(scalar(child_pids($rd[0], @rdp)), 'first shared lock runs');
 ok(scalar(child_pids($rd[1], $rdp[1], $rdp[0])), 'second shared lock runs at the same time');
 is(q1("SELECT string_agg(holder || ':' || mode, ',' ORDER BY holder) FROM dsync_leases WHERE lease = 'rwl'"),
 	'r1:shared,r2:shared', 'dsync_leases shows two shared holders');
-($code, $out, $err) = run_dsync('lock', 'rwl', '--wait', '300ms', '--', 'touch', "$dir/rdx.ran");
+($code, $out, $err) = run_tool('lock', 'rwl', '--wait', '300ms', '--', 'touch', "$dir/rdx.ran");
 is($code, 75, 'an exclusive lock with --wait 300ms while they run: exit 75');
 ok(!-e "$dir/rdx.ran", 'the exclusive lock did not run its command');
 go($_) for @rd;
@@ -513,17 +505,17 @@ $p = start_dsync('lock', 'st1', '--holder', 'hst', '--ttl', '30s', '--', child($
 ok(scalar(child_pids($cb, $p)), 'a lock for status runs');
 my $st_token = q1("SELECT fencing FROM dsync_leases WHERE lease = 'st1'");
 my $st2_token = q1("SELECT dsync_acquire('st2', 'other2', '1 hour')");
-($code, $out, $err) = run_dsync('status');
+($code, $out, $err) = run_tool('status');
 is($code, 0, 'status exits 0');
 like($out, qr/^LEASE\s+HOLDER\s+FENCING\s+PERMITS\s+TIME LEFT\s+WAITERS\s+OWNER$/m, 'status prints a header');
 like($out, qr/^st1\s+hst\s+$st_token\s+1\s+00:00:[0-3]\d\.\d{3}\s+0\s+\S+$/m,
 	'status lists the live lease with its holder and fencing token');
 like($out, qr/^st2\s+other2\s+$st2_token\s+1\s/m, 'status lists the other live lease');
-($code, $out, $err) = run_dsync('status', 'st1');
+($code, $out, $err) = run_tool('status', 'st1');
 is($code, 0, 'status NAME exits 0');
 like($out, qr/^st1\s+hst\s+$st_token\s/m, 'status NAME lists that lease');
 unlike($out, qr/^st2\s/m, 'status NAME lists no other lease');
-($code, $out, $err) = run_dsync('status', 'nothing-here');
+($code, $out, $err) = run_tool('status', 'nothing-here');
 is($code, 0, 'status of a name nobody holds exits 0');
 like($out, qr/\(no live leases named nothing-here\)/, 'status says there is no such live lease');
 go($cb);
@@ -536,7 +528,7 @@ my $wh = start_dsync('watch', 'wl');
 my $wj = start_dsync('watch', 'wl', '--json');
 ok(wait_output($wh, 'err', qr/watching "wl"/), 'watch says it is watching');
 ok(wait_listening(2), 'both watchers listen');
-($code, $out, $err) = run_dsync('lock', 'wl', '--holder', 'hw', '--', 'true');
+($code, $out, $err) = run_tool('lock', 'wl', '--holder', 'hw', '--', 'true');
 is($code, 0, 'a lock of the watched name runs');
 my ($w_token) = $err =~ /fencing token (\d+)/;
 ok(wait_output($wh, 'out', qr/ released /), 'watch prints the release');

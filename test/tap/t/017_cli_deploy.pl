@@ -27,9 +27,7 @@ use DsyncTest;
 my $timeout = 30;
 my $node = dsync_node('deploy');
 $node->safe_psql('postgres', 'CREATE DATABASE noext; CREATE ROLE plain LOGIN;');
-$ENV{PGHOST} = $node->host;
-$ENV{PGPORT} = $node->port;
-$ENV{PGDATABASE} = 'postgres';
+tool_env($node);
 my @running;
 
 END
@@ -63,13 +61,6 @@ sub finish
 	return $p->{h}->result(0);
 }
 
-sub run_dsync
-{
-	my $p = start_dsync(@_);
-	my $code = finish($p);
-	return ($code, $p->{out}, $p->{err});
-}
-
 sub wait_output
 {
 	my ($p, $stream, $re) = @_;
@@ -87,16 +78,16 @@ sub wait_output
 for my $args ([ 'lock', 'x', '--', 'true' ], [ 'elect', 'x', '--', 'true' ],
 	[ 'watch', 'x' ], [ 'status' ])
 {
-	my ($code, $out, $err) = run_dsync('--dsn', 'dbname=noext', @$args);
+	my ($code, $out, $err) = run_tool('--dsn', 'dbname=noext', @$args);
 	is($code, 78, "dsync $args->[0] in a database without the extension exits 78");
 	like($err, qr/the dsync extension .* is not installed in database "noext"; run CREATE EXTENSION dsync/,
 		"dsync $args->[0] says to run CREATE EXTENSION");
 }
-my ($code, $out, $err) = run_dsync('lock', 'x', '--ttl', '2h', '--', 'true');
+my ($code, $out, $err) = run_tool('lock', 'x', '--ttl', '2h', '--', 'true');
 is($code, 0, 'a lock within dsync.max_ttl runs');
 $node->append_conf('postgresql.conf', "dsync.max_ttl = 60s\n");
 $node->reload;
-($code, $out, $err) = run_dsync('lock', 'x', '--ttl', '2h', '--', 'true');
+($code, $out, $err) = run_tool('lock', 'x', '--ttl', '2h', '--', 'true');
 is($code, 65, 'a ttl the server refuses exits 65, not 70');
 like($err, qr/could not acquire "x": argument "ttl" exceeds dsync.max_ttl\n/, 'and says why, on one line');
 unlike($err, qr/\n\n/, 'no blank line after the message');
@@ -161,7 +152,7 @@ EOF
 	END { system('sh', '-c', "kill \$(cat $dir/pgbouncer.pid) 2>/dev/null") if defined $dir; }
 	my $via = "host=$dir port=$port";
 
-	($code, $out, $err) = run_dsync('--dsn', "$via dbname=txn", 'watch', 'pooled');
+	($code, $out, $err) = run_tool('--dsn', "$via dbname=txn", 'watch', 'pooled');
 	is($code, 78, 'watch through a pooler in transaction mode exits 78');
 	like($err, qr/LISTEN does not work through this connection: it goes through a connection pooler in transaction mode/,
 		'and says why');
@@ -172,7 +163,7 @@ EOF
 	ok(wait_for($node, "SELECT count(*) = 1 FROM pg_stat_activity WHERE state = 'idle' AND "
 			  . "(query LIKE 'LISTEN \"dsync:pooled\"' OR query LIKE '%dsync_events_since(%')"),
 		'and listens');
-	($code, $out, $err) = run_dsync('--dsn', "$via dbname=txn", 'lock', 'pooled', '--', 'true');
+	($code, $out, $err) = run_tool('--dsn', "$via dbname=txn", 'lock', 'pooled', '--', 'true');
 	is($code, 0, 'dsync lock works through a pooler in transaction mode');
 	like($err, qr/waiting for the lease holds one server connection/,
 		'and says what the wait costs the pool');

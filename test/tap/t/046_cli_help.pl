@@ -14,30 +14,22 @@
 use strict;
 use warnings;
 
-use IPC::Run;
 use PostgreSQL::Test::Utils;
 use Test::More;
-
-# Run the tool: its exit code, stdout and stderr.
-sub run_dsync
-{
-	my ($out, $err) = ('', '');
-	IPC::Run::run([ 'dsync', @_ ], '<', \undef, '>', \$out, '2>', \$err,
-		IPC::Run::timeout(30));
-	return ($? >> 8, $out, $err);
-}
+use lib '.';
+use DsyncTest qw(run_tool);
 
 # The options each command takes, and some that belong to others only.
 my %options = (
 	lock => [qw(--ttl --wait --permits --shared --holder --info --grace --no-queue --dsn)],
 	elect => [qw(--ttl --id --info --grace --no-queue --dsn)],
 	watch => [qw(--json --dsn)],
-	status => [qw(--json --dsn)],
-	check => [qw(--json --queue-threshold --dsn)],);
+	status => [qw(--json --timeout --dsn)],
+	check => [qw(--json --queue-threshold --timeout --dsn)],);
 my %not_its = (
-	lock => [qw(--json)],
-	elect => [qw(--wait --permits --shared --json)],
-	watch => [qw(--ttl --wait --permits --holder --id --no-queue)],
+	lock => [qw(--json --timeout)],
+	elect => [qw(--wait --permits --shared --json --timeout)],
+	watch => [qw(--ttl --wait --permits --holder --id --no-queue --timeout)],
 	status => [qw(--ttl --wait --holder --no-queue --queue-threshold)],
 	check => [qw(--ttl --wait --holder --no-queue --permits)],);
 
@@ -45,7 +37,7 @@ my %not_its = (
 
 for my $how ([ '--help' ], ['-h'], ['help'])
 {
-	my ($code, $out, $err) = run_dsync(@$how);
+	my ($code, $out, $err) = run_tool(@$how);
 	is($code, 0, "dsync @$how exits 0");
 	like($out, qr/^Usage:\n/m, "dsync @$how prints the usage on stdout");
 	for my $cmd (sort keys %options)
@@ -64,13 +56,13 @@ for my $cmd (sort keys %options)
 	for my $how ([ $cmd, '--help' ], [ $cmd, '-h' ], [ 'help', $cmd ],
 		[ $cmd, 'some-name', '--help' ], [ '--dsn', 'dbname=x', $cmd, '--help' ])
 	{
-		my ($code, $out, $err) = run_dsync(@$how);
+		my ($code, $out, $err) = run_tool(@$how);
 		is($code, 0, "dsync @$how exits 0");
 		like($out, qr/\Adsync \Q$cmd\E: /, "dsync @$how: ${cmd}'s own help on stdout");
 		is($err, '', "dsync @$how: nothing on stderr");
 	}
 
-	my ($code, $out, $err) = run_dsync($cmd, '--help');
+	my ($code, $out, $err) = run_tool($cmd, '--help');
 	like($out, qr/^Usage:\n  dsync \[--dsn DSN\] \Q$cmd\E /m, "$cmd --help: its usage line");
 	unlike($out, qr/^  dsync \[--dsn DSN\] (?!\Q$cmd\E )/m,
 		"$cmd --help: no other command's usage line");
@@ -87,14 +79,14 @@ for my $cmd (sort keys %options)
 }
 
 # Each command's exit codes, as the code has them.
-my (undef, $lock) = run_dsync('lock', '--help');
+my (undef, $lock) = run_tool('lock', '--help');
 like($lock, qr/\b75 --wait ran out\b/, 'lock --help: 75 when --wait runs out');
 like($lock, qr/\b70 lease lost\b/, 'lock --help: 70 when the lease is lost');
-my (undef, $elect) = run_dsync('elect', '--help');
+my (undef, $elect) = run_tool('elect', '--help');
 unlike($elect, qr/\b7[05] /, 'elect --help: neither 70 nor 75 (it campaigns again, it has no --wait)');
-my (undef, $watch) = run_dsync('watch', '--help');
+my (undef, $watch) = run_tool('watch', '--help');
 like($watch, qr/\b0 stopped by a signal\b/, 'watch --help: 0 when a signal stops it');
-my (undef, $check) = run_dsync('check', '--help');
+my (undef, $check) = run_tool('check', '--help');
 like($check, qr/\b0 healthy\b/, 'check --help: 0 when healthy');
 for my $code ([ 69, 'server unavailable' ], [ 72, 'dsync is not in shared_preload_libraries' ],
 	[ 75, 'the event queue is fuller' ], [ 78, 'the extension is not' ], [ 79, 'no worker serves' ])
@@ -111,7 +103,7 @@ for my $case (
 		'help with two names' ],)
 {
 	my ($args, $msg_re, $what) = @$case;
-	my ($code, $out, $err) = run_dsync(@$args);
+	my ($code, $out, $err) = run_tool(@$args);
 	is($code, 64, "$what: exit 64");
 	like($err, qr/\Adsync: [^\n]*$msg_re[^\n]*\nTry "dsync --help" for more information\.\n\z/,
 		"$what: message on stderr");
