@@ -352,7 +352,7 @@ CommandCheck(Options *opt)
 		{
 			r.preloaded = probe.preloaded;
 			snprintf(r.version, sizeof(r.version), "%s", probe.version);
-			code = ProbeProblem(&probe, conn, problem, sizeof(problem));
+			code = ProbeProblem(&probe, conn, DSYNC_MIN_VERSION_NUM, problem, sizeof(problem));
 			if (code == EXIT_NOT_PRELOADED)
 				SetResult(&r, code, "not_preloaded", "%s", problem);
 			else if (code != 0)

@@ -198,8 +198,8 @@ extern int CommandWatch(Options *opt);
 
 /* probe.c */
 extern bool ProbeDsync(PGconn *conn, DsyncProbe *probe, int64_t deadline_ms, PGresult **failed, bool *timed_out);
-extern int ProbeProblem(const DsyncProbe *probe, PGconn *conn, char *buf, size_t len);
-extern void RequireDsync(PGconn *conn, DsyncProbe *probe, int64_t deadline_ms);
+extern int ProbeProblem(const DsyncProbe *probe, PGconn *conn, int min_version_num, char *buf, size_t len);
+extern void RequireDsync(PGconn *conn, DsyncProbe *probe, int64_t deadline_ms, int min_version_num);
 extern char *SchemaSql(PGconn *conn, const DsyncProbe *probe, const char *sql);
 
 /* status.c */

@@ -86,11 +86,16 @@ AcquireInfo(PGconn *conn, const Options *opt, Holding *h, char *token, int *sign
 /*
  * HoldingStart
  *		A fresh holding state for the lease or group opt names, connected;
- *		false if the server cannot be reached.
+ *		false if the server cannot be reached.  It first looks whether
+ *		dsync is there at all (probe.c), once, at the start: where it is
+ *		not, lock and elect exit 78 with the same line as status, and the
+ *		server logs no ERROR from a dsync function that does not exist.
  */
 static bool
 HoldingStart(Holding *h, const Options *opt)
 {
+	DsyncProbe	probe;
+
 	memset(h, 0, sizeof(*h));
 	h->opt = opt;
 	h->lease = opt->name;
@@ -99,6 +104,7 @@ HoldingStart(Holding *h, const Options *opt)
 	h->conn = Connect(opt, false);
 	if (h->conn == NULL)
 		return false;
+	RequireDsync(h->conn, &probe, NowMs() + DEFAULT_TIMEOUT_MS, 0);
 	h->queue = CheckPooler(opt, h->conn, false) && !opt->no_queue &&
 		QueueListen(h->conn) > 0;
 	return true;

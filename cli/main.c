@@ -94,7 +94,8 @@ Usage(FILE *out)
 			"comes from --dsn or the usual libpq environment (PGHOST, PGDATABASE, ...).\n"
 			"Exit codes: 64 usage, 65 bad argument, 69 server unavailable or error,\n"
 			"70 lease lost (and only then), 71 system error, 75 wait ran out,\n"
-			"77 permission denied, 78 the extension is not installed, 128+N signal N.\n"
+			"77 permission denied, 78 dsync is not preloaded or the extension is not\n"
+			"installed, 128+N signal N.\n"
 			"check has codes of its own (72, 75, 78, 79).\n"
 			"\n"
 			"\"dsync COMMAND --help\" (or \"dsync help COMMAND\") shows one command's\n"
@@ -159,8 +160,8 @@ UsageLock(void)
 		   "Exit codes: COMMAND's status (127: it could not be run; 128+N: signal N\n"
 		   "ended it), 64 usage, 65 bad argument, 69 server unavailable or error,\n"
 		   "70 lease lost (COMMAND was stopped), 71 system error, 75 --wait ran out,\n"
-		   "77 permission denied, 78 the extension is not installed, 128+N signal N\n"
-		   "while waiting.\n",
+		   "77 permission denied, 78 dsync is not preloaded or the extension is not\n"
+		   "installed, 128+N signal N while waiting.\n",
 		   DSYNC_MAX_PERMITS);
 }
 
@@ -203,8 +204,8 @@ UsageElect(void)
 		   "Exit codes: COMMAND's status when it exits by itself (127: it could not\n"
 		   "be run; 128+N: signal N ended it), 64 usage, 65 bad argument, 69 server\n"
 		   "unavailable (at the start; later the tool reconnects) or error, 71 system\n"
-		   "error, 77 permission denied, 78 the extension is not installed, 128+N\n"
-		   "signal N while campaigning.\n");
+		   "error, 77 permission denied, 78 dsync is not preloaded or the extension\n"
+		   "is not installed, 128+N signal N while campaigning.\n");
 }
 
 /*
@@ -230,8 +231,9 @@ UsageWatch(void)
 		   HELP_COMMON_OPTIONS
 		   "\n"
 		   "Exit codes: 0 stopped by a signal, 64 usage, 65 bad argument, 69 server\n"
-		   "error, 71 system error, 77 permission denied, 78 the extension is not\n"
-		   "installed, or LISTEN cannot work (a pooler in transaction mode).\n");
+		   "error, 71 system error, 77 permission denied, 78 dsync is not preloaded,\n"
+		   "the extension is not installed, or LISTEN cannot work (a pooler in\n"
+		   "transaction mode).\n");
 }
 
 /*

@@ -4,8 +4,8 @@
  *		What a database has of dsync: whether the server preloaded the
  *		library, whether the extension is installed here, its version and
  *		its schema.  Found from pg_settings and the catalogs only, so that
- *		dsync status and dsync check cause no ERROR in the server log
- *		where dsync is missing (calling a function that does not exist, or
+ *		no command (status and check, and lock, elect and watch at their
+ *		start) causes an ERROR in the server log where dsync is missing (calling a function that does not exist, or
  *		one whose library refuses to load, would log one).
  *
  *-------------------------------------------------------------------------
@@ -70,13 +70,15 @@ ProbeDsync(PGconn *conn, DsyncProbe *probe, int64_t deadline_ms, PGresult **fail
 
 /*
  * ProbeProblem
- *		What keeps dsync status and dsync check from reading dsync's views
- *		in this database: 0 if nothing does, else EXIT_NOT_PRELOADED or
- *		EXIT_CONFIG (not installed, or older than 1.2), with one line
- *		saying what is wrong and what to do in buf.
+ *		What keeps a command from using dsync in this database: 0 if
+ *		nothing does, else EXIT_NOT_PRELOADED or EXIT_CONFIG (not installed,
+ *		or older than min_version_num: status and check read views that
+ *		came with 1.2, while lock, elect and watch work with any version,
+ *		so they pass 0), with one line saying what is wrong and what to do
+ *		in buf.
  */
 int
-ProbeProblem(const DsyncProbe *probe, PGconn *conn, char *buf, size_t len)
+ProbeProblem(const DsyncProbe *probe, PGconn *conn, int min_version_num, char *buf, size_t len)
 {
 	buf[0] = '\0';
 	if (!probe->preloaded)
@@ -91,7 +93,7 @@ ProbeProblem(const DsyncProbe *probe, PGconn *conn, char *buf, size_t len)
 		snprintf(buf, len, NOT_INSTALLED_FMT, PQdb(conn));
 		return EXIT_CONFIG;
 	}
-	if (probe->version_num < DSYNC_MIN_VERSION_NUM)
+	if (probe->version_num < min_version_num)
 	{
 		snprintf(buf, len,
 				 "the dsync extension in database \"%s\" is version %s, older than 1.2, "
@@ -106,15 +108,16 @@ ProbeProblem(const DsyncProbe *probe, PGconn *conn, char *buf, size_t len)
  * RequireDsync
  *		For commands that need dsync's objects (status, lock, elect,
  *		watch): probe, by deadline_ms (-1: no limit), and exit 78 with the
- *		problem's line unless they can be used, so that a database without
- *		dsync gets a clear message and its server log no ERROR.  A library
+ *		problem's line unless they can be used (with min_version_num, see
+ *		ProbeProblem), so that a database without dsync gets a clear
+ *		message and its server log no ERROR.  A library
  *		that is not preloaded is a configuration error like a missing
  *		extension (dsync check tells the two apart).  A probe that fails
  *		exits as FatalResult says (77 where permission was denied), or 69
  *		once the time ran out.
  */
 void
-RequireDsync(PGconn *conn, DsyncProbe *probe, int64_t deadline_ms)
+RequireDsync(PGconn *conn, DsyncProbe *probe, int64_t deadline_ms, int min_version_num)
 {
 	char		problem[512];
 	PGresult   *failed;
@@ -123,10 +126,10 @@ RequireDsync(PGconn *conn, DsyncProbe *probe, int64_t deadline_ms)
 	if (!ProbeDsync(conn, probe, deadline_ms, &failed, &timed_out))
 	{
 		if (timed_out)
-			Fatal(EXIT_UNAVAILABLE, "timeout: the server did not answer in time (--timeout)");
+			Fatal(EXIT_UNAVAILABLE, "timeout: the server did not answer in time; see pg_stat_activity");
 		FatalResult("could not read the catalogs", conn, failed);
 	}
-	if (ProbeProblem(probe, conn, problem, sizeof(problem)) != 0)
+	if (ProbeProblem(probe, conn, min_version_num, problem, sizeof(problem)) != 0)
 		Fatal(EXIT_CONFIG, "%s", problem);
 }
 

@@ -127,7 +127,7 @@ CommandStatus(Options *opt)
 
 	if (conn == NULL)
 		return EXIT_UNAVAILABLE;
-	RequireDsync(conn, &probe, deadline);
+	RequireDsync(conn, &probe, deadline, DSYNC_MIN_VERSION_NUM);
 	if (opt->json)
 		sql = SchemaSql(conn, &probe, status_sql_json);
 	else

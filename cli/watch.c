@@ -297,6 +297,7 @@ CommandWatch(Options *opt)
 	{
 		PGconn	   *conn = Connect(opt, false);
 		const char *params[1] = {opt->name};
+		DsyncProbe	probe;
 		PGresult   *res;
 		char	   *sql;
 		bool		timed_out;
@@ -311,6 +312,12 @@ CommandWatch(Options *opt)
 				return 0;
 			continue;
 		}
+		/*
+		 * The first time, look whether dsync is there at all: where it is
+		 * not, exit 78 with status's line and no ERROR in the server log.
+		 */
+		if (!connected_before)
+			RequireDsync(conn, &probe, NowMs() + DEFAULT_TIMEOUT_MS, 0);
 		res = Query(conn, "SELECT dsync_channel($1)", 1, params, -1, NULL, NULL, &timed_out);
 		if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK)
 			FatalResult("could not find the channel to watch", conn, res);

@@ -11,6 +11,9 @@
 #     fencing token as a JSON number, times RFC 3339 in UTC, info as
 #     JSON), waiters, counters and worker are those of the SQL views; with
 #     NAME, only that lease and its waiters;
+#   - lock, elect and watch look the same way before calling a dsync
+#     function: 78, status's line, and no ERROR in the log, both where
+#     the extension is missing and where dsync is not preloaded;
 #   - --queue-threshold is not status's (exit 64).
 use strict;
 use warnings;
@@ -37,6 +40,16 @@ like($err, qr/^dsync: the dsync extension \(version 1.2 or later\) is not instal
 is($code, 78, 'status --json there exits 78 too');
 is($out, '', 'and prints no JSON');
 no_error_since($node, \$offset, 'no ERROR in the server log from status there');
+# lock, elect and watch look first too (they used to call a dsync
+# function, and the server logged that it did not exist).
+for my $args ([ 'lock', 'x', '--', 'true' ], [ 'elect', 'x', '--', 'true' ], [ 'watch', 'x' ])
+{
+	($code, $out, $err) = run_tool('--dsn', 'dbname=noext', @$args);
+	is($code, 78, "$args->[0] in a database without the extension exits 78");
+	like($err, qr/^dsync: the dsync extension \(version 1.2 or later\) is not installed in database "noext"; run CREATE EXTENSION dsync there$/m,
+		"$args->[0]: with status's line");
+}
+no_error_since($node, \$offset, 'no ERROR in the server log from lock, elect and watch there');
 
 # The extension in a schema off the search_path: the views are still found.
 $node->safe_psql('postgres', 'CREATE DATABASE elsewhere');
@@ -138,6 +151,12 @@ $offset = restart_without_dsync($node);
 is($code, 78, 'status on a server without dsync preloaded exits 78');
 like($err, qr/^dsync: dsync is not loaded on this server \(it is not in shared_preload_libraries\); add shared_preload_libraries = 'dsync' to postgresql.conf and restart the server$/m,
 	'and says to preload it');
-no_error_since($node, \$offset, 'no ERROR in the server log from status without preloading');
+for my $args ([ 'lock', 'x', '--', 'true' ], [ 'elect', 'x', '--', 'true' ], [ 'watch', 'x' ])
+{
+	($code, $out, $err) = run_tool(@$args);
+	is($code, 78, "$args->[0] on a server without dsync preloaded exits 78");
+	like($err, qr/^dsync: dsync is not loaded on this server/m, "$args->[0]: says to preload it");
+}
+no_error_since($node, \$offset, 'no ERROR in the server log from status, lock, elect and watch without preloading');
 
 done_testing();
