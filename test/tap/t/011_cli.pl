@@ -261,7 +261,7 @@ sub wait_true
 my ($code, $out, $err) = run_tool('--help');
 is($code, 0, '--help exits 0');
 like($out, qr/^Usage:.*dsync \[--dsn DSN\] lock NAME/ms, '--help prints the usage on stdout');
-like($out, qr/Exit codes: 64 usage, 65 bad argument, 69 server unavailable or error,\n70 lease lost \(and only then\), 71 system error, 75 wait ran out,\n77 permission denied, 78 the extension is not installed/,
+like($out, qr/Exit codes: 64 usage, 65 bad argument, 69 server unavailable or error,\n70 lease lost \(and only then\), 71 system error, 75 wait ran out,\n77 permission denied, 78 dsync is not preloaded or the extension is not\ninstalled/,
 	'--help lists the exit codes');
 
 ($code, $out, $err) = run_tool('--version');
