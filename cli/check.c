@@ -108,6 +108,7 @@ QueryFailed(CheckResult *r, const char *what, PGconn *conn, PGresult *res, bool 
 
 	if (timed_out)
 	{
+		CancelStatement(conn);
 		SetResult(r, EXIT_UNAVAILABLE, "timeout",
 				  "the server did not answer within --timeout %gs: it is overloaded, or "
 				  "the query waits for a lock; see pg_stat_activity", opt->timeout_ms / 1000.0);

@@ -509,6 +509,39 @@ Query(PGconn *conn, const char *sql, int nparams, const char *const *params,
 }
 
 /*
+ * CancelStatement
+ *		Ask the server to cancel conn's running statement, after a query
+ *		timed out: else its backend would go on (waiting for a lock, say)
+ *		after the tool is gone, and a probe run every few seconds against
+ *		a long-held lock would pile such backends up to max_connections.
+ *		PQcancel blocks until the postmaster has read the request, which a
+ *		stopped one never does, so it runs in a child that SIGALRM ends
+ *		after 2 s; the tool waits for it at most 1 s.
+ */
+void
+CancelStatement(PGconn *conn)
+{
+	PGcancel   *cancel = PQgetCancel(conn);
+	int64_t		deadline = NowMs() + 1000;
+	pid_t		pid;
+
+	if (cancel == NULL)
+		return;
+	pid = fork();
+	if (pid == 0)
+	{
+		char		err[256];
+
+		signal(SIGALRM, SIG_DFL);
+		alarm(2);
+		_exit(PQcancel(cancel, err, sizeof(err)) ? 0 : 1);
+	}
+	PQfreeCancel(cancel);
+	while (pid > 0 && waitpid(pid, NULL, WNOHANG) == 0 && NowMs() < deadline)
+		usleep(10000);
+}
+
+/*
  * IntervalParam
  *		A duration as an interval literal.
  */

@@ -156,6 +156,7 @@ typedef struct Holding
 extern int	signal_pipe[2];
 extern const char *progname;
 extern bool CheckPooler(const Options *opt, PGconn *conn, bool watching);
+extern void CancelStatement(PGconn *conn);
 extern PGconn *Connect(const Options *opt, bool quiet);
 extern PGconn *ConnectBy(const Options *opt, bool quiet, int64_t deadline_ms);
 extern PGconn *ConnectWithin(const Options *opt, int64_t deadline_ms, char *error, size_t len, bool *timed_out);

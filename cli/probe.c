@@ -126,7 +126,10 @@ RequireDsync(PGconn *conn, DsyncProbe *probe, int64_t deadline_ms, int min_versi
 	if (!ProbeDsync(conn, probe, deadline_ms, &failed, &timed_out))
 	{
 		if (timed_out)
+		{
+			CancelStatement(conn);
 			Fatal(EXIT_UNAVAILABLE, "timeout: the server did not answer in time; see pg_stat_activity");
+		}
 		FatalResult("could not read the catalogs", conn, failed);
 	}
 	if (ProbeProblem(probe, conn, min_version_num, problem, sizeof(problem)) != 0)

@@ -136,8 +136,11 @@ CommandStatus(Options *opt)
 				&timed_out);
 	free(sql);
 	if (timed_out)
+	{
+		CancelStatement(conn);
 		Fatal(EXIT_UNAVAILABLE, "timeout: the server did not answer within --timeout %gs",
 			  opt->timeout_ms / 1000.0);
+	}
 	if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK)
 		FatalResult(opt->json ? "could not read the state" : "could not read leases", conn, res);
 	if (opt->json)

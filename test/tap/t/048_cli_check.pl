@@ -10,7 +10,8 @@
 #     same as one JSON object; none of them leaves an ERROR in the server
 #     log;
 #   - --timeout bounds it: a query blocked by a lock on a view it reads
-#     gives 69 and "timeout:" within it (status --json too);
+#     gives 69 and "timeout:" within it (status --json too), and the
+#     statement is cancelled rather than left waiting in its backend;
 #   - a role refused pg_settings (the probe) or dsync_stats gets 77, from
 #     check and status;
 #   - --json is valid UTF-8 for a non-ASCII database name and lease,
@@ -101,6 +102,12 @@ is_deeply([ @$doc{qw(status exit_code healthy)} ], [ 'timeout', 69, JSON::PP::fa
 ($code, $out, $err) = run_tool('status', '--json', '--timeout', '2s');
 is($code, 69, 'status --json exits 69 too when it cannot finish within --timeout');
 like($err, qr/^dsync: timeout: the server did not answer within --timeout 2s$/m, 'and says so');
+# The statements that timed out were cancelled: no backend of the tool
+# still waits for the lock (a probe run every few seconds would otherwise
+# pile them up while the lock is held).
+ok(wait_for($node, "SELECT count(*) = 0 FROM pg_stat_activity "
+		  . "WHERE application_name = 'dsync' AND wait_event_type = 'Lock'", 10),
+	'the timed-out statements were cancelled: none waits for the lock');
 ok(send_wait($locker, "COMMIT; SELECT 'unlocked';", qr/^unlocked$/m), 'the lock is released');
 $locker->{in} .= "\\q\n";
 $locker->{h}->finish;
