@@ -183,6 +183,7 @@ class Client {
     this._elections = new Set();    // running campaigns, stopped by close()
     this._closing = null;
     this._closed = false;
+    this._database = undefined;     // the name of the database, once a connection told it
   }
 
   // -- recipes ---------------------------------------------------------------------
@@ -261,6 +262,9 @@ class Client {
         // listener pg would also throw them as an 'error' event.
         conn[GUARDED] = true;
         conn.on('error', noop);
+        // The database's name, for the hint of an error: every connection
+        // of the client's settings has the same.
+        if (this._database === undefined) this._database = conn.database;
       }
       const reused = conn[USED] === true;
       conn[USED] = true;
@@ -296,7 +300,6 @@ class Client {
         if (onAbort) signal.removeEventListener('abort', onAbort);
       }
       const broken = cut || (failure !== null && errors.isConnectionError(failure));
-      const database = conn.database;
       conn.release(broken || conn[CANCELLED] ? (failure || new Error('cancelled')) : undefined);
       if (cut && failure !== null) {
         throw new errors.DsyncConnectionError(`${what}: the server did not answer within ${boundMs / 1000} s `
@@ -305,8 +308,8 @@ class Client {
       if (failure === null) return rows;
       if (signal && signal.aborted) throw abortError(signal);
       if (broken && retry && attempt === 0 && reused && !this._closing) continue;
-      throw errors.fromPg(failure, what, {
-        extensionAbsent: errors.isMissingObject(failure) && !(await this._extensionCreated()), database,
+      throw await errors.diagnose(failure, what, {
+        database: this._database, extensionCreated: () => this._extensionCreated(),
       });
     }
   }

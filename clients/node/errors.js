@@ -144,43 +144,72 @@ function pgErrorOf(err, depth = 0) {
   return pgErrorOf(err.cause, depth + 1);
 }
 
-// Whether a PostgreSQL error says one of the extension's objects is missing
+// Whether PostgreSQL error p ({ code, message }) says one of the
+// extension's objects is missing.
+function missing(p) {
+  return MISSING_CODES.has(p.code) && MISSING_TEXT.test(p.message);
+}
+
+// Whether a driver error says one of the extension's objects is missing
 // (the caller then asks pg_extension whether the extension is there).
 function isMissingObject(e) {
   const p = pgErrorOf(e);
-  return p !== null && MISSING_CODES.has(p.code) && MISSING_TEXT.test(p.message);
+  return p !== null && missing(p);
 }
 
-// The error class for PostgreSQL error p of dsync's own, else null.
-// missingMeansAbsent: a missing dsync_ object means the extension is not
-// created (known from pg_extension, or assumed where it cannot be asked).
-function dsyncClassOf(p, missingMeansAbsent) {
-  if (p.code === '55000') {
-    if (p.message.includes(NOT_PRELOADED_TEXT)) return NotPreloaded;
-    if (STALE_TEXT.test(p.message)) return StaleToken;
-    if (/lease ".*" is not held by/.test(p.message)) return NotHeld;
-    return null;
-  }
-  if (missingMeansAbsent && MISSING_CODES.has(p.code) && MISSING_TEXT.test(p.message)) return ExtensionNotCreated;
+/*
+ * The one SQLSTATE table of dsync's own errors: the code, the server's
+ * text that tells it from others of that code (matched anywhere in the
+ * message), the class, and whether the code alone says it of one of our
+ * own statements (dsync_assert_held's 55000, dsync_semaphore_create's
+ * 42710), where the server's text may be another's.
+ */
+const OWN_ERRORS = [
+  ['55000', NOT_PRELOADED_TEXT, NotPreloaded, false],
+  ['55000', STALE_TEXT, StaleToken, false],
+  ['55000', /lease ".*" is not held by/, NotHeld, true],
   // DROP EXTENSION under a running call (src/: "extension "dsync" has
-  // been dropped from this database"): the same state, known for sure.
-  if (p.code === '42704' && p.message.includes('extension "dsync" has been dropped')) return ExtensionNotCreated;
-  if (p.code === '42710' && /semaphore ".*" already exists/.test(p.message)) return SemaphoreMismatch;
+  // been dropped from this database"): the extension is not there.
+  ['42704', 'extension "dsync" has been dropped', ExtensionNotCreated, false],
+  ['42710', /semaphore ".*" already exists/, SemaphoreMismatch, true],
+];
+
+/*
+ * The error class for PostgreSQL error p of dsync's own, else null.
+ * missingMeansAbsent: a missing dsync_ object means the extension is not
+ * created (known from pg_extension, or assumed where it cannot be asked);
+ * ours: p came from one of our own statements (OWN_ERRORS' last column).
+ */
+function dsyncClassOf(p, missingMeansAbsent, ours = false) {
+  const says = (text) => (typeof text === 'string' ? p.message.includes(text) : text.test(p.message));
+  const row = OWN_ERRORS.find(([code, text]) => code === p.code && says(text))
+    || (ours ? OWN_ERRORS.find(([code, , , alone]) => code === p.code && alone) : undefined);
+  if (row) return row[2];
+  if (missingMeansAbsent && missing(p)) return ExtensionNotCreated;
   return null;
 }
 
-// The message and hint of an error of class Cls for PostgreSQL error p.
-function describe(Cls, p, what, database) {
+// The error of class Cls for driver error e (p: the PostgreSQL error in
+// it, or null), its message led by what, its hint what to do.
+function make(Cls, e, p, what, database) {
+  const code = p !== null ? p.code : typeof e.code === 'string' ? e.code : undefined;
+  if (p === null || Cls === DsyncConnectionError) {
+    return new Cls(`${what}: ${String(e.message || e).split('\n')[0]}`, { cause: e, code });
+  }
   const text = p.message.split('\n')[0];
   const where = database ? `database "${database}"` : 'this database';
+  let message = `${what}: ${text}`;
+  let hint = p.hint;
   if (Cls === NotPreloaded) {
-    return { message: `${what}: dsync is not preloaded by the server of ${where} (${text})`, hint: PRELOAD_HINT };
+    message = `${what}: dsync is not preloaded by the server of ${where} (${text})`;
+    hint = PRELOAD_HINT;
+  } else if (Cls === ExtensionNotCreated) {
+    message = `${what}: the dsync extension is not created in ${where} (${text})`;
+    hint = createHint(database);
   }
-  if (Cls === ExtensionNotCreated) {
-    return { message: `${what}: the dsync extension is not created in ${where} (${text})`,
-      hint: createHint(database) };
-  }
-  return { message: `${what}: ${text}`, hint: p.hint };
+  const out = new Cls(message, { cause: e, code });
+  if (hint) out.hint = hint;
+  return out;
 }
 
 /*
@@ -196,42 +225,43 @@ function describe(Cls, p, what, database) {
 function translateError(err, { what = 'dsync', database } = {}) {
   if (err instanceof DsyncError) return err;
   const p = pgErrorOf(err);
-  if (p === null) return null;
-  const Cls = dsyncClassOf(p, true);
-  if (Cls === null) return null;
-  const { message, hint } = describe(Cls, p, what, database);
-  const out = new Cls(message, { cause: err, code: p.code });
-  if (hint) out.hint = hint;
-  return out;
+  const Cls = p === null ? null : dsyncClassOf(p, true);
+  return Cls === null ? null : make(Cls, err, p, what, database);
 }
 
 // Our error for a driver error e that happened while doing `what` (a short
-// phrase naming the operation and the lease).  extensionAbsent: the
-// caller has asked pg_extension and found no dsync (see Client._query);
-// database: the name of the database, for the hint.
+// phrase naming the operation and the lease), from one of our own
+// statements: dsync's own errors (OWN_ERRORS), class 22 InvalidArgument.
+// extensionAbsent: the caller has asked pg_extension and found no dsync
+// (see diagnose); database: the name of the database, for the hint.
 function fromPg(e, what, { extensionAbsent = false, database } = {}) {
   if (e instanceof DsyncError || !isDriverError(e)) return e;
-  const code = typeof e.code === 'string' ? e.code : undefined;
-  let Cls = ServerError;
   const p = pgErrorOf(e);
-  const own = p === null ? null : dsyncClassOf(p, extensionAbsent);
+  let Cls = ServerError;
   if (isConnectionError(e)) Cls = DsyncConnectionError;
-  else if (own !== null) Cls = own;
-  else if (code === '42710') Cls = SemaphoreMismatch;
-  else if (code === '55000') Cls = NotHeld;
-  else if (code && code.startsWith('22')) Cls = InvalidArgument;
-  if (p === null || Cls === DsyncConnectionError) {
-    return new Cls(`${what}: ${String(e.message || e).split('\n')[0]}`, { cause: e, code });
+  else if (p !== null) {
+    Cls = dsyncClassOf(p, extensionAbsent, true) || (p.code.startsWith('22') ? InvalidArgument : ServerError);
   }
-  const { message, hint } = describe(Cls, p, what, database);
-  const out = new Cls(message, { cause: e, code });
-  if (hint) out.hint = hint;
-  return out;
+  return make(Cls, e, p, what, database);
+}
+
+/*
+ * The one diagnosis of a driver error e met doing `what`: fromPg, after
+ * asking whether the extension is created where e says a dsync_ function
+ * or relation is missing (an older version lacks it too: its error is
+ * then the server's).  extensionCreated: an async function answering
+ * that from pg_extension; a failure to answer counts as created.
+ */
+async function diagnose(e, what, { database, extensionCreated }) {
+  if (e instanceof DsyncError || !isDriverError(e)) return e;
+  let absent = false;
+  if (isMissingObject(e)) absent = !(await Promise.resolve().then(extensionCreated).catch(() => true));
+  return fromPg(e, what, { extensionAbsent: absent, database });
 }
 
 module.exports = {
   DsyncError, AcquireTimeout, LockExists, LockLost, NotHeld, SemaphoreMismatch, SemaphoreNotFound,
   DsyncConnectionError, KeeperUnavailable, ListenUnavailable, ServerError, InvalidArgument,
   StaleToken, ExtensionNotCreated, NotPreloaded,
-  isConnectionError, isMissingObject, fromPg, translateError,
+  isConnectionError, fromPg, diagnose, translateError,
 };

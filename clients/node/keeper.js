@@ -118,7 +118,7 @@ class Keeper {
     this._watchAt = Infinity;
     this._rescuing = null;           // a rescue renewal in flight (a promise)
     this._pauseDone = null;
-    this._database = undefined;      // the name of the database it connects to
+    this._stopped = new Promise((resolve) => { this._stop = resolve; });   // resolves once stop() is called
     this.failures = 0;               // installation mistakes met in a row (isConfigError)
     this._told = new Set();          // those already said in a warning, until a tick works
     this._releasesRetryAt = -Infinity;   // releases found a row locked: not sent again before
@@ -319,7 +319,9 @@ class Keeper {
       } catch (e0) {
         const young = performance.now() - this.connectedAt < 1000;
         this._drop(e0);
+        if (this.stopping) break;         // no diagnosis, no warning: close() goes on at once
         const e = await this._explain(e0);
+        if (this.stopping) break;
         if (this.error === e0) this.error = e;
         let pause = RETRY_MS;
         if (isConfigError(e) && !this.stopping) {
@@ -335,14 +337,18 @@ class Keeper {
     this._drop(null);
   }
 
-  // e as the library's error: a missing dsync_ function or view is
-  // ExtensionNotCreated if pg_extension has no dsync (asked on the
-  // client's statement pool), a server that does not preload dsync
-  // NotPreloaded (see errors.fromPg).
+  // e as the library's error (errors.diagnose): a missing dsync_ function
+  // or view is ExtensionNotCreated if pg_extension has no dsync (asked on
+  // the client's statement pool), a server that does not preload dsync
+  // NotPreloaded.  Never asks once the keeper is stopping, and a question
+  // in flight when stop() is called is not waited for.
   async _explain(e) {
-    if (e instanceof errors.DsyncError || errors.isConnectionError(e)) return e;
-    const absent = errors.isMissingObject(e) && !(await this.client._extensionCreated());
-    return errors.fromPg(e, 'the keeper, renewing held leases', { extensionAbsent: absent, database: this._database });
+    if (this.stopping || e instanceof errors.DsyncError || errors.isConnectionError(e)) return e;
+    return errors.diagnose(e, 'the keeper, renewing held leases', {
+      database: this.client._database,
+      extensionCreated: () => (this.stopping ? true
+        : Promise.race([this.client._extensionCreated(), this._stopped.then(() => true)])),
+    });
   }
 
   // Warns, on one line, of a failure not yet told since the keeper last
@@ -366,7 +372,9 @@ class Keeper {
     const c = new pg.Client(this.client._settings.clientConfig('keeper', {
       keepAlive: true, keepAliveInitialDelayMillis: 2000,
     }));
-    this._database = c.database;     // for the hint of an error
+    // The database's name, for the hint of an error (once: the same for
+    // every connection of the client's settings).
+    if (this.client._database === undefined) this.client._database = c.database;
     c.on('error', (e) => this._broken(c, e));
     c.on('end', () => this._broken(c, new errors.DsyncConnectionError("the keeper's connection ended")));
     c.on('notification', (msg) => this._heard(c, msg));
@@ -678,6 +686,7 @@ class Keeper {
   // releases still to send, for the client to give back.
   async stop() {
     this.stopping = true;
+    this._stop();
     if (this._watchTimer) clearTimeout(this._watchTimer);
     this._watchTimer = null;
     const holds = [...this.watched];

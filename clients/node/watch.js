@@ -27,14 +27,27 @@ async function senderPids(client) {
   return sql.senderPidsOf((await client.query(sql.SENDERS)).rows[0]);
 }
 
+// Whether pg_extension has dsync, asked on the watch's connection.
+async function extensionCreated(client) {
+  return (await client.query(sql.EXTENSION_CREATED)).rows[0].v !== false;
+}
+
+// The library's error for e, met on the watch's connection (errors.diagnose).
+function diagnose(e, client) {
+  return errors.diagnose(e, 'watching', { database: client.database, extensionCreated: () => extensionCreated(client) });
+}
+
 // Rows of a query on the event log, or null if the installed version
-// keeps none (before 1.4).
+// keeps none (before 1.4: the diagnosis found the extension created, and
+// the server's error for the missing relation or function is all there is).
 async function logQuery(client, text, values) {
   try {
     return (await client.query({ text, values, types: sql.types })).rows;
   } catch (e) {
-    if (e && (e.code === '42P01' || e.code === '42883')) return null;
-    throw e;
+    const d = await diagnose(e, client);
+    if (d instanceof errors.ServerError && !(d instanceof errors.InvalidArgument)
+      && (d.code === '42P01' || d.code === '42883')) return null;
+    throw d;
   }
 }
 
@@ -194,7 +207,7 @@ async function* watch(names, opts = {}) {
         if (ev && fresh(ev)) yield ev;
       }
     } catch (e) {
-      if (!reconnect || e instanceof errors.DsyncError || !errors.isConnectionError(e)) throw errors.fromPg(e, 'watching');
+      if (!reconnect || e instanceof errors.DsyncError || !errors.isConnectionError(e)) throw await diagnose(e, client);
       if (started && lostAt === null) lostAt = Date.now();     // the first loss counts, not each retry
       await new Promise((resolve) => setTimeout(resolve, started ? 200 : 1000));
     } finally {

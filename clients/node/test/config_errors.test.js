@@ -7,7 +7,9 @@ const assert = require('node:assert');
 const {
   Client, Lock, Event, ExtensionNotCreated, NotPreloaded, NotHeld, DsyncError, translateError,
 } = require('..');
-const { direct, admin, uniqueName, adminQuery, waitFor } = require('./helpers');
+const { direct, admin, uniqueName, adminQuery, waitFor, sleep } = require('./helpers');
+const { performance } = require('node:perf_hooks');
+const net = require('node:net');
 const { config, query } = require('./dsn');
 
 const unpreloaded = process.env.DSYNC_UNPRELOADED_DSN ? config(process.env.DSYNC_UNPRELOADED_DSN) : null;
@@ -100,6 +102,75 @@ test('a keeper whose extension is dropped warns once over several failed attempt
     assert.ok(client._keeper.error instanceof ExtensionNotCreated);
   } finally {
     process.off('warning', onWarning);
+    await client.close();
+  }
+});
+
+test('close() does not wait for the diagnosis of a failure, nor start one', { timeout: 30000 }, async () => {
+  const db = await ownDatabase('closeprobe', false);
+  const client = new Client({ config: { ...direct, database: db } });
+  const unhandled = [];
+  const onUnhandled = (e) => unhandled.push(e);
+  process.on('unhandledRejection', onUnhandled);
+  try {
+    const keeper = client._keeper;
+    let asked = 0;
+    let askedWhileStopping = 0;
+    // A slow pg_extension question (a server slow to answer).
+    client._extensionCreated = () => {
+      asked += 1;
+      if (keeper.stopping) askedWhileStopping += 1;
+      return sleep(4000).then(() => false);
+    };
+    keeper.start();
+    assert.ok(await waitFor(() => asked === 1, 10000), 'the keeper asked');
+    const t0 = performance.now();
+    await client.close();
+    const took = performance.now() - t0;
+    assert.ok(took < 1000, `close() took ${Math.round(took)} ms`);
+    await sleep(4500);
+    assert.strictEqual(askedWhileStopping, 0);
+    assert.strictEqual(asked, 1);
+    assert.deepStrictEqual(unhandled, []);
+  } finally {
+    process.off('unhandledRejection', onUnhandled);
+    await client.close();
+  }
+});
+
+test('close() while the server is down resolves at once', { timeout: 30000 }, async () => {
+  // A port nobody listens on.
+  const srv = net.createServer();
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  const { port } = srv.address();
+  await new Promise((r) => srv.close(r));
+  const client = new Client({ config: { ...direct, host: '127.0.0.1', port } });
+  const unhandled = [];
+  const onUnhandled = (e) => unhandled.push(e);
+  process.on('unhandledRejection', onUnhandled);
+  try {
+    assert.strictEqual(await client._keeper.ensure(1200), false);
+    assert.ok(client._keeper.error, 'the keeper failed');
+    const t0 = performance.now();
+    await client.close();
+    assert.ok(performance.now() - t0 < 500, `close() took ${Math.round(performance.now() - t0)} ms`);
+    await sleep(200);
+    assert.deepStrictEqual(unhandled, []);
+  } finally {
+    process.off('unhandledRejection', onUnhandled);
+  }
+});
+
+test('watch in a database without CREATE EXTENSION raises ExtensionNotCreated (one diagnosis with the calls)', { timeout: 20000 }, async () => {
+  const db = await ownDatabase('watchnoext', false);
+  const client = new Client({ config: { ...direct, database: db } });
+  try {
+    const it = client.watch(['x'], { timeout: 1 });
+    const e = await it.next().then(() => null, (err) => err);
+    assert.ok(e instanceof ExtensionNotCreated, `${e && e.stack}`);
+    assert.match(e.message, new RegExp(`not created in database "${db}"`));
+    assert.match(e.hint, /run CREATE EXTENSION dsync/);
+  } finally {
     await client.close();
   }
 });
