@@ -22,12 +22,16 @@ const { Ledger, als, OVERDUE, LAPSED } = require('./ledger');
 
 // At most this many LISTENs in one statement.
 const LISTEN_CHUNK = 500;
-// The pause before connecting again after a failed attempt.
+// The pause after a failed round: RETRY_MS, doubled per failure in a row,
+// at most MAX_BACKOFF_MS (as the Python client's KEEPER_RETRY_FIRST and
+// KEEPER_RETRY_MAX: a keeper that stays away longer leaves its leases to
+// the watchdog's rescue renewals, then to their deadline).  An acquire
+// waiting for the keeper's connection cuts a pause short, but the keeper
+// never tries again sooner than RETRY_MS after a failed round: callers
+// retrying acquire in a loop while the server is down make no storm of
+// connection attempts.
 const RETRY_MS = 500;
-// An installation mistake (no CREATE EXTENSION, dsync not preloaded) does
-// not go away by itself: the pause after each such failure in a row
-// doubles, up to this.
-const MAX_BACKOFF_MS = 8000;
+const MAX_BACKOFF_MS = 2000;
 // How often the keeper may ask dsync_stats who sends the events.
 const SENDERS_EVERY_MS = 1000;
 // How long close() waits for a stuck loop before ending its connection.
@@ -35,8 +39,13 @@ const STOP_WAIT_MS = 2000;
 // After releases found a row locked, they are sent again this much later.
 const RELEASE_RETRY_MS = 250;
 
+// The pause after `failures` failed rounds in a row.
+function backoff(failures) {
+  return Math.min(RETRY_MS * 2 ** Math.min(Math.max(failures, 1) - 1, 16), MAX_BACKOFF_MS);
+}
+
 // Whether e is an installation mistake (no CREATE EXTENSION, no preload):
-// said once, retried with a growing pause, until someone fixes it.
+// one failure whatever statement met it.
 function isConfigError(e) {
   return e instanceof errors.ExtensionNotCreated || e instanceof errors.NotPreloaded;
 }
@@ -117,10 +126,10 @@ class Keeper {
     this._watchTimer = null;
     this._watchAt = Infinity;
     this._rescuing = null;           // a rescue renewal in flight (a promise)
-    this._pauseDone = null;
+    this._pausing = null;            // the pause after a failed round: { startedAt, endsAt, timer, done }
     this._stopped = new Promise((resolve) => { this._stop = resolve; });   // resolves once stop() is called
-    this.failures = 0;               // installation mistakes met in a row (isConfigError)
-    this._told = new Set();          // those already said in a warning, until a tick works
+    this.failures = 0;               // failed rounds in a row
+    this._told = null;               // the failure last warned of, until a round works
     this._releasesRetryAt = -Infinity;   // releases found a row locked: not sent again before
     // Calls waiting in a line without a connection, by name and holder;
     // the keeper LISTENs on the client's queue channel while it can.
@@ -185,6 +194,7 @@ class Keeper {
       const left = deadline - performance.now();
       if (left <= 0 || this.stopping) return false;
       this.start();
+      this._hurry();
       await new Promise((resolve) => {
         const done = () => {
           clearTimeout(timer);
@@ -315,7 +325,7 @@ class Keeper {
         }
         await this._tick();
         this.failures = 0;
-        this._told.clear();
+        this._told = null;
       } catch (e0) {
         const young = performance.now() - this.connectedAt < 1000;
         this._drop(e0);
@@ -323,15 +333,12 @@ class Keeper {
         const e = await this._explain(e0);
         if (this.stopping) break;
         if (this.error === e0) this.error = e;
-        let pause = RETRY_MS;
-        if (isConfigError(e) && !this.stopping) {
-          this.failures += 1;
-          pause = Math.min(RETRY_MS * 2 ** Math.min(this.failures - 1, 10), MAX_BACKOFF_MS);
-          this._tell(e);
-        } else if (!errors.isConnectionError(e) && !attempt && !this.stopping) {
-          this._tell(e);
-        }
-        if (!this.stopping && (attempt || young || pause > RETRY_MS)) await this._pause(pause);
+        // A connection that worked a while and broke (a restart, a killed
+        // backend) is connected again at once; any other failure pauses.
+        if (!attempt && !young && errors.isConnectionError(e)) continue;
+        this.failures += 1;
+        if (!errors.isConnectionError(e) || this.failures > 1) this._tell(e);
+        await this._pause(backoff(this.failures));
       }
     }
     this._drop(null);
@@ -351,19 +358,21 @@ class Keeper {
     });
   }
 
-  // Warns, on one line, of a failure not yet told since the keeper last
-  // worked: a keeper that fails the same way at every attempt says so
-  // once, not at every retry (and never with a stack trace).
+  // Warns, on one line, of a failure unless it is the one last warned of
+  // (the words of the Python client's KeeperFailures): a keeper that
+  // fails the same way at every attempt says so once, not at every retry
+  // (and never with a stack trace).
   _tell(e) {
-    const text = `${e.name}: ${String(e.message).split('\n')[0]}`;
+    const text = `${e.name}: ${String(e.message).replace(/\n/g, '; ')}`;
     // A configuration error is one failure whatever statement met it (a
     // renewal's missing function, then the reconnection's missing view).
     const key = isConfigError(e) ? e.name : text;
-    if (this._told.has(key)) return;
-    this._told.add(key);
+    if (this._told === key) return;
+    this._told = key;
     const hint = e.hint ? ` (hint: ${e.hint})` : '';
-    process.emitWarning(`dsync: ${text}${hint}; the keeper tries again, waiting longer each time, `
-      + 'and warns again only of another failure', 'DsyncWarning');
+    process.emitWarning(`dsync: the keeper failed (${text}${hint}); it retries every `
+      + `${(MAX_BACKOFF_MS / 1000).toFixed(1)} s at most, and says so again only if the failure changes`,
+    'DsyncWarning');
   }
 
   // Connects, learns whether LISTEN works there (not behind a pooler in
@@ -579,19 +588,35 @@ class Keeper {
     });
   }
 
-  // The pause after a failure: not cut short by acquirers (they would make
-  // a refused connection be retried in a tight loop), only by stop().
+  // The pause after a failed round: cut short by stop(), and by an
+  // acquire waiting for the connection (_hurry), never to less than
+  // RETRY_MS.
   _pause(ms) {
     return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this._pauseDone = null;
+      const p = { startedAt: performance.now(), endsAt: 0, timer: null, done: null };
+      p.done = () => {
+        clearTimeout(p.timer);
+        if (this._pausing === p) this._pausing = null;
         resolve();
       };
-      const timer = setTimeout(done, ms);
-      if (!this._busy()) timer.unref();
-      this._pauseDone = done;
+      this._pausing = p;
+      this._pauseUntil(p, p.startedAt + (this._waiters.size ? Math.min(ms, RETRY_MS) : ms));
     });
+  }
+
+  // (Re)sets pause p to end at `at` (a performance.now() value).
+  _pauseUntil(p, at) {
+    clearTimeout(p.timer);
+    p.endsAt = at;
+    p.timer = setTimeout(p.done, Math.max(0, at - performance.now()));
+    if (!this._busy()) p.timer.unref();
+  }
+
+  // An acquire waits for the keeper's connection: the pause ends now, or
+  // RETRY_MS after it began if that is later.
+  _hurry() {
+    const p = this._pausing;
+    if (p && p.endsAt > p.startedAt + RETRY_MS) this._pauseUntil(p, p.startedAt + RETRY_MS);
   }
 
   // Ends the loop's sleep now, or its next one if it is busy.
@@ -691,7 +716,7 @@ class Keeper {
     this._watchTimer = null;
     const holds = [...this.watched];
     this._wake();
-    if (this._pauseDone) this._pauseDone();
+    if (this._pausing) this._pausing.done();
     this._changed();
     if (this.connecting) this.connecting.end().catch(noop);
     if (this.loop) {

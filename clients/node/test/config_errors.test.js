@@ -98,10 +98,83 @@ test('a keeper whose extension is dropped warns once over several failed attempt
     assert.strictEqual(said.length, 1, said.join('\n'));
     assert.match(said[0], new RegExp(`not created in database "${db}"`));
     assert.match(said[0], /hint: run CREATE EXTENSION dsync/);
+    // The words of the Python client's KeeperFailures: what failed, how
+    // often it is retried at most, when it is said again.
+    assert.match(said[0], /^dsync: the keeper failed \(ExtensionNotCreated: .*\); it retries every 2\.0 s at most, and says so again only if the failure changes$/);
     assert.ok(!said[0].includes('\n    at '), 'no stack trace');
     assert.ok(client._keeper.error instanceof ExtensionNotCreated);
   } finally {
     process.off('warning', onWarning);
+    await client.close();
+  }
+});
+
+// The pauses a keeper takes after failed rounds (ms asked, when each began
+// and ended), recorded around its _pause.
+function recordPauses(keeper) {
+  const pauses = [];
+  const pause = keeper._pause.bind(keeper);
+  keeper._pause = async (ms) => {
+    const p = { ms, start: performance.now(), end: null };
+    pauses.push(p);
+    await pause(ms);
+    p.end = performance.now();
+  };
+  return pauses;
+}
+
+// A client holding a lease (ttl 3 s) in a database whose extension was
+// then dropped: its keeper fails every round, and keeps trying (to renew
+// the lease, then to give it back).
+async function failingKeeper(prefix) {
+  const db = await ownDatabase(prefix, true);
+  const client = new Client({ config: { ...direct, database: db } });
+  const lock = new Lock(uniqueName('kept'), { client, ttl: 3 });
+  lock.on('lost', () => {});
+  assert.strictEqual(await lock.acquire({ blocking: false }), true);
+  const pauses = recordPauses(client._keeper);
+  await query({ ...admin, database: db }, 'DROP EXTENSION dsync');
+  return { client, pauses };
+}
+
+test('the keeper pauses after failed rounds from 0.5 s, doubling, at most 2 s (as the Python client)', { timeout: 30000 }, async () => {
+  const warnings = [];
+  const onWarning = (w) => { if (w.name === 'DsyncWarning') warnings.push(w.message); };
+  process.on('warning', onWarning);
+  const { client, pauses } = await failingKeeper('backoff');
+  try {
+    assert.ok(await waitFor(() => pauses.length >= 5, 20000), `pauses: ${pauses.map((p) => p.ms)}`);
+    assert.deepStrictEqual(pauses.slice(0, 5).map((p) => p.ms), [500, 1000, 2000, 2000, 2000]);
+    for (const p of pauses.slice(0, 4)) assert.ok(p.end - p.start >= p.ms - 20, `a pause of ${p.ms} ms lasted ${p.end - p.start} ms`);
+    // Once each failure: the renewal's (a cached plan's relation gone), then the extension's.
+    assert.strictEqual(warnings.filter((m) => /keeper failed \(ExtensionNotCreated/.test(m)).length, 1, warnings.join('\n'));
+  } finally {
+    process.off('warning', onWarning);
+    await client.close();
+  }
+});
+
+test('an acquire waiting for the keeper ends its pause, but the keeper tries at most once per 0.5 s', { timeout: 30000 }, async () => {
+  const { client, pauses } = await failingKeeper('hurry');
+  try {
+    const keeper = client._keeper;
+    // Pausing 2 s now, nobody waiting.
+    assert.ok(await waitFor(() => pauses.length >= 3, 20000));
+    const before = pauses.length;
+    // A caller retrying in a tight loop (as acquire does, through ensure).
+    const until = performance.now() + 3000;
+    let calls = 0;
+    while (performance.now() < until) {
+      calls += 1;
+      assert.strictEqual(await keeper.ensure(5), false);
+    }
+    const cut = pauses.slice(before - 1, -1).filter((p) => p.end !== null);
+    assert.ok(cut.length >= 3, `pauses while waited for: ${cut.length} (${calls} ensure calls)`);
+    for (const p of cut) {
+      assert.ok(p.end - p.start < 1000, `a ${p.ms} ms pause waited for lasted ${Math.round(p.end - p.start)} ms`);
+      assert.ok(p.end - p.start >= 480, `a pause lasted only ${Math.round(p.end - p.start)} ms: a storm of attempts`);
+    }
+  } finally {
     await client.close();
   }
 });
@@ -149,8 +222,10 @@ test('close() while the server is down resolves at once', { timeout: 30000 }, as
   const onUnhandled = (e) => unhandled.push(e);
   process.on('unhandledRejection', onUnhandled);
   try {
+    const pauses = recordPauses(client._keeper);
     assert.strictEqual(await client._keeper.ensure(1200), false);
     assert.ok(client._keeper.error, 'the keeper failed');
+    assert.ok(pauses.length >= 1, 'pausing');
     const t0 = performance.now();
     await client.close();
     assert.ok(performance.now() - t0 < 500, `close() took ${Math.round(performance.now() - t0)} ms`);
