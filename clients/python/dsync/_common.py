@@ -397,9 +397,37 @@ def campaign_failed(group: str, exc: BaseException, pause: float) -> None:
 # The keeper's pause after a failed round: KEEPER_RETRY_FIRST, doubled per
 # failure in a row, at most KEEPER_RETRY_MAX (a keeper that stays away
 # longer leaves its leases to the watchdog's rescue renewals, which use the
-# statement connections, and then to its deadline).
+# statement connections, and then to its deadline).  A wake-up (an acquire
+# waiting for the keeper's connection) ends the pause, but never before it
+# has lasted KEEPER_RETRY_FIRST: see KeeperPause.
 KEEPER_RETRY_FIRST = 0.5
 KEEPER_RETRY_MAX = 2.0
+
+
+class KeeperPause:
+    """The keeper's pause after a failed round, begun at now for seconds.
+    A wake-up ends it, but not before KEEPER_RETRY_FIRST has passed since
+    it began: one earlier shortens it to that, so that callers retrying in
+    a loop while the keeper cannot connect make it try at most once per
+    KEEPER_RETRY_FIRST, not once per call."""
+
+    __slots__ = ("end", "earliest")
+
+    def __init__(self, seconds: float, now: float):
+        self.end = now + seconds
+        self.earliest = now + min(seconds, KEEPER_RETRY_FIRST)
+
+    def left(self, now: float) -> float:
+        """Seconds still to wait (0 or less: over)."""
+        return self.end - now
+
+    def woken(self, now: float) -> bool:
+        """A wake-up at now: whether the pause ends now (else it ends at
+        its earliest)."""
+        if now >= self.earliest:
+            return True
+        self.end = min(self.end, self.earliest)
+        return False
 
 
 class KeeperFailures:

@@ -258,8 +258,7 @@ class _Keeper:
                     await self._drop(exc)
                     # One line per distinct failure, and a growing pause: a
                     # database without the extension fails every round.
-                    self.wake.clear()
-                    await wait_event(self.wake, failures.failed(err, exc))
+                    await self._rest(failures.failed(err, exc))
         finally:
             # Cancelled by stop(), or by the loop's end (asyncio.run cancels
             # every task then): give back what is held, leave nothing open.
@@ -274,6 +273,22 @@ class _Keeper:
                         await self.client._close_connections()
                 except Exception:
                     log.exception("dsync: closing the keeper failed")
+
+    async def _rest(self, seconds: float) -> None:
+        """The pause after a failed round (c.KeeperPause: a wake-up, such
+        as an acquire waiting for the connection, ends it, but not before
+        its base interval)."""
+        pause = c.KeeperPause(seconds, time.monotonic())
+        self.wake.clear()
+        while not self.stopping:
+            left = pause.left(time.monotonic())
+            if left <= 0:
+                return
+            await wait_event(self.wake, left)
+            woken = self.wake.is_set()
+            self.wake.clear()
+            if woken and pause.woken(time.monotonic()):
+                return
 
     async def _last_words(self) -> None:
         holds = list(self.ledger.holds)

@@ -152,7 +152,9 @@ class _Keeper:
         if self.ledger.connected:
             return True             # started, and connected (read without the lock)
         self.start()
-        self._wake()                # a keeper pausing after failed rounds tries now
+        # A keeper pausing after failed rounds tries now, or once its
+        # pause has lasted its base interval (c.KeeperPause).
+        self._wake()
         deadline = time.monotonic() + timeout
         with self.changed:
             while not self.ledger.connected:
@@ -323,7 +325,7 @@ class _Keeper:
                 self._drop(exc)
                 # One line per distinct failure, and a growing pause: a
                 # database without the extension fails every round.
-                self._sleep(failures.failed(err, exc))
+                self._rest(failures.failed(err, exc))
         self._drop(None)
 
     def _connect(self) -> None:
@@ -383,12 +385,22 @@ class _Keeper:
         if conn is not None:
             conn.close()
 
-    def _sleep(self, seconds: float) -> None:
-        try:
-            readable([self.wake_r], seconds)
-            self.wake_r.recv(4096)
-        except Exception:
-            pass
+    def _rest(self, seconds: float) -> None:
+        """The pause after a failed round (c.KeeperPause: a wake-up ends
+        it, but not before its base interval)."""
+        pause = c.KeeperPause(seconds, time.monotonic())
+        while not self.stopping:
+            left = pause.left(time.monotonic())
+            if left <= 0:
+                return
+            try:
+                woken = bool(readable([self.wake_r], left))
+                if woken:
+                    self.wake_r.recv(4096)
+            except Exception:
+                return
+            if woken and pause.woken(time.monotonic()):
+                return
 
     def _tick(self) -> None:
         """One round: LISTEN what is new, judge what was heard, renew what

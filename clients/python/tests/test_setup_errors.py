@@ -143,6 +143,61 @@ def test_async_keeper_logs_one_line_per_distinct_failure(noext, name, caplog):
     assert lines[0].exc_info is None and "ExtensionNotCreated" in lines[0].getMessage()
 
 
+def _acquire_in_a_loop(acquire, seconds):
+    """Call acquire (which fails: the keeper cannot connect) for seconds."""
+    import time
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        with pytest.raises(dsync.KeeperUnavailable):
+            acquire()
+
+
+def test_acquires_in_a_loop_do_not_storm_the_keeper(server, name, caplog):
+    """Behind a pooler in transaction mode with listen=True the keeper
+    fails every round while statements work: an acquire retried in a loop
+    (each waiting for the keeper's connection) may end the keeper's pause,
+    but not before it has lasted its base interval (KEEPER_RETRY_FIRST)."""
+    import time
+    from dsync._common import KEEPER_RETRY_FIRST
+    client = dsync.Client(server.dsn(bouncer=True), listen=True)
+    try:
+        lock = client.lock(name, ttl=0.6)
+        with caplog.at_level(logging.INFO, logger="dsync"):
+            start = time.monotonic()
+            _acquire_in_a_loop(lambda: lock.acquire(blocking=False), 3.0)
+            took = time.monotonic() - start
+        # One try at once, then at most one per base interval.
+        assert client._keeper.attempts <= took / KEEPER_RETRY_FIRST + 2, client._keeper.attempts
+        assert isinstance(client._keeper.error, dsync.ListenUnavailable)
+        assert len(_keeper_lines(caplog)) == 1
+    finally:
+        client.close()
+
+
+def test_async_acquires_in_a_loop_do_not_storm_the_keeper(server, name, caplog):
+    import time
+    from dsync._common import KEEPER_RETRY_FIRST
+
+    async def main():
+        client = dsync.AsyncClient(server.dsn(bouncer=True), listen=True)
+        try:
+            lock = client.lock(name, ttl=0.6)
+            start = time.monotonic()
+            end = start + 3.0
+            while time.monotonic() < end:
+                with pytest.raises(dsync.KeeperUnavailable):
+                    await lock.acquire(blocking=False)
+            took = time.monotonic() - start
+            keeper = client.keeper
+            assert keeper.attempts <= took / KEEPER_RETRY_FIRST + 2, keeper.attempts
+            assert isinstance(keeper.error, dsync.ListenUnavailable)
+        finally:
+            await client.close()
+    with caplog.at_level(logging.INFO, logger="dsync"):
+        asyncio.run(main())
+    assert len(_keeper_lines(caplog)) == 1
+
+
 def test_keeper_says_again_when_the_failure_changes():
     """KeeperFailures: the same failure is said once, another one again,
     and after a round that worked the same failure is news again."""
