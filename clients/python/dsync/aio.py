@@ -70,9 +70,7 @@ class AsyncLock(_OnClient, LeaseObject):
         self.raise_on_failure = bool(raise_on_failure)
 
     def __repr__(self) -> str:
-        # The object's own name: repr runs under self._mutex (NotHeld's
-        # message), where holder, which asks for it, would deadlock.
-        return f"<{type(self).__name__} {self.name!r} holder={self._owners.base!r}>"
+        return f"<{type(self).__name__} {self.name!r} holder={self.holder!r}>"
 
     async def _prepare(self, client: AsyncClient) -> None:
         """Semaphores define themselves here."""

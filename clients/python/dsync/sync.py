@@ -121,9 +121,7 @@ class Lock(_OnClient, LeaseObject):
         self.raise_on_failure = bool(raise_on_failure)
 
     def __repr__(self) -> str:
-        # The object's own name: repr runs under self._mutex (NotHeld's
-        # message), where holder, which asks for it, would deadlock.
-        return f"<{type(self).__name__} {self.name!r} holder={self._owners.base!r}>"
+        return f"<{type(self).__name__} {self.name!r} holder={self.holder!r}>"
 
     def _prepare(self) -> None:
         """Semaphores define themselves here."""
@@ -271,9 +269,12 @@ class Lock(_OnClient, LeaseObject):
         return bool(released) and was_kept
 
     def _owned_state(self) -> Optional[OwnerState]:
+        """The caller's own state, if it holds.  Read without self._mutex
+        (one dict lookup, atomic under the GIL; only the caller changes its
+        own entry's count from above zero): holder, held, token and repr
+        are read from code that runs under it, and it is not reentrant."""
         owner, _, _ = current_owner()
-        with self._mutex:
-            st = self._owners.get(owner)
+        st = self._owners.get(owner)
         return st if st is not None and st.count > 0 else None
 
     def renew(self, ttl: Optional[Seconds] = None) -> Optional[datetime]:

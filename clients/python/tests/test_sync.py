@@ -60,6 +60,47 @@ def test_default_holder_and_reentry(dsn, admin, name):
     lock.close()
 
 
+def _in_a_thread(fn, timeout=5.0):
+    """fn() in a thread of its own: its result, or an AssertionError if it
+    did not return within timeout (a deadlock fails instead of hanging)."""
+    got = []
+    t = threading.Thread(target=lambda: got.append(fn()), daemon=True)
+    t.start()
+    t.join(timeout)
+    assert got, f"{fn} did not return within {timeout} s (a deadlock)"
+    return got[0]
+
+
+def test_holder_read_under_the_objects_mutex(direct, name):
+    """lock.holder from code that runs while the object's mutex is held
+    (its repr in NotHeld's message, a callback, a subclass) answers
+    instead of deadlocking; so does an on_lost handler that reads it."""
+    lock = Lock(name, conninfo=direct, ttl=10)
+
+    def under_mutex():
+        with lock._mutex:
+            return lock.holder, repr(lock)
+    holder, text = _in_a_thread(under_mutex)
+    assert holder == lock.holder and holder in text
+
+    def release_unheld():
+        try:
+            lock.release()
+        except NotHeld as exc:
+            return str(exc)
+    assert lock.holder in _in_a_thread(release_unheld)
+
+    seen = []
+    lock.on_lost = lambda hold: seen.append(lock.holder)
+    lock.acquire()
+    mine = lock.holder
+    lock.client._keeper.report([lock.hold], "a test")
+    assert wait_for(lambda: seen, timeout=5)
+    assert seen == [mine]       # the callback thread holds nothing: the base name
+    lock.release()
+    lock.close()
+
+
 def test_bad_arguments():
     with pytest.raises(TypeError):
         Lock("x", conninfo="dbname=none", ttl="30")
