@@ -253,7 +253,8 @@ class _Keeper:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
-                    err = errors.from_psycopg(exc, "keeping leases") \
+                    # Said as a call says it (a dropped extension, not preloaded).
+                    err = await errors.diagnose_async(exc, "keeping leases", self.conn) \
                         if isinstance(exc, psycopg.Error) else exc
                     await self._drop(exc)
                     # One line per distinct failure, and a growing pause: a
@@ -318,11 +319,9 @@ class _Keeper:
                     await conn.execute(f'LISTEN "{self.client._queue_channel}"')
             except psycopg.Error as exc:
                 # Said as the library says it (no extension, not preloaded).
-                ext = await errors.probe_async(conn, exc) if errors.needs_probe(exc) \
-                    else errors.UNPROBED
-                db = conn.info.dbname
+                err = await errors.diagnose_async(exc, "connecting the keeper", conn)
                 await conn.close()
-                raise errors.from_psycopg(exc, "connecting the keeper", ext=ext, db=db) from exc
+                raise err from exc
             except BaseException:
                 await conn.close()
                 raise
@@ -672,6 +671,7 @@ class AsyncClient:
                     if timed is not None:
                         timed.append(time.monotonic())
                     bound = None if self.call_timeout is None else self.call_timeout + server_wait
+                    until = time.monotonic() + (errors.PROBE_TIMEOUT if bound is None else bound)
                     timer = AsyncBound(conn, bound) if bound is not None else None
                     cut = False
                     try:
@@ -694,9 +694,9 @@ class AsyncClient:
                             raise
                         failure = exc
                         db = conn.info.dbname   # for the message, while it is ours
-                        if errors.needs_probe(exc):
-                            # Still this task's: ask whether the extension is there.
-                            ext = await errors.probe_async(conn, exc)
+                        # Still this task's: ask whether the extension is
+                        # there, within the call's time left.
+                        ext = await errors.probed_async(exc, conn, until - time.monotonic())
                     if cut:
                         await conn.close()  # answered as it was cut: not reusable
             except psycopg.Error as exc:

@@ -320,7 +320,8 @@ class _Keeper:
                 self._tick()
                 failures.succeeded()
             except Exception as exc:
-                err = errors.from_psycopg(exc, "keeping leases") \
+                # Said as a call says it (a dropped extension, not preloaded).
+                err = errors.diagnose(exc, "keeping leases", self.conn) \
                     if isinstance(exc, psycopg.Error) else exc
                 self._drop(exc)
                 # One line per distinct failure, and a growing pause: a
@@ -345,10 +346,9 @@ class _Keeper:
             except psycopg.Error as exc:
                 # Said as the library says it (no extension, not preloaded):
                 # acquire's KeeperUnavailable carries it as its cause.
-                ext = errors.probe(conn, exc) if errors.needs_probe(exc) else errors.UNPROBED
-                db = conn.info.dbname
+                err = errors.diagnose(exc, "connecting the keeper", conn)
                 conn.close()
-                raise errors.from_psycopg(exc, "connecting the keeper", ext=ext, db=db) from exc
+                raise err from exc
             except BaseException:
                 conn.close()
                 raise
@@ -722,6 +722,7 @@ class Client:
                     if timed is not None:
                         timed.append(time.monotonic())
                     bound = None if self.call_timeout is None else self.call_timeout + server_wait
+                    until = time.monotonic() + (errors.PROBE_TIMEOUT if bound is None else bound)
                     key = 0
                     cut = False
                     try:
@@ -746,9 +747,9 @@ class Client:
                             raise           # the lane closes the connection
                         failure = exc       # a sound connection: the lane keeps it
                         db = conn.info.dbname   # for the message, while it is ours
-                        if errors.needs_probe(exc):
-                            # Still this thread's: ask whether the extension is there.
-                            ext = errors.probe(conn, exc)
+                        # Still this thread's: ask whether the extension is
+                        # there, within the call's time left.
+                        ext = errors.probed(exc, conn, until - time.monotonic())
                     if cut:
                         conn.close()        # answered as it was cut: not reusable
             except psycopg.Error as exc:

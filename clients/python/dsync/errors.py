@@ -15,6 +15,8 @@ from typing import Any, Optional, Tuple
 
 import psycopg
 
+from ._bound import BOUNDS, AsyncBound
+
 
 class DsyncError(Exception):
     """Base class of every error this library raises on its own."""
@@ -207,42 +209,90 @@ def _missing_name(exc: BaseException) -> str:
     return m.group(2) if m else ""
 
 
-def probe(conn: Any, exc: BaseException) -> Any:
+# The longest a probe may take where no call's time bounds it (the keeper's).
+PROBE_TIMEOUT = 5.0
+
+
+def probe(conn: Any, exc: BaseException, seconds: Optional[float] = PROBE_TIMEOUT) -> Any:
     """pg_extension's word on dsync and on the name exc says is missing,
     asked on conn (psycopg 3, idle in autocommit after the failure);
-    UNPROBED if it cannot be asked."""
+    UNPROBED if it cannot be asked, or not within seconds (the call's
+    time left; None: no bound), past which conn is cut and closed."""
+    if seconds is not None and seconds <= 0:
+        return UNPROBED
     name = _missing_name(exc)
+    key = BOUNDS.begin(conn, seconds) if seconds is not None else 0
     try:
         row = conn.execute(PROBE, (name, name)).fetchone()
     except Exception:
         return UNPROBED
+    finally:
+        if key and BOUNDS.end(key):
+            conn.close()            # cut: not reusable
     return row if row is not None else None
 
 
-async def probe_async(conn: Any, exc: BaseException) -> Any:
+async def probe_async(conn: Any, exc: BaseException,
+                      seconds: Optional[float] = PROBE_TIMEOUT) -> Any:
     """probe() on an AsyncConnection."""
+    if seconds is not None and seconds <= 0:
+        return UNPROBED
     name = _missing_name(exc)
+    bound = AsyncBound(conn, seconds) if seconds is not None else None
     try:
         cur = await conn.execute(PROBE, (name, name))
         row = await cur.fetchone()
     except Exception:
         return UNPROBED
+    finally:
+        if bound is not None and bound.end():
+            await conn.close()
     return row if row is not None else None
 
 
-def specific(exc: BaseException, what: str, conn: Any) -> Optional[DsyncError]:
+def probed(exc: BaseException, conn: Any, seconds: Optional[float]) -> Any:
+    """What probe() says for exc on conn if exc needs it and conn can be
+    asked (idle); UNPROBED otherwise."""
+    if conn is not None and needs_probe(exc) and idle(conn):
+        return probe(conn, exc, seconds)
+    return UNPROBED
+
+
+async def probed_async(exc: BaseException, conn: Any, seconds: Optional[float]) -> Any:
+    if conn is not None and needs_probe(exc) and idle(conn):
+        return await probe_async(conn, exc, seconds)
+    return UNPROBED
+
+
+def specific(exc: BaseException, what: str, conn: Any,
+             seconds: Optional[float] = PROBE_TIMEOUT) -> Optional[DsyncError]:
     """dsync's exception for exc if the server said something about dsync
     itself (not created, not loaded, stale, not held), asking pg_extension
-    on conn when it is idle; None otherwise, for the caller to handle exc
-    as it did."""
-    ext = probe(conn, exc) if needs_probe(exc) and idle(conn) else UNPROBED
-    return _dsync_error(exc, what, conn, ext)
+    on conn when it is idle (within seconds); None otherwise, for the
+    caller to handle exc as it did."""
+    return _dsync_error(exc, what, conn, probed(exc, conn, seconds))
 
 
-async def specific_async(exc: BaseException, what: str, conn: Any) -> Optional[DsyncError]:
+async def specific_async(exc: BaseException, what: str, conn: Any,
+                         seconds: Optional[float] = PROBE_TIMEOUT) -> Optional[DsyncError]:
     """specific() on an AsyncConnection."""
-    ext = await probe_async(conn, exc) if needs_probe(exc) and idle(conn) else UNPROBED
-    return _dsync_error(exc, what, conn, ext)
+    return _dsync_error(exc, what, conn, await probed_async(exc, conn, seconds))
+
+
+def diagnose(exc: psycopg.Error, what: str, conn: Any = None,
+             seconds: Optional[float] = PROBE_TIMEOUT) -> DsyncError:
+    """from_psycopg(exc, what), asking pg_extension on conn first where
+    that tells more (needs_probe, conn idle), within seconds: the one
+    diagnosis of calls, guard, watch and the keeper."""
+    db = _database(exc, conn)
+    return from_psycopg(exc, what, ext=probed(exc, conn, seconds), db=db)
+
+
+async def diagnose_async(exc: psycopg.Error, what: str, conn: Any = None,
+                         seconds: Optional[float] = PROBE_TIMEOUT) -> DsyncError:
+    """diagnose() on an AsyncConnection."""
+    db = _database(exc, conn)
+    return from_psycopg(exc, what, ext=await probed_async(exc, conn, seconds), db=db)
 
 
 def _dsync_error(exc: BaseException, what: Optional[str], conn: Any,

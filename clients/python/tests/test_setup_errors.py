@@ -198,6 +198,103 @@ def test_async_acquires_in_a_loop_do_not_storm_the_keeper(server, name, caplog):
     assert len(_keeper_lines(caplog)) == 1
 
 
+# A probe that does not answer for 20 s (a stuck server), with PROBE's two
+# parameters and its four columns.
+_STUCK_PROBE = ("SELECT %s::text, %s::text, true, true FROM pg_sleep(20)")
+
+
+def test_the_probe_keeps_to_the_call_timeout(noext, name, monkeypatch):
+    """The diagnosis of a missing function (asking pg_extension) runs
+    within the call's call_timeout: a server that does not answer it does
+    not hold up a call that had a timeout."""
+    import time
+    monkeypatch.setattr(errors, "PROBE", _STUCK_PROBE)
+    client = dsync.Client(noext, call_timeout=1.5)
+    try:
+        start = time.monotonic()
+        with pytest.raises(dsync.ExtensionNotCreated):
+            client.lock(name).acquire(blocking=False)
+        assert time.monotonic() - start < 5
+        client.ping()               # the cut connection was replaced
+    finally:
+        client.close()
+
+
+def test_async_probe_keeps_to_the_call_timeout(noext, name, monkeypatch):
+    import time
+    monkeypatch.setattr(errors, "PROBE", _STUCK_PROBE)
+
+    async def main():
+        async with dsync.AsyncClient(noext, call_timeout=1.5) as client:
+            start = time.monotonic()
+            with pytest.raises(dsync.ExtensionNotCreated):
+                await client.lock(name).acquire(blocking=False)
+            assert time.monotonic() - start < 5
+    asyncio.run(main())
+
+
+@pytest.fixture
+def droppable(server, name):
+    """A database of its own with the extension, for a test to drop it."""
+    db = "drop_" + str(abs(hash(name)) % 10**8)
+    with psycopg.connect(server.dsn("postgres", "postgres"), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {db}")
+        conn.execute(f"CREATE DATABASE {db} OWNER app")
+    with psycopg.connect(server.dsn(db, "postgres"), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION dsync")
+    yield db
+    with psycopg.connect(server.dsn("postgres", "postgres"), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+
+
+def _drop_extension(server, db):
+    with psycopg.connect(server.dsn(db, "postgres"), autocommit=True) as conn:
+        conn.execute("DROP EXTENSION dsync")
+
+
+def _not_created_lines(caplog):
+    """The keeper's lines that say the extension is not created.  (A
+    renewal running as the extension is dropped may first fail otherwise,
+    "could not open relation with OID ...": a line of its own.)"""
+    return [r.getMessage() for r in _keeper_lines(caplog)
+            if "ExtensionNotCreated" in r.getMessage()]
+
+
+def test_keeper_diagnoses_a_dropped_extension_as_the_call_does(server, droppable, name, caplog):
+    """The extension dropped under a running keeper: its renewals fail
+    with a missing function, and its one line says, as a call would
+    after asking pg_extension, that the extension is not created (not
+    that it may be out of search_path)."""
+    client = dsync.Client(server.dsn(droppable))
+    try:
+        with caplog.at_level(logging.INFO, logger="dsync"):
+            lock = client.lock(name, ttl=3)
+            assert lock.acquire()
+            _drop_extension(server, droppable)
+            assert wait_for(lambda: _not_created_lines(caplog), timeout=30)
+        for line in _not_created_lines(caplog):
+            assert "search_path" not in line and 'database "drop_' in line, line
+    finally:
+        client.close()
+
+
+def test_async_keeper_diagnoses_a_dropped_extension(server, droppable, name, caplog):
+    async def main():
+        async with dsync.AsyncClient(server.dsn(droppable)) as client:
+            lock = client.lock(name, ttl=3)
+            assert await lock.acquire()
+            _drop_extension(server, droppable)
+            for _ in range(3000):
+                if _not_created_lines(caplog):
+                    break
+                await asyncio.sleep(0.01)
+    with caplog.at_level(logging.INFO, logger="dsync"):
+        asyncio.run(main())
+    assert _not_created_lines(caplog)
+    for line in _not_created_lines(caplog):
+        assert "search_path" not in line and 'database "drop_' in line, line
+
+
 def test_keeper_says_again_when_the_failure_changes():
     """KeeperFailures: the same failure is said once, another one again,
     and after a round that worked the same failure is news again."""
