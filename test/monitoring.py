@@ -31,15 +31,13 @@ import urllib.error
 import urllib.request
 
 import psycopg
-import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients",
                                 "python", "tests"))
-from conftest import PGBIN, Server, _as_postgres  # noqa: E402
+from conftest import PGBIN, Server, _as_postgres, _free_port  # noqa: E402
+from monitoring_queries import QUERIES as DEFAULT_QUERIES, produced_metrics  # noqa: E402
 
-TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-QUERIES = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-    TOP, "monitoring", "postgres_exporter", "dsync-queries.yaml")
+QUERIES = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_QUERIES
 EXPORTER = "/usr/bin/prometheus-postgres-exporter"
 
 failures = []
@@ -49,12 +47,6 @@ def check(what, ok, detail=""):
     print(("ok      " if ok else "FAILED  ") + what + ("" if ok else f": {detail}"), flush=True)
     if not ok:
         failures.append(what)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(conn, sql, what, seconds=60):
@@ -87,7 +79,7 @@ def parse(text):
 
 class Exporter:
     def __init__(self, dsn, *args):
-        self.port = free_port()
+        self.port = _free_port()
         self.log = open(os.path.join(server.dir, f"exporter-{self.port}.log"), "w")
         self.proc = subprocess.Popen(
             [EXPORTER, f"--extend.query-path={QUERIES}",
@@ -273,9 +265,7 @@ try:
           len([k for k in samples if k[0] == "dsync_databases_served"])
           == q(mon, "SELECT count(*) FROM dsync_databases"))
 
-    defined = {f"{ns}_{col}" for ns, query in yaml.safe_load(open(QUERIES)).items()
-               for metric in query["metrics"] for col, spec in metric.items()
-               if spec["usage"] != "LABEL"}
+    defined = produced_metrics(QUERIES)
     scraped = {k[0] for k in samples}
     check(f"every metric of the queries file was scraped ({len(defined)})",
           defined and defined <= scraped, str(sorted(defined - scraped)))

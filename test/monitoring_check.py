@@ -29,10 +29,11 @@ import tempfile
 
 import yaml
 
+from monitoring_queries import produced_metrics
+
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DASHBOARD = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
     TOP, "monitoring", "grafana", "dsync-dashboard.json")
-QUERIES = os.path.join(TOP, "monitoring", "postgres_exporter", "dsync-queries.yaml")
 ALERTS = os.path.join(TOP, "monitoring", "prometheus", "dsync-alerts.yml")
 DS = "${DS_PROMETHEUS}"
 EXPORTER_OWN = {"pg_up", "pg_exporter_last_scrape_error"}
@@ -45,17 +46,6 @@ failures = []
 def fail(msg):
     print("FAILED  " + msg)
     failures.append(msg)
-
-
-def produced_metrics():
-    """<query>_<column> of every column of the queries file that is not a label."""
-    names = set()
-    for namespace, q in yaml.safe_load(open(QUERIES)).items():
-        for metric in q["metrics"]:
-            for column, spec in metric.items():
-                if spec["usage"] != "LABEL":
-                    names.add(f"{namespace}_{column}")
-    return names
 
 
 def metric_names(expr):
