@@ -234,10 +234,7 @@ class AsyncLock(_OnClient, LeaseObject):
             cur = await conn.execute(sql.ASSERT_HELD, (self.name, holder))
             row = await cur.fetchone()
         except psycopg.Error as exc:
-            ext = errors.UNPROBED
-            if errors.needs_probe(exc) and errors.idle(conn):
-                ext = await errors.probe_async(conn, exc)
-            raise errors.from_psycopg(exc, self._what("guarding"), conn, ext) from exc
+            raise await errors.diagnose_async(exc, self._what("guarding"), conn) from exc
         return int(row[0])
 
     def _lost(self, hold: Hold) -> Any:
@@ -320,15 +317,8 @@ class AsyncSemaphore(AsyncLock):
             pause = min(pause * 2, 1.0)
 
     async def get_count(self) -> Optional[int]:
-        try:
-            return await self.client._query(sql.SEM_PERMITS, (self.name,),
-                                            f'reading semaphore "{self.name}"')
-        except errors.ServerError as exc:
-            if exc.sqlstate == "42P01":
-                raise errors.DsyncError(
-                    "reading a semaphore's count needs version 1.5 of the dsync extension "
-                    "(ALTER EXTENSION dsync UPDATE)") from exc
-            raise
+        return await self.client._query(sql.SEM_PERMITS, (self.name,),
+                                        f'reading semaphore "{self.name}"')
 
 
 class AsyncEvent(_OnClient):

@@ -85,12 +85,14 @@ class _Notifications:
 
 async def _log_query(conn: psycopg.AsyncConnection, sql: str, params: Any = None) -> Optional[list]:
     """Rows of a query on the event log, or None if the installed version
-    keeps none (before 1.4)."""
+    keeps none (before 1.4; see watch._log_query)."""
     try:
         cur = await conn.execute(sql, params)
         return await cur.fetchall()
-    except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction):
-        return None
+    except psycopg.Error as exc:
+        if errors.older_version(await errors.probed_async(exc, conn)):
+            return None
+        raise
 
 
 async def awatch(names: Sequence[str], *, conninfo: str, timeout: Optional[Seconds] = None,

@@ -80,10 +80,8 @@ def translated(what: Optional[str] = None) -> Iterator[None]:
     try:
         yield
     except DatabaseError as exc:
-        err = errors.translate(exc, what)
-        if err is None:
-            raise
-        raise err from exc
+        errors.raise_translated(exc, what)
+        raise
 
 
 def guard(lock: Any, using: str = "default") -> int:

@@ -126,6 +126,7 @@ _NOT_HELD = re.compile(r'^lease ".*" is not held by ".*"$', re.S)
 _NOT_PRELOADED = "dsync must be loaded via shared_preload_libraries"
 # A dsync function or view that does not exist (42883, 42P01), or the
 # extension dropped under a running call (42704).
+_MISSING_STATES = ("42883", "42P01")
 _MISSING = re.compile(r'^(function|relation) "?(dsync_\w*)')
 _DROPPED = 'extension "dsync" has been dropped'
 
@@ -178,7 +179,12 @@ def needs_probe(exc: BaseException) -> bool:
     before translating: the extension may be missing, in a schema out of
     search_path, or older than the function."""
     state, primary, _ = _fields(exc)
-    return state in ("42883", "42P01") and _MISSING.match(primary) is not None
+    return _missing(state, primary)
+
+
+def _missing(state: Optional[str], primary: str) -> bool:
+    """Whether the server said a dsync function or view does not exist."""
+    return state in _MISSING_STATES and _MISSING.match(primary) is not None
 
 
 # What probe answers: None, the extension is not there; else its schema,
@@ -250,7 +256,14 @@ async def probe_async(conn: Any, exc: BaseException,
     return row if row is not None else None
 
 
-def probed(exc: BaseException, conn: Any, seconds: Optional[float]) -> Any:
+def older_version(ext: Any) -> bool:
+    """Whether probe()'s answer says the extension is there, in
+    search_path, but has no function or relation of the missing name: an
+    older version than the one the client asked of it."""
+    return ext is not UNPROBED and ext is not None and bool(ext[2]) and not ext[3]
+
+
+def probed(exc: BaseException, conn: Any, seconds: Optional[float] = PROBE_TIMEOUT) -> Any:
     """What probe() says for exc on conn if exc needs it and conn can be
     asked (idle); UNPROBED otherwise."""
     if conn is not None and needs_probe(exc) and idle(conn):
@@ -258,7 +271,8 @@ def probed(exc: BaseException, conn: Any, seconds: Optional[float]) -> Any:
     return UNPROBED
 
 
-async def probed_async(exc: BaseException, conn: Any, seconds: Optional[float]) -> Any:
+async def probed_async(exc: BaseException, conn: Any,
+                       seconds: Optional[float] = PROBE_TIMEOUT) -> Any:
     if conn is not None and needs_probe(exc) and idle(conn):
         return await probe_async(conn, exc, seconds)
     return UNPROBED
@@ -318,8 +332,7 @@ def _dsync_error(exc: BaseException, what: Optional[str], conn: Any,
             err.token, err.accepted = int(m.group(1)), int(m.group(2))
     elif state == "55000" and _NOT_HELD.match(primary):
         err = NotHeld(f"{prefix}{primary}")
-    elif (state == "42704" and primary.startswith(_DROPPED)) or \
-            (state in ("42883", "42P01") and _MISSING.match(primary)):
+    elif (state == "42704" and primary.startswith(_DROPPED)) or _missing(state, primary):
         if ext is UNPROBED and "unknown" in primary:
             # Untyped parameters (psycopg2, text() without CAST) miss an
             # existing function as well: nothing to say beyond the server.
@@ -347,6 +360,7 @@ def _dsync_error(exc: BaseException, what: Optional[str], conn: Any,
                                   f"in {where} does not have it; {hint}")
             err.hint = hint
     elif state == "42710" and primary.startswith("semaphore "):
+        # (Another 42710, a fence bound to another lease, is a ServerError.)
         err = SemaphoreMismatch(f"{prefix}{primary}")
     if err is not None:
         err.sqlstate = state
@@ -366,9 +380,8 @@ def from_psycopg(exc: psycopg.Error, what: str, conn: Any = None,
         err = _dsync_error(exc, what, conn, ext, db)
         if err is not None:
             return err
-        if state == "42710":
-            cls = SemaphoreMismatch
-        elif state == "55000":
+        # What _dsync_error does not name: by class alone.
+        if state == "55000":
             cls = NotHeld
         elif state is not None and state.startswith("22"):
             cls = InvalidArgument
@@ -419,3 +432,11 @@ def translate(exc: BaseException, what: Optional[str] = None) -> Optional[DsyncE
     if err is not None:
         err.__cause__ = exc
     return err
+
+
+def raise_translated(exc: BaseException, what: Optional[str] = None) -> None:
+    """Raise translate(exc, what) from exc if exc is one of dsync's errors;
+    return otherwise, for the caller to re-raise exc as it is."""
+    err = translate(exc, what)
+    if err is not None:
+        raise err from exc

@@ -38,20 +38,11 @@ def _lease_and_holder(lock: Any) -> Tuple[str, str]:
     under: a Lock, ReadLock or Semaphore (the calling thread's or task's
     own holder name, holder#2 for a second owner), or a Hold handed over
     from its owner."""
-    if hasattr(lock, "_owned_state"):
-        return lock.name, lock.holder       # the caller's own name (see Lock.holder)
     if hasattr(lock, "name") and hasattr(lock, "holder"):
-        return lock.name, lock.holder       # a Hold
+        # A lock object's holder is the caller's own name (see Lock.holder).
+        return lock.name, lock.holder
     raise TypeError(f"guard() takes a dsync Lock, ReadLock, Semaphore or Hold, not "
                     f"{type(lock).__name__}")
-
-
-def _raise_translated(exc: BaseException, what: str) -> None:
-    """Raise dsync's exception for exc if it is one of dsync's errors;
-    return otherwise (the caller re-raises exc)."""
-    err = errors.translate(exc, what)
-    if err is not None:
-        raise err from exc
 
 
 def guard(lock: Any, conn: Any) -> int:
@@ -65,7 +56,7 @@ def guard(lock: Any, conn: Any) -> int:
     try:
         token = conn.execute(_ASSERT_HELD, {"lease": lease, "holder": holder}).scalar()
     except sa_exc.DBAPIError as exc:
-        _raise_translated(exc, what)
+        errors.raise_translated(exc, what)
         raise
     return int(token)
 
@@ -85,7 +76,7 @@ def fenced_update(conn: Any, table: Any, token: int, *where: Any,
     try:
         result = conn.execute(stmt)
     except sa_exc.DBAPIError as exc:
-        _raise_translated(exc, f"writing {target.name} with fencing token {token}")
+        errors.raise_translated(exc, f"writing {target.name} with fencing token {token}")
         raise
     return result.rowcount
 
@@ -99,7 +90,7 @@ def translated(what: Optional[str] = None) -> Iterator[None]:
     try:
         yield
     except sa_exc.DBAPIError as exc:
-        _raise_translated(exc, what or "")
+        errors.raise_translated(exc, what or "")
         raise
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -77,6 +78,16 @@ def current_owner() -> Tuple[Any, Callable[[], bool], str]:
     if known is None or known[0] != ident:
         known = _this_thread.owner = (ident, _thread_owner())
     return known[1]
+
+
+def _is_sqlalchemy(conn: Any) -> bool:
+    """Whether conn is a SQLAlchemy Connection or Session (a subclass, a
+    scoped_session).  Only where SQLAlchemy is imported already: without
+    it no such object exists, and dsync does not import it to ask."""
+    engine = sys.modules.get("sqlalchemy.engine")
+    orm = sys.modules.get("sqlalchemy.orm")
+    return (engine is not None and isinstance(conn, engine.Connection)) or \
+        (orm is not None and isinstance(conn, (orm.Session, orm.scoped_session)))
 
 
 def _thread_owner() -> Tuple[Any, Callable[[], bool], str]:
@@ -330,8 +341,7 @@ class Lock(_OnClient, LeaseObject):
         ends), else NotHeld (SQLSTATE 55000; the transaction is then
         aborted).  conn: a psycopg 3 connection, or a SQLAlchemy Session or
         Connection (dsync.sqlalchemy.guard)."""
-        if not isinstance(conn, psycopg.Connection) and \
-                type(conn).__module__.startswith("sqlalchemy."):
+        if _is_sqlalchemy(conn):
             from .sqlalchemy import guard
             return guard(self, conn)
         st = self._owned_state()
@@ -339,10 +349,7 @@ class Lock(_OnClient, LeaseObject):
         try:
             row = conn.execute(sql.ASSERT_HELD, (self.name, holder)).fetchone()
         except psycopg.Error as exc:
-            ext = errors.UNPROBED
-            if errors.needs_probe(exc) and errors.idle(conn):
-                ext = errors.probe(conn, exc)
-            raise errors.from_psycopg(exc, self._what("guarding"), conn, ext) from exc
+            raise errors.diagnose(exc, self._what("guarding"), conn) from exc
         return int(row[0])
 
     # -- the keeper's report --------------------------------------------------------
@@ -429,16 +436,10 @@ class Semaphore(Lock):
 
     def get_count(self) -> Optional[int]:
         """The number of permits the server has for this semaphore (None:
-        not defined).  Needs version 1.5 of the extension."""
-        try:
-            return self.client._query(sql.SEM_PERMITS, (self.name,),
-                                      f'reading semaphore "{self.name}"')
-        except errors.ServerError as exc:
-            if exc.sqlstate == "42P01":
-                raise errors.DsyncError(
-                    "reading a semaphore's count needs version 1.5 of the dsync extension "
-                    "(ALTER EXTENSION dsync UPDATE)") from exc
-            raise
+        not defined).  Needs version 1.5 of the extension (an older one:
+        ServerError saying to run ALTER EXTENSION dsync UPDATE)."""
+        return self.client._query(sql.SEM_PERMITS, (self.name,),
+                                  f'reading semaphore "{self.name}"')
 
 
 class Event(_OnClient):

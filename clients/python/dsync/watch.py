@@ -49,11 +49,14 @@ def _drain(conn: psycopg.Connection) -> List[tuple]:
 
 def _log_query(conn: psycopg.Connection, sql: str, params: Any = None) -> Optional[list]:
     """Rows of a query on the event log, or None if the installed version
-    keeps none (before 1.4)."""
+    keeps none (before 1.4: pg_extension says it lacks the name; any other
+    failure, a missing extension say, is the watch's)."""
     try:
         return conn.execute(sql, params).fetchall()
-    except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction):
-        return None
+    except psycopg.Error as exc:
+        if errors.older_version(errors.probed(exc, conn)):
+            return None
+        raise
 
 
 def watch(names: Sequence[str], *, conninfo: str, timeout: Optional[Seconds] = None,

@@ -20,13 +20,22 @@ from dsync import errors
 from conftest import PGBIN, Server, _as_postgres, wait_for
 
 
+def _new_database(server, db, extension=None):
+    """A fresh database db of the app role; extension: the superuser's
+    statement to run in it (CREATE EXTENSION ...)."""
+    with psycopg.connect(server.dsn("postgres", "postgres"), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {db} OWNER app")
+    if extension:
+        with psycopg.connect(server.dsn(db, "postgres"), autocommit=True) as conn:
+            conn.execute(extension)
+    return server.dsn(db=db)
+
+
 @pytest.fixture(scope="module")
 def noext(server):
     """A database of the app role without the dsync extension."""
-    with psycopg.connect(server.dsn("postgres", "postgres"), autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS noext")
-        conn.execute("CREATE DATABASE noext OWNER app")
-    return server.dsn(db="noext")
+    return _new_database(server, "noext")
 
 
 def _acquire_error(dsn, name, cls):
@@ -68,13 +77,9 @@ def test_guard_without_the_extension_in_a_transaction(noext, name):
 
 
 def test_extension_out_of_search_path_says_so(server, admin, name):
-    with psycopg.connect(server.dsn("postgres", "postgres"), autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS otherschema")
-        conn.execute("CREATE DATABASE otherschema OWNER app")
-    with psycopg.connect(server.dsn("otherschema", "postgres"), autocommit=True) as conn:
-        conn.execute("CREATE SCHEMA hidden")
-        conn.execute("CREATE EXTENSION dsync SCHEMA hidden")
-    client = dsync.Client(server.dsn("otherschema"))
+    dsn = _new_database(server, "otherschema",
+                        "CREATE SCHEMA hidden; CREATE EXTENSION dsync SCHEMA hidden")
+    client = dsync.Client(dsn)
     try:
         with pytest.raises(dsync.ServerError) as ei:
             client.lock(name).acquire(blocking=False)
@@ -237,11 +242,7 @@ def test_async_probe_keeps_to_the_call_timeout(noext, name, monkeypatch):
 def droppable(server, name):
     """A database of its own with the extension, for a test to drop it."""
     db = "drop_" + str(abs(hash(name)) % 10**8)
-    with psycopg.connect(server.dsn("postgres", "postgres"), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {db}")
-        conn.execute(f"CREATE DATABASE {db} OWNER app")
-    with psycopg.connect(server.dsn(db, "postgres"), autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION dsync")
+    _new_database(server, db, "CREATE EXTENSION dsync")
     yield db
     with psycopg.connect(server.dsn("postgres", "postgres"), autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
@@ -293,6 +294,35 @@ def test_async_keeper_diagnoses_a_dropped_extension(server, droppable, name, cap
     assert _not_created_lines(caplog)
     for line in _not_created_lines(caplog):
         assert "search_path" not in line and 'database "drop_' in line, line
+
+
+@pytest.fixture(scope="module")
+def older(server):
+    """A database with version 1.3 of the extension (no semaphore view, no
+    event log)."""
+    return _new_database(server, "older", "CREATE EXTENSION dsync VERSION '1.3'")
+
+
+def test_an_older_version_is_said_by_the_one_diagnosis(older, name):
+    """get_count on a version without dsync_semaphores says which version
+    is there and what to run, as any call does (no special case); watch
+    on a version without the event log starts from the state alone."""
+    client = dsync.Client(older)
+    try:
+        sem = client.lock(name)
+        from dsync.sync import Semaphore
+        with pytest.raises(dsync.ServerError) as ei:
+            Semaphore.get_count(sem)
+        assert "version 1.3" in str(ei.value)
+        assert ei.value.hint == 'run ALTER EXTENSION dsync UPDATE in database "older"'
+        holder = client.lock(name, holder="h-old")
+        assert holder.acquire(blocking=False)
+        it = client.watch([name], timeout=1)
+        first = next(it)
+        assert (first.kind, first.holder) == ("state", "h-old")
+        holder.release()
+    finally:
+        client.close()
 
 
 def test_keeper_says_again_when_the_failure_changes():

@@ -67,6 +67,17 @@ def test_guard_in_a_session_and_a_connection(engine, client, name):
         session.rollback()
 
 
+class AppSession(Session):
+    """An application's own Session class (its module is not SQLAlchemy's)."""
+
+
+def test_lock_guard_takes_a_session_subclass(engine, client, name):
+    lock = client.lock(name, ttl=30)
+    with lock:
+        with AppSession(engine) as session, session.begin():
+            assert lock.guard(session) == lock.token
+
+
 def test_stale_writer_is_refused_and_raised_as_stale_token(engine, client, admin, account, name):
     lock = client.lock(name, ttl=30)
     assert lock.acquire()
