@@ -187,7 +187,9 @@ extern void HoldWhileRunning(Holding *h, const char *group);
 extern void HoldingSignal(int signo, void *arg);
 extern void Release(Holding *h, const char *group);
 extern void SetExpiry(Holding *h, int64_t sent_ms, double left_ms);
-extern char *GrantedToken(PGresult *res, const Options *opt, Holding *h, int64_t sent_ms);
+extern char *AcquireToken(PGconn *conn, Holding *h, const char *call, int nparams,
+						  const char *const *params, const char *lease, int *signo,
+						  bool *conn_lost, bool *refused);
 extern void StartChild(Holding *h, const char *token);
 
 /* lock.c */

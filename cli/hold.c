@@ -141,24 +141,45 @@ SetExpiry(Holding *h, int64_t sent_ms, double left_ms)
 }
 
 /*
- * GrantedToken
- *		The token of an acquire's answer (malloc'd; NULL: not granted),
- *		whose second and third columns are the time the lease has left and
- *		how long the statement had run when that was measured (it may have
- *		waited), both by the server's clock; the expiry is noted in h.
+ * AcquireToken
+ *		Run call, a dsync function of $1 lease and $2 holder that returns
+ *		the fencing token or NULL (dsync_acquire, dsync_acquire_shared,
+ *		dsync_queue), as RunAcquiring does, and return the token
+ *		(malloc'd; NULL: not granted, or as RunAcquiring says).  lock.c
+ *		and queue.c acquire through this one statement, which also reads
+ *		the time the lease has left and how long the statement had run
+ *		when that was measured (it may have waited), both by the server's
+ *		clock: the expiry is noted in h (if given) from them.
  */
 char *
-GrantedToken(PGresult *res, const Options *opt, Holding *h, int64_t sent_ms)
+AcquireToken(PGconn *conn, Holding *h, const char *call, int nparams,
+			 const char *const *params, const char *lease, int *signo,
+			 bool *conn_lost, bool *refused)
 {
+	char		sql[512];
+	PGresult   *res;
 	char	   *token;
+	int64_t		sent = NowMs();
 
-	if (PQgetisnull(res, 0, 0))
+	snprintf(sql, sizeof(sql),
+			 "SELECT t, extract(epoch FROM l.expires_at - clock_timestamp()) * 1000,"
+			 "       extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000"
+			 "  FROM %s AS t"
+			 "  LEFT JOIN dsync_leases l ON l.lease = $1 AND l.holder = $2", call);
+	res = RunAcquiring(conn, sql, nparams, params, lease, signo, conn_lost, refused);
+	if (res == NULL)
 		return NULL;
+	if (PQgetisnull(res, 0, 0))
+	{
+		PQclear(res);
+		return NULL;
+	}
 	token = strdup(PQgetvalue(res, 0, 0));
 	if (h)
-		SetExpiry(h, sent_ms + (int64_t) atof(PQgetvalue(res, 0, 2)),
-				  PQgetisnull(res, 0, 1) ? (double) opt->ttl_ms :
+		SetExpiry(h, sent + (int64_t) atof(PQgetvalue(res, 0, 2)),
+				  PQgetisnull(res, 0, 1) ? (double) h->opt->ttl_ms :
 				  atof(PQgetvalue(res, 0, 1)));
+	PQclear(res);
 	return token;
 }
 

@@ -34,9 +34,6 @@ Acquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms,
 	char		ttl[64];
 	char		wait[64];
 	const char *params[5];
-	PGresult   *res;
-	char	   *token = NULL;
-	int64_t		sent = NowMs();
 
 	params[0] = lease;
 	params[1] = opt->holder;
@@ -44,23 +41,10 @@ Acquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms,
 	params[3] = wait_ms < 0 ? NULL : IntervalParam(wait_ms, wait, sizeof(wait));
 	params[4] = opt->info;
 	*signo = 0;
-
-	/* Besides the token, what GrantedToken needs for the expiry. */
-	res = RunAcquiring(conn, opt->shared ?
-					   "SELECT t, extract(epoch FROM l.expires_at - clock_timestamp()) * 1000,"
-					   "       extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000"
-					   "  FROM dsync_acquire_shared($1, $2, $3::interval, $4::interval, $5::jsonb) AS t"
-					   "  LEFT JOIN dsync_leases l ON l.lease = $1 AND l.holder = $2" :
-					   "SELECT t, extract(epoch FROM l.expires_at - clock_timestamp()) * 1000,"
-					   "       extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000"
-					   "  FROM dsync_acquire($1, $2, $3::interval, $4::interval, $5::jsonb) AS t"
-					   "  LEFT JOIN dsync_leases l ON l.lease = $1 AND l.holder = $2",
-					   5, params, lease, signo, conn_lost, NULL);
-	if (res == NULL)
-		return NULL;
-	token = GrantedToken(res, opt, h, sent);
-	PQclear(res);
-	return token;
+	return AcquireToken(conn, h, opt->shared ?
+						"dsync_acquire_shared($1, $2, $3::interval, $4::interval, $5::jsonb)" :
+						"dsync_acquire($1, $2, $3::interval, $4::interval, $5::jsonb)",
+						5, params, lease, signo, conn_lost, NULL);
 }
 
 /*

@@ -103,26 +103,14 @@ QueueJoin(PGconn *conn, const Options *opt, const char *lease, Holding *h,
 {
 	char		ttl[64];
 	const char *params[5];
-	PGresult   *res;
-	char	   *token = NULL;
-	int64_t		sent = NowMs();
 
 	params[0] = lease;
 	params[1] = opt->holder;
 	params[2] = IntervalParam(opt->ttl_ms, ttl, sizeof(ttl));
 	params[3] = queue_key;
 	params[4] = opt->shared ? "true" : "false";
-	res = RunAcquiring(conn,
-					   "SELECT t, extract(epoch FROM l.expires_at - clock_timestamp()) * 1000,"
-					   "       extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000"
-					   "  FROM dsync_queue($1, $2, $3::interval, $4, $5::boolean) AS t"
-					   "  LEFT JOIN dsync_leases l ON l.lease = $1 AND l.holder = $2",
-					   5, params, lease, signo, conn_lost, refused);
-	if (res == NULL)
-		return NULL;
-	token = GrantedToken(res, opt, h, sent);
-	PQclear(res);
-	return token;
+	return AcquireToken(conn, h, "dsync_queue($1, $2, $3::interval, $4, $5::boolean)",
+						5, params, lease, signo, conn_lost, refused);
 }
 
 /*
