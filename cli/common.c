@@ -581,7 +581,7 @@ DefaultHolder(void)
 static bool
 BehindPooler(PGconn *conn)
 {
-	PGresult   *res = PQexec(conn, "SELECT pg_backend_pid()");
+	PGresult   *res = PQexec(conn, "SELECT pg_catalog.pg_backend_pid()");
 	bool		pooled = false;
 
 	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)

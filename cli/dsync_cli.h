@@ -150,6 +150,7 @@ typedef struct Holding
 	bool		renew_failing;	/* the last renewal could not reach the server */
 	int			stop_signal;	/* a signal asked us to stop (elect: campaigning) */
 	bool		queue;			/* wait in the line (queue.c), not in a backend */
+	DsyncProbe	probe;			/* its schema names every dsync function (SchemaSql) */
 } Holding;
 
 /* common.c */
@@ -178,7 +179,7 @@ extern PGresult *WaitCancellable(PGconn *conn, void (*on_signal) (int, void *), 
 extern PGresult *WaitResult(PGconn *conn, int64_t deadline_ms, void (*on_signal) (int, void *), void *arg, bool *timed_out);
 
 /* queue.c */
-extern int	QueueListen(PGconn *conn);
+extern int	QueueListen(PGconn *conn, const DsyncProbe *probe);
 extern char *QueueAcquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms, Holding *h, int *signo, bool *conn_lost, bool keep_place, bool *refused);
 
 /* hold.c */

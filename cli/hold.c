@@ -144,29 +144,36 @@ SetExpiry(Holding *h, int64_t sent_ms, double left_ms)
  * AcquireToken
  *		Run call, a dsync function of $1 lease and $2 holder that returns
  *		the fencing token or NULL (dsync_acquire, dsync_acquire_shared,
- *		dsync_queue), as RunAcquiring does, and return the token
- *		(malloc'd; NULL: not granted, or as RunAcquiring says).  lock.c
- *		and queue.c acquire through this one statement, which also reads
- *		the time the lease has left and how long the statement had run
- *		when that was measured (it may have waited), both by the server's
- *		clock: the expiry is noted in h (if given) from them.
+ *		dsync_queue) written with @extschema@, as RunAcquiring does, and
+ *		return the token (malloc'd; NULL: not granted, or as RunAcquiring
+ *		says).  lock.c and queue.c acquire through this one statement,
+ *		which also reads the time the lease has left and how long the
+ *		statement had run when that was measured (it may have waited),
+ *		both by the server's clock: the expiry is noted in h from them.
+ *		Like every statement of the tool's, it names each function with
+ *		its schema (h->probe's, or pg_catalog), so that a schema of
+ *		someone else's early in the search_path cannot stand in for one.
  */
 char *
 AcquireToken(PGconn *conn, Holding *h, const char *call, int nparams,
 			 const char *const *params, const char *lease, int *signo,
 			 bool *conn_lost, bool *refused)
 {
-	char		sql[512];
+	char		sql[640];
+	char	   *qualified;
 	PGresult   *res;
 	char	   *token;
 	int64_t		sent = NowMs();
 
 	snprintf(sql, sizeof(sql),
-			 "SELECT t, extract(epoch FROM l.expires_at - clock_timestamp()) * 1000,"
-			 "       extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000"
+			 "SELECT t, pg_catalog.date_part('epoch', l.expires_at - pg_catalog.clock_timestamp()) * 1000,"
+			 "       pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()"
+			 "                                     - pg_catalog.statement_timestamp()) * 1000"
 			 "  FROM %s AS t"
-			 "  LEFT JOIN dsync_leases l ON l.lease = $1 AND l.holder = $2", call);
-	res = RunAcquiring(conn, sql, nparams, params, lease, signo, conn_lost, refused);
+			 "  LEFT JOIN @extschema@.dsync_leases l ON l.lease = $1 AND l.holder = $2", call);
+	qualified = SchemaSql(conn, &h->probe, sql);
+	res = RunAcquiring(conn, qualified, nparams, params, lease, signo, conn_lost, refused);
+	free(qualified);
 	if (res == NULL)
 		return NULL;
 	if (PQgetisnull(res, 0, 0))
@@ -175,10 +182,9 @@ AcquireToken(PGconn *conn, Holding *h, const char *call, int nparams,
 		return NULL;
 	}
 	token = strdup(PQgetvalue(res, 0, 0));
-	if (h)
-		SetExpiry(h, sent + (int64_t) atof(PQgetvalue(res, 0, 2)),
-				  PQgetisnull(res, 0, 1) ? (double) h->opt->ttl_ms :
-				  atof(PQgetvalue(res, 0, 1)));
+	SetExpiry(h, sent + (int64_t) atof(PQgetvalue(res, 0, 2)),
+			  PQgetisnull(res, 0, 1) ? (double) h->opt->ttl_ms :
+			  atof(PQgetvalue(res, 0, 1)));
 	PQclear(res);
 	return token;
 }
@@ -210,6 +216,16 @@ TermDeadline(const Holding *h)
 }
 
 /*
+ * The renewal: the time the lease has left and how long the statement had
+ * run when that was measured, as in AcquireToken; elect adds its join.
+ */
+#define RENEW_SQL \
+	"SELECT pg_catalog.date_part('epoch', @extschema@.dsync_renew($1, $2, $3::interval)" \
+	"                                     - pg_catalog.clock_timestamp()) * 1000," \
+	" pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()" \
+	"                               - pg_catalog.statement_timestamp()) * 1000"
+
+/*
  * Renew
  *		Renew the lease (and, for elect, the membership).  Returns 1 if
  *		renewed, 0 if the lease is gone, -1 if the server could not answer
@@ -221,6 +237,7 @@ Renew(Holding *h, const char *group)
 	char		ttl[64];
 	const char *params[4];
 	PGresult   *res;
+	char	   *sql;
 	bool		timed_out;
 	int64_t		sent = NowMs();
 	int64_t		deadline = TermDeadline(h);
@@ -235,17 +252,11 @@ Renew(Holding *h, const char *group)
 	params[1] = h->opt->holder;
 	params[2] = IntervalParam(h->opt->ttl_ms, ttl, sizeof(ttl));
 	params[3] = h->opt->info;
-	if (group)
-		res = Query(h->conn,
-					"SELECT extract(epoch FROM dsync_renew($1, $2, $3::interval) - clock_timestamp()) * 1000,"
-					" extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000,"
-					" dsync_join($1, $2, $3::interval, $4::jsonb)",
-					4, params, deadline, HoldingSignal, h, &timed_out);
-	else
-		res = Query(h->conn,
-					"SELECT extract(epoch FROM dsync_renew($1, $2, $3::interval) - clock_timestamp()) * 1000,"
-					" extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000",
-					3, params, deadline, HoldingSignal, h, &timed_out);
+	sql = SchemaSql(h->conn, &h->probe, group ?
+					RENEW_SQL ", @extschema@.dsync_join($1, $2, $3::interval, $4::pg_catalog.jsonb)" :
+					RENEW_SQL);
+	res = Query(h->conn, sql, group ? 4 : 3, params, deadline, HoldingSignal, h, &timed_out);
+	free(sql);
 	if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
 		if (res)
@@ -301,8 +312,9 @@ Listen(Holding *h)
 	deadline = NowMs() + 5000;
 	if (h->expires_ms > 0 && KillDeadline(h) < deadline)
 		deadline = KillDeadline(h);
-	res = Query(h->conn, "SELECT dsync_channel($1)", 1, params, deadline,
-				HoldingSignal, h, &timed_out);
+	sql = SchemaSql(h->conn, &h->probe, "SELECT @extschema@.dsync_channel($1)");
+	res = Query(h->conn, sql, 1, params, deadline, HoldingSignal, h, &timed_out);
+	free(sql);
 	if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
 		if (res)
@@ -455,6 +467,7 @@ Release(Holding *h, const char *group)
 {
 	const char *params[2] = {h->lease, h->opt->holder};
 	PGresult   *res;
+	char	   *sql;
 	bool		timed_out;
 
 	if (h->conn == NULL || PQstatus(h->conn) != CONNECTION_OK)
@@ -466,13 +479,15 @@ Release(Holding *h, const char *group)
 	if (h->conn == NULL)
 		return;
 	/* In line (elect keeps its place between slices): leave it first. */
-	res = Query(h->conn,
-				h->queue ?
-				(group ? "SELECT dsync_unqueue($1, $2), dsync_release($1, $2), dsync_leave($1, $2)" :
-				 "SELECT dsync_unqueue($1, $2), dsync_release($1, $2)") :
-				(group ? "SELECT dsync_release($1, $2), dsync_leave($1, $2)" :
-				 "SELECT dsync_release($1, $2)"),
-				2, params, NowMs() + 5000, NULL, NULL, &timed_out);
+	sql = SchemaSql(h->conn, &h->probe,
+					h->queue ?
+					(group ? "SELECT @extschema@.dsync_unqueue($1, $2), @extschema@.dsync_release($1, $2),"
+					 " @extschema@.dsync_leave($1, $2)" :
+					 "SELECT @extschema@.dsync_unqueue($1, $2), @extschema@.dsync_release($1, $2)") :
+					(group ? "SELECT @extschema@.dsync_release($1, $2), @extschema@.dsync_leave($1, $2)" :
+					 "SELECT @extschema@.dsync_release($1, $2)"));
+	res = Query(h->conn, sql, 2, params, NowMs() + 5000, NULL, NULL, &timed_out);
+	free(sql);
 	if (res)
 		PQclear(res);
 }

@@ -42,8 +42,10 @@ Acquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_ms,
 	params[4] = opt->info;
 	*signo = 0;
 	return AcquireToken(conn, h, opt->shared ?
-						"dsync_acquire_shared($1, $2, $3::interval, $4::interval, $5::jsonb)" :
-						"dsync_acquire($1, $2, $3::interval, $4::interval, $5::jsonb)",
+						"@extschema@.dsync_acquire_shared($1, $2, $3::interval, $4::interval,"
+						" $5::pg_catalog.jsonb)" :
+						"@extschema@.dsync_acquire($1, $2, $3::interval, $4::interval,"
+						" $5::pg_catalog.jsonb)",
 						5, params, lease, signo, conn_lost, NULL);
 }
 
@@ -74,12 +76,12 @@ AcquireInfo(PGconn *conn, const Options *opt, Holding *h, char *token, int *sign
  *		dsync is there at all (probe.c), once, at the start: where it is
  *		not, lock and elect exit 78 with the same line as status, and the
  *		server logs no ERROR from a dsync function that does not exist.
+ *		The probe's schema, kept in h, then names every dsync function
+ *		the command calls (SchemaSql), whatever the search_path.
  */
 static bool
 HoldingStart(Holding *h, const Options *opt)
 {
-	DsyncProbe	probe;
-
 	memset(h, 0, sizeof(*h));
 	h->opt = opt;
 	h->lease = opt->name;
@@ -88,9 +90,9 @@ HoldingStart(Holding *h, const Options *opt)
 	h->conn = Connect(opt, false);
 	if (h->conn == NULL)
 		return false;
-	RequireDsync(h->conn, &probe, NowMs() + DEFAULT_TIMEOUT_MS, 0);
+	RequireDsync(h->conn, &h->probe, NowMs() + DEFAULT_TIMEOUT_MS, 0);
 	h->queue = CheckPooler(opt, h->conn, false) && !opt->no_queue &&
-		QueueListen(h->conn) > 0;
+		QueueListen(h->conn, &h->probe) > 0;
 	return true;
 }
 
@@ -115,11 +117,13 @@ CommandLock(Options *opt)
 		char		permits[16];
 		const char *params[2] = {opt->name, permits};
 		PGresult   *res;
+		char	   *sql;
 		bool		timed_out;
 
 		snprintf(permits, sizeof(permits), "%d", opt->permits);
-		res = Query(h.conn, "SELECT dsync_semaphore_create($1, $2::int)", 2, params,
-					-1, NULL, NULL, &timed_out);
+		sql = SchemaSql(h.conn, &h.probe, "SELECT @extschema@.dsync_semaphore_create($1, $2::int)");
+		res = Query(h.conn, sql, 2, params, -1, NULL, NULL, &timed_out);
+		free(sql);
 		if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK)
 			FatalResult("could not create the semaphore", h.conn, res);
 		PQclear(res);
@@ -177,12 +181,15 @@ Join(Holding *h)
 	char		ttl[64];
 	const char *params[4] = {h->lease, h->opt->holder, NULL, h->opt->info};
 	PGresult   *res;
+	char	   *sql;
 	bool		timed_out;
 	bool		ok;
 
 	params[2] = IntervalParam(h->opt->ttl_ms, ttl, sizeof(ttl));
-	res = Query(h->conn, "SELECT dsync_join($1, $2, $3::interval, $4::jsonb)", 4, params,
-				NowMs() + 10000, HoldingSignal, h, &timed_out);
+	sql = SchemaSql(h->conn, &h->probe,
+					"SELECT @extschema@.dsync_join($1, $2, $3::interval, $4::pg_catalog.jsonb)");
+	res = Query(h->conn, sql, 4, params, NowMs() + 10000, HoldingSignal, h, &timed_out);
+	free(sql);
 	ok = res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK;
 	if (res && !ok)
 		FatalResult("could not join the group", h->conn, res);
@@ -228,7 +235,7 @@ CommandElect(Options *opt)
 						return 128 + signo;
 					continue;
 				}
-				if (h.queue && (listened = QueueListen(h.conn)) <= 0)
+				if (h.queue && (listened = QueueListen(h.conn, &h.probe)) <= 0)
 				{
 					if (listened == 0)
 						h.queue = false;	/* no dsync_queue there */

@@ -139,8 +139,10 @@ RequireDsync(PGconn *conn, DsyncProbe *probe, int64_t deadline_ms, int min_versi
 /*
  * SchemaSql
  *		sql with every "@extschema@" replaced by the extension's schema, as
- *		a quoted identifier: the views are then found wherever the
- *		extension was created, whatever the search_path, and each
+ *		a quoted identifier: dsync's views and functions are then found
+ *		wherever the extension was created, and no schema of someone
+ *		else's that the search_path puts first can stand in for them
+ *		(every command's statements name them so), and each
  *		statement stands alone (a pooler in transaction mode may run the
  *		next one on another server connection, so a SET would not carry
  *		over).  The caller frees the result.

@@ -36,10 +36,10 @@ static int	early_signo;
  *		server's claim window.  1 if done; 0 if the server has no
  *		dsync_queue (an extension older than 1.5: the caller then waits in
  *		a backend); -1 if the connection failed meanwhile.  Another error
- *		is fatal, as in Acquire.
+ *		is fatal, as in Acquire.  probe gives the extension's schema.
  */
 int
-QueueListen(PGconn *conn)
+QueueListen(PGconn *conn, const DsyncProbe *probe)
 {
 	const char *params[1] = {queue_key};
 	PGresult   *res;
@@ -55,10 +55,12 @@ QueueListen(PGconn *conn)
 		snprintf(queue_key, sizeof(queue_key), "cli-%d-%08x", (int) getpid(),
 				 (unsigned int) rand());
 	}
-	res = Query(conn,
-				"SELECT dsync_queue_channel($1),"
-				"       extract(epoch FROM current_setting('dsync.claim_window')::interval) * 1000",
-				1, params, NowMs() + 10000, RememberSignal, &early_signo, &timed_out);
+	sql = SchemaSql(conn, probe,
+					"SELECT @extschema@.dsync_queue_channel($1),"
+					"       pg_catalog.date_part('epoch',"
+					"           pg_catalog.current_setting('dsync.claim_window')::interval) * 1000");
+	res = Query(conn, sql, 1, params, NowMs() + 10000, RememberSignal, &early_signo, &timed_out);
+	free(sql);
 	if (res == NULL)
 		return -1;
 	state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
@@ -109,7 +111,7 @@ QueueJoin(PGconn *conn, const Options *opt, const char *lease, Holding *h,
 	params[2] = IntervalParam(opt->ttl_ms, ttl, sizeof(ttl));
 	params[3] = queue_key;
 	params[4] = opt->shared ? "true" : "false";
-	return AcquireToken(conn, h, "dsync_queue($1, $2, $3::interval, $4, $5::boolean)",
+	return AcquireToken(conn, h, "@extschema@.dsync_queue($1, $2, $3::interval, $4, $5::boolean)",
 						5, params, lease, signo, conn_lost, refused);
 }
 
@@ -125,21 +127,22 @@ QueueClaim(PGconn *conn, const Options *opt, const char *lease, Holding *h,
 {
 	const char *params[2] = {lease, opt->holder};
 	PGresult   *res;
+	char	   *sql;
 	int64_t		sent = NowMs();
 	char		state;
 
-	res = RunAcquiring(conn,
-					   "SELECT state, fencing, extract(epoch FROM expires_in) * 1000"
-					   "  FROM dsync_claim($1, $2)",
-					   2, params, lease, signo, conn_lost, NULL);
+	sql = SchemaSql(conn, &h->probe,
+					"SELECT state, fencing, pg_catalog.date_part('epoch', expires_in) * 1000"
+					"  FROM @extschema@.dsync_claim($1, $2)");
+	res = RunAcquiring(conn, sql, 2, params, lease, signo, conn_lost, NULL);
+	free(sql);
 	if (res == NULL)
 		return 0;
 	state = PQgetvalue(res, 0, 0)[0];
 	if (state == 'g')
 	{
 		*token = strdup(PQgetvalue(res, 0, 1));
-		if (h)
-			SetExpiry(h, sent, atof(PQgetvalue(res, 0, 2)));
+		SetExpiry(h, sent, atof(PQgetvalue(res, 0, 2)));
 	}
 	else if (state != 'q')
 		state = 'x';
@@ -153,16 +156,19 @@ QueueClaim(PGconn *conn, const Options *opt, const char *lease, Holding *h,
  *		effort: a place nobody renews lapses at its ttl anyway.
  */
 static void
-QueueLeave(PGconn *conn, const Options *opt, const char *lease)
+QueueLeave(PGconn *conn, const Options *opt, const char *lease, const Holding *h)
 {
 	const char *params[2] = {lease, opt->holder};
 	PGresult   *res;
+	char	   *sql;
 	bool		timed_out;
 
 	if (PQstatus(conn) != CONNECTION_OK)
 		return;
-	res = Query(conn, "SELECT dsync_unqueue($1, $2)", 2, params, NowMs() + 5000,
-				RememberSignal, &early_signo, &timed_out);
+	sql = SchemaSql(conn, &h->probe, "SELECT @extschema@.dsync_unqueue($1, $2)");
+	res = Query(conn, sql, 2, params, NowMs() + 5000, RememberSignal, &early_signo,
+				&timed_out);
+	free(sql);
 	if (res)
 		PQclear(res);
 }
@@ -244,7 +250,7 @@ QueueAcquire(PGconn *conn, const Options *opt, const char *lease, int64_t wait_m
 		if (*signo || (deadline >= 0 && now >= deadline))
 		{
 			if (*signo || !keep_place)
-				QueueLeave(conn, opt, lease);
+				QueueLeave(conn, opt, lease, h);
 			return NULL;
 		}
 		if (deadline >= 0 && deadline < wake)

@@ -113,12 +113,18 @@ PrintEvent(const char *payload, bool json)
  *		The process that sends this database's dsync notifications
  *		(dsync_stats.sender_pid): 0 if none runs now, -1 if the installed
  *		version cannot say (then every notification is taken as dsync's).
+ *		Like every statement of watch's, it names the extension's objects
+ *		with probe's schema and built-ins with pg_catalog, so that the
+ *		search_path cannot put someone else's in their place.
  */
 static int
-ReadSender(PGconn *conn)
+ReadSender(PGconn *conn, const DsyncProbe *probe)
 {
-	PGresult   *res = PQexec(conn, "SELECT sender_pid FROM dsync_stats");
+	char	   *sql = SchemaSql(conn, probe, "SELECT sender_pid FROM @extschema@.dsync_stats");
+	PGresult   *res = PQexec(conn, sql);
 	int			pid = -1;
+
+	free(sql);
 
 	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
 		pid = PQgetisnull(res, 0, 0) ? 0 : atoi(PQgetvalue(res, 0, 0));
@@ -134,16 +140,19 @@ ReadSender(PGconn *conn)
  *		yes, 0 no, -1 if the installed version cannot say.
  */
 static int
-IsSender(PGconn *conn, int pid)
+IsSender(PGconn *conn, const DsyncProbe *probe, int pid)
 {
 	char		pidtext[16];
 	const char *params[1] = {pidtext};
+	char	   *sql;
 	PGresult   *res;
 	int			result = -1;
 
 	snprintf(pidtext, sizeof(pidtext), "%d", pid);
-	res = PQexecParams(conn, "SELECT $1::integer = ANY (sender_pids) FROM dsync_stats",
-					   1, NULL, params, NULL, NULL, 0);
+	sql = SchemaSql(conn, probe,
+					"SELECT $1::integer = ANY (sender_pids) FROM @extschema@.dsync_stats");
+	res = PQexecParams(conn, sql, 1, NULL, params, NULL, NULL, 0);
+	free(sql);
 	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
 		result = strcmp(PQgetvalue(res, 0, 0), "t") == 0 ? 1 : 0;
 	PQclear(res);
@@ -157,17 +166,17 @@ IsSender(PGconn *conn, int pid)
  *		sender changes whenever a worker comes to the database.
  */
 static bool
-FromSender(PGconn *conn, int *sender, int be_pid)
+FromSender(PGconn *conn, const DsyncProbe *probe, int *sender, int be_pid)
 {
 	int			known;
 
 	if (*sender < 0 || be_pid == *sender)
 		return true;
-	known = IsSender(conn, be_pid);
+	known = IsSender(conn, probe, be_pid);
 	if (known < 0)
 	{
 		/* Before 1.2: only the current sender is known. */
-		*sender = ReadSender(conn);
+		*sender = ReadSender(conn, probe);
 		known = *sender < 0 || be_pid == *sender;
 	}
 	if (known)
@@ -198,11 +207,16 @@ EventSeq(const char *payload)
  *		out if it keeps none (-1 if the installed version has no log).
  */
 static long long
-WatchStart(PGconn *conn)
+WatchStart(PGconn *conn, const DsyncProbe *probe)
 {
-	PGresult   *res = PQexec(conn, "SELECT GREATEST(COALESCE((SELECT seq FROM dsync_event_log "
-							 "ORDER BY seq DESC LIMIT 1), 0), dsync_events_horizon())");
+	char	   *sql = SchemaSql(conn, probe,
+								"SELECT GREATEST(COALESCE((SELECT seq FROM @extschema@.dsync_event_log"
+								"                          ORDER BY seq DESC LIMIT 1), 0),"
+								"                @extschema@.dsync_events_horizon())");
+	PGresult   *res = PQexec(conn, sql);
 	long long	start = -1;
+
+	free(sql);
 
 	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
 		start = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
@@ -219,8 +233,8 @@ WatchStart(PGconn *conn)
 static void
 WatchCheckAway(PGconn *conn, const Options *opt, int64_t lost_ms)
 {
-	PGresult   *res = PQexec(conn, "SELECT extract(epoch FROM "
-							 "current_setting('dsync.event_retention')::interval)::float8");
+	PGresult   *res = PQexec(conn, "SELECT pg_catalog.date_part('epoch', "
+							 "pg_catalog.current_setting('dsync.event_retention')::interval)");
 	double		away = (NowMs() - lost_ms) / 1000.0;
 
 	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
@@ -240,20 +254,26 @@ WatchCheckAway(PGconn *conn, const Options *opt, int64_t lost_ms)
  *		the caller skips them by seq.
  */
 static void
-WatchCatchUp(PGconn *conn, const Options *opt, long long *last_seq, int64_t lost_ms)
+WatchCatchUp(PGconn *conn, const DsyncProbe *probe, const Options *opt, long long *last_seq,
+			 int64_t lost_ms)
 {
 	bool		reconnect = lost_ms >= 0;
 	char		after[32];
 	const char *params[2] = {after, opt->name};
+	char	   *sql;
 	PGresult   *res;
 	long long	horizon;
 	int			n;
 
 	snprintf(after, sizeof(after), "%lld", *last_seq);
 	/* One statement, one snapshot: no prune can come between the two. */
-	res = PQexecParams(conn, "SELECT h.h, e.seq, e.payload::text FROM dsync_events_horizon() AS h(h) "
-					   "LEFT JOIN dsync_events_since($1, ARRAY[$2]) AS e ON true ORDER BY e.seq",
-					   2, NULL, params, NULL, NULL, 0);
+	sql = SchemaSql(conn, probe,
+					"SELECT h.h, e.seq, e.payload::pg_catalog.text"
+					"  FROM @extschema@.dsync_events_horizon() AS h(h)"
+					"  LEFT JOIN @extschema@.dsync_events_since($1, ARRAY[$2]) AS e ON true"
+					" ORDER BY e.seq");
+	res = PQexecParams(conn, sql, 2, NULL, params, NULL, NULL, 0);
+	free(sql);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1)
 	{
 		Note("could not read the event log to catch up: %s", PQerrorMessage(conn));
@@ -292,12 +312,12 @@ CommandWatch(Options *opt)
 	long long	last_seq = -1;	/* -1: not connected yet, or no log */
 	bool		connected_before = false;
 	int64_t		lost_ms = -1;	/* when the last connection was lost */
+	DsyncProbe	probe;			/* read once: its schema for every reconnect */
 
 	for (;;)
 	{
 		PGconn	   *conn = Connect(opt, false);
 		const char *params[1] = {opt->name};
-		DsyncProbe	probe;
 		PGresult   *res;
 		char	   *sql;
 		bool		timed_out;
@@ -318,7 +338,9 @@ CommandWatch(Options *opt)
 		 */
 		if (!connected_before)
 			RequireDsync(conn, &probe, NowMs() + DEFAULT_TIMEOUT_MS, 0);
-		res = Query(conn, "SELECT dsync_channel($1)", 1, params, -1, NULL, NULL, &timed_out);
+		sql = SchemaSql(conn, &probe, "SELECT @extschema@.dsync_channel($1)");
+		res = Query(conn, sql, 1, params, -1, NULL, NULL, &timed_out);
+		free(sql);
 		if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK)
 			FatalResult("could not find the channel to watch", conn, res);
 		{
@@ -331,13 +353,13 @@ CommandWatch(Options *opt)
 		}
 		PQclear(res);
 		CheckPooler(opt, conn, true);
-		sender = ReadSender(conn);
+		sender = ReadSender(conn, &probe);
 		if (sender < 0)
 			Note("this version of the extension does not say which process sends "
 				 "its notifications: run ALTER EXTENSION dsync UPDATE");
 		/* Where the log stands before we listen: nothing after it is missed. */
 		if (!connected_before)
-			last_seq = WatchStart(conn);
+			last_seq = WatchStart(conn, &probe);
 		res = PQexec(conn, sql);
 		free(sql);
 		if (PQresultStatus(res) != PGRES_COMMAND_OK)
@@ -346,7 +368,7 @@ CommandWatch(Options *opt)
 		if (!opt->json)
 			Note("watching \"%s\"", opt->name);
 		if (last_seq >= 0)
-			WatchCatchUp(conn, opt, &last_seq, connected_before ? lost_ms : -1);
+			WatchCatchUp(conn, &probe, opt, &last_seq, connected_before ? lost_ms : -1);
 		else if (connected_before)
 			Note("events sent while disconnected were missed: this version of the "
 				 "extension keeps no event log (run ALTER EXTENSION dsync UPDATE)");
@@ -378,7 +400,7 @@ CommandWatch(Options *opt)
 			}
 			while ((notify = PQnotifies(conn)) != NULL)
 			{
-				if (FromSender(conn, &sender, notify->be_pid))
+				if (FromSender(conn, &probe, &sender, notify->be_pid))
 				{
 					long long	seq = EventSeq(notify->extra);
 
