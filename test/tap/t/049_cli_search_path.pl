@@ -17,7 +17,9 @@
 #     watch (catching up after its backend was terminated) work, and
 #     "evil called" is neither on the tool's stderr nor in the server log;
 #   - the trap is real: an unqualified call under that search_path does
-#     reach evil.
+#     reach evil;
+#   - lock and elect work where the extension is in a schema that is not
+#     on the search_path at all.
 use strict;
 use warnings;
 
@@ -203,6 +205,16 @@ $w->{h}->signal('TERM');
 $w->{h}->finish;
 no_evil('watch', $w->{h}->full_result >> 8, 0, $w->{err});
 unlike($w->{err}, qr/does not say which process sends/, 'watch read dsync_stats');
+
+# --- the extension in a schema off the search_path -------------------------
+
+$node->safe_psql('postgres', 'CREATE DATABASE elsewhere');
+$node->safe_psql('elsewhere', 'CREATE SCHEMA ds; CREATE EXTENSION dsync SCHEMA ds;');
+($code, $out, $err) = run_tool('--dsn', 'dbname=elsewhere', 'lock', 'far', '--', 'true');
+is($code, 0, 'lock where the extension is in a schema off the search_path exits 0')
+  or diag($err);
+($code, $out, $err) = run_tool('--dsn', 'dbname=elsewhere', 'elect', 'farg', '--', 'true');
+is($code, 0, 'elect there too') or diag($err);
 
 my ($log) = log_since($node, $offset);
 unlike($log, qr/evil called/, 'no statement of the tool\'s called evil\'s (server log)');
