@@ -141,12 +141,15 @@ def _create_hint(where: str) -> str:
 
 
 def _fields(exc: BaseException) -> Tuple[Optional[str], str, Optional[str]]:
-    """(SQLSTATE, primary message, detail) of a psycopg 3 or psycopg2
-    error; both drivers keep the server's fields in exc.diag."""
+    """(SQLSTATE, primary message, detail) of a psycopg 3, psycopg2 or
+    asyncpg error (the first two keep the server's fields in exc.diag)."""
     state = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
     diag = getattr(exc, "diag", None)
     primary = getattr(diag, "message_primary", None) if diag is not None else None
     detail = getattr(diag, "message_detail", None) if diag is not None else None
+    if diag is None and _is_asyncpg(exc):
+        # asyncpg keeps the server's fields on the exception itself.
+        primary, detail = getattr(exc, "message", None), getattr(exc, "detail", None)
     if primary is None:
         text = str(exc).strip()
         primary = text.splitlines()[0] if text else type(exc).__name__
@@ -393,15 +396,24 @@ def from_psycopg(exc: psycopg.Error, what: str, conn: Any = None,
     return err
 
 
+def _is_asyncpg(exc: BaseException) -> bool:
+    """Whether exc is asyncpg's error for what the server said (its
+    PostgresError: SQLSTATE, message and detail as attributes)."""
+    return (type(exc).__module__ or "").startswith("asyncpg") and hasattr(exc, "sqlstate")
+
+
 def _driver_error(exc: BaseException) -> Optional[BaseException]:
-    """The DB-API error in exc: exc itself (psycopg 3, psycopg2) or, for
-    SQLAlchemy's DBAPIError (Django's wrappers too), the one it wraps."""
+    """The driver's error in exc: exc itself (psycopg 3, psycopg2, asyncpg)
+    or, for SQLAlchemy's DBAPIError (Django's wrappers too), the one it
+    wraps (under SQLAlchemy's asyncpg adapter, that one's __cause__)."""
     seen = 0
     while exc is not None and seen < 4:
         if isinstance(exc, psycopg.Error):
             return exc
         mod = type(exc).__module__ or ""
         if mod.startswith("psycopg2") and hasattr(exc, "pgcode"):
+            return exc
+        if _is_asyncpg(exc):
             return exc
         exc = getattr(exc, "orig", None) or exc.__cause__
         seen += 1
@@ -410,7 +422,8 @@ def _driver_error(exc: BaseException) -> Optional[BaseException]:
 
 def translate(exc: BaseException, what: Optional[str] = None) -> Optional[DsyncError]:
     """The dsync exception for a driver's exception: psycopg 3's, psycopg2's,
-    or a SQLAlchemy DBAPIError (or Django DatabaseError) wrapping either.
+    asyncpg's, or a SQLAlchemy DBAPIError (or Django DatabaseError)
+    wrapping one.
     None if it is not one of dsync's (a unique violation of your table, a
     broken connection): re-raise it as it is.  The result keeps exc as
     __cause__ (raise it `from exc`, or use it as it is: it is set here)

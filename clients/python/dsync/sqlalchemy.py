@@ -109,7 +109,9 @@ def translate_errors(engine: Any) -> Any:
     """From now on every statement of engine (and of the Sessions bound to
     it) that fails with one of dsync's errors raises dsync's exception
     (StaleToken, NotHeld, ...) instead of an OperationalError whose .orig
-    is ObjectNotInPrerequisiteState.  Returns engine.  Idempotent."""
-    if not event.contains(engine, "handle_error", _handle_error):
-        event.listen(engine, "handle_error", _handle_error)
+    is ObjectNotInPrerequisiteState.  Returns engine.  Idempotent.  An
+    AsyncEngine is taken too (the listener goes on its sync_engine)."""
+    target = getattr(engine, "sync_engine", engine)
+    if not event.contains(target, "handle_error", _handle_error):
+        event.listen(target, "handle_error", _handle_error)
     return engine
