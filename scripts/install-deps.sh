@@ -30,6 +30,7 @@ packages=(
 	python3-psycopg2
 	python3-django
 	python3-apscheduler
+	python3-celery
 	patroni
 	python3-etcd
 	etcd-server
