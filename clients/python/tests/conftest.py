@@ -166,6 +166,24 @@ def name(request):
 
 
 @pytest.fixture
+def account(direct, name):
+    """A SQLAlchemy Table (sqlalchemy imported here, so the suite runs
+    without it) of a fenced table of the test's own, dsync_fenced on its
+    token column, with one row written before the fence."""
+    from sqlalchemy import BigInteger, Column, Integer, MetaData, Table
+    tname = "sa_" + "".join(ch for ch in name.lower() if ch.isalnum())[-30:]
+    with psycopg.connect(direct, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {tname} (id int PRIMARY KEY, balance int, token bigint)")
+        conn.execute(f"INSERT INTO {tname} VALUES (1, 100, NULL)")   # before the fence
+        conn.execute(f"CREATE TRIGGER fenced BEFORE INSERT OR UPDATE ON {tname}"
+                     " FOR EACH ROW EXECUTE FUNCTION dsync_fenced('token')")
+    yield Table(tname, MetaData(), Column("id", Integer, primary_key=True),
+                Column("balance", Integer), Column("token", BigInteger))
+    with psycopg.connect(direct, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE {tname}")
+
+
+@pytest.fixture
 def client(server, name):
     """A Client of the test's own (direct), its connections named after
     the test, closed at the end."""

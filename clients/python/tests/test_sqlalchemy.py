@@ -9,7 +9,7 @@ import threading
 import psycopg
 import pytest
 import sqlalchemy
-from sqlalchemy import Column, BigInteger, Integer, MetaData, Table, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 import dsync
@@ -30,22 +30,6 @@ def engine(request, direct):
     eng = sqlalchemy.create_engine(_url(direct, request.param))
     yield eng
     eng.dispose()
-
-
-@pytest.fixture
-def account(direct, name):
-    """A fenced table (dsync_fenced on its token column), one row."""
-    tname = "sa_" + "".join(ch for ch in name.lower() if ch.isalnum())[-30:]
-    with psycopg.connect(direct, autocommit=True) as conn:
-        conn.execute(f"CREATE TABLE {tname} (id int PRIMARY KEY, balance int, token bigint)")
-        conn.execute(f"INSERT INTO {tname} VALUES (1, 100, NULL)")   # before the fence
-        conn.execute(f"CREATE TRIGGER fenced BEFORE INSERT OR UPDATE ON {tname}"
-                     " FOR EACH ROW EXECUTE FUNCTION dsync_fenced('token')")
-    table = Table(tname, MetaData(), Column("id", Integer, primary_key=True),
-                  Column("balance", Integer), Column("token", BigInteger))
-    yield table
-    with psycopg.connect(direct, autocommit=True) as conn:
-        conn.execute(f"DROP TABLE {tname}")
 
 
 def test_guard_in_a_session_and_a_connection(engine, client, name):

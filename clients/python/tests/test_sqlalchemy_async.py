@@ -17,7 +17,7 @@ pytest.importorskip("greenlet")
 sqlalchemy = pytest.importorskip("sqlalchemy")
 sa_asyncio = pytest.importorskip("sqlalchemy.ext.asyncio")
 
-from sqlalchemy import BigInteger, Column, Integer, MetaData, Table, text  # noqa: E402
+from sqlalchemy import text  # noqa: E402
 
 import dsync  # noqa: E402
 from dsync import AsyncClient  # noqa: E402
@@ -30,171 +30,145 @@ def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 60))
 
 
+def run_with(direct, body):
+    """Run body(engine, client) with an AsyncEngine on asyncpg and an
+    AsyncClient of the test's database, both closed after."""
+    async def main():
+        engine = create_async_engine(_url(direct))
+        client = AsyncClient(direct)
+        try:
+            await body(engine, client)
+        finally:
+            await client.close()
+            await engine.dispose()
+    run(main())
+
+
 def _url(dsn):
     parts = dict(p.split("=", 1) for p in dsn.split())
     return (f"postgresql+asyncpg://{parts['user']}@/{parts['dbname']}"
             f"?host={parts['host']}&port={parts['port']}")
 
 
-@pytest.fixture
-def account(direct, name):
-    """A fenced table (dsync_fenced on its token column), one row."""
-    tname = "saa_" + "".join(ch for ch in name.lower() if ch.isalnum())[-30:]
-    with psycopg.connect(direct, autocommit=True) as conn:
-        conn.execute(f"CREATE TABLE {tname} (id int PRIMARY KEY, balance int, token bigint)")
-        conn.execute(f"INSERT INTO {tname} VALUES (1, 100, NULL)")   # before the fence
-        conn.execute(f"CREATE TRIGGER fenced BEFORE INSERT OR UPDATE ON {tname}"
-                     " FOR EACH ROW EXECUTE FUNCTION dsync_fenced('token')")
-    table = Table(tname, MetaData(), Column("id", Integer, primary_key=True),
-                  Column("balance", Integer), Column("token", BigInteger))
-    yield table
-    with psycopg.connect(direct, autocommit=True) as conn:
-        conn.execute(f"DROP TABLE {tname}")
-
-
 def test_guard_and_fenced_update_through_run_sync(direct, account, name):
-    async def main():
-        engine = create_async_engine(_url(direct))
-        client = AsyncClient(direct)
-        try:
-            lock = client.lock(name, ttl=30)
-            async with lock:
-                async with AsyncSession(engine) as session, session.begin():
-                    token = await session.run_sync(lambda s: guard(lock, s))
-                    assert token == lock.token and isinstance(token, int)
-                    assert await session.run_sync(lambda s: fenced_update(
-                        s, account, token, account.c.id == 1,
-                        balance=account.c.balance - 5)) == 1
-                async with engine.begin() as conn:
-                    assert await conn.run_sync(lambda c: guard(lock, c)) == token
-            # Not held any more: NotHeld, translated from asyncpg's error.
-            async with AsyncSession(engine) as session:
-                with pytest.raises(dsync.NotHeld) as ei:
-                    await session.run_sync(lambda s: guard(lock, s))
-                assert ei.value.sqlstate == "55000"
-                assert isinstance(ei.value.__cause__, sqlalchemy.exc.DBAPIError)
-                await session.rollback()
-            async with engine.connect() as conn:
-                row = (await conn.execute(sqlalchemy.select(account.c.balance,
-                                                            account.c.token))).one()
-            assert tuple(row) == (95, token)
-        finally:
-            await client.close()
-            await engine.dispose()
-    run(main())
+    async def main(engine, client):
+        lock = client.lock(name, ttl=30)
+        async with lock:
+            async with AsyncSession(engine) as session, session.begin():
+                token = await session.run_sync(lambda s: guard(lock, s))
+                assert token == lock.token and isinstance(token, int)
+                assert await session.run_sync(lambda s: fenced_update(
+                    s, account, token, account.c.id == 1,
+                    balance=account.c.balance - 5)) == 1
+            async with engine.begin() as conn:
+                assert await conn.run_sync(lambda c: guard(lock, c)) == token
+        # Not held any more: NotHeld, translated from asyncpg's error.
+        async with AsyncSession(engine) as session:
+            with pytest.raises(dsync.NotHeld) as ei:
+                await session.run_sync(lambda s: guard(lock, s))
+            assert ei.value.sqlstate == "55000"
+            assert isinstance(ei.value.__cause__, sqlalchemy.exc.DBAPIError)
+            await session.rollback()
+        async with engine.connect() as conn:
+            row = (await conn.execute(sqlalchemy.select(account.c.balance,
+                                                        account.c.token))).one()
+        assert tuple(row) == (95, token)
+    run_with(direct, main)
 
 
 def test_stale_writer_is_refused_and_raised_as_stale_token(direct, admin, account, name):
-    async def main():
-        engine = create_async_engine(_url(direct))
-        client = AsyncClient(direct)
-        try:
-            lock = client.lock(name, ttl=30)
-            assert await lock.acquire()
-            old = lock.token
-            async with AsyncSession(engine) as session, session.begin():
-                await session.run_sync(lambda s: fenced_update(
-                    s, account, old, account.c.id == 1, balance=account.c.balance - 10))
-            # The lease moves on: an administrator takes it away, another
-            # holder gets it and writes with its newer token.
-            admin.execute("SELECT dsync_force_release(%s)", (name,))
-            other = client.lock(name, ttl=30, holder="other")
-            assert await other.acquire(blocking=False)
-            async with engine.begin() as conn:
-                await conn.run_sync(lambda c: fenced_update(
-                    c, account, other.token, account.c.id == 1, balance=50))
-            # The first holder, still believing it holds the lease, writes late.
-            async with AsyncSession(engine) as session:
-                with pytest.raises(dsync.StaleToken) as ei:
-                    async with session.begin():
-                        await session.run_sync(lambda s: fenced_update(
-                            s, account, old, account.c.id == 1, balance=0))
-            err = ei.value
-            assert err.sqlstate == "55000" and (err.token, err.accepted) == (old, other.token)
-            assert err.resource == f"table:public.{account.name}"
-            assert isinstance(err.__cause__, sqlalchemy.exc.DBAPIError)
-            async with engine.connect() as conn:
-                assert (await conn.execute(sqlalchemy.select(account.c.balance))).scalar() == 50
-            await other.release()
-            await lock.close()
-        finally:
-            await client.close()
-            await engine.dispose()
-    run(main())
+    async def main(engine, client):
+        lock = client.lock(name, ttl=30)
+        assert await lock.acquire()
+        old = lock.token
+        async with AsyncSession(engine) as session, session.begin():
+            await session.run_sync(lambda s: fenced_update(
+                s, account, old, account.c.id == 1, balance=account.c.balance - 10))
+        # The lease moves on: an administrator takes it away, another
+        # holder gets it and writes with its newer token.
+        admin.execute("SELECT dsync_force_release(%s)", (name,))
+        other = client.lock(name, ttl=30, holder="other")
+        assert await other.acquire(blocking=False)
+        async with engine.begin() as conn:
+            await conn.run_sync(lambda c: fenced_update(
+                c, account, other.token, account.c.id == 1, balance=50))
+        # The first holder, still believing it holds the lease, writes late.
+        async with AsyncSession(engine) as session:
+            with pytest.raises(dsync.StaleToken) as ei:
+                async with session.begin():
+                    await session.run_sync(lambda s: fenced_update(
+                        s, account, old, account.c.id == 1, balance=0))
+        err = ei.value
+        assert err.sqlstate == "55000" and (err.token, err.accepted) == (old, other.token)
+        assert err.resource == f"table:public.{account.name}"
+        assert isinstance(err.__cause__, sqlalchemy.exc.DBAPIError)
+        async with engine.connect() as conn:
+            assert (await conn.execute(sqlalchemy.select(account.c.balance))).scalar() == 50
+        await other.release()
+        await lock.close()
+    run_with(direct, main)
 
 
 def test_translate_errors_on_an_async_engine(direct, account, name):
     """translate_errors() takes an AsyncEngine (its sync_engine gets the
     listener): a plain awaited statement raises StaleToken, not only the
     ones run through run_sync."""
-    async def main():
-        engine = create_async_engine(_url(direct))
-        client = AsyncClient(direct)
-        try:
-            lock = client.lock(name, ttl=30)
-            async with lock:
-                stale = lock.token
-            async with lock:
-                async with engine.begin() as conn:
-                    await conn.run_sync(lambda c: fenced_update(
-                        c, account, lock.token, account.c.id == 1, balance=1))
-            update = text(f"UPDATE {account.name} SET balance = 2, token = :t")
-            with pytest.raises(sqlalchemy.exc.DBAPIError) as ei:   # untranslated
-                async with engine.begin() as conn:
-                    await conn.execute(update, {"t": stale})
-            assert not isinstance(ei.value, dsync.DsyncError)
-            assert translate_errors(engine) is engine
-            translate_errors(engine)                                   # idempotent
-            with pytest.raises(dsync.StaleToken) as ei:
-                async with AsyncSession(engine) as session, session.begin():
-                    await session.execute(update, {"t": stale})
-            assert ei.value.sqlstate == "55000" and ei.value.token == stale
-            # Errors that are not dsync's pass unchanged.
-            with pytest.raises(sqlalchemy.exc.DBAPIError) as ei:
-                async with engine.begin() as conn:
-                    await conn.execute(text("SELECT 1/0"))
-            assert not isinstance(ei.value, dsync.DsyncError)
-        finally:
-            await client.close()
-            await engine.dispose()
-    run(main())
+    async def main(engine, client):
+        lock = client.lock(name, ttl=30)
+        async with lock:
+            stale = lock.token
+        async with lock:
+            async with engine.begin() as conn:
+                await conn.run_sync(lambda c: fenced_update(
+                    c, account, lock.token, account.c.id == 1, balance=1))
+        update = text(f"UPDATE {account.name} SET balance = 2, token = :t")
+        with pytest.raises(sqlalchemy.exc.DBAPIError) as ei:   # untranslated
+            async with engine.begin() as conn:
+                await conn.execute(update, {"t": stale})
+        assert not isinstance(ei.value, dsync.DsyncError)
+        assert translate_errors(engine) is engine
+        translate_errors(engine)                                   # idempotent
+        with pytest.raises(dsync.StaleToken) as ei:
+            async with AsyncSession(engine) as session, session.begin():
+                await session.execute(update, {"t": stale})
+        assert ei.value.sqlstate == "55000" and ei.value.token == stale
+        # Errors that are not dsync's pass unchanged.
+        with pytest.raises(sqlalchemy.exc.DBAPIError) as ei:
+            async with engine.begin() as conn:
+                await conn.execute(text("SELECT 1/0"))
+        assert not isinstance(ei.value, dsync.DsyncError)
+    run_with(direct, main)
 
 
 def test_two_tasks_sharing_a_read_lock_guard_under_their_own_names(direct, name):
     """run_sync's function runs in the awaiting task (a greenlet of it), so
     lock.holder there is that task's own holder name: holder#2 for the
     second owner of a shared AsyncReadLock."""
-    async def main():
-        engine = create_async_engine(_url(direct))
-        client = AsyncClient(direct)
-        try:
-            lock = client.read_lock(name, ttl=30)
-            first_in, second_done = asyncio.Event(), asyncio.Event()
-            seen = {}
+    async def main(engine, client):
+        lock = client.read_lock(name, ttl=30)
+        first_in, second_done = asyncio.Event(), asyncio.Event()
+        seen = {}
 
-            async def owner(key, wait_for=None, then=None):
-                async with lock:
-                    if then is not None:
-                        then.set()
-                    if wait_for is not None:
-                        await wait_for.wait()
-                    async with AsyncSession(engine) as session, session.begin():
-                        seen[key] = (lock.holder, await session.run_sync(
-                            lambda s: (lock.holder, guard(lock, s))), lock.token)
+        async def owner(key, wait_for=None, then=None):
+            async with lock:
+                if then is not None:
+                    then.set()
+                if wait_for is not None:
+                    await wait_for.wait()
+                async with AsyncSession(engine) as session, session.begin():
+                    seen[key] = (lock.holder, await session.run_sync(
+                        lambda s: (lock.holder, guard(lock, s))), lock.token)
 
-            first = asyncio.create_task(owner("first", second_done, first_in))
-            await first_in.wait()
-            await owner("second")
-            second_done.set()
-            await first
-            base = lock._owners.base
-            assert seen["first"] == (base, (base, seen["first"][2]), seen["first"][2])
-            assert seen["second"] == (base + "#2", (base + "#2", seen["second"][2]),
-                                      seen["second"][2])
-        finally:
-            await client.close()
-            await engine.dispose()
-    run(main())
+        first = asyncio.create_task(owner("first", second_done, first_in))
+        await first_in.wait()
+        await owner("second")
+        second_done.set()
+        await first
+        base = lock._owners.base
+        assert seen["first"] == (base, (base, seen["first"][2]), seen["first"][2])
+        assert seen["second"] == (base + "#2", (base + "#2", seen["second"][2]),
+                                  seen["second"][2])
+    run_with(direct, main)
 
 
 def test_extension_missing_through_async_sqlalchemy(server, name):
