@@ -5,7 +5,8 @@
 # (test/version.sh), the Python package installed offline with pip
 # (test/package_python.sh) and the Node package packed and installed with
 # npm (test/package_node.sh), then the documentation's code examples
-# (test/doctest.py: its self-test, then README.md and docs/).  Run as root
+# (test/doctest.py: its self-test, then README.md, docs/ and the clients'
+# READMEs and RECIPES.md).  Run as root
 # after the extension is installed.  Prints one "N passed, N failed" line,
 # counting the two libraries, the three packaging checks, the two
 # documentation-example steps, the reference check (test/docs_reference.py),
@@ -56,8 +57,9 @@ else
 	failed=$((failed + 1))
 fi
 
-# The code examples of the documentation (README.md and docs/**/*.md, those
-# that exist), each markdown file in a fresh database of a throwaway server;
+# The code examples of the documentation (README.md, docs/**/*.md,
+# clients/*.md and clients/*/README.md, those that exist), each markdown
+# file in a fresh database of a throwaway server;
 # first the harness's own self-test on its fixtures (test/doctest/).
 echo "== documentation examples: the harness's self-test (test/doctest.py --self-test)"
 [ -d clients/node/node_modules ] || (cd clients/node && npm ci --no-audit --no-fund --loglevel=error)

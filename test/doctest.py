@@ -2,7 +2,9 @@
 """doctest.py: runs the code examples of the documentation against a real
 dsync server, so that an example that does not run fails CI.
 
-    /usr/bin/python3 test/doctest.py                 README.md and docs/**/*.md
+    /usr/bin/python3 test/doctest.py                 README.md, docs/**/*.md,
+                                                     clients/*.md and
+                                                     clients/*/README.md
     /usr/bin/python3 test/doctest.py FILE.md ...     those files only
     /usr/bin/python3 test/doctest.py --list [FILE.md ...]
                                                      every fenced block and what
@@ -220,11 +222,14 @@ def parse(path, shown=None):
 
 
 def default_files():
+    """README.md, docs/**/*.md, then the client libraries' documents:
+    clients/*.md (RECIPES.md, DESIGN.md) and clients/*/README.md."""
     files = []
     if os.path.exists(os.path.join(TOP, "README.md")):
         files.append("README.md")
-    files += sorted(os.path.relpath(p, TOP) for p in
-                    glob.glob(os.path.join(TOP, "docs", "**", "*.md"), recursive=True))
+    for pattern in (("docs", "**", "*.md"), ("clients", "*.md"), ("clients", "*", "README.md")):
+        files += sorted(os.path.relpath(p, TOP) for p in
+                        glob.glob(os.path.join(TOP, *pattern), recursive=True))
     return files
 
 
