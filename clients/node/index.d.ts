@@ -111,6 +111,7 @@ export class Client {
 export class Lock extends EventEmitter {
   constructor(name: string, opts?: LockOptions);
   readonly name: string;
+  /** The calling owner's holder name while it holds (holder#2, ... for a second owner of a shared object), else the object's base name. */
   readonly holder: string;
   readonly ttl: number;
   readonly info: unknown;

@@ -84,7 +84,6 @@ class Lock extends EventEmitter {
     super({ captureRejections: true });
     this.name = args.nameArg(name, 'name');
     this.ttl = args.positive(opts.ttl ?? 30, 'ttl');
-    this.holder = opts.holder !== undefined && opts.holder !== null ? args.nameArg(opts.holder, 'holder') : args.defaultHolder();
     this.info = opts.info;
     this._info = sql.jsonb(opts.info);
     this.keepAlive = opts.keepAlive !== false;
@@ -92,7 +91,7 @@ class Lock extends EventEmitter {
     this.raiseOnFailure = opts.raiseOnFailure === true;
     this._ttlText = sql.interval(this.ttl);
     this._on = new OnClient(opts);
-    this._owners = new Owners(this.holder);
+    this._owners = new Owners(opts.holder !== undefined && opts.holder !== null ? args.nameArg(opts.holder, 'holder') : args.defaultHolder());
     this._bare = [];        // bare owners' states, most recent last
   }
 
@@ -419,6 +418,15 @@ class Lock extends EventEmitter {
   get held() {
     const st = this._ownedState();
     return st !== null && st.hold !== null && st.hold.live();
+  }
+
+  // The caller's holder name while it holds the lock (a second owner of a
+  // shared object holds under holder#2, ...), so that SQL written with
+  // lock.holder (dsync_assert_held) guards the caller's own hold; the
+  // object's base name otherwise.  As the Python client's lock.holder.
+  get holder() {
+    const st = this._ownedState();
+    return st && st.holder ? st.holder : this._owners.base;
   }
 
   // The caller's fencing token (BigInt), null if it holds nothing.

@@ -270,3 +270,23 @@ test('a process with nothing held exits by itself; one holding a lease stays', {
   assert.strictEqual(holding.out.trim(), 'done');
   assert.strictEqual(holding.exited, false, 'a held lease keeps the process alive (its keeper renews it)');
 });
+
+test('lock.holder is the calling owner\'s holder name: holder#2 for a second owner of a shared read lock', { timeout: 20000 }, async () => {
+  const lock = client.readLock(uniqueName('holder'), { ttl: 10, holder: 'h-own' });
+  assert.strictEqual(lock.holder, 'h-own');
+  let open;
+  const gate = new Promise((resolve) => { open = resolve; });
+  let entered;
+  const firstIn = new Promise((resolve) => { entered = resolve; });
+  const first = lock.run(async () => { entered(lock.holder); await gate; });
+  assert.strictEqual(await firstIn, 'h-own');
+  await lock.run(async () => {
+    assert.strictEqual(lock.holder, 'h-own#2');
+    assert.strictEqual(lock.holder, lock.hold.holder);
+    const rows = await adminQuery('SELECT holder FROM dsync_leases WHERE lease = $1 ORDER BY holder', [lock.name]);
+    assert.deepStrictEqual(rows.map((r) => r.holder), ['h-own', 'h-own#2']);
+  });
+  open();
+  await first;
+  assert.strictEqual(lock.holder, 'h-own');
+});
