@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 import weakref
 from datetime import datetime
@@ -48,6 +49,20 @@ def _current_task() -> asyncio.Task:
     if task is None:
         raise RuntimeError("dsync's asyncio objects must be used from a task")
     return task
+
+
+def _is_async_sqlalchemy(conn: Any) -> bool:
+    """Whether conn is a SQLAlchemy AsyncSession or AsyncConnection (a
+    subclass, an async_scoped_session).  Only where sqlalchemy.ext.asyncio
+    is imported already: without it no such object exists, and dsync does
+    not import it to ask (as dsync.sync's _is_sqlalchemy)."""
+    ext = sys.modules.get("sqlalchemy.ext.asyncio")
+    if ext is None:
+        return False
+    kinds = tuple(getattr(ext, kind) for kind in
+                  ("AsyncSession", "AsyncConnection", "async_scoped_session")
+                  if hasattr(ext, kind))
+    return isinstance(conn, kinds)
 
 
 class AsyncLock(_OnClient, LeaseObject):
@@ -225,9 +240,18 @@ class AsyncLock(_OnClient, LeaseObject):
             st.hold.live()          # a hold past its deadline is declared lost now
         return st.lost
 
-    async def guard(self, conn: psycopg.AsyncConnection) -> int:
+    async def guard(self, conn: Any) -> int:
         """In the caller's own transaction: the fencing token if the current
-        task holds the lease, else NotHeld (see dsync.Lock.guard)."""
+        task holds the lease, else NotHeld (see dsync.Lock.guard).  conn: a
+        psycopg 3 AsyncConnection, or a SQLAlchemy AsyncSession or
+        AsyncConnection (dsync.sqlalchemy.guard, through run_sync)."""
+        if _is_async_sqlalchemy(conn):
+            from .sqlalchemy import guard
+            if not hasattr(conn, "run_sync"):   # an async_scoped_session (1.4)
+                conn = conn()                   # this scope's AsyncSession
+            # run_sync's function runs in this task (a greenlet of it), so
+            # guard() reads this task's own holder name.
+            return await conn.run_sync(lambda sync_conn: guard(self, sync_conn))
         st = self._owned_state()
         holder = st.holder if st is not None else self.holder
         try:

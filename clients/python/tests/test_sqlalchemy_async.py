@@ -187,3 +187,80 @@ def test_extension_missing_through_async_sqlalchemy(server, name):
         finally:
             await engine.dispose()
     run(main())
+
+
+def test_lock_guard_takes_an_async_session_and_connection(direct, account, name):
+    """`await lock.guard(x)` of an AsyncLock takes an AsyncSession or an
+    AsyncConnection (or an async_scoped_session) as the sync guard takes a
+    Session or Connection: the
+    token as an int, in the caller's transaction (its fenced write lands
+    with it), NotHeld (translated from asyncpg's error) once released."""
+    async def main(engine, client):
+        lock = client.lock(name, ttl=30)
+        async with lock:
+            async with AsyncSession(engine) as session, session.begin():
+                token = await lock.guard(session)
+                assert token == lock.token and type(token) is int
+                await session.run_sync(lambda s: fenced_update(
+                    s, account, token, account.c.id == 1, balance=account.c.balance - 5))
+            async with engine.begin() as conn:
+                assert await lock.guard(conn) == token
+                # The guard is in this transaction: it holds the lease's row.
+                pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar()
+                async with engine.connect() as other:
+                    held = (await other.execute(text(
+                        "SELECT count(*) FROM pg_locks WHERE pid = :p AND granted"
+                        " AND locktype = 'transactionid'"), {"p": pid})).scalar()
+                assert held == 1
+            scoped = sa_asyncio.async_scoped_session(
+                sqlalchemy.orm.sessionmaker(engine, class_=AsyncSession),
+                scopefunc=asyncio.current_task)
+            async with scoped.begin():
+                assert await lock.guard(scoped) == token
+            await scoped.remove()
+        async with AsyncSession(engine) as session:
+            with pytest.raises(dsync.NotHeld) as ei:
+                await lock.guard(session)
+            assert ei.value.sqlstate == "55000"
+            assert isinstance(ei.value.__cause__, sqlalchemy.exc.DBAPIError)
+            await session.rollback()
+        async with engine.connect() as conn:
+            with pytest.raises(dsync.NotHeld):
+                await lock.guard(conn)
+            await conn.rollback()
+            row = (await conn.execute(sqlalchemy.select(account.c.balance,
+                                                        account.c.token))).one()
+        assert tuple(row) == (95, token)
+    run_with(direct, main)
+
+
+def test_lock_guard_of_a_shared_read_lock_uses_the_tasks_own_holder(direct, name):
+    """Two tasks sharing an AsyncReadLock: `await lock.guard(session)`
+    guards each under its own holder name (holder#2 for the second)."""
+    async def main(engine, client):
+        lock = client.read_lock(name, ttl=30)
+        first_in, second_done = asyncio.Event(), asyncio.Event()
+        seen = {}
+
+        async def guarded(key):
+            async with AsyncSession(engine) as session, session.begin():
+                seen[key] = (lock.holder, await lock.guard(session))
+
+        async def owner(key, wait_for=None, then=None):
+            async with lock:
+                if then is not None:
+                    then.set()
+                if wait_for is not None:
+                    await wait_for.wait()
+                await guarded(key)
+                seen[key + "-token"] = lock.token
+
+        first = asyncio.create_task(owner("first", second_done, first_in))
+        await first_in.wait()
+        await owner("second")
+        second_done.set()
+        await first
+        base = lock._owners.base
+        assert seen["first"] == (base, seen["first-token"])
+        assert seen["second"] == (base + "#2", seen["second-token"])
+    run_with(direct, main)
