@@ -13,8 +13,10 @@ errors as dsync's exceptions.
 The lock is held and renewed by a dsync Client (psycopg 3, its own
 connections); the writes go through your engine, on your driver.
 `lock.guard(session)` is the same as guard(lock, session).  From async
-SQLAlchemy (asyncpg), run them through run_sync with an AsyncLock:
-`token = await session.run_sync(lambda s: guard(lock, s))`.
+SQLAlchemy (asyncpg), with an AsyncLock, `token = await lock.guard(session)`
+takes an AsyncSession or AsyncConnection (the same as
+`await session.run_sync(lambda s: guard(lock, s))`), and the other
+functions run through run_sync.
 """
 
 from __future__ import annotations
