@@ -143,7 +143,8 @@ def test_translate_errors_on_an_async_engine(direct, account, name):
 def test_two_tasks_sharing_a_read_lock_guard_under_their_own_names(direct, name):
     """run_sync's function runs in the awaiting task (a greenlet of it), so
     lock.holder there is that task's own holder name: holder#2 for the
-    second owner of a shared AsyncReadLock."""
+    second owner of a shared AsyncReadLock; `await lock.guard(session)`
+    guards under it too."""
     async def main(engine, client):
         lock = client.read_lock(name, ttl=30)
         first_in, second_done = asyncio.Event(), asyncio.Event()
@@ -158,6 +159,7 @@ def test_two_tasks_sharing_a_read_lock_guard_under_their_own_names(direct, name)
                 async with AsyncSession(engine) as session, session.begin():
                     seen[key] = (lock.holder, await session.run_sync(
                         lambda s: (lock.holder, guard(lock, s))), lock.token)
+                    assert await lock.guard(session) == lock.token
 
         first = asyncio.create_task(owner("first", second_done, first_in))
         await first_in.wait()
@@ -168,6 +170,7 @@ def test_two_tasks_sharing_a_read_lock_guard_under_their_own_names(direct, name)
         assert seen["first"] == (base, (base, seen["first"][2]), seen["first"][2])
         assert seen["second"] == (base + "#2", (base + "#2", seen["second"][2]),
                                   seen["second"][2])
+        assert seen["first"][2] != seen["second"][2]     # each owner's own token
     run_with(direct, main)
 
 
@@ -233,34 +236,3 @@ def test_lock_guard_takes_an_async_session_and_connection(direct, account, name)
         assert tuple(row) == (95, token)
     run_with(direct, main)
 
-
-def test_lock_guard_of_a_shared_read_lock_uses_the_tasks_own_holder(direct, name):
-    """Two tasks sharing an AsyncReadLock: `await lock.guard(session)`
-    guards each under its own holder name (holder#2 for the second)."""
-    async def main(engine, client):
-        lock = client.read_lock(name, ttl=30)
-        first_in, second_done = asyncio.Event(), asyncio.Event()
-        seen = {}
-
-        async def guarded(key):
-            async with AsyncSession(engine) as session, session.begin():
-                seen[key] = (lock.holder, await lock.guard(session))
-
-        async def owner(key, wait_for=None, then=None):
-            async with lock:
-                if then is not None:
-                    then.set()
-                if wait_for is not None:
-                    await wait_for.wait()
-                await guarded(key)
-                seen[key + "-token"] = lock.token
-
-        first = asyncio.create_task(owner("first", second_done, first_in))
-        await first_in.wait()
-        await owner("second")
-        second_done.set()
-        await first
-        base = lock._owners.base
-        assert seen["first"] == (base, seen["first-token"])
-        assert seen["second"] == (base + "#2", seen["second-token"])
-    run_with(direct, main)
