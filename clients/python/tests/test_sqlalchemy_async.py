@@ -187,6 +187,16 @@ def test_extension_missing_through_async_sqlalchemy(server, name):
                     await conn.execute(text("SELECT dsync_leader(CAST(:n AS text))"),
                                        {"n": name})
             assert "CREATE EXTENSION dsync" in ei.value.hint
+            # The guard translates without the listener too.
+            plain = create_async_engine(_url(server.dsn(db="saa_noext")))
+            client = AsyncClient(server.dsn())
+            try:
+                with pytest.raises(dsync.ExtensionNotCreated):
+                    async with AsyncSession(plain) as session, session.begin():
+                        await client.lock(name).guard(session)
+            finally:
+                await client.close()
+                await plain.dispose()
         finally:
             await engine.dispose()
     run(main())
@@ -195,8 +205,8 @@ def test_extension_missing_through_async_sqlalchemy(server, name):
 def test_lock_guard_takes_an_async_session_and_connection(direct, account, name):
     """`await lock.guard(x)` of an AsyncLock takes an AsyncSession or an
     AsyncConnection (or an async_scoped_session) as the sync guard takes a
-    Session or Connection: the
-    token as an int, in the caller's transaction (its fenced write lands
+    Session or Connection: the token as an int, in the caller's
+    transaction (its fenced write lands
     with it), NotHeld (translated from asyncpg's error) once released."""
     async def main(engine, client):
         lock = client.lock(name, ttl=30)
