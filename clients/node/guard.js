@@ -53,10 +53,13 @@ function kindOf(tx) {
  * Runs dsync_assert_held(name, holder) in tx: the token (BigInt) if holder
  * holds the lease (nobody can take it until tx ends), else NotHeld; a
  * server error is the library's (translateError), the transaction aborted.
+ * A null holder (the caller holds nothing) is NotHeld at once, with no
+ * statement, once tx is known to be a transaction we can use.
  * what: the operation and lease, first in an error's message.
  */
 async function assertHeldIn(tx, name, holder, what) {
   const kind = kindOf(tx);
+  if (holder === null) throw new errors.NotHeld(`${what}: the lease is not held by the calling owner`);
   let v;
   try {
     if (kind === 'knex') {

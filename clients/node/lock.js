@@ -503,18 +503,21 @@ class Lock extends EventEmitter {
   /*
    * In the caller's own transaction: the fencing token (BigInt) if the
    * caller holds the lease (nobody can take it until that transaction
-   * ends), else NotHeld (SQLSTATE 55000; the transaction is then aborted).
-   * tx: a pg Client or PoolClient in a transaction, a knex transaction
+   * ends), else NotHeld: at once, with no statement, if the caller holds
+   * nothing; from the server (SQLSTATE 55000; the transaction is then
+   * aborted) if its hold was lost.  tx: a pg Client or PoolClient in a transaction, a knex transaction
    * (knex.transaction(async (trx) => ...)) or a Prisma interactive
    * transaction (prisma.$transaction(async (tx) => ...)), told apart by
    * what they can do.  The holder asked about is the calling owner's
-   * (lock.hold.holder), not lock.holder: a second owner of a shared Lock
-   * holds under a name of its own.
+   * (lock.holder inside its scope): a second owner of a shared Lock holds
+   * under a name of its own.
    */
   async guard(tx) {
+    // An owner holding nothing is refused without a statement: asked under
+    // the object's name, the server would answer for whichever owner holds
+    // under it, and give this one that owner's token.
     const st = this._ownedState();
-    const holder = st && st.holder !== null ? st.holder : this.holder;
-    return assertHeldIn(tx, this.name, holder, this._what('guarding'));
+    return assertHeldIn(tx, this.name, st && st.holder !== null ? st.holder : null, this._what('guarding'));
   }
 
   // -- the keeper's report ----------------------------------------------------------

@@ -6,7 +6,7 @@ const path = require('node:path');
 const pg = require('pg');
 const {
   Client, Lock, ReadLock, Semaphore, LeaderElection, watch, withLock, closeDefaultClients, LockLost, ListenUnavailable,
-  DsyncConnectionError, LockExists, AcquireTimeout,
+  DsyncConnectionError, LockExists, AcquireTimeout, NotHeld,
 } = require('..');
 const { direct, bouncer, uniqueName, adminQuery, stopWorkerAsleep, sleep } = require('./helpers');
 
@@ -94,7 +94,26 @@ test('guard in the caller\'s transaction returns the BigInt token', { timeout: 2
   const other = new Lock(name, { config: direct });
   const c = new pg.Client(direct);
   await c.connect();
-  await assert.rejects(other.guard(c), (e) => e.code === '55000');
+  // Holding nothing: NotHeld at once, no statement.
+  await assert.rejects(other.guard(c), (e) => e instanceof NotHeld && e.code === undefined);
+  // Held here, lost on the server: NotHeld from the server.
+  assert.ok(await other.acquire({ blocking: false }));
+  await adminQuery('SELECT dsync_force_release($1)', [name]);
+  await assert.rejects(other.guard(c), (e) => e instanceof NotHeld && e.code === '55000');
+  await other.release().catch(() => {});
+  // A shared Lock held by one run() scope: code outside it is refused, not
+  // answered for the scope's hold (its holder name is the object's).
+  let entered;
+  const inside = new Promise((resolve) => { entered = resolve; });
+  let open;
+  const gate = new Promise((resolve) => { open = resolve; });
+  const scope = other.run(async () => { entered(); await gate; });
+  await inside;
+  await c.query('BEGIN');
+  await assert.rejects(other.guard(c), (e) => e instanceof NotHeld && /not held by the calling owner/.test(e.message));
+  await c.query('ROLLBACK');
+  open();
+  await scope;
   await c.end();
 });
 

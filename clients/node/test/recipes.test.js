@@ -122,15 +122,19 @@ test('the error hierarchy, each with the pg error as cause and the SQLSTATE as c
   assert.ok(err instanceof InvalidArgument, String(err));
   assert.ok(err.code.startsWith('22'));
   assert.strictEqual(err.cause.code, err.code);
-  // A guard of a lease not held: NotHeld with 55000.
+  // A guard of a lease held here but lost on the server: NotHeld with 55000.
   const pg = require('pg');
   const c = new pg.Client(direct);
   await c.connect();
+  const lost = client.lock(uniqueName('noguard'));
   try {
-    const e = await client.lock(uniqueName('noguard')).guard(c).catch((x) => x);
+    assert.ok(await lost.acquire({ blocking: false }));
+    await adminQuery('SELECT dsync_force_release($1)', [lost.name]);
+    const e = await lost.guard(c).catch((x) => x);
     assert.ok(e instanceof NotHeld);
     assert.strictEqual(e.code, '55000');
   } finally {
+    await lost.release().catch(() => {});
     await c.end();
   }
   // Arguments are checked at the caller's line.

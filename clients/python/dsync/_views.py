@@ -40,6 +40,18 @@ class OnClient:
         return type(self)._default_client(*self._client_args)
 
 
+def guarded_names(lock: Any) -> "tuple[str, str]":
+    """The lease and the holder name a guard asks the server about: for a
+    lock object the calling owner's own (holder#2 for a second owner of a
+    shared one), for a Hold handed over by its owner the Hold's."""
+    if isinstance(lock, HoldViews):
+        return lock.name, lock._guard_holder()
+    if isinstance(lock, Hold):
+        return lock.name, lock.holder
+    raise TypeError(f"guard() takes a dsync Lock, ReadLock, Semaphore or Hold, not "
+                    f"{type(lock).__name__}")
+
+
 class HoldViews:
     """The calling owner's view of its own hold of a lock object."""
 
@@ -47,6 +59,17 @@ class HoldViews:
 
     def _owned_state(self) -> Any:
         raise NotImplementedError
+
+    def _guard_holder(self) -> str:
+        """The calling owner's holder name, for a guard.  An owner holding
+        nothing is refused here, before any statement: asked under the
+        object's own name, the server would answer for whichever owner
+        holds under it, and a thread that never took the lock would get
+        that owner's token and think its writes guarded."""
+        st = self._owned_state()
+        if st is None or st.holder is None:
+            raise errors.NotHeld(f"{self!r} is not held by this {self._owner_word}")
+        return st.holder
 
     @property
     def held(self) -> bool:

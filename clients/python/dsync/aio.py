@@ -252,8 +252,7 @@ class AsyncLock(_OnClient, LeaseObject):
             # run_sync's function runs in this task (a greenlet of it), so
             # guard() reads this task's own holder name.
             return await conn.run_sync(lambda sync_conn: guard(self, sync_conn))
-        st = self._owned_state()
-        holder = st.holder if st is not None else self.holder
+        holder = self._guard_holder()
         try:
             cur = await conn.execute(sql.ASSERT_HELD, (self.name, holder))
             row = await cur.fetchone()

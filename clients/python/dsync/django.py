@@ -35,6 +35,7 @@ from django.db import DatabaseError, connections
 from django.db.transaction import TransactionManagementError
 
 from . import errors
+from ._views import guarded_names
 from .client import Client, default_client
 
 __all__ = ["guard", "translated", "conninfo", "leader_only", "LeaderOnlyCommand"]
@@ -97,7 +98,7 @@ def guard(lock: Any, using: str = "default") -> int:
         raise TransactionManagementError(
             "dsync.django.guard() must be called inside transaction.atomic(): in autocommit "
             "the guard would end with its own statement and protect nothing")
-    lease, holder = lock.name, lock.holder      # the caller's own holder name (Lock.holder)
+    lease, holder = guarded_names(lock)
     with translated(f'guarding lease "{lease}"'):
         with conn.cursor() as cur:
             cur.execute(_ASSERT_HELD, [lease, holder])

@@ -21,7 +21,7 @@ functions run through run_sync.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, Iterator, Optional
 
 from contextlib import contextmanager
 
@@ -29,6 +29,7 @@ import sqlalchemy
 from sqlalchemy import event, exc as sa_exc, text
 
 from . import errors
+from ._views import guarded_names
 
 __all__ = ["guard", "fenced_update", "translate_errors", "translated"]
 
@@ -37,25 +38,13 @@ __all__ = ["guard", "fenced_update", "translate_errors", "translated"]
 _ASSERT_HELD = text("SELECT dsync_assert_held(CAST(:lease AS text), CAST(:holder AS text))")
 
 
-def _lease_and_holder(lock: Any) -> Tuple[str, str]:
-    """The lease name and the holder name the calling owner holds it
-    under: a Lock, ReadLock or Semaphore (the calling thread's or task's
-    own holder name, holder#2 for a second owner), or a Hold handed over
-    from its owner."""
-    if hasattr(lock, "name") and hasattr(lock, "holder"):
-        # A lock object's holder is the caller's own name (see Lock.holder).
-        return lock.name, lock.holder
-    raise TypeError(f"guard() takes a dsync Lock, ReadLock, Semaphore or Hold, not "
-                    f"{type(lock).__name__}")
-
-
 def guard(lock: Any, conn: Any) -> int:
     """In the transaction of conn (a SQLAlchemy Session or Connection): the
     fencing token, as an int, if the calling thread holds lock; else
-    NotHeld (SQLSTATE 55000; the transaction is then aborted: roll it
-    back).  From this call until that transaction ends nobody else can
+    NotHeld (at once if it holds nothing; SQLSTATE 55000 from the server,
+    the transaction aborted, if its hold was lost: roll it back).  From this call until that transaction ends nobody else can
     take the lease, so the writes made in it are protected."""
-    lease, holder = _lease_and_holder(lock)
+    lease, holder = guarded_names(lock)
     what = f'guarding lease "{lease}"'
     try:
         token = conn.execute(_ASSERT_HELD, {"lease": lease, "holder": holder}).scalar()

@@ -338,14 +338,14 @@ class Lock(_OnClient, LeaseObject):
     def guard(self, conn: Any) -> int:
         """In the caller's own transaction: the fencing token if the calling
         thread holds the lease (nobody can take it until that transaction
-        ends), else NotHeld (SQLSTATE 55000; the transaction is then
-        aborted).  conn: a psycopg 3 connection, or a SQLAlchemy Session or
+        ends), else NotHeld: at once, with no statement, if the calling
+        thread holds nothing; from the server (SQLSTATE 55000; the
+        transaction is then aborted) if its hold was lost.  conn: a psycopg 3 connection, or a SQLAlchemy Session or
         Connection (dsync.sqlalchemy.guard)."""
         if _is_sqlalchemy(conn):
             from .sqlalchemy import guard
             return guard(self, conn)
-        st = self._owned_state()
-        holder = st.holder if st is not None else self.holder
+        holder = self._guard_holder()
         try:
             row = conn.execute(sql.ASSERT_HELD, (self.name, holder)).fetchone()
         except psycopg.Error as exc:

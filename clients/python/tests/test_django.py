@@ -57,6 +57,7 @@ def test_guard_in_atomic_and_not_held(dj, client, name):
     from dsync.django import guard
     lock = client.lock(name, ttl=30)
     with lock:
+        hold = lock.hold
         with transaction.atomic():
             token = guard(lock)
             assert token == lock.token and isinstance(token, int)
@@ -64,7 +65,11 @@ def test_guard_in_atomic_and_not_held(dj, client, name):
             guard(lock)                               # autocommit: it would guard nothing
     with pytest.raises(dsync.NotHeld) as ei:
         with transaction.atomic():
-            guard(lock)
+            guard(lock)                               # holding nothing: no statement
+    assert ei.value.sqlstate is None
+    with pytest.raises(dsync.NotHeld) as ei:
+        with transaction.atomic():
+            guard(hold)                               # a released Hold: the server says
     assert ei.value.sqlstate == "55000"
     assert not connection.in_atomic_block
 

@@ -62,10 +62,11 @@ def test_acquire_without_the_extension_says_create_extension(noext, name):
     assert isinstance(err.__cause__, psycopg.errors.UndefinedFunction)
 
 
-def test_guard_without_the_extension_in_a_transaction(noext, name):
-    lock = dsync.Client(noext).lock(name)
+def test_guard_without_the_extension_in_a_transaction(direct, noext, name):
+    # The lease held where the extension is, the guard run where it is not.
+    lock = dsync.Client(direct).lock(name)
     try:
-        with psycopg.connect(noext) as conn:
+        with lock, psycopg.connect(noext) as conn:
             with pytest.raises(dsync.ExtensionNotCreated) as ei:
                 with conn.transaction():
                     lock.guard(conn)
@@ -388,10 +389,11 @@ def test_not_preloaded_says_what_to_put_in_postgresql_conf(unloaded, name):
     assert err.hint in str(err)
 
 
-def test_not_preloaded_guard_and_async(unloaded, name):
-    lock = dsync.Client(unloaded.dsn()).lock(name)
+def test_not_preloaded_guard_and_async(direct, unloaded, name):
+    # The lease held on the server with dsync, the guard run on the other.
+    lock = dsync.Client(direct).lock(name)
     try:
-        with psycopg.connect(unloaded.dsn()) as conn, pytest.raises(dsync.NotPreloaded):
+        with lock, psycopg.connect(unloaded.dsn()) as conn, pytest.raises(dsync.NotPreloaded):
             with conn.transaction():
                 lock.guard(conn)
     finally:

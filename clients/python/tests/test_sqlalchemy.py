@@ -35,6 +35,7 @@ def engine(request, direct):
 def test_guard_in_a_session_and_a_connection(engine, client, name):
     lock = client.lock(name, ttl=30)
     with lock:
+        hold = lock.hold
         with Session(engine) as session, session.begin():
             token = guard(lock, session)
             assert token == lock.token and isinstance(token, int)
@@ -42,10 +43,15 @@ def test_guard_in_a_session_and_a_connection(engine, client, name):
         with engine.begin() as conn:
             assert guard(lock, conn) == token
             assert lock.guard(conn) == token
-    # Not held any more: NotHeld, and the transaction is to be rolled back.
+    # Not held any more: NotHeld, and the transaction is to be rolled back
+    # (the lock object refuses before any statement; a Hold handed over
+    # is refused by the server).
     with Session(engine) as session:
         with pytest.raises(dsync.NotHeld) as ei:
             guard(lock, session)
+        assert ei.value.sqlstate is None
+        with pytest.raises(dsync.NotHeld) as ei:
+            guard(hold, session)
         assert ei.value.sqlstate == "55000"
         assert isinstance(ei.value.__cause__, sqlalchemy.exc.DBAPIError)
         session.rollback()

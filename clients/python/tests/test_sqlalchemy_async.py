@@ -54,6 +54,7 @@ def test_guard_and_fenced_update_through_run_sync(direct, account, name):
     async def main(engine, client):
         lock = client.lock(name, ttl=30)
         async with lock:
+            hold = lock.hold
             async with AsyncSession(engine) as session, session.begin():
                 token = await session.run_sync(lambda s: guard(lock, s))
                 assert token == lock.token and isinstance(token, int)
@@ -62,10 +63,13 @@ def test_guard_and_fenced_update_through_run_sync(direct, account, name):
                     balance=account.c.balance - 5)) == 1
             async with engine.begin() as conn:
                 assert await conn.run_sync(lambda c: guard(lock, c)) == token
-        # Not held any more: NotHeld, translated from asyncpg's error.
+        # Not held any more: NotHeld, at once from the lock object, and
+        # translated from asyncpg's error for a Hold handed over.
         async with AsyncSession(engine) as session:
-            with pytest.raises(dsync.NotHeld) as ei:
+            with pytest.raises(dsync.NotHeld):
                 await session.run_sync(lambda s: guard(lock, s))
+            with pytest.raises(dsync.NotHeld) as ei:
+                await session.run_sync(lambda s: guard(hold, s))
             assert ei.value.sqlstate == "55000"
             assert isinstance(ei.value.__cause__, sqlalchemy.exc.DBAPIError)
             await session.rollback()
@@ -187,13 +191,16 @@ def test_extension_missing_through_async_sqlalchemy(server, name):
                     await conn.execute(text("SELECT dsync_leader(CAST(:n AS text))"),
                                        {"n": name})
             assert "CREATE EXTENSION dsync" in ei.value.hint
-            # The guard translates without the listener too.
+            # The guard translates without the listener too (the lease held
+            # in the database that has the extension, the guard run in the one
+            # that has not).
             plain = create_async_engine(_url(server.dsn(db="saa_noext")))
             client = AsyncClient(server.dsn())
             try:
+                lock = client.lock(name)
                 with pytest.raises(dsync.ExtensionNotCreated):
-                    async with AsyncSession(plain) as session, session.begin():
-                        await client.lock(name).guard(session)
+                    async with lock, AsyncSession(plain) as session, session.begin():
+                        await lock.guard(session)
             finally:
                 await client.close()
                 await plain.dispose()
@@ -211,6 +218,7 @@ def test_lock_guard_takes_an_async_session_and_connection(direct, account, name)
     async def main(engine, client):
         lock = client.lock(name, ttl=30)
         async with lock:
+            hold = lock.hold
             async with AsyncSession(engine) as session, session.begin():
                 token = await lock.guard(session)
                 assert token == lock.token and type(token) is int
@@ -233,7 +241,10 @@ def test_lock_guard_takes_an_async_session_and_connection(direct, account, name)
             await scoped.remove()
         async with AsyncSession(engine) as session:
             with pytest.raises(dsync.NotHeld) as ei:
-                await lock.guard(session)
+                await lock.guard(session)             # holding nothing: no statement
+            assert ei.value.sqlstate is None
+            with pytest.raises(dsync.NotHeld) as ei:  # a Hold handed over: the server says
+                await session.run_sync(lambda s: guard(hold, s))
             assert ei.value.sqlstate == "55000"
             assert isinstance(ei.value.__cause__, sqlalchemy.exc.DBAPIError)
             await session.rollback()

@@ -157,14 +157,44 @@ def test_mutual_exclusion_across_processes_with_guard(dsn, admin, name):
     assert token > 0
 
 
-def test_guard_refuses_when_not_held(dsn, name):
+def test_guard_refuses_when_not_held(dsn, admin, name):
     lock = Lock(name, conninfo=dsn, ttl=30)
     with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as conn:
-        with pytest.raises(NotHeld) as err:
+        with pytest.raises(NotHeld) as err:        # holding nothing: no statement
             lock.guard(conn)
-    assert isinstance(err.value.__cause__, psycopg.errors.ObjectNotInPrerequisiteState)
-    assert err.value.sqlstate == "55000"
+        assert err.value.sqlstate is None and err.value.__cause__ is None
+        assert lock.acquire(blocking=False)
+        admin.execute("SELECT dsync_force_release(%s)", (name,))
+        with pytest.raises(NotHeld) as err:        # held here, lost on the server
+            lock.guard(conn)
+        assert isinstance(err.value.__cause__, psycopg.errors.ObjectNotInPrerequisiteState)
+        assert err.value.sqlstate == "55000"
     lock.close()
+
+
+def test_guard_refuses_a_thread_that_does_not_hold_while_another_does(dsn, name):
+    """A lock object shared by threads: a thread that never acquired it is
+    refused, although another thread holds it under the object's name
+    (asked under that name, the server said yes, and the thread got the
+    other's token)."""
+    lock = Lock(name, conninfo=dsn, ttl=30)
+    held, done = threading.Event(), threading.Event()
+
+    def owner():
+        with lock:
+            held.set()
+            done.wait(30)
+    t = threading.Thread(target=owner)
+    t.start()
+    try:
+        assert held.wait(30)
+        with psycopg.connect(dsn, prepare_threshold=None) as conn, conn.transaction():
+            with pytest.raises(NotHeld, match="not held by this thread"):
+                lock.guard(conn)
+    finally:
+        done.set()
+        t.join()
+        lock.close()
 
 
 def test_lost_lease_is_noticed_at_once(server, admin, name):
