@@ -306,7 +306,8 @@ ConnectWithin(const Options *opt, int64_t deadline_ms, char *error, size_t len,
 /*
  * OneLine
  *		libpq's messages as one line, in place: each newline, with the
- *		indentation after it, becomes "; ", and the last one goes.  A
+ *		indentation after it, becomes "; " (";" where no indentation
+ *		follows it), and the last one goes.  A
  *		probe's caller reads one line, and a multi-host attempt's message
  *		has one line per host.
  */
@@ -327,8 +328,15 @@ OneLine(char *text)
 		}
 		while (*p == '\n' || *p == '\t' || *p == ' ')
 			p++;
+		/*
+		 * In place, so never write past what was read: a newline with no
+		 * indentation after it (a multi-host attempt's next host) has room
+		 * for the ';' only.  Writing both overtook the reader and ran off
+		 * the buffer.
+		 */
 		*out++ = ';';
-		*out++ = ' ';
+		if (out < p)
+			*out++ = ' ';
 	}
 	*out = '\0';
 }

@@ -46,6 +46,17 @@ like($out, qr/\Ano_extension: the dsync extension \(version 1.2 or later\) is no
 is($err, '', 'check: nothing on stderr');
 no_error_since($node, \$offset, 'no ERROR in the server log from check there');
 
+# --- a multi-host connection string, no host up ----------------------------------
+# libpq's message has one line per host, with no indentation between them:
+# making it one line in place overran its buffer (a segfault, in every
+# command's connect and reconnect).
+foreach my $cmd ('check', 'status')
+{
+	($code, $out, $err) = run_tool('--dsn', 'host=/nonexistent-a,/nonexistent-b port=1,2 dbname=x', $cmd);
+	is($code, 69, "$cmd with a multi-host string and no host up exits 69");
+	like($out . $err, qr/nonexistent-a.*nonexistent-b/, "$cmd names both hosts on one line");
+}
+
 # --- check: healthy, and an overflowing queue -------------------------------------
 
 ($code, $out, $err) = run_tool('check');
